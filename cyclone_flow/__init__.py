@@ -1,0 +1,55 @@
+"""cyclone-flow: a Postgres-backed workflow engine for YAML DAG flows.
+
+Public API: :class:`Client`, :class:`Context` (what a handler receives), the option types
+and the error tree.
+"""
+
+from cyclone_flow.client import Client
+from cyclone_flow.config import ClientConfig, PayloadLimits, RetentionConfig
+from cyclone_flow.errors import (
+    ConfigError,
+    CycloneError,
+    FlowError,
+    InputValidationError,
+    PayloadTooLargeError,
+    PermanentError,
+    Problem,
+    RunNotFoundError,
+    SchemaOutdatedError,
+    TemplateError,
+)
+from cyclone_flow.spec import load_flow
+from cyclone_flow.spec.model import Flow, Node
+from cyclone_flow.states import ErrorKind, RunState, StepState
+from cyclone_flow.store.store import RunStatus, StepStatus
+from cyclone_flow.worker.context import Context
+from cyclone_flow.worker.events import StepEvent
+from cyclone_flow.worker.imports import AllowList
+
+__all__ = [
+    "AllowList",
+    "Client",
+    "ClientConfig",
+    "ConfigError",
+    "Context",
+    "CycloneError",
+    "ErrorKind",
+    "Flow",
+    "FlowError",
+    "InputValidationError",
+    "Node",
+    "PayloadLimits",
+    "PayloadTooLargeError",
+    "PermanentError",
+    "Problem",
+    "RetentionConfig",
+    "RunNotFoundError",
+    "RunState",
+    "RunStatus",
+    "SchemaOutdatedError",
+    "StepEvent",
+    "StepState",
+    "StepStatus",
+    "TemplateError",
+    "load_flow",
+]

@@ -1,0 +1,105 @@
+"""``cyclone-flow lint`` and ``cyclone-flow graph``: the flow pipeline from the shell.
+
+Exit codes: 0 clean, 1 problems found, 2 usage error (such as a missing path).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from cyclone_flow.errors import FlowError, Problem
+from cyclone_flow.spec.graph import to_dot, to_mermaid
+from cyclone_flow.spec.lint import LintPathError, lint_paths
+from cyclone_flow.spec.load import load_flow
+
+__all__ = ["format_problems", "graph", "lint"]
+
+
+def _github_escape(text: str, *, prop: bool = False) -> str:
+    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    if prop:
+        text = text.replace(":", "%3A").replace(",", "%2C")
+    return text
+
+
+def format_problems(problems: list[Problem], fmt: str) -> str:
+    """Render ``problems`` as ``text`` (one ``FILE:LINE:COL: error[CODE]: message`` a
+    line), ``json`` (a list of objects with path, line, col, code, message) or ``github``
+    (workflow ``::error`` commands). Returns "" for no problems in text/github formats."""
+    if fmt == "json":
+        rows = [
+            {"path": p.path, "line": p.line, "col": p.col, "code": p.code, "message": p.message}
+            for p in problems
+        ]
+        return json.dumps(rows, indent=2)
+    if fmt == "github":
+        return "\n".join(
+            f"::error file={_github_escape(p.path, prop=True)},line={p.line},col={p.col},"
+            f"title={p.code}::{_github_escape(p.message)}"
+            for p in problems
+        )
+    return "\n".join(str(p) for p in problems)
+
+
+@click.command("lint")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "github"]),
+    default="text",
+    show_default=True,
+    help="Output format of the problems.",
+)
+@click.option(
+    "--check-imports",
+    is_flag=True,
+    help="Import each node's call (from the current folder too) and check its signature.",
+)
+def lint(paths: tuple[str, ...], fmt: str, check_imports: bool) -> None:
+    """Check flow files (folders: every *.yaml / *.yml inside) and report every problem.
+
+    Exit status: 0 no problems, 1 problems found, 2 usage error.
+    """
+    if check_imports and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        problems = lint_paths(list(paths), check_imports=check_imports)
+    except LintPathError as exc:
+        raise click.BadParameter(
+            f"path {exc.path!r} does not exist.", param_hint="'PATHS...'"
+        ) from exc
+    out = format_problems(problems, fmt)
+    if out or fmt == "json":
+        click.echo(out)
+    files = len({p.path for p in problems})
+    if problems:
+        click.echo(f"{len(problems)} problem(s) in {files} file(s)", err=True)
+        raise SystemExit(1)
+    click.echo("no problems found", err=True)
+
+
+@click.command("graph")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["mermaid", "dot"]),
+    default="mermaid",
+    show_default=True,
+    help="Graph language.",
+)
+def graph(file: str, fmt: str) -> None:
+    """Print the dependency graph of a flow file (an invalid file: its problems, exit 1)."""
+    if not os.path.exists(file):
+        raise click.BadParameter(f"file {file!r} does not exist.", param_hint="'FILE'")
+    try:
+        flow = load_flow(file)
+    except FlowError as exc:
+        click.echo(format_problems(exc.problems, "text"), err=True)
+        raise SystemExit(1) from None
+    click.echo(to_mermaid(flow) if fmt == "mermaid" else to_dot(flow), nl=False)

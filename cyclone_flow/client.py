@@ -1,0 +1,285 @@
+"""``Client``: submit runs, start workers, wait for and inspect runs.
+
+``Client(database, **options)`` takes a Postgres URL (it then sizes its own psycopg_pool
+pool by the pool budget rule) or a ``psycopg_pool.ConnectionPool`` (checked against the
+rule: ``max_size >= tx_slots + 6``; Engine Design: Pool Budget). Options are the seeds'
+Client Options in snake_case, validated at construction (see :mod:`cyclone_flow.config`).
+A client that only submits starts no thread.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Unpack
+
+import jsonschema
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from cyclone_flow.config import ClientConfig, ClientOptions, build_config
+from cyclone_flow.errors import ConfigError, InputValidationError, PayloadTooLargeError
+from cyclone_flow.spec import load_flow
+from cyclone_flow.spec.model import JSON, Flow
+from cyclone_flow.store.migrate import check_schema_version, migrate
+from cyclone_flow.store.store import (
+    RunStatus,
+    StepStatus,
+    Store,
+    Wakeups,
+    dumps,
+    parse_run_id,
+)
+from cyclone_flow.worker.cache import OutputCache
+from cyclone_flow.worker.executor import Executor
+from cyclone_flow.worker.imports import AllowList, HandlerResolver
+from cyclone_flow.worker.runtime import Worker
+
+FlowLike = Flow | str | os.PathLike[str]
+
+
+class Client:
+    """The engine's Python API.
+
+    Parameters
+    ----------
+    database:
+        A Postgres URL/conninfo string, or an open ``psycopg_pool.ConnectionPool``.
+    **options:
+        See :class:`cyclone_flow.config.ClientConfig` (``schema``, ``workers``,
+        ``worker_queues``, ``tx_slots``, ``client_id``, ``lease_ttl`` seconds,
+        ``max_reclaims``, ``poll_interval`` (min, max) seconds, ``notify``, ``logger``,
+        ``on_step_event``, ``error_handler``, ``payload_limits``, ``allow_modules`` ...).
+
+    Raises
+    ------
+    ConfigError
+        An invalid option, or a pool below the budget ``tx_slots + 6``.
+    SchemaOutdatedError
+        The database schema is older than this code (run ``cyclone-flow migrate``).
+    psycopg.OperationalError
+        The database cannot be reached.
+    """
+
+    def __init__(
+        self, database: str | ConnectionPool[Any], /, **options: Unpack[ClientOptions]
+    ) -> None:
+        self.config: ClientConfig = build_config(options)
+        cfg = self.config
+        allow = cfg.allow_modules
+        if allow is None:
+            allow = AllowList(allow_all=True)
+        elif not isinstance(allow, AllowList):
+            allow = AllowList(prefixes=list(allow))
+        self._allow = allow
+        if isinstance(database, ConnectionPool):
+            if database.max_size < cfg.pool_min_size:
+                raise ConfigError(
+                    f"the pool's max_size is {database.max_size}, below the pool budget "
+                    f"tx_slots + 6 = {cfg.tx_slots} + 6 = {cfg.pool_min_size}: every completion "
+                    "transaction holds a connection (tx_slots), plus 6 for the claim loop, "
+                    "the recovery sweep, the scanners, the listener and API calls; raise "
+                    "max_size or lower tx_slots"
+                )
+            self.pool = database
+            self._owns_pool = False
+        elif isinstance(database, str):
+            # Probe first: a bad URL is one clear error now, not a pool retrying forever.
+            with psycopg.connect(database, connect_timeout=10) as probe:
+                if cfg.check_schema:
+                    check_schema_version(probe, cfg.schema)
+            self.pool = ConnectionPool(
+                database,
+                min_size=min(2, cfg.pool_min_size),
+                max_size=cfg.pool_min_size,
+                open=True,
+                name=f"cyclone-{cfg.client_id}",
+            )
+            self._owns_pool = True
+        else:
+            raise ConfigError("database must be a URL string or a psycopg_pool.ConnectionPool")
+        if not self._owns_pool and cfg.check_schema:
+            with self.pool.connection() as conn:
+                check_schema_version(conn, cfg.schema)
+        self.store = Store(self.pool, cfg.schema)
+        self.cache = OutputCache()
+        self._tx_slots = threading.BoundedSemaphore(cfg.tx_slots)
+        self._worker: Worker | None = None
+        self._waiters: dict[str, set[threading.Event]] = {}
+        self._waiters_lock = threading.Lock()
+        self._closed = False
+
+    # -- schema ----------------------------------------------------------------------------
+
+    def migrate(self) -> list[int]:
+        """Apply missing migrations to this client's schema; return the versions applied."""
+        with self.pool.connection() as conn:
+            conn.commit()
+            return migrate(conn, self.config.schema)
+
+    # -- submit ----------------------------------------------------------------------------
+
+    def submit(self, flow: FlowLike, input: JSON = None) -> str:
+        """Validate ``input`` against the flow's ``input_schema`` (after filling top-level
+        ``default`` values), then write the definition, the run, its steps and deps in one
+        transaction, and publish the wakeup after the commit. Returns the run id (UUID).
+
+        Raises FlowError (a bad flow file), InputValidationError, PayloadTooLargeError.
+        """
+        spec, run_input, input_json = self._prepare(flow, input)
+        with self.pool.connection() as conn, conn.transaction():
+            run_id = self.store.insert_run(conn, spec, run_input, input_json)
+        self._publish(Wakeups(queues={n.queue for n in spec.nodes.values() if not n.needs}))
+        return run_id
+
+    def submit_tx(self, conn: psycopg.Connection[Any], flow: FlowLike, input: JSON = None) -> str:
+        """Like :meth:`submit`, inside the caller's transaction on ``conn`` (rolled back with
+        it); publishes nothing: workers find the run within one poll interval."""
+        spec, run_input, input_json = self._prepare(flow, input)
+        with conn.transaction():
+            return self.store.insert_run(conn, spec, run_input, input_json)
+
+    def _prepare(self, flow: FlowLike, run_input: JSON) -> tuple[Flow, JSON, str]:
+        spec = flow if isinstance(flow, Flow) else load_flow(flow)
+        if spec.input_schema is not None:
+            run_input = _apply_defaults(spec.input_schema, run_input)
+            validator = jsonschema.Draft202012Validator(spec.input_schema)
+            error = jsonschema.exceptions.best_match(validator.iter_errors(run_input))
+            if error is not None:
+                path = "/".join(str(p) for p in error.absolute_path)
+                raise InputValidationError(spec.name, error.message, path)
+        try:
+            text = dumps(run_input)
+        except (TypeError, ValueError) as exc:
+            raise InputValidationError(spec.name, f"input is not JSON: {exc}") from None
+        size = len(text.encode("utf-8"))
+        if size > self.config.payload_limits.input_bytes:
+            raise PayloadTooLargeError("input", size, self.config.payload_limits.input_bytes)
+        return spec, run_input, text
+
+    # -- workers ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker threads, claim loop, heartbeat, maintenance and listener."""
+        if self._worker is not None:
+            return
+        executor = Executor(
+            self.store,
+            self.config,
+            HandlerResolver(self._allow),
+            self.cache,
+            self._tx_slots,
+            self._publish,
+        )
+        self._worker = Worker(self.store, self.config, executor, self._publish, self._run_done)
+        self._worker.start()
+
+    @property
+    def worker(self) -> Worker | None:
+        """The started worker machinery, or None before :meth:`start`."""
+        return self._worker
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop claiming, let in-flight handlers finish for up to ``timeout`` seconds, tell
+        the rest to stop and release their leases; then close the pool if this client
+        opened it. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._worker is not None:
+            self._worker.shutdown(timeout)
+        if self._owns_pool:
+            self.pool.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # -- runs ------------------------------------------------------------------------------
+
+    def get_run(self, run_id: str) -> RunStatus:
+        """The run's state, input, output and error; raises RunNotFoundError."""
+        return self.store.get_run(parse_run_id(run_id))
+
+    def list_steps(self, run_id: str) -> list[StepStatus]:
+        """Every step of the run; raises RunNotFoundError for an unknown run."""
+        rid = parse_run_id(run_id)
+        self.store.get_run(rid)
+        return self.store.list_steps(rid)
+
+    def list_runs(
+        self, *, flow: str | None = None, state: str | None = None, limit: int = 50
+    ) -> list[RunStatus]:
+        """The most recent runs, newest first."""
+        return self.store.list_runs(flow=flow, state=state, limit=limit)
+
+    def wait(self, run_id: str, timeout: float | None = None) -> RunStatus:
+        """Block until the run is terminal or ``timeout`` seconds pass; return its status
+        (still ``running`` on timeout). Woken by ``cyclone_run_done`` when this client's
+        listener runs, otherwise polling within ``poll_interval``."""
+        rid = parse_run_id(run_id)
+        event = threading.Event()
+        with self._waiters_lock:
+            self._waiters.setdefault(rid, set()).add(event)
+        try:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            lo, hi = self.config.poll_interval
+            interval = lo
+            while True:
+                status = self.store.get_run(rid)
+                if status.state.terminal:
+                    return status
+                if deadline is not None and time.monotonic() >= deadline:
+                    return status
+                wait_for = interval if deadline is None else min(
+                    interval, max(0.0, deadline - time.monotonic())
+                )
+                if event.wait(wait_for):
+                    event.clear()
+                else:
+                    interval = min(interval * 2, hi)
+        finally:
+            with self._waiters_lock:
+                events = self._waiters.get(rid)
+                if events is not None:
+                    events.discard(event)
+                    if not events:
+                        del self._waiters[rid]
+
+    def _run_done(self, run_id: str) -> None:
+        with self._waiters_lock:
+            for event in self._waiters.get(run_id, ()):
+                event.set()
+
+    def _publish(self, wakeups: Wakeups) -> None:
+        """Publish after a commit; a failure is logged at error level and loses no work
+        (the polling floor finds it)."""
+        if not wakeups:
+            return
+        for run_id in wakeups.runs_done:
+            self._run_done(run_id)
+        try:
+            self.store.publish(wakeups)
+        except Exception:
+            self.config.logger.exception("could not publish wakeups; polling will find the work")
+
+
+def _apply_defaults(schema: Mapping[str, Any], value: JSON) -> JSON:
+    """Fill top-level ``properties.*.default`` of an object input schema (None input
+    counts as ``{}`` when the schema is an object schema)."""
+    props = schema.get("properties")
+    if schema.get("type") != "object" or not isinstance(props, Mapping):
+        return value
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        return value
+    filled = dict(value)
+    for key, sub in props.items():
+        if key not in filled and isinstance(sub, Mapping) and "default" in sub:
+            filled[key] = sub["default"]
+    return filled

@@ -1,0 +1,228 @@
+"""Client options (seeds: Client Options), validated at construction, never at first use.
+
+``Client(database, **options)`` applies options in the order given, so a scalar's last value
+wins, and ``workers`` / ``worker_queues`` write the same field: whichever comes last
+replaces the other (``workers=n`` means ``{"default": n}``). ``tx_slots`` defaults to the
+total worker count whatever the order.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import socket
+import string
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+from cyclone_flow.errors import ConfigError
+from cyclone_flow.store.migrate import validate_schema_name
+
+QUEUE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+DEFAULT_QUEUE = "default"
+POOL_RESERVE = 6  # Engine Design: Pool Budget, MaxConns >= txSlots + 6
+
+
+@dataclass(frozen=True)
+class PayloadLimits:
+    """Byte limits of encoded JSON payloads (Client Options: WithPayloadLimits)."""
+
+    input_bytes: int = 1024 * 1024
+    output_bytes: int = 1024 * 1024
+    signal_bytes: int = 256 * 1024
+
+
+@dataclass(frozen=True)
+class RetentionConfig:
+    """Background purge of terminal runs older than ``default_age_s`` seconds; a
+    non-positive age disables it (Client Options: WithRetentionSweep)."""
+
+    default_age_s: float = 0.0
+
+
+class ClientOptions(TypedDict, total=False):
+    """Keyword options of :class:`cyclone_flow.Client`; see :class:`ClientConfig`."""
+
+    schema: str
+    workers: int
+    worker_queues: Mapping[str, int]
+    tx_slots: int
+    client_id: str
+    lease_ttl: float
+    max_reclaims: int
+    poll_interval: tuple[float, float]
+    max_signal_wait: float
+    notify: bool
+    notify_coalesce: float
+    logger: logging.Logger | None
+    on_step_event: Callable[[Any], None] | None
+    error_handler: Callable[[Any, BaseException], None] | None
+    payload_limits: PayloadLimits
+    retention: RetentionConfig | None
+    allow_modules: Any
+    sweep_interval: float
+    check_schema: bool
+
+
+def _default_client_id() -> str:
+    suffix = "".join(random.choices(string.ascii_lowercase + string.digits, k=6))
+    return f"{socket.gethostname()}/{os.getpid()}/{suffix}"
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Validated options with the seeds' defaults. Durations are seconds.
+
+    - ``worker_queues``: queue -> worker count (default ``{"default": 4}``)
+    - ``tx_slots``: cap on concurrent completion transactions (default: total workers)
+    - ``lease_ttl``: 30 s; the heartbeat renews every ``lease_ttl / 3``
+    - ``max_reclaims``: 0 = unbounded
+    - ``poll_interval``: (min, max) = (0.1, 1.0) s; max bounds a lost wakeup's delay
+    - ``sweep_interval``: how often the recovery sweep runs (default ``lease_ttl / 3``,
+      at most 10 s)
+    """
+
+    schema: str = "public"
+    worker_queues: Mapping[str, int] = field(default_factory=lambda: {DEFAULT_QUEUE: 4})
+    tx_slots: int = 4
+    client_id: str = field(default_factory=_default_client_id)
+    lease_ttl: float = 30.0
+    max_reclaims: int = 0
+    poll_interval: tuple[float, float] = (0.1, 1.0)
+    max_signal_wait: float = 0.0
+    notify: bool = True
+    notify_coalesce: float = 0.0
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("cyclone_flow"))
+    on_step_event: Callable[[Any], None] | None = None
+    error_handler: Callable[[Any, BaseException], None] | None = None
+    payload_limits: PayloadLimits = field(default_factory=PayloadLimits)
+    retention: RetentionConfig | None = None
+    allow_modules: Any = None
+    sweep_interval: float = 10.0
+    check_schema: bool = True
+
+    @property
+    def workers(self) -> int:
+        """Total worker count: the sum of ``worker_queues``."""
+        return sum(self.worker_queues.values())
+
+    @property
+    def pool_min_size(self) -> int:
+        """The pool budget: ``tx_slots + 6`` connections (Engine Design: Pool Budget)."""
+        return self.tx_slots + POOL_RESERVE
+
+
+def _number(name: str, value: Any, *, positive: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name} must be a number of seconds, got {value!r}")
+    if positive and not value > 0:
+        raise ConfigError(f"{name} must be positive, got {value!r}")
+    return float(value)
+
+
+def validate_queue(name: Any) -> str:
+    """Return ``name`` if it is a valid queue name; raise :class:`ConfigError`."""
+    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+        raise ConfigError(
+            f"invalid queue name {name!r}: use 1-63 lowercase letters, digits, '_', '.', '-'"
+            " starting with a letter or digit"
+        )
+    return name
+
+
+def build_config(options: Mapping[str, Any]) -> ClientConfig:
+    """Validate ``options`` in the order given; raise :class:`ConfigError` naming the
+    first bad option."""
+    values: dict[str, Any] = {}
+    tx_slots: int | None = None
+    sweep_interval: float | None = None
+    for name, value in options.items():
+        if name == "workers":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"workers must be an integer >= 1, got {value!r}")
+            values["worker_queues"] = {DEFAULT_QUEUE: value}
+        elif name == "worker_queues":
+            if not isinstance(value, Mapping) or not value:
+                raise ConfigError("worker_queues must be a non-empty mapping of queue -> count")
+            queues = {}
+            for queue, count in value.items():
+                validate_queue(queue)
+                if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                    raise ConfigError(
+                        f"worker count of queue {queue!r} must be an integer >= 1, got {count!r}"
+                    )
+                queues[queue] = count
+            values["worker_queues"] = queues
+        elif name == "tx_slots":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"tx_slots must be an integer >= 1, got {value!r}")
+            tx_slots = value
+        elif name == "schema":
+            values["schema"] = validate_schema_name(value)
+        elif name == "client_id":
+            if not isinstance(value, str) or not value.strip():
+                raise ConfigError(f"client_id must be a non-empty string, got {value!r}")
+            values["client_id"] = value
+        elif name == "lease_ttl":
+            values["lease_ttl"] = _number("lease_ttl", value)
+        elif name == "max_reclaims":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"max_reclaims must be an integer >= 0, got {value!r}")
+            values["max_reclaims"] = value
+        elif name == "poll_interval":
+            if not isinstance(value, tuple | list) or len(value) != 2:
+                raise ConfigError(f"poll_interval must be (min, max) seconds, got {value!r}")
+            lo = _number("poll_interval min", value[0])
+            hi = _number("poll_interval max", value[1])
+            if lo > hi:
+                raise ConfigError(f"poll_interval min {lo} s is above max {hi} s")
+            values["poll_interval"] = (lo, hi)
+        elif name == "max_signal_wait":
+            values["max_signal_wait"] = max(0.0, _number(name, value, positive=False))
+        elif name == "notify":
+            if not isinstance(value, bool):
+                raise ConfigError(f"notify must be True or False, got {value!r}")
+            values["notify"] = value
+        elif name == "notify_coalesce":
+            coalesce = _number(name, value, positive=False)
+            if coalesce < 0:
+                raise ConfigError(f"notify_coalesce must be >= 0 seconds, got {value!r}")
+            values["notify_coalesce"] = coalesce
+        elif name == "logger":
+            if value is not None and not isinstance(value, logging.Logger):
+                raise ConfigError(f"logger must be a logging.Logger or None, got {value!r}")
+            values["logger"] = value or logging.getLogger("cyclone_flow")
+        elif name in ("on_step_event", "error_handler"):
+            if value is not None and not callable(value):
+                raise ConfigError(f"{name} must be callable or None, got {value!r}")
+            values[name] = value
+        elif name == "payload_limits":
+            if not isinstance(value, PayloadLimits):
+                raise ConfigError("payload_limits must be a PayloadLimits")
+            for fname in ("input_bytes", "output_bytes", "signal_bytes"):
+                limit = getattr(value, fname)
+                if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                    raise ConfigError(f"payload_limits.{fname} must be an integer >= 1")
+            values["payload_limits"] = value
+        elif name == "retention":
+            if value is not None and not isinstance(value, RetentionConfig):
+                raise ConfigError("retention must be a RetentionConfig or None")
+            values["retention"] = value
+        elif name == "allow_modules":
+            values["allow_modules"] = value
+        elif name == "sweep_interval":
+            sweep_interval = _number(name, value)
+        elif name == "check_schema":
+            values["check_schema"] = bool(value)
+        else:
+            raise ConfigError(f"unknown option {name!r}")
+    workers = sum(values.get("worker_queues", {DEFAULT_QUEUE: 4}).values())
+    values["tx_slots"] = tx_slots if tx_slots is not None else workers
+    ttl = values.get("lease_ttl", 30.0)
+    values["sweep_interval"] = (
+        sweep_interval if sweep_interval is not None else min(10.0, max(0.05, ttl / 3))
+    )
+    return ClientConfig(**values)

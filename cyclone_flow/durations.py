@@ -1,0 +1,91 @@
+"""Durations as written in flow files, converted to float seconds.
+
+A duration is either a number of seconds (``30``, ``1.5``) or a string of one or more
+``<number><unit>`` parts with units ``ms``, ``s``, ``m``, ``h``, ``d`` and no spaces:
+``500ms``, ``30s``, ``5m``, ``1h30m``, ``2d``,
+``1.5h``.
+
+Examples
+--------
+>>> parse_duration("1h30m")
+5400.0
+>>> format_duration(5400)
+'1h30m'
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+__all__ = ["DURATION_PATTERN", "format_duration", "parse_duration"]
+
+_UNITS: dict[str, float] = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$"
+"""The regular expression a duration string matches (also used in flow.schema.json)."""
+
+_WHOLE = re.compile(DURATION_PATTERN)
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+
+
+def parse_duration(text: str | int | float) -> float:
+    """Return the duration ``text`` in seconds (a float >= 0).
+
+    Parameters
+    ----------
+    text
+        A number of seconds, or a string such as ``"500ms"``, ``"30s"``, ``"1h30m"``.
+
+    Raises
+    ------
+    ValueError
+        When ``text`` is a bool, a negative or non-finite number, or a string that is not
+        a sequence of ``<number><unit>`` parts; the message quotes the value.
+    """
+    if isinstance(text, bool):
+        raise ValueError(f"invalid duration {text!r}: expected a number of seconds or e.g. '30s'")
+    if isinstance(text, int | float):
+        seconds = float(text)
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"invalid duration {text!r}: must be a finite number >= 0")
+        return seconds
+    if not isinstance(text, str):
+        raise ValueError(f"invalid duration {text!r}: expected a string or a number")
+    if not _WHOLE.match(text):
+        raise ValueError(
+            f"invalid duration {text!r}: expected parts like '500ms', '30s', '5m', '1h30m', '2d'"
+        )
+    total = 0.0
+    for number, unit in _PART.findall(text):
+        total += float(number) * _UNITS[unit]
+    if not math.isfinite(total):
+        raise ValueError(f"invalid duration {text!r}: too large")
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """Return a compact duration string for ``seconds``, e.g. ``"1h30m"``, ``"500ms"``, ``"0s"``.
+
+    Whole days, hours, minutes and seconds are written largest first; a remainder below
+    one second is written in milliseconds (rounded). ``parse_duration(format_duration(x))``
+    equals ``x`` rounded to the millisecond.
+
+    Raises
+    ------
+    ValueError
+        When ``seconds`` is negative or not finite.
+    """
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"cannot format duration {seconds!r}: must be a finite number >= 0")
+    total_ms = round(seconds * 1000)
+    if total_ms == 0:
+        return "0s"
+    parts: list[str] = []
+    for unit, size_ms in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        count, total_ms = divmod(total_ms, size_ms)
+        if count:
+            parts.append(f"{count}{unit}")
+    if total_ms:
+        parts.append(f"{total_ms}ms")
+    return "".join(parts)

@@ -1,0 +1,103 @@
+"""The cyclone-flow error tree.
+
+Every error the API raises on purpose derives from :class:`CycloneError`. Each class
+carries the data a caller needs (run id, node, size, limit, problems) and the exit code
+the CLI uses for it: 1 for a problem with the input or the database state, 2 for a usage
+mistake. A stale compare-and-swap is never an error (Engine Design: CAS State
+Transitions): store methods return ``None`` or ``False`` for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class CycloneError(Exception):
+    """Base class of every error cyclone-flow raises on purpose."""
+
+    exit_code: int = 1
+
+
+class ConfigError(CycloneError, ValueError):
+    """An invalid option value, raised at construction, never at first use (Client Options)."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One lint problem: where it is (1-based line and column), a stable code, a message.
+
+    ``str(problem)`` is ``FILE:LINE:COL: error[CODE]: message``.
+    """
+
+    path: str
+    line: int
+    col: int
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}: error[{self.code}]: {self.message}"
+
+
+class FlowError(CycloneError):
+    """A flow file that cannot be loaded: carries every :class:`Problem` found."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems) or "invalid flow")
+
+
+class InputValidationError(CycloneError):
+    """A run input that does not match the flow's ``input_schema``; nothing was written."""
+
+    def __init__(self, flow: str, message: str, path: str = "") -> None:
+        self.flow = flow
+        self.path = path
+        where = f" at {path}" if path else ""
+        super().__init__(f"input of flow {flow!r} is invalid{where}: {message}")
+
+
+class SchemaOutdatedError(CycloneError):
+    """The database schema is older than this code; run ``cyclone-flow migrate``."""
+
+    def __init__(self, schema: str, found: int, needed: int) -> None:
+        self.schema = schema
+        self.found = found
+        self.needed = needed
+        super().__init__(
+            f"database schema {schema!r} is at version {found}, this cyclone-flow needs "
+            f"version {needed}: run `cyclone-flow migrate` first"
+        )
+
+
+class RunNotFoundError(CycloneError):
+    """No run with this id exists (in the client's schema)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"run {run_id} not found")
+
+
+class PayloadTooLargeError(CycloneError):
+    """A payload exceeds its limit; raised before any write (Client Options: WithPayloadLimits).
+
+    ``kind`` is ``input``, ``output`` or ``signal``; ``size`` and ``limit`` are bytes of
+    encoded JSON.
+    """
+
+    def __init__(self, kind: str, size: int, limit: int) -> None:
+        self.kind = kind
+        self.size = size
+        self.limit = limit
+        super().__init__(f"{kind} payload is {size} bytes, over the limit of {limit} bytes")
+
+
+class TemplateError(CycloneError):
+    """A ``${{ ... }}`` reference that cannot be resolved against the run's data."""
+
+
+class PermanentError(CycloneError):
+    """Raise from a handler to discard its step at once, without further attempts."""

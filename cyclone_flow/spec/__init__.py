@@ -1,0 +1,32 @@
+"""The pure flow-file pipeline: load (ruamel, positions) -> validate (packaged JSON Schema)
+-> check (networkx) -> build the typed :class:`Flow`. No database.
+"""
+
+from cyclone_flow.spec import template
+from cyclone_flow.spec.compile import build_flow, document_digest
+from cyclone_flow.spec.graph import to_dot, to_mermaid
+from cyclone_flow.spec.lint import LintPathError, find_flow_files, lint_paths
+from cyclone_flow.spec.load import lint_text, load_flow, load_flow_text
+from cyclone_flow.spec.model import Backoff, Flow, Node, Retry
+from cyclone_flow.spec.template import Ref, references, render
+
+__all__ = [
+    "Backoff",
+    "Flow",
+    "LintPathError",
+    "Node",
+    "Ref",
+    "Retry",
+    "build_flow",
+    "document_digest",
+    "find_flow_files",
+    "lint_paths",
+    "lint_text",
+    "load_flow",
+    "load_flow_text",
+    "references",
+    "render",
+    "template",
+    "to_dot",
+    "to_mermaid",
+]

@@ -1,0 +1,80 @@
+"""The flow pipeline: read -> parse YAML -> validate (schema) -> check (graph) -> build.
+
+:func:`load_flow` and :func:`load_flow_text` raise :class:`FlowError` listing every
+problem found, and no other exception for a bad file. :func:`lint_text` returns the
+problems instead.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cyclone_flow.errors import FlowError, Problem
+from cyclone_flow.spec.check import check_document
+from cyclone_flow.spec.compile import build_flow
+from cyclone_flow.spec.model import Flow
+from cyclone_flow.spec.schema import check_input_schema, validate_document
+from cyclone_flow.spec.source import Document, parse_yaml, read_text
+
+__all__ = ["analyse_text", "lint_text", "load_flow", "load_flow_text"]
+
+
+def _sort(problems: list[Problem]) -> list[Problem]:
+    return sorted(set(problems), key=lambda p: (p.line, p.col, p.code, p.message))
+
+
+def analyse_text(text: str, path: str = "<string>") -> tuple[Document | None, list[Problem]]:
+    """Parse, validate and check ``text``; return the document and every problem (sorted).
+
+    The document is ``None`` when the YAML itself could not be read into JSON data; the
+    schema and graph checks then do not run.
+    """
+    doc, problems = parse_yaml(text, path)
+    if doc is None:
+        return None, _sort(problems)
+    problems = validate_document(doc) + check_input_schema(doc) + check_document(doc)
+    return doc, _sort(problems)
+
+
+def lint_text(text: str, path: str = "<string>") -> list[Problem]:
+    """Every problem of the flow ``text`` (``path`` names it in the problems), sorted."""
+    return analyse_text(text, path)[1]
+
+
+def load_flow_text(text: str, path: str = "<string>") -> Flow:
+    """Load a flow from YAML ``text``.
+
+    Parameters
+    ----------
+    text
+        The flow file's content.
+    path
+        Named in problems and kept as :attr:`Flow.path`.
+
+    Raises
+    ------
+    FlowError
+        With every problem found, when ``text`` is not a valid flow.
+    """
+    doc, problems = analyse_text(text, path)
+    if problems or doc is None:
+        raise FlowError(problems)
+    try:
+        return build_flow(doc.data, path)
+    except (KeyError, TypeError, ValueError) as exc:  # a gap between schema and builder
+        raise FlowError([Problem(path, 1, 1, "E003", f"invalid flow: {exc}")]) from exc
+
+
+def load_flow(path: str | os.PathLike[str]) -> Flow:
+    """Load the flow file at ``path`` (UTF-8 YAML).
+
+    Raises
+    ------
+    FlowError
+        With every problem found, including an unreadable or non-UTF-8 file (E000).
+    """
+    name = os.fspath(path)
+    text, problem = read_text(name)
+    if text is None:
+        raise FlowError([problem] if problem else [])
+    return load_flow_text(text, name)

@@ -1,0 +1,83 @@
+"""Typed flow specification: what the spec pipeline (load -> validate -> check) produces
+and what the store compiles into rows. Pure data, no database.
+
+A :class:`Flow` is immutable. ``document`` is the flow file as plain JSON data (anchors and
+merge keys expanded, defaults NOT applied); it is what ``cyclone_workflows.definition``
+stores, and ``digest`` (sha256 hex of its canonical JSON) content-addresses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+JSON = Any
+"""A JSON value: dict, list, str, int, float, bool or None."""
+
+NodeType = Literal["action", "fan_out", "child", "wait_signal"]
+OnDepFailure = Literal["fail_run", "cancel_branch"]
+
+DEFAULT_QUEUE = "default"
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff between attempts; durations in seconds."""
+
+    initial_s: float = 1.0
+    max_s: float = 300.0
+    multiplier: float = 2.0
+    jitter: float = 0.1
+
+
+@dataclass(frozen=True)
+class Retry:
+    """``retry:`` of a node (after ``defaults``). ``max_attempts`` counts the first attempt."""
+
+    max_attempts: int = 1
+    backoff: Backoff = field(default_factory=Backoff)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One declared node, with the flow's ``defaults`` already applied.
+
+    ``input`` is the JSON template (``None`` when the file gives none: the handler then
+    receives the run input). ``options`` holds the type-specific keys as written
+    (``over``, ``max_parallel``, ``flow``, ``signal``, ``max_wait``).
+    """
+
+    name: str
+    type: NodeType = "action"
+    call: str | None = None
+    needs: tuple[str, ...] = ()
+    input: JSON = None
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    timeout_s: float | None = None
+    retry: Retry = field(default_factory=Retry)
+    on_dep_failure: OnDepFailure = "fail_run"
+    options: Mapping[str, JSON] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A loaded, validated and checked flow; nodes in file order."""
+
+    name: str
+    nodes: Mapping[str, Node]
+    document: Mapping[str, JSON]
+    digest: str
+    description: str | None = None
+    input_schema: Mapping[str, JSON] | None = None
+    path: str | None = None
+
+    def dependents(self, name: str) -> list[str]:
+        """Names of the nodes that list ``name`` in ``needs``, in file order."""
+        return [n.name for n in self.nodes.values() if name in n.needs]
+
+    def leaves(self) -> list[str]:
+        """Names of the nodes no other node needs, in file order."""
+        needed = {d for n in self.nodes.values() for d in n.needs}
+        return [name for name in self.nodes if name not in needed]

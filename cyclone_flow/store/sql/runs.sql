@@ -1,0 +1,59 @@
+-- name: run_insert
+-- Insert a new run in state running (submit; Engine Design: Why Static DAGs).
+INSERT INTO {schema}.cyclone_runs (workflow_id, flow_name, input)
+VALUES (%(workflow_id)s, %(flow_name)s, %(input)s)
+RETURNING id
+
+-- name: run_lock
+-- Take the run row lock that serialises every transition which can change the run's state
+-- (Engine Design: Failure Propagation); returns the run's state.
+SELECT state FROM {schema}.cyclone_runs WHERE id = %(run_id)s FOR NO KEY UPDATE
+
+-- name: run_complete_if_done
+-- running -> completed when no non-terminal step remains; the output maps each completed
+-- leaf node to its output.
+UPDATE {schema}.cyclone_runs r
+SET state = 'completed',
+    finished_at = now(),
+    output = (
+        SELECT coalesce(jsonb_object_agg(s.node, s.output ORDER BY s.id), '{{}}'::jsonb)
+        FROM {schema}.cyclone_steps s
+        WHERE s.run_id = r.id AND s.state = 'completed'
+          AND NOT EXISTS (SELECT 1 FROM {schema}.cyclone_deps d
+                          WHERE d.run_id = r.id AND d.depends_on = s.node))
+WHERE r.id = %(run_id)s
+  AND r.state = 'running'
+  AND NOT EXISTS (SELECT 1 FROM {schema}.cyclone_steps s
+                  WHERE s.run_id = r.id
+                    AND s.state NOT IN ('completed', 'discarded', 'cancelled'))
+RETURNING r.id
+
+-- name: run_fail_if_running
+-- running -> failed, once: a later discard finds the run terminal and changes nothing.
+UPDATE {schema}.cyclone_runs
+SET state = 'failed', finished_at = now(), error = %(error)s, error_kind = %(error_kind)s
+WHERE id = %(run_id)s AND state = 'running'
+RETURNING id
+
+-- name: run_get
+-- One run with its flow name and timestamps.
+SELECT r.id, r.flow_name, r.state, r.input, r.output, r.error, r.error_kind,
+       r.created_at, r.finished_at, w.digest
+FROM {schema}.cyclone_runs r
+JOIN {schema}.cyclone_workflows w ON w.id = r.workflow_id
+WHERE r.id = %(run_id)s
+
+-- name: run_input_get
+-- The input of one run (output resolution of run.input references).
+SELECT input FROM {schema}.cyclone_runs WHERE id = %(run_id)s
+
+-- name: run_list
+-- The most recent runs, newest first, optionally of one flow and/or one state.
+SELECT r.id, r.flow_name, r.state, r.input, r.output, r.error, r.error_kind,
+       r.created_at, r.finished_at, w.digest
+FROM {schema}.cyclone_runs r
+JOIN {schema}.cyclone_workflows w ON w.id = r.workflow_id
+WHERE (%(flow)s::text IS NULL OR r.flow_name = %(flow)s)
+  AND (%(state)s::text IS NULL OR r.state = %(state)s)
+ORDER BY r.created_at DESC, r.id
+LIMIT %(limit)s

@@ -1,0 +1,198 @@
+-- name: step_insert_many
+-- Insert one step per node of a new run: roots available, the rest pending.
+INSERT INTO {schema}.cyclone_steps
+    (run_id, node, type, call, state, queue, priority, max_attempts, backoff,
+     on_dep_failure, timeout, input)
+SELECT %(run_id)s, t.node, t.type, t.call, t.state, t.queue, t.priority, t.max_attempts,
+       t.backoff, t.on_dep_failure, make_interval(secs => t.timeout_s), t.input
+FROM unnest(%(nodes)s::text[], %(types)s::text[], %(calls)s::text[], %(states)s::text[],
+            %(queues)s::text[], %(priorities)s::int[], %(max_attempts)s::int[],
+            %(backoffs)s::jsonb[], %(on_dep_failures)s::text[], %(timeouts_s)s::float8[],
+            %(inputs)s::jsonb[])
+    AS t(node, type, call, state, queue, priority, max_attempts, backoff, on_dep_failure,
+         timeout_s, input)
+
+-- name: step_claim
+-- available -> running for up to %(limit)s steps of the served queues: SKIP LOCKED, then the
+-- CAS that takes the lease with the database's now() and a TTL in microseconds
+-- (Engine Design: The Claiming Algorithm, CAS State Transitions).
+WITH claimable AS (
+    SELECT id
+    FROM {schema}.cyclone_steps
+    WHERE state = 'available' AND queue = ANY(%(queues)s::text[]) AND scheduled_at <= now()
+    ORDER BY priority, scheduled_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.cyclone_steps s
+SET state = 'running',
+    lease_owner = %(owner)s,
+    lease_expiry = now() + (%(ttl_us)s::bigint * interval '1 microsecond'),
+    heartbeat_at = now(),
+    started_at = now(),
+    lease_generation = s.lease_generation + 1
+FROM claimable c
+WHERE s.id = c.id AND s.state = 'available'
+RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_attempts,
+          s.reclaims, s.lease_generation, s.input,
+          extract(epoch FROM s.timeout)::float8 AS timeout_s
+
+-- name: step_heartbeat_many
+-- Renew the leases this client holds, each guarded by its own lease_generation; a step past
+-- started_at + timeout is not renewed, which makes the timeout durable (Engine Design:
+-- Leases and Heartbeats). Returns the ids renewed; a missing id lost its lease.
+UPDATE {schema}.cyclone_steps s
+SET lease_expiry = now() + (%(ttl_us)s::bigint * interval '1 microsecond'),
+    heartbeat_at = now()
+FROM unnest(%(ids)s::bigint[], %(generations)s::bigint[]) AS h(id, generation)
+WHERE s.id = h.id
+  AND s.state = 'running'
+  AND s.lease_owner = %(owner)s
+  AND s.lease_generation = h.generation
+  AND (s.timeout IS NULL OR s.started_at + s.timeout > now())
+RETURNING s.id
+
+-- name: step_complete_if_leased
+-- running -> completed with the output, guarded by the claim's owner and lease_generation;
+-- zero rows means stale (CAS State Transitions).
+UPDATE {schema}.cyclone_steps
+SET state = 'completed', output = %(output)s, finished_at = now(), lease_expiry = NULL
+WHERE id = %(id)s AND state = 'running'
+  AND lease_owner = %(owner)s AND lease_generation = %(generation)s
+RETURNING run_id
+
+-- name: step_release_dependents
+-- pending -> available for the dependents of %(node)s whose every dependency completed.
+-- Runs under the run row lock, so two fan-in completions cannot both miss each other.
+UPDATE {schema}.cyclone_steps s
+SET state = 'available', scheduled_at = now()
+WHERE s.run_id = %(run_id)s
+  AND s.state = 'pending'
+  AND s.node IN (SELECT d.node FROM {schema}.cyclone_deps d
+                 WHERE d.run_id = %(run_id)s AND d.depends_on = %(node)s)
+  AND NOT EXISTS (
+      SELECT 1
+      FROM {schema}.cyclone_deps d
+      JOIN {schema}.cyclone_steps u ON u.run_id = d.run_id AND u.node = d.depends_on
+      WHERE d.run_id = %(run_id)s AND d.node = s.node AND u.state <> 'completed')
+RETURNING s.queue
+
+-- name: step_fail_attempt
+-- A failed attempt of a running step, guarded by lease_generation (and the owner when a
+-- worker reports it): back to available at now() + backoff while attempts remain and the
+-- failure is not permanent, else discarded (dead letter). The backoff is computed in log
+-- space, so no attempt number overflows it. Each attempt's error is appended to errors.
+UPDATE {schema}.cyclone_steps s
+SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
+    attempt = CASE WHEN p.retry THEN s.attempt + 1 ELSE s.attempt END,
+    scheduled_at = CASE WHEN p.retry THEN now() + p.delay_s * interval '1 second'
+                        ELSE s.scheduled_at END,
+    finished_at = CASE WHEN p.retry THEN NULL ELSE now() END,
+    lease_owner = CASE WHEN p.retry THEN NULL ELSE s.lease_owner END,
+    lease_expiry = NULL,
+    heartbeat_at = CASE WHEN p.retry THEN NULL ELSE s.heartbeat_at END,
+    error = %(error)s,
+    error_kind = %(error_kind)s,
+    errors = s.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', s.attempt, 'error', %(error)s::text, 'error_kind', %(error_kind)s::text,
+        'traceback', %(traceback)s::text, 'at', now()))
+FROM (
+    SELECT id,
+           attempt < max_attempts AND NOT %(permanent)s::boolean AS retry,
+           exp(least(ln(coalesce((backoff->>'max_s')::float8, 300)
+                        / coalesce((backoff->>'initial_s')::float8, 1)),
+                     (attempt - 1) * ln(coalesce((backoff->>'multiplier')::float8, 2))))
+             * coalesce((backoff->>'initial_s')::float8, 1)
+             * (1 + coalesce((backoff->>'jitter')::float8, 0.1) * (2 * random() - 1)) AS delay_s
+    FROM {schema}.cyclone_steps
+    WHERE id = %(id)s
+) p
+WHERE s.id = p.id
+  AND s.state = 'running'
+  AND s.lease_generation = %(generation)s
+  AND (%(owner)s::text IS NULL OR s.lease_owner = %(owner)s)
+RETURNING s.run_id, s.node, s.state, s.queue, s.attempt
+
+-- name: step_cancel_remaining
+-- Every non-terminal step of a failed or cancelled run -> cancelled (a second UPDATE in the
+-- discarding transaction; Engine Design: Failure Propagation).
+UPDATE {schema}.cyclone_steps
+SET state = 'cancelled', finished_at = now(), lease_expiry = NULL,
+    error = %(error)s, error_kind = 'cancelled'
+WHERE run_id = %(run_id)s AND state NOT IN ('completed', 'discarded', 'cancelled')
+RETURNING node
+
+-- name: step_cancel_nodes
+-- The named non-terminal steps of a run -> cancelled (a contained branch: cancel_branch).
+UPDATE {schema}.cyclone_steps
+SET state = 'cancelled', finished_at = now(), lease_expiry = NULL,
+    error = %(error)s, error_kind = 'cancelled'
+WHERE run_id = %(run_id)s AND node = ANY(%(nodes)s::text[])
+  AND state NOT IN ('completed', 'discarded', 'cancelled')
+RETURNING node
+
+-- name: step_rescue_expired
+-- Recovery sweep: running steps whose lease expired (and whose timeout has not passed) ->
+-- available, lease cleared, reclaims + 1, no attempt charged, scheduled_at untouched
+-- (Engine Design: Leases and Heartbeats). Steps that reached max_reclaims are left to
+-- step_find_reclaim_exhausted.
+UPDATE {schema}.cyclone_steps s
+SET state = 'available', lease_owner = NULL, lease_expiry = NULL, heartbeat_at = NULL,
+    reclaims = s.reclaims + 1
+WHERE s.id IN (
+        SELECT id FROM {schema}.cyclone_steps
+        WHERE state = 'running' AND lease_expiry < now()
+          AND (timeout IS NULL OR started_at + timeout > now())
+          AND (%(max_reclaims)s::int = 0 OR reclaims < %(max_reclaims)s::int)
+        ORDER BY lease_expiry
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED)
+  AND s.state = 'running'
+  AND s.lease_expiry < now()
+RETURNING s.id, s.run_id, s.node, s.queue, s.reclaims
+
+-- name: step_find_timed_out
+-- Recovery sweep: running steps past started_at + timeout, even with a fresh lease.
+SELECT id, run_id, node, lease_generation
+FROM {schema}.cyclone_steps
+WHERE state = 'running' AND timeout IS NOT NULL AND started_at + timeout <= now()
+ORDER BY started_at
+LIMIT %(batch)s
+
+-- name: step_find_reclaim_exhausted
+-- Recovery sweep: expired leases of steps already reclaimed max_reclaims times.
+SELECT id, run_id, node, lease_generation
+FROM {schema}.cyclone_steps
+WHERE state = 'running' AND lease_expiry < now()
+  AND %(max_reclaims)s::int > 0 AND reclaims >= %(max_reclaims)s::int
+ORDER BY lease_expiry
+LIMIT %(batch)s
+
+-- name: step_output_get
+-- The output of one completed node of a run (output resolution by (run_id, node)).
+SELECT output, state FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND node = %(node)s
+
+-- name: step_list
+-- Every step of a run in creation order.
+SELECT id, node, type, call, state, queue, priority, attempt, max_attempts, reclaims,
+       lease_owner, lease_expiry, lease_generation, started_at, finished_at, scheduled_at,
+       output, error, error_kind, errors
+FROM {schema}.cyclone_steps
+WHERE run_id = %(run_id)s
+ORDER BY id
+
+-- name: step_release_leases
+-- Graceful shutdown: this client's unfinished steps running -> available at once (lease
+-- cleared, no attempt and no reclaim charged), each guarded by its lease_generation.
+UPDATE {schema}.cyclone_steps s
+SET state = 'available', lease_owner = NULL, lease_expiry = NULL, heartbeat_at = NULL
+FROM unnest(%(ids)s::bigint[], %(generations)s::bigint[]) AS h(id, generation)
+WHERE s.id = h.id AND s.state = 'running' AND s.lease_owner = %(owner)s
+  AND s.lease_generation = h.generation
+RETURNING s.queue
+
+-- name: step_count_active
+-- How many steps of the given queues are available (at any scheduled_at) or running:
+-- zero means a worker serving them has nothing left to do (worker --exit-when-idle).
+SELECT count(*) FROM {schema}.cyclone_steps
+WHERE state IN ('available', 'running') AND queue = ANY(%(queues)s::text[])

@@ -1,0 +1,522 @@
+"""The only module that runs SQL: typed store methods over the named statements.
+
+Every state change is a guarded compare-and-swap (``UPDATE ... WHERE state = ... AND
+lease_generation = ... RETURNING``); zero rows changed is a result (``None``/``False``:
+"stale"), never an exception (Engine Design: CAS State Transitions). Methods that take a
+``conn`` run inside the caller's transaction and never commit; the others take a
+connection from the pool and commit before they return. Time always comes from the
+database's ``now()``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from cyclone_flow.errors import RunNotFoundError
+from cyclone_flow.spec.model import JSON, Flow
+from cyclone_flow.states import ErrorKind, RunState, StepState
+from cyclone_flow.store import queries
+
+Conn = psycopg.Connection[Any]
+
+CHANNEL_AVAILABLE = "cyclone_available"
+CHANNEL_RUN_DONE = "cyclone_run_done"
+
+
+def dumps(value: JSON) -> str:
+    """Encode a JSON value the way the engine stores it (compact, UTF-8 kept)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+@dataclass
+class Wakeups:
+    """Wakeup hints collected by transitions; published only after the commit succeeds
+    (Engine Design: LISTEN/NOTIFY and the Polling Floor)."""
+
+    queues: set[str] = field(default_factory=set)
+    runs_done: set[str] = field(default_factory=set)
+
+    def merge(self, other: Wakeups) -> None:
+        self.queues |= other.queues
+        self.runs_done |= other.runs_done
+
+    def __bool__(self) -> bool:
+        return bool(self.queues or self.runs_done)
+
+
+@dataclass(frozen=True)
+class ClaimedStep:
+    """A step this client claimed: the lease is identified by ``(id, lease_generation)``.
+
+    ``input`` is the node's unresolved input template; ``timeout_s`` is seconds or None.
+    """
+
+    id: int
+    run_id: str
+    node: str
+    type: str
+    call: str | None
+    queue: str
+    attempt: int
+    max_attempts: int
+    reclaims: int
+    lease_generation: int
+    input: JSON
+    timeout_s: float | None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a committed transition did to the run: the step's new state, the run's new
+    state when it became terminal in the same transaction, and the wakeups to publish."""
+
+    step_state: StepState
+    run_state: RunState | None
+    wakeups: Wakeups
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """One row of ``cyclone_runs`` (timestamps from the database, UTC)."""
+
+    id: str
+    flow_name: str
+    state: RunState
+    input: JSON
+    output: JSON
+    error: str | None
+    error_kind: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    digest: str
+
+
+@dataclass(frozen=True)
+class StepStatus:
+    """One row of ``cyclone_steps`` as reported by ``status`` and ``list_steps``."""
+
+    id: int
+    node: str
+    type: str
+    call: str | None
+    state: StepState
+    queue: str
+    priority: int
+    attempt: int
+    max_attempts: int
+    reclaims: int
+    lease_owner: str | None
+    lease_expiry: datetime | None
+    lease_generation: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    scheduled_at: datetime
+    output: JSON
+    error: str | None
+    error_kind: str | None
+    errors: list[dict[str, Any]]
+
+
+def parse_run_id(run_id: str | uuid.UUID) -> str:
+    """Normalise a run id; raise :class:`RunNotFoundError` for text that is not a UUID."""
+    try:
+        return str(uuid.UUID(str(run_id)))
+    except ValueError:
+        raise RunNotFoundError(str(run_id)) from None
+
+
+class Store:
+    """Typed access to the engine's tables in one Postgres schema.
+
+    ``pool`` provides connections; ``schema`` must be a validated identifier.
+    """
+
+    def __init__(self, pool: ConnectionPool[Any], schema: str) -> None:
+        self.pool = pool
+        self.schema = schema
+        self.q = queries.render(schema)
+
+    # -- submit --------------------------------------------------------------------------
+
+    def insert_run(self, conn: Conn, flow: Flow, run_input: JSON, input_json: str) -> str:
+        """Write the definition (once per digest), the run, its steps and ``cyclone_deps``
+        inside the caller's transaction; return the run id. Roots start ``available``."""
+        row = None
+        for _ in range(2):  # a concurrent first insert of the same digest: read it back
+            row = conn.execute(
+                self.q["workflow_upsert"],
+                {"name": flow.name, "digest": flow.digest, "definition": dumps(flow.document)},
+            ).fetchone()
+            if row:
+                break
+        if row is None:
+            raise RuntimeError(f"could not store the definition of flow {flow.name!r}")
+        got = conn.execute(
+            self.q["run_insert"],
+            {"workflow_id": row[0], "flow_name": flow.name, "input": input_json},
+        ).fetchone()
+        assert got is not None
+        run_id = str(got[0])
+        nodes = list(flow.nodes.values())
+        conn.execute(
+            self.q["step_insert_many"],
+            {
+                "run_id": run_id,
+                "nodes": [n.name for n in nodes],
+                "types": [n.type for n in nodes],
+                "calls": [n.call for n in nodes],
+                "states": [
+                    StepState.PENDING if n.needs else StepState.AVAILABLE for n in nodes
+                ],
+                "queues": [n.queue for n in nodes],
+                "priorities": [n.priority for n in nodes],
+                "max_attempts": [n.retry.max_attempts for n in nodes],
+                "backoffs": [
+                    dumps(
+                        {
+                            "initial_s": n.retry.backoff.initial_s,
+                            "max_s": n.retry.backoff.max_s,
+                            "multiplier": n.retry.backoff.multiplier,
+                            "jitter": n.retry.backoff.jitter,
+                        }
+                    )
+                    for n in nodes
+                ],
+                "on_dep_failures": [n.on_dep_failure for n in nodes],
+                "timeouts_s": [n.timeout_s for n in nodes],
+                "inputs": [None if n.input is None else dumps(n.input) for n in nodes],
+            },
+        )
+        edges = [(n.name, d) for n in nodes for d in n.needs]
+        if edges:
+            conn.execute(
+                self.q["dep_insert_many"],
+                {
+                    "run_id": run_id,
+                    "nodes": [e[0] for e in edges],
+                    "depends_on": [e[1] for e in edges],
+                },
+            )
+        return run_id
+
+    # -- claim and lease -----------------------------------------------------------------
+
+    def claim(
+        self, owner: str, ttl_s: float, queues: Sequence[str], limit: int
+    ) -> list[ClaimedStep]:
+        """Claim up to ``limit`` available steps of ``queues`` (Engine Design: The Claiming
+        Algorithm); ``ttl_s`` is the lease TTL in seconds."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                self.q["step_claim"],
+                {
+                    "queues": list(queues),
+                    "limit": limit,
+                    "owner": owner,
+                    "ttl_us": int(ttl_s * 1_000_000),
+                },
+            ).fetchall()
+        return [
+            ClaimedStep(
+                id=r[0],
+                run_id=str(r[1]),
+                node=r[2],
+                type=r[3],
+                call=r[4],
+                queue=r[5],
+                attempt=r[6],
+                max_attempts=r[7],
+                reclaims=r[8],
+                lease_generation=r[9],
+                input=r[10],
+                timeout_s=r[11],
+            )
+            for r in rows
+        ]
+
+    def heartbeat(
+        self, owner: str, ttl_s: float, leases: Sequence[tuple[int, int]]
+    ) -> set[int]:
+        """Renew every lease in ``leases`` (``(step_id, lease_generation)`` pairs) in one
+        statement; return the ids renewed. A lease not renewed is lost (cancelled, timed
+        out, or reclaimed): its handler should stop (Engine Design: Leases and Heartbeats).
+        """
+        if not leases:
+            return set()
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                self.q["step_heartbeat_many"],
+                {
+                    "ids": [lease[0] for lease in leases],
+                    "generations": [lease[1] for lease in leases],
+                    "owner": owner,
+                    "ttl_us": int(ttl_s * 1_000_000),
+                },
+            ).fetchall()
+        return {r[0] for r in rows}
+
+    def release_leases(self, owner: str, leases: Sequence[tuple[int, int]]) -> Wakeups:
+        """Give back unfinished steps at shutdown so another worker claims them at once."""
+        wakeups = Wakeups()
+        if not leases:
+            return wakeups
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                self.q["step_release_leases"],
+                {
+                    "ids": [lease[0] for lease in leases],
+                    "generations": [lease[1] for lease in leases],
+                    "owner": owner,
+                },
+            ).fetchall()
+        wakeups.queues.update(r[0] for r in rows)
+        return wakeups
+
+    # -- completion and failure (run under the run row lock) ----------------------------
+
+    def lock_run(self, conn: Conn, run_id: str) -> RunState | None:
+        """Take the run row lock for the rest of the caller's transaction; return the
+        run's state (None when the run no longer exists)."""
+        row = conn.execute(self.q["run_lock"], {"run_id": run_id}).fetchone()
+        return RunState(row[0]) if row else None
+
+    def complete_step(
+        self, conn: Conn, step: ClaimedStep, owner: str, output_json: str
+    ) -> Outcome | None:
+        """running -> completed and advance the run, in the caller's transaction: release
+        dependents whose deps all completed, complete the run when nothing is left.
+        Returns None when stale (the caller must roll back, business writes included)."""
+        self.lock_run(conn, step.run_id)
+        row = conn.execute(
+            self.q["step_complete_if_leased"],
+            {
+                "id": step.id,
+                "owner": owner,
+                "generation": step.lease_generation,
+                "output": output_json,
+            },
+        ).fetchone()
+        if row is None:
+            return None
+        wakeups = Wakeups()
+        released = conn.execute(
+            self.q["step_release_dependents"], {"run_id": step.run_id, "node": step.node}
+        ).fetchall()
+        wakeups.queues.update(r[0] for r in released)
+        run_state = None
+        if not released:
+            run_state = self._complete_run_if_done(conn, step.run_id, wakeups)
+        return Outcome(StepState.COMPLETED, run_state, wakeups)
+
+    def fail_step(
+        self,
+        conn: Conn,
+        *,
+        step_id: int,
+        run_id: str,
+        generation: int,
+        owner: str | None,
+        error: str,
+        error_kind: ErrorKind,
+        traceback: str | None = None,
+        permanent: bool = False,
+    ) -> Outcome | None:
+        """A failed attempt, in the caller's transaction under the run row lock: retry
+        after backoff while attempts remain (and not ``permanent``), else discard and
+        resolve the run (Engine Design: Failure Propagation). ``owner`` None lets the
+        recovery sweep fail a step it does not own; the generation still guards it.
+        Returns None when stale."""
+        self.lock_run(conn, run_id)
+        row = conn.execute(
+            self.q["step_fail_attempt"],
+            {
+                "id": step_id,
+                "generation": generation,
+                "owner": owner,
+                "error": error,
+                "error_kind": str(error_kind),
+                "traceback": traceback,
+                "permanent": permanent,
+            },
+        ).fetchone()
+        if row is None:
+            return None
+        node, state, queue = row[1], StepState(row[2]), row[3]
+        wakeups = Wakeups()
+        if state is StepState.AVAILABLE:
+            wakeups.queues.add(queue)
+            return Outcome(state, None, wakeups)
+        run_state = self._resolve_discard(conn, run_id, node, error, wakeups)
+        return Outcome(state, run_state, wakeups)
+
+    def _resolve_discard(
+        self, conn: Conn, run_id: str, node: str, error: str, wakeups: Wakeups
+    ) -> RunState | None:
+        downstream = conn.execute(
+            self.q["dep_downstream"], {"run_id": run_id, "node": node}
+        ).fetchall()
+        fatal = not downstream or any(r[1] == "fail_run" for r in downstream)
+        if fatal:
+            failed = conn.execute(
+                self.q["run_fail_if_running"],
+                {
+                    "run_id": run_id,
+                    "error": f"step {node} discarded: {error}",
+                    "error_kind": "step_discarded",
+                },
+            ).fetchone()
+            if failed is None:
+                return None  # already terminal: a run fails fast only once
+            conn.execute(
+                self.q["step_cancel_remaining"],
+                {"run_id": run_id, "error": f"run failed: step {node} was discarded"},
+            )
+            wakeups.runs_done.add(run_id)
+            return RunState.FAILED
+        conn.execute(
+            self.q["step_cancel_nodes"],
+            {
+                "run_id": run_id,
+                "nodes": [r[0] for r in downstream],
+                "error": f"branch cancelled: upstream step {node} was discarded",
+            },
+        )
+        return self._complete_run_if_done(conn, run_id, wakeups)
+
+    def _complete_run_if_done(self, conn: Conn, run_id: str, wakeups: Wakeups) -> RunState | None:
+        done = conn.execute(self.q["run_complete_if_done"], {"run_id": run_id}).fetchone()
+        if done is None:
+            return None
+        wakeups.runs_done.add(run_id)
+        return RunState.COMPLETED
+
+    # -- recovery sweep ------------------------------------------------------------------
+
+    def rescue_expired(self, max_reclaims: int, batch: int) -> list[tuple[str, str, int]]:
+        """Expired leases back to ``available`` (reclaims + 1, no attempt charged); return
+        ``(run_id, queue, reclaims)`` per rescued step."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                self.q["step_rescue_expired"], {"max_reclaims": max_reclaims, "batch": batch}
+            ).fetchall()
+        return [(str(r[1]), r[3], r[4]) for r in rows]
+
+    def find_timed_out(self, batch: int) -> list[tuple[int, str, str, int]]:
+        """Running steps past ``started_at + timeout``: ``(id, run_id, node, generation)``."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(self.q["step_find_timed_out"], {"batch": batch}).fetchall()
+        return [(r[0], str(r[1]), r[2], r[3]) for r in rows]
+
+    def find_reclaim_exhausted(
+        self, max_reclaims: int, batch: int
+    ) -> list[tuple[int, str, str, int]]:
+        """Expired leases of steps reclaimed ``max_reclaims`` times already."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                self.q["step_find_reclaim_exhausted"],
+                {"max_reclaims": max_reclaims, "batch": batch},
+            ).fetchall()
+        return [(r[0], str(r[1]), r[2], r[3]) for r in rows]
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def count_active(self, queues: Sequence[str]) -> int:
+        """Steps of ``queues`` that are available (at any time) or running."""
+        with self.pool.connection() as conn:
+            row = conn.execute(self.q["step_count_active"], {"queues": list(queues)}).fetchone()
+        return int(row[0]) if row else 0
+
+    def get_step_output(self, run_id: str, node: str) -> tuple[bool, JSON]:
+        """``(True, output)`` when the node completed, ``(False, None)`` otherwise."""
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                self.q["step_output_get"], {"run_id": run_id, "node": node}
+            ).fetchone()
+        if row is None or row[1] != StepState.COMPLETED:
+            return False, None
+        return True, row[0]
+
+    def get_run_input(self, run_id: str) -> JSON:
+        """The input of a run; raises :class:`RunNotFoundError`."""
+        with self.pool.connection() as conn:
+            row = conn.execute(self.q["run_input_get"], {"run_id": run_id}).fetchone()
+        if row is None:
+            raise RunNotFoundError(run_id)
+        return row[0]
+
+    def get_run(self, run_id: str) -> RunStatus:
+        """One run; raises :class:`RunNotFoundError`."""
+        with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            row = cur.execute(self.q["run_get"], {"run_id": run_id}).fetchone()
+        if row is None:
+            raise RunNotFoundError(run_id)
+        return _run_status(row)
+
+    def list_runs(
+        self, *, flow: str | None = None, state: str | None = None, limit: int = 50
+    ) -> list[RunStatus]:
+        """The most recent runs, newest first."""
+        with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            rows = cur.execute(
+                self.q["run_list"], {"flow": flow, "state": state, "limit": limit}
+            ).fetchall()
+        return [_run_status(r) for r in rows]
+
+    def list_steps(self, run_id: str) -> list[StepStatus]:
+        """Every step of a run, in creation order (empty for an unknown run)."""
+        with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            rows = cur.execute(self.q["step_list"], {"run_id": run_id}).fetchall()
+        return [StepStatus(**{**r, "state": StepState(r["state"])}) for r in rows]
+
+    # -- notifications -------------------------------------------------------------------
+
+    def publish(self, wakeups: Wakeups) -> None:
+        """Send the wakeups of a committed transaction: one ``cyclone_available`` per queue
+        and one ``cyclone_run_done`` per finished run, JSON payloads naming the schema."""
+        if not wakeups:
+            return
+        with self.pool.connection() as conn:
+            for queue in sorted(wakeups.queues):
+                conn.execute(
+                    self.q["notify_publish"],
+                    {
+                        "channel": CHANNEL_AVAILABLE,
+                        "payload": dumps({"schema": self.schema, "queue": queue}),
+                    },
+                )
+            for run_id in sorted(wakeups.runs_done):
+                conn.execute(
+                    self.q["notify_publish"],
+                    {
+                        "channel": CHANNEL_RUN_DONE,
+                        "payload": dumps({"schema": self.schema, "run_id": run_id}),
+                    },
+                )
+
+
+def _run_status(row: dict[str, Any]) -> RunStatus:
+    return RunStatus(
+        id=str(row["id"]),
+        flow_name=row["flow_name"],
+        state=RunState(row["state"]),
+        input=row["input"],
+        output=row["output"],
+        error=row["error"],
+        error_kind=row["error_kind"],
+        created_at=row["created_at"],
+        finished_at=row["finished_at"],
+        digest=row["digest"],
+    )
+

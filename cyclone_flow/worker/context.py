@@ -1,0 +1,67 @@
+"""The handler's view of its step: ids, upstream outputs, cancellation, and the completion
+transaction (Engine Design: ctx.CompletionTx(): The Exactly-Once-Effects Wedge)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from cyclone_flow.spec.model import JSON
+
+Conn = psycopg.Connection[Any]
+
+
+class Context:
+    """Passed to every handler as ``handler(ctx, input)``.
+
+    Attributes: ``run_id`` (str UUID), ``node`` (str), ``attempt`` (1-based; a reclaim
+    after a crash keeps the number), ``step_id`` (int).
+    """
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        node: str,
+        attempt: int,
+        step_id: int,
+        open_tx: Callable[[], Conn],
+        upstream: Callable[[str], JSON],
+        cancel_event: threading.Event,
+    ) -> None:
+        self.run_id = run_id
+        self.node = node
+        self.attempt = attempt
+        self.step_id = step_id
+        self._open_tx = open_tx
+        self._upstream = upstream
+        self._cancel_event = cancel_event
+
+    def completion_tx(self) -> Conn:
+        """The psycopg connection of this step's completion transaction, already inside it.
+
+        Execute business writes on it; never commit or roll back yourself (the connection
+        is inside a transaction block, so ``commit()`` raises). When the handler returns,
+        the writes commit together with the step's completion, or not at all: a crash, an
+        exception, or a stale completion (the lease was lost) rolls them back. The first
+        call waits for a free ``tx_slots`` slot; later calls return the same connection.
+        """
+        return self._open_tx()
+
+    def upstream(self, name: str) -> JSON:
+        """The output of node ``name`` of this run; raises ``KeyError`` when that node has
+        not completed (Engine Design: Output Resolution; cached per client)."""
+        return self._upstream(name)
+
+    def cancelled(self) -> bool:
+        """True once this attempt's lease is lost (run cancelled or failed, step timed out
+        or reclaimed): cooperative code should stop; its completion will be ignored."""
+        return self._cancel_event.is_set()
+
+    def wait_cancelled(self, timeout: float | None = None) -> bool:
+        """Block up to ``timeout`` seconds (None: forever) until :meth:`cancelled`; return
+        whether it is."""
+        return self._cancel_event.wait(timeout)

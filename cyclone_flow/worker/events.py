@@ -1,0 +1,32 @@
+"""Post-commit step lifecycle events (Client Options: Observability, WithOnStepEvent)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    """One committed transition. ``kind`` is ``claimed``, ``completed``,
+    ``retry_scheduled``, ``discarded``, ``cancelled`` or ``reclaimed``."""
+
+    kind: str
+    run_id: str
+    node: str
+    step_id: int | None = None
+    attempt: int | None = None
+    error: str | None = None
+    error_kind: str | None = None
+
+
+def call_hook(logger: logging.Logger, hook: Callable[..., Any] | None, *args: Any) -> None:
+    """Call a user hook; an exception inside it is logged, never raised."""
+    if hook is None:
+        return
+    try:
+        hook(*args)
+    except Exception:
+        logger.exception("hook %s raised; ignored", getattr(hook, "__name__", hook))

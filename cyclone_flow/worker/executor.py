@@ -1,0 +1,304 @@
+"""Execute one claimed step: resolve the handler and its input, call it, then commit the
+completion (with the handler's business writes) or the failed attempt.
+
+A worker can die at any line here: nothing is final until the completion transaction
+commits, and a lost lease turns every late write into a stale, rolled-back transaction
+(Engine Design: CAS State Transitions, ctx.CompletionTx()).
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from cyclone_flow.config import ClientConfig
+from cyclone_flow.errors import PermanentError, TemplateError
+from cyclone_flow.spec.model import JSON
+from cyclone_flow.spec.template import references, render
+from cyclone_flow.states import ErrorKind, RunState, StepState
+from cyclone_flow.store.store import ClaimedStep, Outcome, Store, Wakeups, dumps
+from cyclone_flow.worker.cache import OutputCache
+from cyclone_flow.worker.context import Context
+from cyclone_flow.worker.events import StepEvent, call_hook
+from cyclone_flow.worker.imports import HandlerImportError, HandlerResolver
+
+Conn = psycopg.Connection[Any]
+_TRACEBACK_LIMIT = 8_000  # characters of traceback kept per attempt
+
+
+class StepFailure(Exception):
+    """Internal: an attempt failed with ``kind``; ``permanent`` skips remaining attempts."""
+
+    def __init__(self, kind: ErrorKind, message: str, *, permanent: bool, tb: str | None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.permanent = permanent
+        self.tb = tb
+
+
+class Executor:
+    """Runs claimed steps on the caller's thread; shared by all worker threads."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: ClientConfig,
+        resolver: HandlerResolver,
+        cache: OutputCache,
+        tx_slots: threading.BoundedSemaphore,
+        publish: Callable[[Wakeups], None],
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.resolver = resolver
+        self.cache = cache
+        self.tx_slots = tx_slots
+        self.publish = publish
+        self.log = config.logger
+
+    # -- output resolution ---------------------------------------------------------------
+
+    def upstream_output(self, run_id: str, node: str) -> JSON:
+        """Output of ``(run_id, node)`` through the LRU cache; ``KeyError`` if not completed."""
+        hit, value = self.cache.get((run_id, node))
+        if hit:
+            return value
+        done, value = self.store.get_step_output(run_id, node)
+        if not done:
+            raise KeyError(f"node {node!r} of run {run_id} has not completed")
+        self.cache.put((run_id, node), value, len(dumps(value)))
+        return value
+
+    def run_input(self, run_id: str) -> JSON:
+        """The run's input through the same cache (key ``(run_id, None)``)."""
+        hit, value = self.cache.get((run_id, None))
+        if hit:
+            return value
+        value = self.store.get_run_input(run_id)
+        self.cache.put((run_id, None), value, len(dumps(value)))
+        return value
+
+    def resolve_input(self, step: ClaimedStep) -> JSON:
+        """Render the node's input template; no template means the run input."""
+        if step.input is None:
+            return self.run_input(step.run_id)
+        needs_run = any(ref.kind == "run" for ref in references(step.input))
+        run_input = self.run_input(step.run_id) if needs_run else None
+
+        def upstream(node: str) -> JSON:
+            try:
+                return self.upstream_output(step.run_id, node)
+            except KeyError as exc:
+                raise TemplateError(str(exc.args[0])) from None
+
+        return render(step.input, run_input, upstream)
+
+    # -- one step ------------------------------------------------------------------------
+
+    def execute(self, step: ClaimedStep, cancel_event: threading.Event) -> None:
+        """Run ``step`` to a committed completion or failed attempt (or a stale no-op)."""
+        owner = self.config.client_id
+        tx: _CompletionTx | None = None
+        try:
+            try:
+                if not step.call:
+                    raise StepFailure(
+                        ErrorKind.IMPORT_ERROR,
+                        f"node type {step.type!r} has no handler in this version",
+                        permanent=True,
+                        tb=None,
+                    )
+                try:
+                    handler = self.resolver.resolve(step.call)
+                except HandlerImportError as exc:
+                    raise StepFailure(
+                        ErrorKind.IMPORT_ERROR, str(exc), permanent=True, tb=None
+                    ) from exc
+                try:
+                    handler_input = self.resolve_input(step)
+                except TemplateError as exc:
+                    raise StepFailure(
+                        ErrorKind.INPUT_ERROR, str(exc), permanent=True, tb=None
+                    ) from exc
+                tx = _CompletionTx(self.store, self.tx_slots)
+                ctx = Context(
+                    run_id=step.run_id,
+                    node=step.node,
+                    attempt=step.attempt,
+                    step_id=step.id,
+                    open_tx=tx.open,
+                    upstream=lambda name: self.upstream_output(step.run_id, name),
+                    cancel_event=cancel_event,
+                )
+                output = self._call(handler, ctx, handler_input)
+                output_json = self._encode_output(output)
+            except StepFailure as failure:
+                if tx is not None:
+                    tx.rollback()
+                self._fail(step, owner, failure)
+                return
+            self._complete(step, owner, tx, output_json)
+        except Exception:
+            # Database trouble while committing: the lease lapses and the sweep reclaims.
+            self.log.exception("step %s of run %s: could not commit", step.node, step.run_id)
+            if tx is not None:
+                tx.rollback()
+
+    def _call(self, handler: Callable[..., Any], ctx: Context, handler_input: JSON) -> JSON:
+        try:
+            return handler(ctx, handler_input)
+        except PermanentError as exc:
+            raise StepFailure(
+                ErrorKind.HANDLER_ERROR, _describe(exc), permanent=True, tb=_tb(exc)
+            ) from exc
+        except Exception as exc:
+            raise StepFailure(
+                ErrorKind.HANDLER_ERROR, _describe(exc), permanent=False, tb=_tb(exc)
+            ) from exc
+
+    def _encode_output(self, output: JSON) -> str:
+        try:
+            text = dumps(output)
+        except (TypeError, ValueError) as exc:
+            raise StepFailure(
+                ErrorKind.HANDLER_ERROR,
+                f"handler output is not JSON: {exc}",
+                permanent=True,
+                tb=None,
+            ) from exc
+        size = len(text.encode("utf-8"))
+        limit = self.config.payload_limits.output_bytes
+        if size > limit:
+            raise StepFailure(
+                ErrorKind.PAYLOAD_TOO_LARGE,
+                f"output payload is {size} bytes, over the limit of {limit} bytes",
+                permanent=True,
+                tb=None,
+            )
+        return text
+
+    def _complete(
+        self, step: ClaimedStep, owner: str, tx: _CompletionTx | None, output_json: str
+    ) -> None:
+        assert tx is not None
+        conn = tx.open()
+        outcome = self.store.complete_step(conn, step, owner, output_json)
+        if outcome is None:
+            tx.rollback()
+            self.log.info(
+                "step %s of run %s: stale completion rolled back (lease lost)",
+                step.node,
+                step.run_id,
+            )
+            return
+        tx.commit()
+        self._after_commit(step, outcome)
+
+    def _fail(self, step: ClaimedStep, owner: str, failure: StepFailure) -> None:
+        with self.tx_slots, self.store.pool.connection() as conn, conn.transaction():
+            outcome = self.store.fail_step(
+                conn,
+                step_id=step.id,
+                run_id=step.run_id,
+                generation=step.lease_generation,
+                owner=owner,
+                error=str(failure),
+                error_kind=failure.kind,
+                traceback=failure.tb,
+                permanent=failure.permanent,
+            )
+        if outcome is None:
+            self.log.info("step %s of run %s: stale failure ignored", step.node, step.run_id)
+            return
+        self.log.warning(
+            "step %s of run %s attempt %d failed (%s): %s",
+            step.node,
+            step.run_id,
+            step.attempt,
+            failure.kind,
+            failure,
+        )
+        self._after_commit(step, outcome, failure)
+        call_hook(self.log, self.config.error_handler, step, failure)
+
+    def _after_commit(
+        self, step: ClaimedStep, outcome: Outcome, failure: StepFailure | None = None
+    ) -> None:
+        self.publish(outcome.wakeups)
+        kind = {
+            StepState.COMPLETED: "completed",
+            StepState.AVAILABLE: "retry_scheduled",
+            StepState.DISCARDED: "discarded",
+        }.get(outcome.step_state, str(outcome.step_state))
+        event = StepEvent(
+            kind=kind,
+            run_id=step.run_id,
+            node=step.node,
+            step_id=step.id,
+            attempt=step.attempt,
+            error=str(failure) if failure else None,
+            error_kind=str(failure.kind) if failure else None,
+        )
+        call_hook(self.log, self.config.on_step_event, event)
+        if outcome.run_state is not None:
+            level = self.log.info if outcome.run_state is RunState.COMPLETED else self.log.warning
+            level("run %s %s", step.run_id, outcome.run_state)
+
+
+class _CompletionTx:
+    """The step's completion transaction, opened lazily (by ``ctx.completion_tx()`` or at
+    completion) on a pool connection inside a transaction block, within a tx slot."""
+
+    def __init__(self, store: Store, slots: threading.BoundedSemaphore) -> None:
+        self.store = store
+        self.slots = slots
+        self.conn: Conn | None = None
+        self._tx: psycopg.Transaction | None = None
+
+    def open(self) -> Conn:
+        if self.conn is None:
+            self.slots.acquire()
+            try:
+                conn = self.store.pool.getconn()
+            except BaseException:
+                self.slots.release()
+                raise
+            self.conn = conn
+            self._tx = conn.transaction()
+            self._tx.__enter__()
+        return self.conn
+
+    def commit(self) -> None:
+        self._close(None)
+
+    def rollback(self) -> None:
+        self._close(psycopg.Rollback())
+
+    def _close(self, exc: psycopg.Rollback | None) -> None:
+        conn, tx = self.conn, self._tx
+        if conn is None or tx is None:
+            return
+        self.conn = self._tx = None
+        try:
+            if exc is None:
+                tx.__exit__(None, None, None)
+            else:
+                tx.__exit__(type(exc), exc, None)
+        finally:
+            self.store.pool.putconn(conn)
+            self.slots.release()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _tb(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(exc))
+    return text[-_TRACEBACK_LIMIT:]
+

@@ -1,0 +1,307 @@
+"""A started client's threads: worker threads that run handlers, one claim loop, one
+heartbeat loop that renews every lease of this client each ``lease_ttl / 3``, one
+maintenance loop (recovery sweep), and one LISTEN connection.
+
+Claiming follows Engine Design: The Claiming Algorithm; the claim loop polls within
+``poll_interval = (min, max)`` and wakes at once on a ``cyclone_available`` notification
+for a queue it serves (Engine Design: LISTEN/NOTIFY and the Polling Floor).
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from cyclone_flow.config import ClientConfig
+from cyclone_flow.states import ErrorKind
+from cyclone_flow.store.store import (
+    CHANNEL_AVAILABLE,
+    CHANNEL_RUN_DONE,
+    ClaimedStep,
+    Store,
+    Wakeups,
+)
+from cyclone_flow.worker.events import StepEvent, call_hook
+from cyclone_flow.worker.executor import Executor
+
+SWEEP_BATCH = 500
+
+
+class Worker:
+    """The background machinery of :meth:`cyclone_flow.Client.start`."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: ClientConfig,
+        executor: Executor,
+        publish: Callable[[Wakeups], None],
+        on_run_done: Callable[[str], None],
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.executor = executor
+        self.publish = publish
+        self.on_run_done = on_run_done
+        self.log = config.logger
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._busy: dict[str, int] = dict.fromkeys(config.worker_queues, 0)
+        self._leases: dict[int, tuple[int, threading.Event]] = {}
+        self._tasks: queue.Queue[ClaimedStep | None] = queue.Queue()
+        self._idle = threading.Condition(self._lock)
+        self._threads: list[threading.Thread] = []
+        self.last_activity = time.monotonic()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every thread; returns at once."""
+        targets: list[tuple[str, Callable[[], None]]] = [
+            ("claim", self._claim_loop),
+            ("heartbeat", self._heartbeat_loop),
+            ("maintenance", self._maintenance_loop),
+        ]
+        if self.config.notify:
+            targets.append(("listener", self._listen_loop))
+        for i in range(self.config.workers):
+            targets.append((f"worker-{i}", self._work_loop))
+        for name, target in targets:
+            thread = threading.Thread(target=target, name=f"cyclone-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def in_flight(self) -> int:
+        """How many steps this client is executing now."""
+        with self._lock:
+            return sum(self._busy.values())
+
+    def shutdown(self, timeout: float) -> None:
+        """Stop claiming, let in-flight handlers finish for up to ``timeout`` seconds, then
+        tell the rest to stop and release their leases so another worker can claim them
+        at once (not after the TTL)."""
+        self._stop.set()
+        self._wake.set()
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._idle:
+            while sum(self._busy.values()) and time.monotonic() < deadline:
+                self._idle.wait(min(0.05, max(0.0, deadline - time.monotonic())))
+            leases = [(sid, gen) for sid, (gen, _) in self._leases.items()]
+            for _, cancel in self._leases.values():
+                cancel.set()
+        if leases:
+            try:
+                self.publish(self.store.release_leases(self.config.client_id, leases))
+            except Exception:
+                self.log.exception("could not release %d leases at shutdown", len(leases))
+        for _ in range(self.config.workers):
+            self._tasks.put(None)
+        for thread in self._threads:
+            thread.join(timeout=0.5 if thread.name.startswith("cyclone-worker") else 5.0)
+
+    # -- claim loop --------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Make the claim loop poll now."""
+        self._wake.set()
+
+    def _claim_loop(self) -> None:
+        lo, hi = self.config.poll_interval
+        interval = lo
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                claimed = self._claim_once()
+            except Exception:
+                self.log.exception("claim failed; retrying after %.2fs", hi)
+                self._stop.wait(hi)
+                continue
+            if claimed:
+                interval = lo
+                continue
+            woke = self._wake.wait(interval)
+            interval = lo if woke else min(interval * 2, hi)
+
+    def _claim_once(self) -> int:
+        total = 0
+        for queue_name, size in self.config.worker_queues.items():
+            # Only this loop takes slots and worker threads only free them, so ``free``
+            # can only grow while the claim runs.
+            with self._lock:
+                free = size - self._busy[queue_name]
+            if free <= 0 or self._stop.is_set():
+                continue
+            steps = self.store.claim(
+                self.config.client_id, self.config.lease_ttl, [queue_name], free
+            )
+            with self._lock:
+                self._busy[queue_name] += len(steps)
+                for step in steps:
+                    self._leases[step.id] = (step.lease_generation, threading.Event())
+            for step in steps:
+                self._tasks.put(step)
+                call_hook(
+                    self.log,
+                    self.config.on_step_event,
+                    StepEvent("claimed", step.run_id, step.node, step.id, step.attempt),
+                )
+            total += len(steps)
+        if total:
+            self.last_activity = time.monotonic()
+        return total
+
+    # -- worker threads ------------------------------------------------------------------
+
+    def _work_loop(self) -> None:
+        while True:
+            step = self._tasks.get()
+            if step is None:
+                return
+            with self._lock:
+                lease = self._leases.get(step.id)
+            cancel = lease[1] if lease else threading.Event()
+            try:
+                self.executor.execute(step, cancel)
+            finally:
+                with self._idle:
+                    self._leases.pop(step.id, None)
+                    self._busy[step.queue] -= 1
+                    self._idle.notify_all()
+                self.last_activity = time.monotonic()
+                self._wake.set()
+
+    # -- heartbeat ----------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        period = self.config.lease_ttl / 3
+        while not self._stop.wait(period):
+            with self._lock:
+                leases = [(sid, gen) for sid, (gen, _) in self._leases.items()]
+            if not leases:
+                continue
+            try:
+                renewed = self.store.heartbeat(
+                    self.config.client_id, self.config.lease_ttl, leases
+                )
+            except Exception:
+                self.log.exception("heartbeat failed for %d leases", len(leases))
+                continue
+            lost = [sid for sid, _ in leases if sid not in renewed]
+            if lost:
+                with self._lock:
+                    for sid in lost:
+                        entry = self._leases.get(sid)
+                        if entry is not None:
+                            entry[1].set()
+                self.log.info("lost the lease of %d step(s); their handlers are told", len(lost))
+
+    # -- maintenance: recovery sweep -------------------------------------------------------
+
+    def _maintenance_loop(self) -> None:
+        while not self._stop.wait(self.config.sweep_interval):
+            try:
+                self.sweep_once()
+            except Exception:
+                self.log.exception("recovery sweep failed")
+
+    def sweep_once(self) -> dict[str, int]:
+        """One pass of the recovery sweep; returns counts per action (Engine Design: Leases
+        and Heartbeats; Client Options: WithMaxReclaims)."""
+        counts = {"timed_out": 0, "reclaim_limit": 0, "rescued": 0}
+        for sid, run_id, node, gen in self.store.find_timed_out(SWEEP_BATCH):
+            if self._fail_from_sweep(sid, run_id, node, gen, ErrorKind.TIMEOUT, permanent=False):
+                counts["timed_out"] += 1
+        if self.config.max_reclaims > 0:
+            for sid, run_id, node, gen in self.store.find_reclaim_exhausted(
+                self.config.max_reclaims, SWEEP_BATCH
+            ):
+                if self._fail_from_sweep(
+                    sid, run_id, node, gen, ErrorKind.RECLAIM_LIMIT, permanent=True
+                ):
+                    counts["reclaim_limit"] += 1
+        rescued = self.store.rescue_expired(self.config.max_reclaims, SWEEP_BATCH)
+        if rescued:
+            self.publish(Wakeups(queues={queue_name for _, queue_name, _ in rescued}))
+            for run_id, _, _ in rescued:
+                call_hook(self.log, self.config.on_step_event, StepEvent("reclaimed", run_id, ""))
+            self.log.info("recovery sweep reclaimed %d step(s) with expired leases", len(rescued))
+        counts["rescued"] = len(rescued)
+        return counts
+
+    def _fail_from_sweep(
+        self, step_id: int, run_id: str, node: str, gen: int, kind: ErrorKind, *, permanent: bool
+    ) -> bool:
+        if kind is ErrorKind.TIMEOUT:
+            message = "step timed out (started_at + timeout passed)"
+        else:
+            message = f"lease expired after {self.config.max_reclaims} reclaims"
+        with self.store.pool.connection() as conn, conn.transaction():
+            outcome = self.store.fail_step(
+                conn,
+                step_id=step_id,
+                run_id=run_id,
+                generation=gen,
+                owner=None,
+                error=message,
+                error_kind=kind,
+                permanent=permanent,
+            )
+        if outcome is None:
+            return False
+        self.publish(outcome.wakeups)
+        self.log.warning("step %s of run %s: %s", node, run_id, message)
+        return True
+
+    # -- LISTEN ----------------------------------------------------------------------------
+
+    def _listen_loop(self) -> None:
+        backoff = 0.1
+        served = set(self.config.worker_queues)
+        while not self._stop.is_set():
+            try:
+                conn = self.store.pool.getconn()
+            except Exception:
+                self.log.exception("listener: no connection; polling meanwhile")
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            try:
+                conn.autocommit = True
+                conn.execute(f"LISTEN {CHANNEL_AVAILABLE}")
+                conn.execute(f"LISTEN {CHANNEL_RUN_DONE}")
+                backoff = 0.1
+                self._wake.set()  # anything published while we were not listening
+                while not self._stop.is_set():
+                    for note in conn.notifies(timeout=0.25):
+                        self._dispatch(note.channel, note.payload, served)
+            except Exception as exc:
+                if not self._stop.is_set():
+                    self.log.warning("listener connection lost (%s); reconnecting", exc)
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, 5.0)
+            finally:
+                try:
+                    if not conn.closed:
+                        conn.execute(f"UNLISTEN {CHANNEL_AVAILABLE}")
+                        conn.execute(f"UNLISTEN {CHANNEL_RUN_DONE}")
+                        conn.autocommit = False
+                except Exception:
+                    pass
+                self.store.pool.putconn(conn)
+
+    def _dispatch(self, channel: str, payload: str, served: set[str]) -> None:
+        try:
+            data: dict[str, Any] = json.loads(payload)
+        except ValueError:
+            return
+        if data.get("schema") != self.store.schema:
+            return
+        if channel == CHANNEL_AVAILABLE and data.get("queue") in served:
+            self._wake.set()
+        elif channel == CHANNEL_RUN_DONE and isinstance(data.get("run_id"), str):
+            self.on_run_done(data["run_id"])

@@ -1,0 +1,1 @@
+"""Handlers used by the integration, acceptance and chaos tests."""

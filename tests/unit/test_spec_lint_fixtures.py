@@ -1,0 +1,44 @@
+"""One fixture per lint code; each file states its expected problems in `# expect:` lines."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from cyclone_flow.errors import FlowError
+from cyclone_flow.spec import lint_paths, load_flow
+
+FIXTURES = Path(__file__).parent / "fixtures" / "lint"
+EXPECT = re.compile(r"^# expect: (E\d{3}) (\d+):(\d+)$", re.MULTILINE)
+CASES = sorted(FIXTURES.glob("*.yaml"))
+
+
+def _expected(path: Path) -> list[tuple[str, int, int]]:
+    return sorted((c, int(l), int(k)) for c, l, k in EXPECT.findall(path.read_text()))
+
+
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def test_fixture_reports_exactly_the_expected_problems(path: Path) -> None:
+    expected = _expected(path)
+    assert expected, f"{path.name} has no '# expect:' line"
+    problems = lint_paths([str(path)])
+    assert sorted((p.code, p.line, p.col) for p in problems) == expected
+    assert all(p.path == str(path) for p in problems)
+    with pytest.raises(FlowError) as info:
+        load_flow(path)
+    assert sorted((p.code, p.line, p.col) for p in info.value.problems) == expected
+
+
+def test_every_documented_code_has_a_fixture_or_a_test() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "lint.md").read_text()
+    documented = set(re.findall(r"^## (E\d{3})", docs, re.MULTILINE))
+    fixtures = {c for p in CASES for c, _, _ in _expected(p)}
+    tested_elsewhere = {"E000", "E020", "E021", "E022", "E023"}
+    assert documented == fixtures | tested_elsewhere
+
+
+def test_folder_is_searched_recursively() -> None:
+    problems = lint_paths([str(FIXTURES)])
+    assert {Path(p.path).name for p in problems} == {p.name for p in CASES}

@@ -1,0 +1,266 @@
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cyclone_flow.errors import FlowError
+from cyclone_flow.spec import (
+    LintPathError,
+    lint_paths,
+    load_flow,
+    load_flow_text,
+    to_dot,
+    to_mermaid,
+)
+from cyclone_flow.spec.compile import document_digest
+from cyclone_flow.spec.model import Backoff, Retry
+
+GOOD = Path(__file__).parent / "fixtures" / "good" / "order.yaml"
+
+
+def codes(text: str) -> list[tuple[str, int, int]]:
+    with pytest.raises(FlowError) as info:
+        load_flow_text(textwrap.dedent(text), "f.yaml")
+    return [(p.code, p.line, p.col) for p in info.value.problems]
+
+
+def test_good_flow_loads_with_defaults_applied() -> None:
+    flow = load_flow(GOOD)
+    assert flow.name == "order-fulfilment"
+    assert list(flow.nodes) == ["fetch", "charge", "ship_each", "approval", "notify"]
+    fetch, charge = flow.nodes["fetch"], flow.nodes["charge"]
+    assert fetch.type == "action"
+    assert fetch.call == "shop.handlers:fetch_order"
+    assert fetch.queue == "default"
+    assert fetch.timeout_s == 300.0
+    assert fetch.retry == Retry(max_attempts=3)
+    assert fetch.input == {"order_id": "${{ run.input.order_id }}"}
+    assert charge.needs == ("fetch",)
+    assert charge.timeout_s == 30.0
+    assert charge.retry == Retry(5, Backoff(initial_s=1.0, max_s=60.0))
+    ship = flow.nodes["ship_each"]
+    assert ship.type == "fan_out"
+    assert ship.options == {"over": "${{ nodes.fetch.output.items }}", "max_parallel": 10}
+    assert flow.nodes["approval"].options == {"signal": "approved", "max_wait": "24h"}
+    assert flow.nodes["approval"].call is None
+    assert flow.nodes["notify"].on_dep_failure == "cancel_branch"
+    assert flow.input_schema == {"type": "object", "required": ["order_id"]}
+    assert flow.path == str(GOOD)
+    assert flow.leaves() == ["notify"]
+    assert flow.dependents("fetch") == ["charge", "ship_each"]
+
+
+def test_digest_is_sha256_of_canonical_document() -> None:
+    flow = load_flow(GOOD)
+    assert "defaults" in flow.document  # defaults are not applied to the document
+    assert flow.digest == document_digest(flow.document)
+    import hashlib
+
+    canonical = json.dumps(flow.document, sort_keys=True, separators=(",", ":"))
+    assert flow.digest == hashlib.sha256(canonical.encode()).hexdigest()
+    # the digest ignores formatting and comments
+    again = load_flow_text("# c\n" + json.dumps(flow.document))
+    assert again.digest == flow.digest
+
+
+def test_retry_merges_defaults_key_by_key() -> None:
+    flow = load_flow_text(
+        textwrap.dedent(
+            """\
+            name: r
+            defaults: {retry: {max_attempts: 4, backoff: {max: 1m}}, priority: 3, queue: q1}
+            nodes:
+              a: {call: "m:f", retry: {backoff: {initial: 500ms}}, queue: q2}
+            """
+        )
+    )
+    node = flow.nodes["a"]
+    assert node.retry == Retry(4, Backoff(initial_s=0.5, max_s=60.0))
+    assert (node.priority, node.queue, node.timeout_s) == (3, "q2", None)
+
+
+def test_anchors_and_merge_keys() -> None:
+    flow = load_flow_text(
+        textwrap.dedent(
+            """\
+            name: merged
+            x-base: &base
+              call: shop.handlers:step
+              retry: {max_attempts: 2}
+            nodes:
+              a:
+                <<: *base
+              b:
+                <<: *base
+                needs: [a]
+                input: &in {k: 1}
+              c:
+                <<: *base
+                input: *in
+            """
+        ).replace("x-base: ", "")
+        .replace("name: merged\n&base", "name: merged\n")
+    ) if False else None
+    text = textwrap.dedent(
+        """\
+        name: merged
+        nodes:
+          a: &base
+            call: shop.handlers:step
+            retry: {max_attempts: 2}
+          b:
+            <<: *base
+            needs: [a]
+            input: &in {k: 1}
+          c:
+            <<: *base
+            call: shop.handlers:other
+            input: *in
+        """
+    )
+    flow = load_flow_text(text)
+    assert flow is not None
+    assert flow.nodes["b"].call == "shop.handlers:step"
+    assert flow.nodes["b"].retry.max_attempts == 2
+    assert flow.nodes["c"].call == "shop.handlers:other"
+    assert flow.nodes["c"].input == {"k": 1}
+    assert flow.document["nodes"]["b"]["call"] == "shop.handlers:step"
+    # an error inside a merged-in key is reported in the anchored mapping
+    bad = text.replace("retry: {max_attempts: 2}", "retry: {max_attempts: 0}")
+    assert set(codes(bad)) == {("E003", 5, 27)}
+
+
+def test_duplicate_key_message_names_key_and_line() -> None:
+    with pytest.raises(FlowError) as info:
+        load_flow_text("name: a\nnodes: {}\nname: b\n", "dup.yaml")
+    assert str(info.value) == (
+        "dup.yaml:3:1: error[E002]: duplicate key 'name': keys must be unique within a mapping"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        ("", "E005"),
+        ("   \n", "E005"),
+        ("42", "E005"),
+        ("'just a string'", "E005"),
+        ("a: 1\n---\nb: 2\n", "E001"),
+        ("a: \x00", "E001"),
+        ("[" * 3000, "E001"),
+        ("a: " + "[" * 150 + "]" * 150, "E001"),
+        ("a: !!set {x, y}", "E004"),
+        ("a: !custom 1", "E004"),
+        ("a: !custom {b: 1}", "E004"),
+        ("a: .nan", "E004"),
+        ("a: !!binary aGVsbG8=", "E004"),
+        ("1: x", "E004"),
+        ("? [a]\n: x", "E004"),
+        ("a: *undefined", "E001"),
+    ],
+)
+def test_bad_yaml_becomes_flow_error(text: str, code: str) -> None:
+    with pytest.raises(FlowError) as info:
+        load_flow_text(text)
+    assert [p.code for p in info.value.problems][0] == code
+
+
+def test_alias_bomb_is_rejected() -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 9):
+        prev = f"*a{i - 1}"
+        lines.append(f"a{i}: &a{i} [{', '.join([prev] * 10)}]")
+    with pytest.raises(FlowError) as info:
+        load_flow_text("\n".join(lines))
+    assert info.value.problems[0].code == "E001"
+
+
+def test_unreadable_and_binary_files(tmp_path: Path) -> None:
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"name: x\n\xff\xfe\x00garbage")
+    with pytest.raises(FlowError) as info:
+        load_flow(binary)
+    assert [(p.code, p.line, p.col) for p in info.value.problems] == [("E000", 2, 1)]
+    with pytest.raises(FlowError) as info:
+        load_flow(tmp_path / "missing.yaml")
+    assert info.value.problems[0].code == "E000"
+    with pytest.raises(FlowError):
+        load_flow(tmp_path)  # a directory
+
+
+def test_utf8_bom_is_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "bom.yaml"
+    path.write_bytes(b"\xef\xbb\xbfname: bom\nnodes: {a: {call: 'm:f'}}\n")
+    assert load_flow(path).name == "bom"
+
+
+def test_lint_paths_missing_path_raises() -> None:
+    with pytest.raises(LintPathError) as info:
+        lint_paths(["/definitely/not/here.yaml"])
+    assert info.value.exit_code == 2
+
+
+def test_graph_renderings() -> None:
+    flow = load_flow(GOOD)
+    mermaid = to_mermaid(flow)
+    assert mermaid.startswith("flowchart TD\n")
+    assert "    fetch --> charge\n" in mermaid
+    assert "ship_each[[" in mermaid
+    dot = to_dot(flow)
+    assert dot.startswith('digraph "order-fulfilment" {')
+    assert '    "charge" -> "notify";' in dot
+
+
+@pytest.fixture
+def handlers(tmp_path: Path) -> Iterator[Path]:
+    (tmp_path / "lint_handlers_mod.py").write_text(
+        textwrap.dedent(
+            """\
+            NOT_CALLABLE = 3
+            def good(ctx, input):
+                return input
+            def too_few(ctx):
+                return None
+            """
+        )
+    )
+    (tmp_path / "lint_broken_mod.py").write_text("raise RuntimeError('boom')\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        yield tmp_path
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in ("lint_handlers_mod", "lint_broken_mod"):
+            sys.modules.pop(name, None)
+
+
+def test_check_imports(handlers: Path) -> None:
+    flow_file = handlers / "flow.yaml"
+    flow_file.write_text(
+        textwrap.dedent(
+            """\
+            name: imports
+            nodes:
+              ok: {call: "lint_handlers_mod:good"}
+              e020: {call: "lint_broken_mod:f"}
+              e020b: {call: "no_such_module_xyz:f"}
+              e021: {call: "lint_handlers_mod:missing"}
+              e022: {call: "lint_handlers_mod:NOT_CALLABLE"}
+              e023: {call: "lint_handlers_mod:too_few"}
+            """
+        )
+    )
+    assert lint_paths([str(flow_file)]) == []
+    found = [(p.code, p.line, p.col) for p in lint_paths([str(flow_file)], check_imports=True)]
+    assert found == [
+        ("E020", 4, 16),
+        ("E020", 5, 17),
+        ("E021", 6, 16),
+        ("E022", 7, 16),
+        ("E023", 8, 16),
+    ]
