@@ -4,6 +4,14 @@ from __future__ import annotations
 
 import click
 
+from cyclone_flow.cli.engine_cmds import (
+    migrate_cmd,
+    run_cmd,
+    runs_cmd,
+    status_cmd,
+    submit_cmd,
+    worker_cmd,
+)
 from cyclone_flow.cli.lint_cmds import graph, lint
 
 
@@ -14,3 +22,5 @@ def main() -> None:
 
 main.add_command(lint)
 main.add_command(graph)
+for _command in (migrate_cmd, submit_cmd, worker_cmd, run_cmd, status_cmd, runs_cmd):
+    main.add_command(_command)

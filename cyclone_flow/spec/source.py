@@ -100,6 +100,12 @@ def parse_yaml(text: str, path: str = "<string>") -> tuple[Document | None, list
     syntax, too deep, too large), E002 (duplicate key), E004 (a value JSON cannot hold) or
     E005 (empty file, or a top level that is not a mapping). Never raises for bad text.
     """
+    too_deep = _flow_nesting_overflow(text)
+    if too_deep is not None:
+        line, col = _offset_pos(text, too_deep)
+        return None, [
+            Problem(path, line, col, "E001", f"nesting is deeper than {MAX_DEPTH} levels")
+        ]
     yaml = YAML(typ="rt")
     try:
         with warnings.catch_warnings():
@@ -135,6 +141,24 @@ def parse_yaml(text: str, path: str = "<string>") -> tuple[Document | None, list
     if converter.problems:
         return None, converter.problems
     return doc, []
+
+
+def _flow_nesting_overflow(text: str) -> int | None:
+    """Offset where ``[``/``{`` nesting first exceeds MAX_DEPTH, else None.
+
+    A cheap guard run before parsing: ruamel is slow to fail on very deep flow
+    collections. Brackets inside quoted strings count too, which only matters for more
+    than MAX_DEPTH unbalanced brackets.
+    """
+    depth = 0
+    for offset, char in enumerate(text):
+        if char in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                return offset
+        elif char in "]}":
+            depth = max(0, depth - 1)
+    return None
 
 
 def _marked(path: str, exc: MarkedYAMLError, code: str, message: str) -> Problem:

@@ -26,7 +26,9 @@ def test_parse(text: str | int | float, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("bad", ["", "5", "5 m", "m", "-1s", "1x", "1h 30m", -1, True, float("nan")])
+@pytest.mark.parametrize(
+    "bad", ["", "5", "5 m", "m", "-1s", "1x", "1h 30m", -1, True, float("nan")]
+)
 def test_parse_rejects_with_value_error(bad: object) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(bad)  # type: ignore[arg-type]

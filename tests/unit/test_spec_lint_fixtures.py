@@ -16,7 +16,7 @@ CASES = sorted(FIXTURES.glob("*.yaml"))
 
 
 def _expected(path: Path) -> list[tuple[str, int, int]]:
-    return sorted((c, int(l), int(k)) for c, l, k in EXPECT.findall(path.read_text()))
+    return sorted((c, int(ln), int(col)) for c, ln, col in EXPECT.findall(path.read_text()))
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])

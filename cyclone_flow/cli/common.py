@@ -1,0 +1,123 @@
+"""What every database command of the CLI shares: the database and schema options, the
+one stderr line that says which database is used, logging, and turning errors into exit
+codes (1 for a problem with input or state, 2 for a usage mistake) without a traceback."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import psycopg
+
+from cyclone_flow.errors import CycloneError, FlowError
+from cyclone_flow.spec.model import JSON
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def database_options(func: F) -> F:
+    """Add ``--database-url`` (``CYCLONE_DATABASE_URL``) and ``--schema``
+    (``CYCLONE_SCHEMA``, default ``public``)."""
+    func = click.option(
+        "--schema",
+        envvar="CYCLONE_SCHEMA",
+        default="public",
+        show_default=True,
+        help="Postgres schema holding the cyclone tables.",
+    )(func)
+    func = click.option(
+        "--database-url",
+        envvar="CYCLONE_DATABASE_URL",
+        default=None,
+        help="Postgres URL (env CYCLONE_DATABASE_URL); default: the embedded Postgres "
+        "under ./.cyclone (env CYCLONE_HOME).",
+    )(func)
+    return func
+
+
+def resolve_database(url: str | None) -> str:
+    """The URL to use; says on stderr which database it is."""
+    if url:
+        info = psycopg.conninfo.conninfo_to_dict(url) if "://" in url or "=" in url else {}
+        shown = f"{info.get('host') or 'localhost'}/{info.get('dbname') or ''}"
+        click.echo(f"cyclone-flow: using database {shown}", err=True)
+        return url
+    from cyclone_flow.embedded import cyclone_home, embedded_url
+
+    home = cyclone_home()
+    resolved = embedded_url(home)
+    click.echo(f"cyclone-flow: using the embedded Postgres in {home}", err=True)
+    return resolved
+
+
+def setup_logging(default: int = logging.WARNING) -> None:
+    """Log to stderr; the ``DEBUG`` environment variable raises the level to debug."""
+    level = logging.DEBUG if os.environ.get("DEBUG") else default
+    logging.basicConfig(
+        level=level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("cyclone_flow").setLevel(level)
+    logging.getLogger("psycopg.pool").setLevel(max(level, logging.WARNING))
+
+
+def handle_errors(func: F) -> F:
+    """Turn expected errors into a one-line message and the error's exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except FlowError as exc:
+            for problem in exc.problems:
+                click.echo(str(problem), err=True)
+            raise SystemExit(exc.exit_code) from None
+        except CycloneError as exc:
+            click.echo(f"error: {exc}", err=True)
+            raise SystemExit(exc.exit_code) from None
+        except psycopg.OperationalError as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            click.echo(f"error: cannot use the database: {first}", err=True)
+            raise SystemExit(1) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def read_input(input_json: str | None, input_file: str | None) -> JSON:
+    """The run input from ``--input JSON`` or ``--input-file PATH`` (None when neither)."""
+    if input_json is not None and input_file is not None:
+        raise click.UsageError("give --input or --input-file, not both")
+    text, source = input_json, "--input"
+    if input_file is not None:
+        try:
+            text = Path(input_file).read_text("utf-8")
+        except OSError as exc:
+            raise click.BadParameter(str(exc), param_hint="--input-file") from None
+        source = input_file
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"{source} is not valid JSON: {exc}", param_hint=source) from None
+
+
+def add_import_paths(paths: tuple[str, ...]) -> None:
+    """Put the current folder and each ``--import-path`` first on ``sys.path``."""
+    for path in reversed((os.getcwd(), *paths)):
+        full = str(Path(path).resolve())
+        if full not in sys.path:
+            sys.path.insert(0, full)
+
+
+def echo_json(value: Any) -> None:
+    """Print ``value`` as indented JSON on stdout."""
+    click.echo(json.dumps(value, indent=2, default=str, ensure_ascii=False))

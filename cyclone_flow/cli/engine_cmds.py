@@ -1,0 +1,323 @@
+"""Database commands: ``migrate``, ``submit``, ``worker``, ``run``, ``status``, ``runs``."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from dataclasses import asdict
+from typing import Any
+
+import click
+import psycopg
+from rich.console import Console
+from rich.table import Table
+
+from cyclone_flow.cli.common import (
+    add_import_paths,
+    database_options,
+    echo_json,
+    handle_errors,
+    read_input,
+    resolve_database,
+    setup_logging,
+)
+from cyclone_flow.client import Client
+from cyclone_flow.durations import parse_duration
+from cyclone_flow.spec import load_flow
+from cyclone_flow.store.migrate import migrate as migrate_schema
+from cyclone_flow.store.store import RunStatus, StepStatus
+from cyclone_flow.worker.events import StepEvent
+from cyclone_flow.worker.imports import AllowList
+
+
+def _duration(value: str, option: str) -> float:
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+    if seconds <= 0:
+        raise click.BadParameter("must be positive", param_hint=option)
+    return seconds
+
+
+def _migrate(url: str, schema: str) -> list[int]:
+    with psycopg.connect(url, connect_timeout=10) as conn:
+        return migrate_schema(conn, schema)
+
+
+@click.command("migrate")
+@database_options
+@handle_errors
+def migrate_cmd(database_url: str | None, schema: str) -> None:
+    """Apply the missing schema migrations (safe to run from many processes at once)."""
+    setup_logging()
+    url = resolve_database(database_url)
+    applied = _migrate(url, schema)
+    if applied:
+        click.echo(f"applied migrations {', '.join(map(str, applied))} to schema {schema}")
+    else:
+        click.echo(f"schema {schema} is up to date")
+
+
+@click.command("submit")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--input", "input_json", help="Run input as JSON.")
+@click.option("--input-file", type=click.Path(dir_okay=False), help="Read the run input from a JSON file.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"run_id": ...}.')
+@database_options
+@handle_errors
+def submit_cmd(
+    file: str,
+    input_json: str | None,
+    input_file: str | None,
+    as_json: bool,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Lint FILE, then write a run of it (definition, run, steps, deps) in one transaction."""
+    setup_logging()
+    run_input = read_input(input_json, input_file)
+    flow = load_flow(file)
+    url = resolve_database(database_url)
+    client = Client(url, schema=schema)
+    try:
+        run_id = client.submit(flow, run_input)
+    finally:
+        client.shutdown()
+    if as_json:
+        echo_json({"run_id": run_id})
+    else:
+        click.echo(run_id)
+
+
+def _allow_list(allow_module: tuple[str, ...]) -> AllowList:
+    prefixes = [p for item in allow_module for p in item.split(",") if p.strip()]
+    return AllowList(prefixes=prefixes)
+
+
+@click.command("worker")
+@click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--lease-ttl", default="30s", show_default=True, help="Lease TTL, e.g. 30s.")
+@click.option("--max-reclaims", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Reclaims after which an expired lease discards the step (0: unbounded).")
+@click.option("--allow-module", multiple=True, envvar="CYCLONE_ALLOW_MODULES",
+              help="Module prefix handlers may be imported from (repeatable; env "
+              "CYCLONE_ALLOW_MODULES, comma-separated).")
+@click.option("--import-path", multiple=True, type=click.Path(file_okay=False),
+              help="Folder to put on sys.path (repeatable).")
+@click.option("--exit-when-idle", is_flag=True,
+              help="Exit once no step of the served queues is available or running.")
+@database_options
+@handle_errors
+def worker_cmd(
+    workers: int,
+    lease_ttl: str,
+    max_reclaims: int,
+    allow_module: tuple[str, ...],
+    import_path: tuple[str, ...],
+    exit_when_idle: bool,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Claim and execute steps until SIGTERM/SIGINT (graceful: exits 0)."""
+    setup_logging(logging.INFO)
+    ttl = _duration(lease_ttl, "--lease-ttl")
+    allow = _allow_list(allow_module)
+    if not allow.prefixes:
+        raise click.UsageError(
+            "give at least one --allow-module PREFIX (or CYCLONE_ALLOW_MODULES): a worker "
+            "imports handlers only from the modules it is allowed"
+        )
+    add_import_paths(import_path)
+    url = resolve_database(database_url)
+    client = Client(
+        url,
+        schema=schema,
+        workers=workers,
+        lease_ttl=ttl,
+        max_reclaims=max_reclaims,
+        allow_modules=allow,
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        logging.getLogger("cyclone_flow").info("%s: shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    client.start()
+    logging.getLogger("cyclone_flow").info(
+        "worker %s started: %d workers, queues %s, allowed modules %s",
+        client.config.client_id,
+        workers,
+        ",".join(client.config.worker_queues),
+        allow.describe(),
+    )
+    queues = list(client.config.worker_queues)
+    idle_check = max(client.config.poll_interval[1], 0.2)
+    try:
+        while not stop.wait(idle_check):
+            if exit_when_idle and client.worker and client.worker.in_flight() == 0:
+                if client.store.count_active(queues) == 0:
+                    break
+    finally:
+        client.shutdown(timeout=ttl)
+    sys.exit(0)
+
+
+def _progress_printer(enabled: bool) -> Any:
+    def on_event(event: StepEvent) -> None:
+        if enabled and event.kind in ("completed", "discarded", "retry_scheduled"):
+            extra = f": {event.error}" if event.error else ""
+            click.echo(f"  step {event.node} {event.kind.replace('_', ' ')}{extra}", err=True)
+
+    return on_event
+
+
+@click.command("run")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--input", "input_json", help="Run input as JSON.")
+@click.option("--input-file", type=click.Path(dir_okay=False), help="Read the run input from a JSON file.")
+@click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--import-path", multiple=True, type=click.Path(file_okay=False),
+              help="Folder to put on sys.path (repeatable); the current folder always is.")
+@click.option("--json", "as_json", is_flag=True, help="Print the run status as JSON.")
+@database_options
+@handle_errors
+def run_cmd(
+    file: str,
+    input_json: str | None,
+    input_file: str | None,
+    workers: int,
+    import_path: tuple[str, ...],
+    as_json: bool,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Migrate, submit FILE and work in-process until that run is terminal; print the
+    run's output. Exit 0 when it completed, 1 when it failed. Handlers are imported only
+    from the modules the flow names."""
+    setup_logging()
+    run_input = read_input(input_json, input_file)
+    flow = load_flow(file)
+    modules = {n.call.partition(":")[0] for n in flow.nodes.values() if n.call}
+    add_import_paths(import_path)
+    url = resolve_database(database_url)
+    _migrate(url, schema)
+    client = Client(
+        url,
+        schema=schema,
+        workers=workers,
+        allow_modules=AllowList(exact=modules),
+        on_step_event=_progress_printer(not as_json),
+    )
+    try:
+        run_id = client.submit(flow, run_input)
+        if not as_json:
+            click.echo(f"run {run_id} of flow {flow.name} submitted", err=True)
+        client.start()
+        status = client.wait(run_id)
+        steps = client.list_steps(run_id) if as_json else None
+    finally:
+        client.shutdown()
+    if as_json:
+        echo_json(_run_dict(status, steps))
+    else:
+        if status.state == "completed":
+            echo_json(status.output)
+        else:
+            click.echo(f"run {run_id} {status.state}: {status.error}", err=True)
+    sys.exit(0 if status.state == "completed" else 1)
+
+
+def _run_dict(run: RunStatus, steps: list[StepStatus] | None = None) -> dict[str, Any]:
+    data = asdict(run)
+    data["state"] = str(run.state)
+    if steps is not None:
+        data["steps"] = [
+            {
+                "node": s.node,
+                "state": str(s.state),
+                "attempt": s.attempt,
+                "max_attempts": s.max_attempts,
+                "reclaims": s.reclaims,
+                "queue": s.queue,
+                "started_at": s.started_at,
+                "finished_at": s.finished_at,
+                "error": s.error,
+                "error_kind": s.error_kind,
+            }
+            for s in steps
+        ]
+    return data
+
+
+@click.command("status")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True)
+@database_options
+@handle_errors
+def status_cmd(run_id: str, as_json: bool, database_url: str | None, schema: str) -> None:
+    """Show a run's state and each step's state, attempt, reclaims and error."""
+    setup_logging()
+    url = resolve_database(database_url)
+    with Client(url, schema=schema) as client:
+        run = client.get_run(run_id)
+        steps = client.list_steps(run_id)
+    if as_json:
+        echo_json(_run_dict(run, steps))
+        return
+    console = Console(highlight=False)
+    console.print(f"run {run.id}  flow {run.flow_name}  [bold]{run.state}[/bold]")
+    if run.error:
+        console.print(f"error: {run.error}", markup=False)
+    table = Table("node", "state", "attempt", "reclaims", "queue", "error")
+    for s in steps:
+        table.add_row(
+            s.node,
+            str(s.state),
+            f"{s.attempt}/{s.max_attempts}",
+            str(s.reclaims),
+            s.queue,
+            (f"[{s.error_kind}] {s.error}" if s.error else ""),
+        )
+    console.print(table)
+
+
+@click.command("runs")
+@click.option("--flow", default=None, help="Only runs of this flow.")
+@click.option("--state", type=click.Choice(["running", "completed", "failed", "cancelled"]))
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@database_options
+@handle_errors
+def runs_cmd(
+    flow: str | None,
+    state: str | None,
+    limit: int,
+    as_json: bool,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """List the most recent runs, newest first."""
+    setup_logging()
+    url = resolve_database(database_url)
+    with Client(url, schema=schema) as client:
+        runs = client.list_runs(flow=flow, state=state, limit=limit)
+    if as_json:
+        echo_json([_run_dict(r) for r in runs])
+        return
+    table = Table("run", "flow", "state", "created", "finished")
+    for r in runs:
+        table.add_row(
+            r.id,
+            r.flow_name,
+            str(r.state),
+            r.created_at.isoformat(timespec="seconds"),
+            r.finished_at.isoformat(timespec="seconds") if r.finished_at else "",
+        )
+    Console(highlight=False).print(table)
+
