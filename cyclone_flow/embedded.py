@@ -52,7 +52,7 @@ def embedded_url(home: Path | None = None) -> str:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                server = pgserver.get_server(pgdata, cleanup_mode="stop")
+                server = pgserver.get_server(pgdata, cleanup_mode="stop")  # type: ignore[attr-defined]
         except Exception as exc:
             raise EmbeddedUnavailableError(
                 f"the embedded Postgres in {pgdata} did not start ({exc}); see {pgdata / 'log'}"

@@ -64,7 +64,11 @@ def migrate_cmd(database_url: str | None, schema: str) -> None:
 @click.command("submit")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--input", "input_json", help="Run input as JSON.")
-@click.option("--input-file", type=click.Path(dir_okay=False), help="Read the run input from a JSON file.")
+@click.option(
+    "--input-file",
+    type=click.Path(dir_okay=False),
+    help="Read the run input from a JSON file.",
+)
 @click.option("--json", "as_json", is_flag=True, help='Print {"run_id": ...}.')
 @database_options
 @handle_errors
@@ -160,9 +164,13 @@ def worker_cmd(
     idle_check = max(client.config.poll_interval[1], 0.2)
     try:
         while not stop.wait(idle_check):
-            if exit_when_idle and client.worker and client.worker.in_flight() == 0:
-                if client.store.count_active(queues) == 0:
-                    break
+            if (
+                exit_when_idle
+                and client.worker is not None
+                and client.worker.in_flight() == 0
+                and client.store.count_active(queues) == 0
+            ):
+                break
     finally:
         client.shutdown(timeout=ttl)
     sys.exit(0)
@@ -180,7 +188,11 @@ def _progress_printer(enabled: bool) -> Any:
 @click.command("run")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--input", "input_json", help="Run input as JSON.")
-@click.option("--input-file", type=click.Path(dir_okay=False), help="Read the run input from a JSON file.")
+@click.option(
+    "--input-file",
+    type=click.Path(dir_okay=False),
+    help="Read the run input from a JSON file.",
+)
 @click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--import-path", multiple=True, type=click.Path(file_okay=False),
               help="Folder to put on sys.path (repeatable); the current folder always is.")

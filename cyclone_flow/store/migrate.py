@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -62,7 +63,7 @@ def latest_version() -> int:
     return migrations()[-1].version
 
 
-def migrate(conn: psycopg.Connection[object], schema: str = "public") -> list[int]:
+def migrate(conn: psycopg.Connection[Any], schema: str = "public") -> list[int]:
     """Apply the missing migrations to ``schema``; return the versions applied now.
 
     ``conn`` must not be inside a transaction; the work commits (or rolls back whole) before
@@ -95,7 +96,7 @@ def migrate(conn: psycopg.Connection[object], schema: str = "public") -> list[in
     return applied_now
 
 
-def schema_version(conn: psycopg.Connection[object], schema: str = "public") -> int:
+def schema_version(conn: psycopg.Connection[Any], schema: str = "public") -> int:
     """The highest applied version in ``schema``, 0 when it was never migrated."""
     row = conn.execute(
         "SELECT to_regclass(format('%%I.cyclone_schema_version', %s::text)) IS NOT NULL",
@@ -110,7 +111,7 @@ def schema_version(conn: psycopg.Connection[object], schema: str = "public") -> 
     return int(got[0]) if got else 0
 
 
-def check_schema_version(conn: psycopg.Connection[object], schema: str = "public") -> None:
+def check_schema_version(conn: psycopg.Connection[Any], schema: str = "public") -> None:
     """Raise :class:`SchemaOutdatedError` when ``schema`` is older than this code."""
     found = schema_version(conn, schema)
     if found < latest_version():

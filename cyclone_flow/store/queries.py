@@ -42,6 +42,6 @@ def render(schema: str) -> dict[str, str]:
     """Every statement with its tables qualified by ``schema`` (a validated identifier)."""
     ident = sql.Identifier(schema)
     return {
-        name: sql.SQL(body).format(schema=ident).as_string(None)  # type: ignore[arg-type]
+        name: sql.SQL(body).format(schema=ident).as_string(None)
         for name, body in statements().items()
     }

@@ -61,9 +61,9 @@ class HandlerResolver:
     def resolve(self, call: str) -> Handler:
         """Return the callable named by ``call``; raise :class:`HandlerImportError`."""
         with self._lock:
-            handler = self._cache.get(call)
-        if handler is not None:
-            return handler
+            cached = self._cache.get(call)
+        if cached is not None:
+            return cached
         module_name, sep, attr = call.partition(":")
         if not sep or not module_name or not attr:
             raise HandlerImportError(f"call {call!r} is not of the form package.module:function")
@@ -88,6 +88,7 @@ class HandlerResolver:
                 ) from None
         if not callable(target):
             raise HandlerImportError(f"{call!r} is not callable")
+        resolved: Handler = target
         with self._lock:
-            self._cache[call] = target
-        return target
+            self._cache[call] = resolved
+        return resolved
