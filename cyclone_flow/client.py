@@ -20,7 +20,12 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from cyclone_flow.config import ClientConfig, ClientOptions, build_config
-from cyclone_flow.errors import ConfigError, InputValidationError, PayloadTooLargeError
+from cyclone_flow.errors import (
+    ConfigError,
+    InputValidationError,
+    PayloadTooLargeError,
+    RunStateError,
+)
 from cyclone_flow.spec import load_flow
 from cyclone_flow.spec.model import JSON, Flow
 from cyclone_flow.store.migrate import check_schema_version, migrate
@@ -33,6 +38,7 @@ from cyclone_flow.store.store import (
     parse_run_id,
 )
 from cyclone_flow.worker.cache import OutputCache
+from cyclone_flow.worker.events import StepEvent, call_hook
 from cyclone_flow.worker.executor import Executor
 from cyclone_flow.worker.imports import AllowList, HandlerResolver
 from cyclone_flow.worker.runtime import Worker
@@ -216,6 +222,43 @@ class Client:
     ) -> list[RunStatus]:
         """The most recent runs, newest first."""
         return self.store.list_runs(flow=flow, state=state, limit=limit)
+
+    def cancel(self, run_id: str, reason: str = "cancelled by operator") -> bool:
+        """Cancel a running run and every non-terminal step, in one transaction under the
+        run lock; handlers still running learn it on their next heartbeat and their late
+        completions are ignored. Returns False when the run was already terminal (a
+        racing completion won: exactly one wins). Raises RunNotFoundError."""
+        rid = parse_run_id(run_id)
+        done, cancelled = self.store.cancel_run(rid, reason)
+        if done:
+            self._publish(Wakeups(runs_done={rid}))
+            for node in cancelled:
+                call_hook(
+                    self.config.logger,
+                    self.config.on_step_event,
+                    StepEvent("cancelled", rid, node, error=reason, error_kind="cancelled"),
+                )
+        return done
+
+    def retry(self, run_id: str, node: str | None = None) -> list[str]:
+        """Operator retry of a failed or cancelled run: its discarded steps (all, or only
+        ``node``) and every cancelled step go back to pending/available with attempts and
+        reclaims reset; the run is running again. Returns the nodes reset.
+        Raises RunNotFoundError, RunStateError."""
+        reset, wakeups = self.store.retry_run(parse_run_id(run_id), node)
+        self._publish(wakeups)
+        return reset
+
+    def retry_all(self, flow: str | None = None) -> list[str]:
+        """:meth:`retry` every failed run (of ``flow`` when given); returns their ids."""
+        retried = []
+        for rid in self.store.list_failed_runs(flow):
+            try:
+                self.retry(rid)
+            except RunStateError:
+                continue  # retried or cancelled meanwhile by someone else
+            retried.append(rid)
+        return retried
 
     def wait(self, run_id: str, timeout: float | None = None) -> RunStatus:
         """Block until the run is terminal or ``timeout`` seconds pass; return its status

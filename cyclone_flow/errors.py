@@ -101,3 +101,35 @@ class TemplateError(CycloneError):
 
 class PermanentError(CycloneError):
     """Raise from a handler to discard its step at once, without further attempts."""
+
+
+class RunStateError(CycloneError):
+    """The run is in a state the operation does not accept (e.g. retry of a running run)."""
+
+    def __init__(self, run_id: str, state: str, message: str) -> None:
+        self.run_id = run_id
+        self.state = state
+        super().__init__(f"run {run_id} is {state}: {message}")
+
+
+class ReclaimLimitExceeded(CycloneError):
+    """Given to ``error_handler`` when the sweep discards a step whose lease expired after
+    ``max_reclaims`` reclaims (Client Options: WithMaxReclaims; error_kind reclaim_limit)."""
+
+    def __init__(self, run_id: str, node: str, max_reclaims: int) -> None:
+        self.run_id = run_id
+        self.node = node
+        self.max_reclaims = max_reclaims
+        super().__init__(
+            f"step {node} of run {run_id}: lease expired after {max_reclaims} reclaims"
+        )
+
+
+class StepTimeoutError(CycloneError):
+    """Given to ``error_handler`` when the sweep fails an attempt that passed
+    ``started_at + timeout`` (error_kind timeout)."""
+
+    def __init__(self, run_id: str, node: str) -> None:
+        self.run_id = run_id
+        self.node = node
+        super().__init__(f"step {node} of run {run_id} timed out")

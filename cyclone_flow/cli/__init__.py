@@ -5,7 +5,9 @@ from __future__ import annotations
 import click
 
 from cyclone_flow.cli.engine_cmds import (
+    cancel_cmd,
     migrate_cmd,
+    retry_cmd,
     run_cmd,
     runs_cmd,
     status_cmd,
@@ -22,5 +24,14 @@ def main() -> None:
 
 main.add_command(lint)
 main.add_command(graph)
-for _command in (migrate_cmd, submit_cmd, worker_cmd, run_cmd, status_cmd, runs_cmd):
+for _command in (
+    migrate_cmd,
+    submit_cmd,
+    worker_cmd,
+    run_cmd,
+    status_cmd,
+    runs_cmd,
+    cancel_cmd,
+    retry_cmd,
+):
     main.add_command(_command)

@@ -333,3 +333,59 @@ def runs_cmd(
         )
     Console(highlight=False).print(table)
 
+
+
+@click.command("cancel")
+@click.argument("run_id")
+@database_options
+@handle_errors
+def cancel_cmd(run_id: str, database_url: str | None, schema: str) -> None:
+    """Cancel a running run and every step that has not finished."""
+    setup_logging()
+    url = resolve_database(database_url)
+    with Client(url, schema=schema) as client:
+        if client.cancel(run_id):
+            click.echo(f"run {run_id} cancelled")
+            return
+        state = client.get_run(run_id).state
+    click.echo(f"error: run {run_id} is already {state}; nothing cancelled", err=True)
+    sys.exit(1)
+
+
+@click.command("retry")
+@click.argument("run_id", required=False)
+@click.option(
+    "--node", default=None, help="Retry only this discarded node (and the cancelled steps)."
+)
+@click.option("--all-failed", is_flag=True, help="Retry every failed run.")
+@click.option("--flow", default=None, help="With --all-failed: only runs of this flow.")
+@database_options
+@handle_errors
+def retry_cmd(
+    run_id: str | None,
+    node: str | None,
+    all_failed: bool,
+    flow: str | None,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Put a failed or cancelled run back to work: discarded and cancelled steps are reset
+    (attempts and reclaims to zero) and the run is running again."""
+    if all_failed == (run_id is not None):
+        raise click.UsageError("give a RUN_ID or --all-failed (not both)")
+    if node is not None and all_failed:
+        raise click.UsageError("--node goes with a RUN_ID, not with --all-failed")
+    if flow is not None and not all_failed:
+        raise click.UsageError("--flow goes with --all-failed")
+    setup_logging()
+    url = resolve_database(database_url)
+    with Client(url, schema=schema) as client:
+        if all_failed:
+            retried = client.retry_all(flow)
+            for rid in retried:
+                click.echo(rid)
+            click.echo(f"retried {len(retried)} failed run(s)", err=True)
+            return
+        assert run_id is not None
+        reset = client.retry(run_id, node)
+    click.echo(f"run {run_id} retried: {', '.join(reset) or 'no step to redo'}")

@@ -21,7 +21,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from cyclone_flow.errors import RunNotFoundError
+from cyclone_flow.errors import RunNotFoundError, RunStateError
 from cyclone_flow.spec.model import JSON, Flow
 from cyclone_flow.states import ErrorKind, RunState, StepState
 from cyclone_flow.store import queries
@@ -82,6 +82,7 @@ class Outcome:
     step_state: StepState
     run_state: RunState | None
     wakeups: Wakeups
+    cancelled: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -355,12 +356,15 @@ class Store:
         if state is StepState.AVAILABLE:
             wakeups.queues.add(queue)
             return Outcome(state, None, wakeups)
-        run_state = self._resolve_discard(conn, run_id, node, error, wakeups)
-        return Outcome(state, run_state, wakeups)
+        run_state, cancelled = self._resolve_discard(conn, run_id, node, error, wakeups)
+        return Outcome(state, run_state, wakeups, cancelled)
 
     def _resolve_discard(
         self, conn: Conn, run_id: str, node: str, error: str, wakeups: Wakeups
-    ) -> RunState | None:
+    ) -> tuple[RunState | None, tuple[str, ...]]:
+        """Apply the dependents' ``on_dep_failure``: fatal (a ``fail_run`` dependent, or a
+        leaf) fails the run and cancels its other steps; else only the branch is cancelled
+        (Engine Design: Failure Propagation)."""
         downstream = conn.execute(
             self.q["dep_downstream"], {"run_id": run_id, "node": node}
         ).fetchall()
@@ -375,22 +379,82 @@ class Store:
                 },
             ).fetchone()
             if failed is None:
-                return None  # already terminal: a run fails fast only once
-            conn.execute(
+                return None, ()  # already terminal: a run fails fast only once
+            rows = conn.execute(
                 self.q["step_cancel_remaining"],
                 {"run_id": run_id, "error": f"run failed: step {node} was discarded"},
-            )
+            ).fetchall()
             wakeups.runs_done.add(run_id)
-            return RunState.FAILED
-        conn.execute(
+            return RunState.FAILED, tuple(r[0] for r in rows)
+        rows = conn.execute(
             self.q["step_cancel_nodes"],
             {
                 "run_id": run_id,
                 "nodes": [r[0] for r in downstream],
                 "error": f"branch cancelled: upstream step {node} was discarded",
             },
-        )
-        return self._complete_run_if_done(conn, run_id, wakeups)
+        ).fetchall()
+        cancelled = tuple(r[0] for r in rows)
+        return self._complete_run_if_done(conn, run_id, wakeups), cancelled
+
+    # -- operator actions ----------------------------------------------------------------
+
+    def cancel_run(self, run_id: str, reason: str) -> tuple[bool, tuple[str, ...]]:
+        """running -> cancelled and every non-terminal step -> cancelled, under the run
+        lock; returns ``(False, ())`` when the run was already terminal (a racing
+        completion won), else ``(True, cancelled nodes)``. Raises RunNotFoundError."""
+        with self.pool.connection() as conn, conn.transaction():
+            state = self.lock_run(conn, run_id)
+            if state is None:
+                raise RunNotFoundError(run_id)
+            done = conn.execute(
+                self.q["run_cancel_if_running"], {"run_id": run_id, "error": reason}
+            ).fetchone()
+            if done is None:
+                return False, ()
+            rows = conn.execute(
+                self.q["step_cancel_remaining"], {"run_id": run_id, "error": reason}
+            ).fetchall()
+        return True, tuple(r[0] for r in rows)
+
+    def retry_run(self, run_id: str, node: str | None = None) -> tuple[list[str], Wakeups]:
+        """Operator retry of a failed or cancelled run: its discarded steps (all, or only
+        ``node``) and every cancelled step go back to pending/available with attempts and
+        reclaims reset, and the run back to running. Returns the reset nodes and the
+        wakeups to publish. Raises RunNotFoundError, RunStateError."""
+        with self.pool.connection() as conn, conn.transaction():
+            state = self.lock_run(conn, run_id)
+            if state is None:
+                raise RunNotFoundError(run_id)
+            if state not in (RunState.FAILED, RunState.CANCELLED):
+                raise RunStateError(run_id, state, "only failed or cancelled runs can be retried")
+            if node is not None:
+                row = conn.execute(
+                    self.q["step_get_state"], {"run_id": run_id, "node": node}
+                ).fetchone()
+                if row is None:
+                    raise RunStateError(run_id, state, f"it has no node {node!r}")
+                if row[0] not in (StepState.DISCARDED, StepState.CANCELLED):
+                    raise RunStateError(
+                        run_id, state, f"node {node!r} is {row[0]}, not discarded or cancelled"
+                    )
+            conn.execute(self.q["run_reopen"], {"run_id": run_id})
+            reset = conn.execute(
+                self.q["step_reset_for_retry"], {"run_id": run_id, "node": node}
+            ).fetchall()
+            ready = conn.execute(self.q["step_make_ready"], {"run_id": run_id}).fetchall()
+            wakeups = Wakeups(queues={r[0] for r in ready})
+            # nothing to redo (e.g. every step had completed): finish the run again
+            self._complete_run_if_done(conn, run_id, wakeups)
+        return [r[0] for r in reset], wakeups
+
+    def list_failed_runs(self, flow: str | None = None, limit: int = 1000) -> list[str]:
+        """Ids of failed runs (optionally of one flow), oldest first."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                self.q["run_list_failed"], {"flow": flow, "limit": limit}
+            ).fetchall()
+        return [str(r[0]) for r in rows]
 
     def _complete_run_if_done(self, conn: Conn, run_id: str, wakeups: Wakeups) -> RunState | None:
         done = conn.execute(self.q["run_complete_if_done"], {"run_id": run_id}).fetchone()
@@ -401,14 +465,14 @@ class Store:
 
     # -- recovery sweep ------------------------------------------------------------------
 
-    def rescue_expired(self, max_reclaims: int, batch: int) -> list[tuple[str, str, int]]:
+    def rescue_expired(self, max_reclaims: int, batch: int) -> list[tuple[str, str, str, int]]:
         """Expired leases back to ``available`` (reclaims + 1, no attempt charged); return
-        ``(run_id, queue, reclaims)`` per rescued step."""
+        ``(run_id, node, queue, reclaims)`` per rescued step."""
         with self.pool.connection() as conn:
             rows = conn.execute(
                 self.q["step_rescue_expired"], {"max_reclaims": max_reclaims, "batch": batch}
             ).fetchall()
-        return [(str(r[1]), r[3], r[4]) for r in rows]
+        return [(str(r[1]), r[2], r[3], r[4]) for r in rows]
 
     def find_timed_out(self, batch: int) -> list[tuple[int, str, str, int]]:
         """Running steps past ``started_at + timeout``: ``(id, run_id, node, generation)``."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,3 +30,14 @@ def call_hook(logger: logging.Logger, hook: Callable[..., Any] | None, *args: An
         hook(*args)
     except Exception:
         logger.exception("hook %s raised; ignored", getattr(hook, "__name__", hook))
+
+
+def emit_cancelled(
+    logger: logging.Logger,
+    hook: Callable[..., Any] | None,
+    run_id: str,
+    nodes: Iterable[str],
+) -> None:
+    """Send one ``cancelled`` event per node cancelled by a committed transition."""
+    for node in nodes:
+        call_hook(logger, hook, StepEvent("cancelled", run_id, node, error_kind="cancelled"))

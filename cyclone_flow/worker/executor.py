@@ -23,7 +23,7 @@ from cyclone_flow.states import ErrorKind, RunState, StepState
 from cyclone_flow.store.store import ClaimedStep, Outcome, Store, Wakeups, dumps
 from cyclone_flow.worker.cache import OutputCache
 from cyclone_flow.worker.context import Context
-from cyclone_flow.worker.events import StepEvent, call_hook
+from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled
 from cyclone_flow.worker.imports import HandlerImportError, HandlerResolver
 
 Conn = psycopg.Connection[Any]
@@ -222,12 +222,12 @@ class Executor:
             failure.kind,
             failure,
         )
-        self._after_commit(step, outcome, failure)
-        call_hook(self.log, self.config.error_handler, step, failure)
+        event = self._after_commit(step, outcome, failure)
+        call_hook(self.log, self.config.error_handler, event, failure)
 
     def _after_commit(
         self, step: ClaimedStep, outcome: Outcome, failure: StepFailure | None = None
-    ) -> None:
+    ) -> StepEvent:
         self.publish(outcome.wakeups)
         kind = {
             StepState.COMPLETED: "completed",
@@ -244,9 +244,11 @@ class Executor:
             error_kind=str(failure.kind) if failure else None,
         )
         call_hook(self.log, self.config.on_step_event, event)
+        emit_cancelled(self.log, self.config.on_step_event, step.run_id, outcome.cancelled)
         if outcome.run_state is not None:
             level = self.log.info if outcome.run_state is RunState.COMPLETED else self.log.warning
             level("run %s %s", step.run_id, outcome.run_state)
+        return event
 
 
 class _CompletionTx:

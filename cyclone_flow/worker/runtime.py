@@ -17,7 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.states import ErrorKind
+from cyclone_flow.errors import ReclaimLimitExceeded, StepTimeoutError
+from cyclone_flow.states import ErrorKind, StepState
 from cyclone_flow.store.store import (
     CHANNEL_AVAILABLE,
     CHANNEL_RUN_DONE,
@@ -25,7 +26,7 @@ from cyclone_flow.store.store import (
     Store,
     Wakeups,
 )
-from cyclone_flow.worker.events import StepEvent, call_hook
+from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled
 from cyclone_flow.worker.executor import Executor
 
 SWEEP_BATCH = 500
@@ -226,9 +227,9 @@ class Worker:
                     counts["reclaim_limit"] += 1
         rescued = self.store.rescue_expired(self.config.max_reclaims, SWEEP_BATCH)
         if rescued:
-            self.publish(Wakeups(queues={queue_name for _, queue_name, _ in rescued}))
-            for run_id, _, _ in rescued:
-                call_hook(self.log, self.config.on_step_event, StepEvent("reclaimed", run_id, ""))
+            self.publish(Wakeups(queues={queue_name for _, _, queue_name, _ in rescued}))
+            for run_id, node, _, _ in rescued:
+                call_hook(self.log, self.config.on_step_event, StepEvent("reclaimed", run_id, node))
             self.log.info("recovery sweep reclaimed %d step(s) with expired leases", len(rescued))
         counts["rescued"] = len(rescued)
         return counts
@@ -255,6 +256,22 @@ class Worker:
             return False
         self.publish(outcome.wakeups)
         self.log.warning("step %s of run %s: %s", node, run_id, message)
+        event = StepEvent(
+            "retry_scheduled" if outcome.step_state is StepState.AVAILABLE else "discarded",
+            run_id,
+            node,
+            step_id,
+            error=message,
+            error_kind=str(kind),
+        )
+        call_hook(self.log, self.config.on_step_event, event)
+        emit_cancelled(self.log, self.config.on_step_event, run_id, outcome.cancelled)
+        error: Exception = (
+            StepTimeoutError(run_id, node)
+            if kind is ErrorKind.TIMEOUT
+            else ReclaimLimitExceeded(run_id, node, self.config.max_reclaims)
+        )
+        call_hook(self.log, self.config.error_handler, event, error)
         return True
 
     # -- LISTEN ----------------------------------------------------------------------------

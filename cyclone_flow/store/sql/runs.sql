@@ -57,3 +57,25 @@ WHERE (%(flow)s::text IS NULL OR r.flow_name = %(flow)s)
   AND (%(state)s::text IS NULL OR r.state = %(state)s)
 ORDER BY r.created_at DESC, r.id
 LIMIT %(limit)s
+
+-- name: run_cancel_if_running
+-- running -> cancelled (operator cancel); step_cancel_remaining follows in the same
+-- transaction. Exactly one of a cancel and a racing completion wins: both take the run lock.
+UPDATE {schema}.cyclone_runs
+SET state = 'cancelled', finished_at = now(), error = %(error)s, error_kind = 'cancelled'
+WHERE id = %(run_id)s AND state = 'running'
+RETURNING id
+
+-- name: run_reopen
+-- failed | cancelled -> running (operator retry).
+UPDATE {schema}.cyclone_runs
+SET state = 'running', finished_at = NULL, error = NULL, error_kind = NULL, output = NULL
+WHERE id = %(run_id)s AND state IN ('failed', 'cancelled')
+RETURNING id
+
+-- name: run_list_failed
+-- Ids of failed runs, optionally of one flow, oldest first (operator retry --all-failed).
+SELECT id FROM {schema}.cyclone_runs
+WHERE state = 'failed' AND (%(flow)s::text IS NULL OR flow_name = %(flow)s)
+ORDER BY created_at, id
+LIMIT %(limit)s

@@ -99,11 +99,13 @@ SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
 FROM (
     SELECT id,
            attempt < max_attempts AND NOT %(permanent)s::boolean AS retry,
-           exp(least(ln(coalesce((backoff->>'max_s')::float8, 300)
-                        / coalesce((backoff->>'initial_s')::float8, 1)),
-                     (attempt - 1) * ln(coalesce((backoff->>'multiplier')::float8, 2))))
-             * coalesce((backoff->>'initial_s')::float8, 1)
-             * (1 + coalesce((backoff->>'jitter')::float8, 0.1) * (2 * random() - 1)) AS delay_s
+           -- jitter first, then the cap: attempt 10,000 still waits exactly max_s
+           least(coalesce((backoff->>'max_s')::float8, 300),
+                 exp(least(ln(coalesce((backoff->>'max_s')::float8, 300)
+                              / coalesce((backoff->>'initial_s')::float8, 1)),
+                           (attempt - 1) * ln(coalesce((backoff->>'multiplier')::float8, 2))))
+                   * coalesce((backoff->>'initial_s')::float8, 1)
+                   * (1 + coalesce((backoff->>'jitter')::float8, 0.1) * (2 * random() - 1))) AS delay_s
     FROM {schema}.cyclone_steps
     WHERE id = %(id)s
 ) p
@@ -196,3 +198,33 @@ RETURNING s.queue
 -- zero means a worker serving them has nothing left to do (worker --exit-when-idle).
 SELECT count(*) FROM {schema}.cyclone_steps
 WHERE state IN ('available', 'running') AND queue = ANY(%(queues)s::text[])
+
+-- name: step_reset_for_retry
+-- Operator retry: discarded steps (all, or only %(node)s) and every cancelled step of the
+-- run -> pending with attempts and reclaims reset; step_make_ready then releases those
+-- whose dependencies completed. The per-attempt error history is kept.
+UPDATE {schema}.cyclone_steps
+SET state = 'pending', attempt = 1, reclaims = 0, error = NULL, error_kind = NULL,
+    finished_at = NULL, lease_owner = NULL, lease_expiry = NULL, heartbeat_at = NULL,
+    started_at = NULL, output = NULL, scheduled_at = now()
+WHERE run_id = %(run_id)s
+  AND (state = 'cancelled'
+       OR (state = 'discarded' AND (%(node)s::text IS NULL OR node = %(node)s)))
+RETURNING node
+
+-- name: step_make_ready
+-- pending steps of a run whose every dependency completed -> available.
+UPDATE {schema}.cyclone_steps s
+SET state = 'available', scheduled_at = now()
+WHERE s.run_id = %(run_id)s
+  AND s.state = 'pending'
+  AND NOT EXISTS (
+      SELECT 1
+      FROM {schema}.cyclone_deps d
+      JOIN {schema}.cyclone_steps u ON u.run_id = d.run_id AND u.node = d.depends_on
+      WHERE d.run_id = %(run_id)s AND d.node = s.node AND u.state <> 'completed')
+RETURNING s.queue
+
+-- name: step_get_state
+-- The state of one node of a run.
+SELECT state FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND node = %(node)s

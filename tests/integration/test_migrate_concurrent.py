@@ -1,0 +1,187 @@
+"""Schema migrations against a real Postgres: concurrent ``cyclone-flow migrate`` processes,
+idempotence, the outdated-schema error, and the shipped SQL's storage settings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from cyclone_flow import Client
+from cyclone_flow.errors import SchemaOutdatedError
+from cyclone_flow.store.migrate import latest_version, migrate, migrations, schema_version
+
+CLI = Path(sys.executable).parent / "cyclone-flow"
+HELLO = Path(__file__).resolve().parents[2] / "examples" / "flows" / "hello.yaml"
+PROCESSES = 5
+
+# Each process imports the CLI first, then waits for the shared start time, so all five
+# enter ``migrate`` within a few milliseconds of each other.
+LAUNCHER = """
+import sys, time
+from cyclone_flow.cli import main
+start = float(sys.argv[1])
+while time.time() < start:
+    time.sleep(0.001)
+sys.argv = ["cyclone-flow", *sys.argv[2:]]
+main()
+"""
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("CYCLONE_")}
+
+
+@pytest.fixture
+def fresh_schema(database_url: str) -> Iterator[str]:
+    """A schema name that does not exist yet; dropped after the test."""
+    name = f"m_{uuid.uuid4().hex[:12]}"
+    yield name
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def _versions(conn: psycopg.Connection[Any], schema: str) -> list[tuple[int, str]]:
+    q = sql.SQL("SELECT version, name FROM {}.cyclone_schema_version ORDER BY version").format(
+        sql.Identifier(schema)
+    )
+    return [(r[0], r[1]) for r in conn.execute(q).fetchall()]
+
+
+def test_five_concurrent_migrate_processes(database_url: str, fresh_schema: str) -> None:
+    start = time.time() + 3.0
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                LAUNCHER,
+                repr(start),
+                "migrate",
+                "--database-url",
+                database_url,
+                "--schema",
+                fresh_schema,
+            ],
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(PROCESSES)
+    ]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        results.append((proc.returncode, out, err))
+    assert time.time() >= start
+    for code, out, err in results:
+        assert code == 0, err
+        assert "Traceback" not in err
+    applied = [out for _, out, _ in results if out.startswith("applied migrations")]
+    up_to_date = [out for _, out, _ in results if "is up to date" in out]
+    assert len(applied) == 1, results
+    assert len(up_to_date) == PROCESSES - 1, results
+
+    expected = [(m.version, m.name) for m in migrations()]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert _versions(conn, fresh_schema) == expected
+        assert schema_version(conn, fresh_schema) == latest_version()
+
+
+def test_migrate_twice_is_a_noop(database_url: str, fresh_schema: str) -> None:
+    with psycopg.connect(database_url) as conn:
+        assert migrate(conn, fresh_schema) == [m.version for m in migrations()]
+        before = _versions(conn, fresh_schema)
+        conn.commit()
+        assert migrate(conn, fresh_schema) == []
+        assert _versions(conn, fresh_schema) == before
+    proc = subprocess.run(
+        [str(CLI), "migrate", "--database-url", database_url, "--schema", fresh_schema],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"schema {fresh_schema} is up to date" in proc.stdout
+
+
+def test_client_on_unmigrated_schema_raises(database_url: str, fresh_schema: str) -> None:
+    with pytest.raises(SchemaOutdatedError) as info:
+        Client(database_url, schema=fresh_schema)
+    err = info.value
+    assert err.found == 0
+    assert err.needed == latest_version()
+    assert "run `cyclone-flow migrate`" in str(err)
+    assert err.exit_code == 1
+
+
+def test_cli_submit_on_unmigrated_schema_exits_1(database_url: str, fresh_schema: str) -> None:
+    proc = subprocess.run(
+        [str(CLI), "submit", str(HELLO), "--database-url", database_url, "--schema", fresh_schema],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "cyclone-flow migrate" in proc.stderr
+    assert f"database schema {fresh_schema!r} is at version 0" in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_each_migration_is_safe_to_apply_twice(database_url: str, fresh_schema: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(fresh_schema)))
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(fresh_schema)))
+        for mig in migrations():
+            for _ in range(2):
+                with conn.transaction():
+                    conn.execute(mig.sql.encode("utf-8"))
+        tables = {
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s", (fresh_schema,)
+            )
+        }
+    assert {"cyclone_workflows", "cyclone_runs", "cyclone_steps", "cyclone_deps"} <= tables
+
+
+def test_shipped_tables_fillfactor_and_indexes(database_url: str, schema: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        options = dict(
+            conn.execute(
+                "SELECT c.relname, c.reloptions FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relkind = 'r'",
+                (schema,),
+            ).fetchall()
+        )
+        claim = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND indexname = %s",
+            (schema, "cyclone_steps_claim_idx"),
+        ).fetchone()
+        partial = conn.execute(
+            "SELECT i.indpred IS NOT NULL FROM pg_index i "
+            "WHERE i.indexrelid = to_regclass(format('%%I.cyclone_steps_claim_idx', %s::text))",
+            (schema,),
+        ).fetchone()
+    assert "fillfactor=90" in (options["cyclone_steps"] or [])
+    assert "fillfactor=90" in (options["cyclone_runs"] or [])
+    assert claim is not None, "the claim index is missing"
+    assert "WHERE (state = 'available'::text)" in claim[0]
+    assert "(queue, priority, scheduled_at, id)" in claim[0]
+    assert partial == (True,)
