@@ -14,8 +14,11 @@ from cyclone_flow.errors import (
     PayloadTooLargeError,
     PermanentError,
     Problem,
+    ReclaimLimitExceeded,
     RunNotFoundError,
+    RunStateError,
     SchemaOutdatedError,
+    StepTimeoutError,
     TemplateError,
 )
 from cyclone_flow.spec import load_flow
@@ -43,13 +46,16 @@ __all__ = [
     "PermanentError",
     "Problem",
     "RetentionConfig",
+    "ReclaimLimitExceeded",
     "RunNotFoundError",
+    "RunStateError",
     "RunState",
     "RunStatus",
     "SchemaOutdatedError",
     "StepEvent",
     "StepState",
     "StepStatus",
+    "StepTimeoutError",
     "TemplateError",
     "load_flow",
 ]

@@ -84,7 +84,7 @@ def test_five_concurrent_migrate_processes(database_url: str, fresh_schema: str)
         out, err = proc.communicate(timeout=120)
         results.append((proc.returncode, out, err))
     assert time.time() >= start
-    for code, out, err in results:
+    for code, _out, err in results:
         assert code == 0, err
         assert "Traceback" not in err
     applied = [out for _, out, _ in results if out.startswith("applied migrations")]

@@ -1,0 +1,126 @@
+"""Test helpers shared by tests/integration and tests/chaos (importable from both because
+conftest puts tests/handlers on sys.path): a deadline poller, the ledger business table,
+and real ``cyclone-flow worker`` subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+REPO = Path(__file__).resolve().parents[3]
+HANDLERS_PATH = Path(__file__).resolve().parents[1]
+CLI = Path(sys.executable).parent / "cyclone-flow"
+
+LEDGER_DDL = """
+CREATE TABLE ledger (
+    id      bigserial   PRIMARY KEY,
+    run_id  uuid        NOT NULL,
+    node    text        NOT NULL,
+    tag     text        NOT NULL,
+    pid     integer     NOT NULL,
+    at      timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+
+def wait_until(
+    predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02, what: str = ""
+) -> T:
+    """Poll ``predicate`` until it returns a truthy value and return that value; fail the
+    test with ``what`` when ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.1f}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def create_ledger(db: Any) -> None:
+    """Create the ledger table in the schema of ``db`` (its search_path). Deliberately no
+    unique key: a duplicate effect must show up as a second row, not a conflict."""
+    db.execute(LEDGER_DDL)
+
+
+def ledger_rows(db: Any, run_id: str | None = None) -> list[tuple[str, str, str, int]]:
+    """``(run_id, node, tag, pid)`` of every ledger row (of one run), in insert order."""
+    if run_id is None:
+        rows = db.execute("SELECT run_id::text, node, tag, pid FROM ledger ORDER BY id")
+    else:
+        rows = db.execute(
+            "SELECT run_id::text, node, tag, pid FROM ledger WHERE run_id = %s ORDER BY id",
+            (run_id,),
+        )
+    return [tuple(r) for r in rows.fetchall()]
+
+
+class WorkerProcess:
+    """A real ``cyclone-flow worker`` process on the test's schema."""
+
+    def __init__(
+        self,
+        database_url: str,
+        schema: str,
+        log_path: Path,
+        *,
+        workers: int = 1,
+        lease_ttl: str = "1s",
+        allow: Sequence[str] = ("cyclone_test_handlers",),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        args = [
+            str(CLI), "worker",
+            "--workers", str(workers),
+            "--lease-ttl", lease_ttl,
+            "--import-path", str(HANDLERS_PATH),
+            "--database-url", database_url,
+            "--schema", schema,
+        ]
+        for module in allow:
+            args += ["--allow-module", module]
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("CYCLONE_")}
+        full_env.update(env or {})
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in wait()
+        self.proc = subprocess.Popen(
+            args, cwd=REPO, env=full_env, stdout=self._log, stderr=subprocess.STDOUT
+        )
+        self.pid = self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the process and reap it."""
+        if self.proc.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+        self.wait()
+
+    def terminate(self, timeout: float = 10.0) -> int:
+        """SIGTERM (graceful shutdown) and reap; SIGKILL if it does not exit in time."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.wait()
+
+    def wait(self) -> int:
+        code = self.proc.wait()
+        if not self._log.closed:
+            self._log.close()
+        return code
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")

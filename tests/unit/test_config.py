@@ -1,0 +1,177 @@
+"""ClientConfig defaults and validation (no database)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from cyclone_flow.config import (
+    ClientConfig,
+    PayloadLimits,
+    RetentionConfig,
+    build_config,
+)
+from cyclone_flow.errors import ConfigError
+
+MIB = 1024 * 1024
+
+
+@pytest.fixture(params=["dataclass", "build_config"])
+def default(request: pytest.FixtureRequest) -> ClientConfig:
+    return ClientConfig() if request.param == "dataclass" else build_config({})
+
+
+def test_default_workers(default: ClientConfig) -> None:
+    assert dict(default.worker_queues) == {"default": 4}
+    assert default.workers == 4
+
+
+def test_default_tx_slots(default: ClientConfig) -> None:
+    assert default.tx_slots == 4
+    assert default.pool_min_size == 10
+
+
+def test_default_lease_and_reclaims(default: ClientConfig) -> None:
+    assert default.lease_ttl == 30.0
+    assert default.max_reclaims == 0
+
+
+def test_default_poll_interval_and_notify(default: ClientConfig) -> None:
+    assert default.poll_interval == (0.1, 1.0)
+    assert default.notify is True
+
+
+def test_default_payload_limits(default: ClientConfig) -> None:
+    limits = default.payload_limits
+    assert (limits.input_bytes, limits.output_bytes, limits.signal_bytes) == (
+        MIB,
+        MIB,
+        256 * 1024,
+    )
+
+
+def test_default_misc(default: ClientConfig) -> None:
+    assert default.schema == "public"
+    assert default.retention is None
+    assert default.check_schema is True
+    assert isinstance(default.logger, logging.Logger)
+    assert default.client_id
+
+
+def test_default_sweep_interval_from_lease() -> None:
+    assert build_config({}).sweep_interval == 10.0
+    assert build_config({"lease_ttl": 3}).sweep_interval == pytest.approx(1.0)
+
+
+def test_workers_sets_default_queue() -> None:
+    cfg = build_config({"workers": 7})
+    assert dict(cfg.worker_queues) == {"default": 7}
+    assert cfg.tx_slots == 7
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"worker_queues": {"a": 2, "b": 3}, "schema": "s"},
+        {"schema": "s", "worker_queues": {"a": 2, "b": 3}},
+        {"lease_ttl": 5, "worker_queues": {"a": 2, "b": 3}, "notify": False},
+    ],
+)
+def test_tx_slots_defaults_to_total_workers_in_any_order(options: dict[str, Any]) -> None:
+    assert build_config(options).tx_slots == 5
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"tx_slots": 2, "workers": 9},
+        {"workers": 9, "tx_slots": 2},
+    ],
+)
+def test_explicit_tx_slots_wins_in_any_order(options: dict[str, Any]) -> None:
+    cfg = build_config(options)
+    assert cfg.tx_slots == 2
+    assert cfg.pool_min_size == 8
+
+
+def test_workers_then_worker_queues_last_wins() -> None:
+    cfg = build_config({"workers": 3, "worker_queues": {"fast": 1, "slow": 2}})
+    assert dict(cfg.worker_queues) == {"fast": 1, "slow": 2}
+    assert cfg.tx_slots == 3
+
+
+def test_worker_queues_then_workers_last_wins() -> None:
+    cfg = build_config({"worker_queues": {"fast": 1, "slow": 2}, "workers": 6})
+    assert dict(cfg.worker_queues) == {"default": 6}
+    assert cfg.tx_slots == 6
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        ({"max_reclaims": -1}, "max_reclaims"),
+        ({"max_reclaims": 1.5}, "max_reclaims"),
+        ({"workers": 0}, "workers"),
+        ({"workers": -3}, "workers"),
+        ({"workers": True}, "workers"),
+        ({"workers": 2.0}, "workers"),
+        ({"worker_queues": {}}, "worker_queues"),
+        ({"worker_queues": {"Bad Queue": 1}}, "invalid queue name"),
+        ({"worker_queues": {"": 1}}, "invalid queue name"),
+        ({"worker_queues": {"-lead": 1}}, "invalid queue name"),
+        ({"worker_queues": {"x" * 64: 1}}, "invalid queue name"),
+        ({"worker_queues": {"ok": 0}}, "worker count"),
+        ({"poll_interval": (2.0, 1.0)}, "above max"),
+        ({"poll_interval": (0.0, 1.0)}, "poll_interval min"),
+        ({"poll_interval": (0.1,)}, "poll_interval"),
+        ({"poll_interval": 1.0}, "poll_interval"),
+        ({"lease_ttl": 0}, "lease_ttl"),
+        ({"lease_ttl": "30s"}, "lease_ttl"),
+        ({"tx_slots": 0}, "tx_slots"),
+        ({"notify": "yes"}, "notify"),
+        ({"notify_coalesce": -1}, "notify_coalesce"),
+        ({"schema": "Bad-Schema"}, "invalid schema name"),
+        ({"schema": "1abc"}, "invalid schema name"),
+        ({"client_id": "  "}, "client_id"),
+        ({"logger": "root"}, "logger"),
+        ({"on_step_event": 3}, "on_step_event"),
+        ({"payload_limits": {"input_bytes": 1}}, "payload_limits"),
+        ({"payload_limits": PayloadLimits(input_bytes=0)}, "payload_limits.input_bytes"),
+        ({"retention": 30}, "retention"),
+        ({"sweep_interval": 0}, "sweep_interval"),
+        ({"lease_tll": 30}, "unknown option 'lease_tll'"),
+        ({"database": "x"}, "unknown option"),
+    ],
+    ids=lambda v: repr(v)[:40] if isinstance(v, dict) else None,
+)
+def test_rejected_values_raise_config_error(options: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_config(options)
+    assert needle in str(info.value)
+    assert info.value.exit_code == 2
+    assert isinstance(info.value, ValueError)
+
+
+def test_first_bad_option_is_named() -> None:
+    with pytest.raises(ConfigError, match="workers"):
+        build_config({"workers": 0, "max_reclaims": -1})
+
+
+def test_valid_edge_values_are_accepted() -> None:
+    cfg = build_config(
+        {
+            "max_reclaims": 0,
+            "poll_interval": [0.5, 0.5],
+            "worker_queues": {"a.b-c_1": 1, "0x": 63},
+            "retention": RetentionConfig(default_age_s=60),
+            "max_signal_wait": -5,
+            "payload_limits": PayloadLimits(1, 2, 3),
+            "logger": None,
+        }
+    )
+    assert cfg.poll_interval == (0.5, 0.5)
+    assert cfg.workers == 64
+    assert cfg.max_signal_wait == 0.0
+    assert cfg.payload_limits == PayloadLimits(1, 2, 3)
