@@ -142,7 +142,7 @@ class Executor:
                 self._fail(step, owner, failure)
                 return
             self._complete(step, owner, tx, output_json)
-        except Exception:
+        except BaseException:
             # Database trouble while committing: the lease lapses and the sweep reclaims.
             self.log.exception("step %s of run %s: could not commit", step.node, step.run_id)
             if tx is not None:
@@ -155,7 +155,7 @@ class Executor:
             raise StepFailure(
                 ErrorKind.HANDLER_ERROR, _describe(exc), permanent=True, tb=_tb(exc)
             ) from exc
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit & co. from a handler fail its attempt
             raise StepFailure(
                 ErrorKind.HANDLER_ERROR, _describe(exc), permanent=False, tb=_tb(exc)
             ) from exc

@@ -93,13 +93,16 @@ class Worker:
             while sum(self._busy.values()) and time.monotonic() < deadline:
                 self._idle.wait(min(0.05, max(0.0, deadline - time.monotonic())))
             leases = [(sid, gen) for sid, (gen, _) in self._leases.items()]
-            for _, cancel in self._leases.values():
-                cancel.set()
+            cancels = [cancel for _, cancel in self._leases.values()]
+        # Release first, then tell the handlers: a handler that stops when told can then
+        # no longer complete under the lease it was told to give up.
         if leases:
             try:
                 self.publish(self.store.release_leases(self.config.client_id, leases))
             except Exception:
                 self.log.exception("could not release %d leases at shutdown", len(leases))
+        for cancel in cancels:
+            cancel.set()
         for _ in range(self.config.workers):
             self._tasks.put(None)
         for thread in self._threads:
@@ -168,6 +171,8 @@ class Worker:
             cancel = lease[1] if lease else threading.Event()
             try:
                 self.executor.execute(step, cancel)
+            except BaseException:  # never lose a worker thread
+                self.log.exception("worker thread: step %s failed unexpectedly", step.id)
             finally:
                 with self._idle:
                     self._leases.pop(step.id, None)

@@ -327,3 +327,33 @@ def test_embedded_default_under_cyclone_home(tmp_path: Path) -> None:
     no_traceback(runs)
     assert runs.returncode == 0, runs.stderr
     assert [r["flow_name"] for r in _json(runs.stdout)] == ["hello"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["migrate"], ["submit", str(HELLO)], ["status", str(uuid.UUID(int=1))], ["runs"]],
+    ids=lambda a: a[0],
+)
+def test_invalid_schema_name_exits_2(database_url: str, args: list[str]) -> None:
+    proc = run_cli(*args, "--database-url", database_url, "--schema", "Bad-Name")
+    no_traceback(proc)
+    assert proc.returncode == 2, proc.stderr
+    assert "invalid schema name 'Bad-Name'" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["submit", str(HELLO), "--input-file", "/nonexistent/input.json"], "--input-file"),
+        (["submit", str(HELLO), "--input", "{}", "--input-file", "/x.json"], "not both"),
+        (["worker", "--allow-module", "x", "--lease-ttl", "0s"], "--lease-ttl"),
+        (["worker", "--allow-module", "x", "--lease-ttl", "soon"], "--lease-ttl"),
+        (["runs", "--state", "sleeping"], "--state"),
+    ],
+    ids=["input-file", "input-both", "ttl-zero", "ttl-garbage", "runs-state"],
+)
+def test_usage_mistakes_exit_2(cli: Runner, args: list[str], needle: str) -> None:
+    proc = cli(*args)
+    no_traceback(proc)
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr

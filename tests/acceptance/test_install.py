@@ -67,8 +67,11 @@ def test_installed_wheel_lints_migrates_and_runs(
         [
             installed / "bin" / "python",
             "-c",
-            "import cyclone_flow, cyclone_flow.resources as r; "
-            "print(cyclone_flow.__file__); print(r.migrations_dir()); print(r.schemas_dir())",
+            "import cyclone_flow, cyclone_flow.resources as r\n"
+            "print(cyclone_flow.__file__)\n"
+            "for d in (r.migrations_dir(), r.schemas_dir()):\n"
+            "    for f in d.iterdir():\n"
+            "        if f.name.endswith(('.sql', '.json')): print(f)\n",
         ],
         cwd=empty,
     )
@@ -77,6 +80,8 @@ def test_installed_wheel_lints_migrates_and_runs(
     for line in where.stdout.splitlines():
         assert line.startswith(site), f"not from the installed wheel: {line}"
     assert str(REPO) not in where.stdout
+    shipped = {Path(line).name for line in where.stdout.splitlines()}
+    assert {"flow.schema.json", "0001_initial.sql"} <= shipped, where.stdout
 
     lint = _run([cli, "lint", FLOWS], cwd=empty)
     no_traceback(lint)

@@ -55,7 +55,12 @@ def test_two_clients_race_for_one_step_exactly_one_wins(make_client, db) -> None
         barrier = threading.Barrier(2)
         results: dict[str, list[Any]] = {}
 
-        def race(client: Any, owner: str, barrier: threading.Barrier = barrier) -> None:
+        def race(
+            client: Any,
+            owner: str,
+            barrier: threading.Barrier = barrier,
+            results: dict[str, list[Any]] = results,
+        ) -> None:
             barrier.wait(timeout=5)
             results[owner] = client.store.claim(owner, 30.0, ["default"], 1)
 

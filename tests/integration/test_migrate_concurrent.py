@@ -98,6 +98,37 @@ def test_five_concurrent_migrate_processes(database_url: str, fresh_schema: str)
         assert schema_version(conn, fresh_schema) == latest_version()
 
 
+def test_concurrent_migrate_of_distinct_schemas(database_url: str) -> None:
+    names = [f"m_{uuid.uuid4().hex[:12]}" for _ in range(PROCESSES)]
+    start = time.time() + 3.0
+    try:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", LAUNCHER, repr(start), "migrate",
+                 "--database-url", database_url, "--schema", name],
+                env=_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for name in names
+        ]
+        for proc in procs:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+            assert out.startswith("applied migrations"), out
+        expected = [(m.version, m.name) for m in migrations()]
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            for name in names:
+                assert _versions(conn, name) == expected
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            for name in names:
+                conn.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name))
+                )
+
+
 def test_migrate_twice_is_a_noop(database_url: str, fresh_schema: str) -> None:
     with psycopg.connect(database_url) as conn:
         assert migrate(conn, fresh_schema) == [m.version for m in migrations()]

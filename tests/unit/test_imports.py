@@ -93,7 +93,7 @@ def test_allowed_module_is_imported_and_cached(fresh_module: tuple[str, Path]) -
 )
 def test_bad_call_strings(call: str) -> None:
     resolver = HandlerResolver(AllowList(allow_all=True))
-    with pytest.raises(HandlerImportError, match="package.module:function"):
+    with pytest.raises(HandlerImportError, match=r"package\.module:function"):
         resolver.resolve(call)
 
 
@@ -108,7 +108,7 @@ def test_missing_attribute(fresh_module: tuple[str, Path]) -> None:
     resolver = HandlerResolver(AllowList(prefixes=[name]))
     with pytest.raises(HandlerImportError, match="has no attribute 'nope'"):
         resolver.resolve(f"{name}:nope")
-    with pytest.raises(HandlerImportError, match="has no attribute 'Box.missing'"):
+    with pytest.raises(HandlerImportError, match=r"has no attribute 'Box\.missing'"):
         resolver.resolve(f"{name}:Box.missing")
 
 

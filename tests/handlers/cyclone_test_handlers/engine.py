@@ -147,3 +147,12 @@ def count_exec(ctx: Any, input: Any) -> Any:
         _executions[(ctx.run_id, ctx.node)] += 1
     write_ledger(ctx, input["schema"], "join")
     return {"node": ctx.node}
+
+
+def exit_once(ctx: Any, input: Any) -> Any:
+    """The first call of ``key`` raises ``SystemExit`` (as a library calling
+    ``sys.exit()`` would); later calls return."""
+    n = _next_call(input["key"])
+    if n == 1:
+        raise SystemExit(3)
+    return {"call": n}

@@ -1,0 +1,127 @@
+"""Leases, heartbeats, timeouts and graceful shutdown (Engine Design: Leases and
+Heartbeats)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+import psycopg
+from cyclone_test_handlers import engine
+from cyclone_test_handlers.harness import create_ledger, ledger_rows, wait_until
+
+from cyclone_flow.spec import load_flow_text
+
+
+def _flow(call: str, extra: str = "") -> Any:
+    return load_flow_text(
+        f"""
+name: leases
+nodes:
+  s:
+    call: cyclone_test_handlers.engine:{call}
+{extra}"""
+    )
+
+
+def _step(db: psycopg.Connection[Any], run_id: str, node: str = "s") -> dict[str, Any]:
+    cur = db.cursor(row_factory=psycopg.rows.dict_row)
+    row = cur.execute(
+        "SELECT *, now() AS db_now FROM cyclone_steps WHERE run_id = %s AND node = %s",
+        (run_id, node),
+    ).fetchone()
+    assert row is not None
+    return row
+
+
+def test_heartbeat_keeps_long_handler_lease_beyond_ttl(make_client, db) -> None:
+    ttl = 1.0
+    client = make_client(workers=1, lease_ttl=ttl)
+    other = make_client(workers=1, lease_ttl=ttl)  # a second live client sweeping too
+    client.start()
+    run_id = client.submit(_flow("sleepy"), {"seconds": 3 * ttl})
+    other.start()
+
+    def past_ttl() -> dict[str, Any] | None:
+        row = _step(db, run_id)
+        if row["started_at"] is None:
+            return None
+        if row["state"] != "running":
+            return row  # finished (or lost) before the check: the assertions below fail
+        elapsed = (row["db_now"] - row["started_at"]).total_seconds()
+        return row if elapsed > 1.5 * ttl else None
+
+    row = wait_until(past_ttl, timeout=10, what="the handler to outlive its TTL")
+    assert row["state"] == "running"
+    assert row["lease_expiry"] > row["db_now"], "the heartbeat did not renew the lease"
+    assert row["heartbeat_at"] > row["started_at"]
+    assert client.worker.sweep_once()["rescued"] == 0
+    assert other.worker.sweep_once()["rescued"] == 0
+
+    status = client.wait(run_id, timeout=10)
+    assert status.state == "completed"
+    assert status.output == {"s": {"cancelled": False}}
+    row = _step(db, run_id)
+    assert (row["reclaims"], row["lease_generation"], row["attempt"]) == (0, 1, 1)
+
+
+def test_timeout_fails_step_with_fresh_lease_and_cancels_handler(
+    make_client, db, schema
+) -> None:
+    create_ledger(db)
+    key = uuid.uuid4().hex
+    client = make_client(workers=1, lease_ttl=3.0, sweep_interval=60.0)
+    client.start()
+    run_id = client.submit(
+        _flow("until_cancelled", "    timeout: 1s\n"), {"schema": schema, "key": key}
+    )
+    assert engine.event(key, "entered").wait(10)
+
+    def timed_out() -> dict[str, Any] | None:
+        row = _step(db, run_id)
+        return row if row["started_at"] + row["timeout"] <= row["db_now"] else None
+
+    row = wait_until(timed_out, timeout=10, what="started_at + timeout to pass")
+    assert row["state"] == "running"
+    assert row["lease_expiry"] > row["db_now"], "the lease should still be fresh"
+    assert client.worker.sweep_once() == {"timed_out": 1, "reclaim_limit": 0, "rescued": 0}
+
+    row = _step(db, run_id)
+    assert (row["state"], row["error_kind"], row["reclaims"]) == ("discarded", "timeout", 0)
+    status = client.get_run(run_id)
+    assert (status.state, status.error_kind) == ("failed", "step_discarded")
+    wait_until(lambda: engine.observed(key), timeout=5, what="the handler to see the cancel")
+    assert engine.observed(key) == [{"call": 1, "cancelled": True}]
+    wait_until(lambda: client.worker.in_flight() == 0, what="the handler to finish")
+    assert _step(db, run_id)["state"] == "discarded"  # the late completion was ignored
+    assert ledger_rows(db, run_id) == []
+
+
+def test_graceful_shutdown_releases_lease_for_immediate_claim(make_client, db, schema) -> None:
+    create_ledger(db)
+    key = uuid.uuid4().hex
+    ttl = 30.0  # another client could otherwise take the step only after this TTL
+    first = make_client(workers=1, lease_ttl=ttl, client_id="first")
+    first.start()
+    run_id = first.submit(_flow("gate"), {"schema": schema, "key": key})
+    assert engine.event(key, "entered").wait(10)
+    first.shutdown(timeout=0.1)  # the handler is still blocked in the gate
+
+    row = _step(db, run_id)
+    assert (row["state"], row["lease_owner"], row["lease_expiry"]) == ("available", None, None)
+    assert (row["reclaims"], row["attempt"]) == (0, 1)
+
+    second = make_client(workers=1, lease_ttl=ttl, client_id="second")
+    second.start()
+    status = second.wait(run_id, timeout=5)
+    assert status.state == "completed", second.list_steps(run_id)
+
+    engine.event(key, "release").set()
+    wait_until(lambda: first.worker.in_flight() == 0, what="the first handler to return")
+    assert ledger_rows(db, run_id) == [(run_id, "s", "call2", os.getpid())]
+    row = _step(db, run_id)
+    assert (row["state"], row["lease_owner"], row["output"]) == (
+        "completed", "second", {"call": 2},
+    )
+    assert (row["lease_generation"], row["reclaims"], row["attempt"]) == (2, 0, 1)
