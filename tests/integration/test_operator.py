@@ -6,8 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from cyclone_flow_test_support import wait_until
 from cyclone_test_handlers import operator
+from cyclone_test_handlers.harness import wait_until
 
 from cyclone_flow import Client, RunStateError
 from cyclone_flow.spec import load_flow_text
