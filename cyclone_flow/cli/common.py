@@ -16,8 +16,9 @@ from typing import Any, TypeVar
 import click
 import psycopg
 
-from cyclone_flow.errors import CycloneError, FlowError
+from cyclone_flow.errors import ConfigError, CycloneError, FlowError
 from cyclone_flow.spec.model import JSON
+from cyclone_flow.store.migrate import validate_schema_name
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,6 +31,7 @@ def database_options(func: F) -> F:
         envvar="CYCLONE_SCHEMA",
         default="public",
         show_default=True,
+        callback=_check_schema,
         help="Postgres schema holding the cyclone tables.",
     )(func)
     func = click.option(
@@ -40,6 +42,13 @@ def database_options(func: F) -> F:
         "under ./.cyclone (env CYCLONE_HOME).",
     )(func)
     return func
+
+
+def _check_schema(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    try:
+        return validate_schema_name(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def resolve_database(url: str | None) -> str:

@@ -62,7 +62,7 @@ def migrate_cmd(database_url: str | None, schema: str) -> None:
 
 
 @click.command("submit")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path(dir_okay=False, exists=True))
 @click.option("--input", "input_json", help="Run input as JSON.")
 @click.option(
     "--input-file",
@@ -186,7 +186,7 @@ def _progress_printer(enabled: bool) -> Any:
 
 
 @click.command("run")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path(dir_okay=False, exists=True))
 @click.option("--input", "input_json", help="Run input as JSON.")
 @click.option(
     "--input-file",
