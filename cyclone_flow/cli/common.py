@@ -51,6 +51,17 @@ def _check_schema(_ctx: click.Context, _param: click.Parameter, value: str) -> s
         raise click.BadParameter(str(exc)) from None
 
 
+def input_options(func: F) -> F:
+    """Add ``--input JSON`` and ``--input-file PATH`` (read with :func:`read_input`)."""
+    func = click.option(
+        "--input-file",
+        type=click.Path(dir_okay=False),
+        help="Read the run input from a JSON file.",
+    )(func)
+    func = click.option("--input", "input_json", help="Run input as JSON.")(func)
+    return func
+
+
 def resolve_database(url: str | None) -> str:
     """The URL to use; says on stderr which database it is."""
     if url:

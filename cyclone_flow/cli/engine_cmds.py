@@ -19,6 +19,7 @@ from cyclone_flow.cli.common import (
     database_options,
     echo_json,
     handle_errors,
+    input_options,
     read_input,
     resolve_database,
     setup_logging,
@@ -63,12 +64,7 @@ def migrate_cmd(database_url: str | None, schema: str) -> None:
 
 @click.command("submit")
 @click.argument("file", type=click.Path(dir_okay=False, exists=True))
-@click.option("--input", "input_json", help="Run input as JSON.")
-@click.option(
-    "--input-file",
-    type=click.Path(dir_okay=False),
-    help="Read the run input from a JSON file.",
-)
+@input_options
 @click.option("--json", "as_json", is_flag=True, help='Print {"run_id": ...}.')
 @database_options
 @handle_errors
@@ -187,12 +183,7 @@ def _progress_printer(enabled: bool) -> Any:
 
 @click.command("run")
 @click.argument("file", type=click.Path(dir_okay=False, exists=True))
-@click.option("--input", "input_json", help="Run input as JSON.")
-@click.option(
-    "--input-file",
-    type=click.Path(dir_okay=False),
-    help="Read the run input from a JSON file.",
-)
+@input_options
 @click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--import-path", multiple=True, type=click.Path(file_okay=False),
               help="Folder to put on sys.path (repeatable); the current folder always is.")

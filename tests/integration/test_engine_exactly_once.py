@@ -8,9 +8,14 @@ import os
 import uuid
 from typing import Any
 
-import psycopg
 from cyclone_test_handlers import engine
-from cyclone_test_handlers.harness import WorkerProcess, create_ledger, ledger_rows, wait_until
+from cyclone_test_handlers.harness import (
+    WorkerProcess,
+    create_ledger,
+    ledger_rows,
+    step_row,
+    wait_until,
+)
 
 from cyclone_flow.spec import load_flow_text
 
@@ -26,14 +31,6 @@ nodes:
     )
 
 
-def _step(db: psycopg.Connection[Any], run_id: str, node: str = "s") -> dict[str, Any]:
-    cur = db.cursor(row_factory=psycopg.rows.dict_row)
-    row = cur.execute(
-        "SELECT * FROM cyclone_steps WHERE run_id = %s AND node = %s", (run_id, node)
-    ).fetchone()
-    assert row is not None
-    return row
-
 
 def test_sigkill_before_commit_rerun_writes_exactly_once(
     make_client, db, schema, database_url, tmp_path
@@ -47,7 +44,7 @@ def test_sigkill_before_commit_rerun_writes_exactly_once(
     victim = WorkerProcess(database_url, schema, tmp_path / "victim.log", lease_ttl="1s")
     try:
         wait_until(marker.exists, timeout=20, what="the handler to write its business row")
-        row = _step(db, run_id)
+        row = step_row(db, run_id)
         assert row["state"] == "running"
         assert row["lease_owner"].split("/")[1] == str(victim.pid)
         assert ledger_rows(db, run_id) == []  # written, not committed
@@ -59,7 +56,7 @@ def test_sigkill_before_commit_rerun_writes_exactly_once(
     status = rescuer.wait(run_id, timeout=15)
     assert status.state == "completed", (status, rescuer.list_steps(run_id), victim.log())
     assert ledger_rows(db, run_id) == [(run_id, "s", f"pid{os.getpid()}", os.getpid())]
-    row = _step(db, run_id)
+    row = step_row(db, run_id)
     assert (row["state"], row["attempt"], row["reclaims"], row["lease_generation"]) == (
         "completed", 1, 1, 2,
     )
@@ -75,7 +72,7 @@ def test_stale_completion_rolls_back_business_write(make_client, db, schema) -> 
     first.start()
     run_id = first.submit(_flow("gate"), {"schema": schema, "key": key})
     assert engine.event(key, "entered").wait(10), "the first handler never started"
-    assert _step(db, run_id)["lease_owner"] == "first"
+    assert step_row(db, run_id)["lease_owner"] == "first"
 
     db.execute(
         "UPDATE cyclone_steps SET lease_expiry = now() - interval '1 second' WHERE run_id = %s",
@@ -91,7 +88,7 @@ def test_stale_completion_rolls_back_business_write(make_client, db, schema) -> 
     wait_until(lambda: first.worker.in_flight() == 0, what="the first handler to return")
     assert [o["call"] for o in engine.observed(key)] == [2, 1]
     assert ledger_rows(db, run_id) == [(run_id, "s", "call2", os.getpid())]
-    row = _step(db, run_id)
+    row = step_row(db, run_id)
     assert (row["state"], row["lease_owner"], row["lease_generation"]) == (
         "completed", "second", 2,
     )
@@ -109,7 +106,7 @@ def test_handler_raising_after_business_write_leaves_no_row(make_client, db, sch
     assert status.error_kind == "step_discarded"
     assert "ValueError: after business write" in (status.error or "")
     assert ledger_rows(db, run_id) == []
-    row = _step(db, run_id)
+    row = step_row(db, run_id)
     assert (row["state"], row["error_kind"], row["attempt"]) == ("discarded", "handler_error", 1)
     assert row["error"] == "ValueError: after business write"
     assert len(row["errors"]) == 1

@@ -7,9 +7,8 @@ import os
 import uuid
 from typing import Any
 
-import psycopg
 from cyclone_test_handlers import engine
-from cyclone_test_handlers.harness import create_ledger, ledger_rows, wait_until
+from cyclone_test_handlers.harness import create_ledger, ledger_rows, step_row, wait_until
 
 from cyclone_flow.spec import load_flow_text
 
@@ -25,15 +24,6 @@ nodes:
     )
 
 
-def _step(db: psycopg.Connection[Any], run_id: str, node: str = "s") -> dict[str, Any]:
-    cur = db.cursor(row_factory=psycopg.rows.dict_row)
-    row = cur.execute(
-        "SELECT *, now() AS db_now FROM cyclone_steps WHERE run_id = %s AND node = %s",
-        (run_id, node),
-    ).fetchone()
-    assert row is not None
-    return row
-
 
 def test_heartbeat_keeps_long_handler_lease_beyond_ttl(make_client, db) -> None:
     ttl = 1.0
@@ -44,7 +34,7 @@ def test_heartbeat_keeps_long_handler_lease_beyond_ttl(make_client, db) -> None:
     other.start()
 
     def past_ttl() -> dict[str, Any] | None:
-        row = _step(db, run_id)
+        row = step_row(db, run_id)
         if row["started_at"] is None:
             return None
         if row["state"] != "running":
@@ -62,7 +52,7 @@ def test_heartbeat_keeps_long_handler_lease_beyond_ttl(make_client, db) -> None:
     status = client.wait(run_id, timeout=10)
     assert status.state == "completed"
     assert status.output == {"s": {"cancelled": False}}
-    row = _step(db, run_id)
+    row = step_row(db, run_id)
     assert (row["reclaims"], row["lease_generation"], row["attempt"]) == (0, 1, 1)
 
 
@@ -79,7 +69,7 @@ def test_timeout_fails_step_with_fresh_lease_and_cancels_handler(
     assert engine.event(key, "entered").wait(10)
 
     def timed_out() -> dict[str, Any] | None:
-        row = _step(db, run_id)
+        row = step_row(db, run_id)
         return row if row["started_at"] + row["timeout"] <= row["db_now"] else None
 
     row = wait_until(timed_out, timeout=10, what="started_at + timeout to pass")
@@ -87,14 +77,14 @@ def test_timeout_fails_step_with_fresh_lease_and_cancels_handler(
     assert row["lease_expiry"] > row["db_now"], "the lease should still be fresh"
     assert client.worker.sweep_once() == {"timed_out": 1, "reclaim_limit": 0, "rescued": 0}
 
-    row = _step(db, run_id)
+    row = step_row(db, run_id)
     assert (row["state"], row["error_kind"], row["reclaims"]) == ("discarded", "timeout", 0)
     status = client.get_run(run_id)
     assert (status.state, status.error_kind) == ("failed", "step_discarded")
     wait_until(lambda: engine.observed(key), timeout=5, what="the handler to see the cancel")
     assert engine.observed(key) == [{"call": 1, "cancelled": True}]
     wait_until(lambda: client.worker.in_flight() == 0, what="the handler to finish")
-    assert _step(db, run_id)["state"] == "discarded"  # the late completion was ignored
+    assert step_row(db, run_id)["state"] == "discarded"  # the late completion was ignored
     assert ledger_rows(db, run_id) == []
 
 
@@ -108,7 +98,7 @@ def test_graceful_shutdown_releases_lease_for_immediate_claim(make_client, db, s
     assert engine.event(key, "entered").wait(10)
     first.shutdown(timeout=0.1)  # the handler is still blocked in the gate
 
-    row = _step(db, run_id)
+    row = step_row(db, run_id)
     assert (row["state"], row["lease_owner"], row["lease_expiry"]) == ("available", None, None)
     assert (row["reclaims"], row["attempt"]) == (0, 1)
 
@@ -120,7 +110,7 @@ def test_graceful_shutdown_releases_lease_for_immediate_claim(make_client, db, s
     engine.event(key, "release").set()
     wait_until(lambda: first.worker.in_flight() == 0, what="the first handler to return")
     assert ledger_rows(db, run_id) == [(run_id, "s", "call2", os.getpid())]
-    row = _step(db, run_id)
+    row = step_row(db, run_id)
     assert (row["state"], row["lease_owner"], row["output"]) == (
         "completed", "second", {"call": 2},
     )

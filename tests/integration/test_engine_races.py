@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 from cyclone_test_handlers import engine
-from cyclone_test_handlers.harness import create_ledger, ledger_rows, wait_until
+from cyclone_test_handlers.harness import create_ledger, ledger_rows, step_row, wait_until
 
 from cyclone_flow.spec import load_flow_text
 
@@ -36,14 +36,6 @@ nodes:
     needs: [b, c]
 """
 
-
-def _step(db: psycopg.Connection[Any], run_id: str, node: str) -> dict[str, Any]:
-    cur = db.cursor(row_factory=psycopg.rows.dict_row)
-    row = cur.execute(
-        "SELECT * FROM cyclone_steps WHERE run_id = %s AND node = %s", (run_id, node)
-    ).fetchone()
-    assert row is not None
-    return row
 
 
 def test_two_clients_race_for_one_step_exactly_one_wins(make_client, db) -> None:
@@ -75,7 +67,7 @@ def test_two_clients_race_for_one_step_exactly_one_wins(make_client, db) -> None
         winner = next(owner for owner, steps in results.items() if steps)
         (claimed,) = results[winner]
         assert claimed.run_id == run_id and claimed.lease_generation == 1
-        row = _step(db, run_id, "only")
+        row = step_row(db, run_id, "only")
         assert (row["state"], row["lease_owner"], row["lease_generation"]) == (
             "running",
             winner,
@@ -99,7 +91,7 @@ def test_cas_guard_second_update_changes_zero_rows(make_client, db, database_url
         conn1.commit()
         assert conn2.execute(q["step_claim"], {**params, "owner": "tx-2"}).fetchall() == []
         conn2.rollback()
-    row = _step(db, run_id, "only")
+    row = step_row(db, run_id, "only")
     assert (row["lease_owner"], row["lease_generation"]) == ("tx-1", 1)
 
     # The completion CAS: two transactions complete the same lease; the second blocks on
@@ -130,7 +122,7 @@ def test_cas_guard_second_update_changes_zero_rows(make_client, db, database_url
         conn1.commit()
         t.join(10)
     assert second == {"rows": [], "rowcount": 0}
-    row = _step(db, run_id, "only")
+    row = step_row(db, run_id, "only")
     assert (row["state"], row["output"]) == ("completed", {"who": 1})
 
 
@@ -159,7 +151,7 @@ def test_stale_lease_generation_changes_zero_rows(make_client, db) -> None:
             )
             is None
         )
-    row = _step(db, run_id, "only")
+    row = step_row(db, run_id, "only")
     assert (row["state"], row["lease_owner"], row["reclaims"], row["attempt"]) == (
         "running", "w-new", 1, 1,
     )
@@ -184,7 +176,7 @@ def test_fan_in_join_released_and_run_exactly_once(make_client, db, schema) -> N
         assert engine.executions(run_id, "d") == 1
         rows = ledger_rows(db, run_id)
         assert sorted(r[1] for r in rows) == ["a", "b", "c", "d"], rows
-        d = _step(db, run_id, "d")
+        d = step_row(db, run_id, "d")
         assert (d["lease_generation"], d["attempt"], d["reclaims"]) == (1, 1, 0)
         assert client.get_run(run_id).output == {"d": {"node": "d"}}
 

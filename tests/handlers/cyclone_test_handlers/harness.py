@@ -46,6 +46,20 @@ def wait_until(
         time.sleep(interval)
 
 
+def step_row(db: Any, run_id: str, node: str = "s") -> dict[str, Any]:
+    """The ``cyclone_steps`` row of ``(run_id, node)`` as a dict, plus the database's
+    ``now()`` as ``db_now`` (``db``'s search_path is the test schema)."""
+    import psycopg.rows
+
+    cur = db.cursor(row_factory=psycopg.rows.dict_row)
+    row = cur.execute(
+        "SELECT *, now() AS db_now FROM cyclone_steps WHERE run_id = %s AND node = %s",
+        (run_id, node),
+    ).fetchone()
+    assert row is not None, f"no step {node} in run {run_id}"
+    return dict(row)
+
+
 def create_ledger(db: Any) -> None:
     """Create the ledger table in the schema of ``db`` (its search_path). Deliberately no
     unique key: a duplicate effect must show up as a second row, not a conflict."""
