@@ -134,20 +134,25 @@ class Client:
 
         Raises FlowError (a bad flow file), InputValidationError, PayloadTooLargeError.
         """
-        spec, run_input, input_json = self._prepare(flow, input)
+        spec, input_json = self._prepare(flow, input)
         with self.pool.connection() as conn, conn.transaction():
-            run_id = self.store.insert_run(conn, spec, run_input, input_json)
+            run_id = self.store.insert_run(conn, spec, input_json)
         self._publish(Wakeups(queues={n.queue for n in spec.nodes.values() if not n.needs}))
         return run_id
 
     def submit_tx(self, conn: psycopg.Connection[Any], flow: FlowLike, input: JSON = None) -> str:
-        """Like :meth:`submit`, inside the caller's transaction on ``conn`` (rolled back with
-        it); publishes nothing: workers find the run within one poll interval."""
-        spec, run_input, input_json = self._prepare(flow, input)
-        with conn.transaction():
-            return self.store.insert_run(conn, spec, run_input, input_json)
+        """Like :meth:`submit`, inside the caller's transaction on ``conn``: committed or
+        rolled back with it (an autocommit ``conn`` commits at once). Publishes nothing:
+        workers find the run within one poll interval."""
+        spec, input_json = self._prepare(flow, input)
+        if conn.autocommit:  # no caller transaction to join: be atomic on our own
+            with conn.transaction():
+                return self.store.insert_run(conn, spec, input_json)
+        # Inside (or implicitly opening) the caller's transaction: the caller commits or
+        # rolls back. (conn.transaction() here would commit an idle connection's work.)
+        return self.store.insert_run(conn, spec, input_json)
 
-    def _prepare(self, flow: FlowLike, run_input: JSON) -> tuple[Flow, JSON, str]:
+    def _prepare(self, flow: FlowLike, run_input: JSON) -> tuple[Flow, str]:
         spec = flow if isinstance(flow, Flow) else load_flow(flow)
         if spec.input_schema is not None:
             run_input = _apply_defaults(spec.input_schema, run_input)
@@ -163,7 +168,7 @@ class Client:
         size = len(text.encode("utf-8"))
         if size > self.config.payload_limits.input_bytes:
             raise PayloadTooLargeError("input", size, self.config.payload_limits.input_bytes)
-        return spec, run_input, text
+        return spec, text
 
     # -- workers ---------------------------------------------------------------------------
 

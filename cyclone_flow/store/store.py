@@ -148,9 +148,10 @@ class Store:
 
     # -- submit --------------------------------------------------------------------------
 
-    def insert_run(self, conn: Conn, flow: Flow, run_input: JSON, input_json: str) -> str:
+    def insert_run(self, conn: Conn, flow: Flow, input_json: str) -> str:
         """Write the definition (once per digest), the run, its steps and ``cyclone_deps``
-        inside the caller's transaction; return the run id. Roots start ``available``."""
+        inside the caller's transaction; return the run id. Roots start ``available``.
+        ``input_json`` is the run input, already validated and encoded."""
         row = None
         for _ in range(2):  # a concurrent first insert of the same digest: read it back
             row = conn.execute(
