@@ -5,7 +5,7 @@ and the error tree.
 """
 
 from cyclone_flow.client import Client
-from cyclone_flow.config import ClientConfig, PayloadLimits, RetentionConfig
+from cyclone_flow.config import ClientConfig, PayloadLimits
 from cyclone_flow.errors import (
     ConfigError,
     CycloneError,
@@ -46,7 +46,6 @@ __all__ = [
     "PermanentError",
     "Problem",
     "ReclaimLimitExceeded",
-    "RetentionConfig",
     "RunNotFoundError",
     "RunState",
     "RunStateError",

@@ -34,6 +34,7 @@ from cyclone_flow.store.store import (
     StepStatus,
     Store,
     Wakeups,
+    contains_nul,
     dumps,
     parse_run_id,
 )
@@ -165,6 +166,10 @@ class Client:
             text = dumps(run_input)
         except (TypeError, ValueError) as exc:
             raise InputValidationError(spec.name, f"input is not JSON: {exc}") from None
+        if contains_nul(run_input):
+            raise InputValidationError(
+                spec.name, "input contains a NUL character (U+0000), which Postgres cannot store"
+            )
         size = len(text.encode("utf-8"))
         if size > self.config.payload_limits.input_bytes:
             raise PayloadTooLargeError("input", size, self.config.payload_limits.input_bytes)
@@ -172,8 +177,12 @@ class Client:
 
     # -- workers ---------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Start the worker threads, claim loop, heartbeat, maintenance and listener."""
+    def start(self, *, run_id: str | None = None) -> None:
+        """Start the worker threads, claim loop, heartbeat, maintenance and listener.
+
+        ``run_id``: claim only the steps of that run (``cyclone-flow run`` works on its own
+        run and leaves the others alone); the recovery sweep still serves everyone.
+        """
         if self._worker is not None:
             return
         executor = Executor(
@@ -184,7 +193,14 @@ class Client:
             self._tx_slots,
             self._publish,
         )
-        self._worker = Worker(self.store, self.config, executor, self._publish, self._run_done)
+        self._worker = Worker(
+            self.store,
+            self.config,
+            executor,
+            self._publish,
+            self._run_done,
+            only_run=parse_run_id(run_id) if run_id is not None else None,
+        )
         self._worker.start()
 
     @property
@@ -283,8 +299,10 @@ class Client:
                     return status
                 if deadline is not None and time.monotonic() >= deadline:
                     return status
-                wait_for = interval if deadline is None else min(
-                    interval, max(0.0, deadline - time.monotonic())
+                wait_for = (
+                    interval
+                    if deadline is None
+                    else min(interval, max(0.0, deadline - time.monotonic()))
                 )
                 if event.wait(wait_for):
                     event.clear()

@@ -24,6 +24,8 @@ from cyclone_flow.store.migrate import validate_schema_name
 QUEUE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 DEFAULT_QUEUE = "default"
 POOL_RESERVE = 6  # Engine Design: Pool Budget, MaxConns >= txSlots + 6
+MAX_LEASE_TTL_S = 86_400.0  # a day: the TTL bounds crash detection, not handler length
+MAX_POLL_S = 3_600.0
 
 
 @dataclass(frozen=True)
@@ -33,14 +35,6 @@ class PayloadLimits:
     input_bytes: int = 1024 * 1024
     output_bytes: int = 1024 * 1024
     signal_bytes: int = 256 * 1024
-
-
-@dataclass(frozen=True)
-class RetentionConfig:
-    """Background purge of terminal runs older than ``default_age_s`` seconds; a
-    non-positive age disables it (Client Options: WithRetentionSweep)."""
-
-    default_age_s: float = 0.0
 
 
 class ClientOptions(TypedDict, total=False):
@@ -54,14 +48,11 @@ class ClientOptions(TypedDict, total=False):
     lease_ttl: float
     max_reclaims: int
     poll_interval: tuple[float, float]
-    max_signal_wait: float
     notify: bool
-    notify_coalesce: float
     logger: logging.Logger | None
     on_step_event: Callable[[Any], None] | None
     error_handler: Callable[[Any, BaseException], None] | None
     payload_limits: PayloadLimits
-    retention: RetentionConfig | None
     allow_modules: Any
     sweep_interval: float
     check_schema: bool
@@ -92,14 +83,11 @@ class ClientConfig:
     lease_ttl: float = 30.0
     max_reclaims: int = 0
     poll_interval: tuple[float, float] = (0.1, 1.0)
-    max_signal_wait: float = 0.0
     notify: bool = True
-    notify_coalesce: float = 0.0
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("cyclone_flow"))
     on_step_event: Callable[[Any], None] | None = None
     error_handler: Callable[[Any, BaseException], None] | None = None
     payload_limits: PayloadLimits = field(default_factory=PayloadLimits)
-    retention: RetentionConfig | None = None
     allow_modules: Any = None
     sweep_interval: float = 10.0
     check_schema: bool = True
@@ -115,11 +103,12 @@ class ClientConfig:
         return self.tx_slots + POOL_RESERVE
 
 
-def _number(name: str, value: Any, *, positive: bool = True) -> float:
+def _seconds(name: str, value: Any, max_s: float) -> float:
+    """A positive number of seconds up to ``max_s``; raise :class:`ConfigError`."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigError(f"{name} must be a number of seconds, got {value!r}")
-    if positive and not value > 0:
-        raise ConfigError(f"{name} must be positive, got {value!r}")
+    if not 0 < value <= max_s:
+        raise ConfigError(f"{name} must be above 0 and at most {max_s:g} seconds, got {value!r}")
     return float(value)
 
 
@@ -167,7 +156,7 @@ def build_config(options: Mapping[str, Any]) -> ClientConfig:
                 raise ConfigError(f"client_id must be a non-empty string, got {value!r}")
             values["client_id"] = value
         elif name == "lease_ttl":
-            values["lease_ttl"] = _number("lease_ttl", value)
+            values["lease_ttl"] = _seconds("lease_ttl", value, MAX_LEASE_TTL_S)
         elif name == "max_reclaims":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"max_reclaims must be an integer >= 0, got {value!r}")
@@ -175,22 +164,15 @@ def build_config(options: Mapping[str, Any]) -> ClientConfig:
         elif name == "poll_interval":
             if not isinstance(value, tuple | list) or len(value) != 2:
                 raise ConfigError(f"poll_interval must be (min, max) seconds, got {value!r}")
-            lo = _number("poll_interval min", value[0])
-            hi = _number("poll_interval max", value[1])
+            lo = _seconds("poll_interval min", value[0], MAX_POLL_S)
+            hi = _seconds("poll_interval max", value[1], MAX_POLL_S)
             if lo > hi:
                 raise ConfigError(f"poll_interval min {lo} s is above max {hi} s")
             values["poll_interval"] = (lo, hi)
-        elif name == "max_signal_wait":
-            values["max_signal_wait"] = max(0.0, _number(name, value, positive=False))
         elif name == "notify":
             if not isinstance(value, bool):
                 raise ConfigError(f"notify must be True or False, got {value!r}")
             values["notify"] = value
-        elif name == "notify_coalesce":
-            coalesce = _number(name, value, positive=False)
-            if coalesce < 0:
-                raise ConfigError(f"notify_coalesce must be >= 0 seconds, got {value!r}")
-            values["notify_coalesce"] = coalesce
         elif name == "logger":
             if value is not None and not isinstance(value, logging.Logger):
                 raise ConfigError(f"logger must be a logging.Logger or None, got {value!r}")
@@ -207,14 +189,10 @@ def build_config(options: Mapping[str, Any]) -> ClientConfig:
                 if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
                     raise ConfigError(f"payload_limits.{fname} must be an integer >= 1")
             values["payload_limits"] = value
-        elif name == "retention":
-            if value is not None and not isinstance(value, RetentionConfig):
-                raise ConfigError("retention must be a RetentionConfig or None")
-            values["retention"] = value
         elif name == "allow_modules":
             values["allow_modules"] = value
         elif name == "sweep_interval":
-            sweep_interval = _number(name, value)
+            sweep_interval = _seconds(name, value, MAX_POLL_S)
         elif name == "check_schema":
             values["check_schema"] = bool(value)
         else:

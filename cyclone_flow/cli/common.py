@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import click
 import psycopg
+import psycopg_pool
 
 from cyclone_flow.errors import ConfigError, CycloneError, FlowError
 from cyclone_flow.spec.model import JSON
@@ -103,7 +104,7 @@ def handle_errors(func: F) -> F:
         except CycloneError as exc:
             click.echo(f"error: {exc}", err=True)
             raise SystemExit(exc.exit_code) from None
-        except psycopg.OperationalError as exc:
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             click.echo(f"error: cannot use the database: {first}", err=True)
             raise SystemExit(1) from None

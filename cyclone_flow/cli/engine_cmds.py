@@ -13,6 +13,7 @@ import click
 import psycopg
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from cyclone_flow.cli.common import (
     add_import_paths,
@@ -100,15 +101,38 @@ def _allow_list(allow_module: tuple[str, ...]) -> AllowList:
 @click.command("worker")
 @click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True)
 @click.option("--lease-ttl", default="30s", show_default=True, help="Lease TTL, e.g. 30s.")
-@click.option("--max-reclaims", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Reclaims after which an expired lease discards the step (0: unbounded).")
-@click.option("--allow-module", multiple=True, envvar="CYCLONE_ALLOW_MODULES",
-              help="Module prefix handlers may be imported from (repeatable; env "
-              "CYCLONE_ALLOW_MODULES, comma-separated).")
-@click.option("--import-path", multiple=True, type=click.Path(file_okay=False),
-              help="Folder to put on sys.path (repeatable).")
-@click.option("--exit-when-idle", is_flag=True,
-              help="Exit once no step of the served queues is available or running.")
+@click.option(
+    "--max-reclaims",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Reclaims after which an expired lease discards the step (0: unbounded).",
+)
+@click.option(
+    "--allow-module",
+    multiple=True,
+    envvar="CYCLONE_ALLOW_MODULES",
+    help="Module prefix handlers may be imported from (repeatable; env "
+    "CYCLONE_ALLOW_MODULES, comma-separated).",
+)
+@click.option(
+    "--import-path",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Folder to put on sys.path (repeatable).",
+)
+@click.option(
+    "--shutdown-timeout",
+    default="10s",
+    show_default=True,
+    help="On SIGTERM/SIGINT, how long running handlers may finish before their leases "
+    "are released for other workers.",
+)
+@click.option(
+    "--exit-when-idle",
+    is_flag=True,
+    help="Exit once no step of the served queues is available or running.",
+)
 @database_options
 @handle_errors
 def worker_cmd(
@@ -117,6 +141,7 @@ def worker_cmd(
     max_reclaims: int,
     allow_module: tuple[str, ...],
     import_path: tuple[str, ...],
+    shutdown_timeout: str,
     exit_when_idle: bool,
     database_url: str | None,
     schema: str,
@@ -124,6 +149,7 @@ def worker_cmd(
     """Claim and execute steps until SIGTERM/SIGINT (graceful: exits 0)."""
     setup_logging(logging.INFO)
     ttl = _duration(lease_ttl, "--lease-ttl")
+    grace = _duration(shutdown_timeout, "--shutdown-timeout")
     allow = _allow_list(allow_module)
     if not allow.prefixes:
         raise click.UsageError(
@@ -168,7 +194,7 @@ def worker_cmd(
             ):
                 break
     finally:
-        client.shutdown(timeout=ttl)
+        client.shutdown(timeout=grace)
     sys.exit(0)
 
 
@@ -185,8 +211,12 @@ def _progress_printer(enabled: bool) -> Any:
 @click.argument("file", type=click.Path(dir_okay=False, exists=True))
 @input_options
 @click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option("--import-path", multiple=True, type=click.Path(file_okay=False),
-              help="Folder to put on sys.path (repeatable); the current folder always is.")
+@click.option(
+    "--import-path",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Folder to put on sys.path (repeatable); the current folder always is.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run status as JSON.")
 @database_options
 @handle_errors
@@ -221,8 +251,17 @@ def run_cmd(
         run_id = client.submit(flow, run_input)
         if not as_json:
             click.echo(f"run {run_id} of flow {flow.name} submitted", err=True)
-        client.start()
-        status = client.wait(run_id)
+        client.start(run_id=run_id)
+        try:
+            status = client.wait(run_id)
+        except KeyboardInterrupt:
+            client.shutdown(timeout=0)  # releases the leases of steps still running
+            click.echo(
+                f"\ninterrupted: run {run_id} is still running; a `cyclone-flow worker` can "
+                f"finish it, or `cyclone-flow cancel {run_id}` stops it",
+                err=True,
+            )
+            sys.exit(130)
         steps = client.list_steps(run_id) if as_json else None
     finally:
         client.shutdown()
@@ -274,18 +313,18 @@ def status_cmd(run_id: str, as_json: bool, database_url: str | None, schema: str
         echo_json(_run_dict(run, steps))
         return
     console = Console(highlight=False)
-    console.print(f"run {run.id}  flow {run.flow_name}  [bold]{run.state}[/bold]")
+    console.print(Text.assemble(f"run {run.id}  flow {run.flow_name}  ", (run.state, "bold")))
     if run.error:
-        console.print(f"error: {run.error}", markup=False)
+        console.print(Text(f"error: {run.error}"))
     table = Table("node", "state", "attempt", "reclaims", "queue", "error")
     for s in steps:
-        table.add_row(
-            s.node,
-            str(s.state),
+        table.add_row(  # Text cells: error messages are never read as rich markup
+            Text(s.node),
+            Text(str(s.state)),
             f"{s.attempt}/{s.max_attempts}",
             str(s.reclaims),
-            s.queue,
-            (f"[{s.error_kind}] {s.error}" if s.error else ""),
+            Text(s.queue),
+            Text(f"[{s.error_kind}] {s.error}" if s.error else ""),
         )
     console.print(table)
 
@@ -317,13 +356,12 @@ def runs_cmd(
     for r in runs:
         table.add_row(
             r.id,
-            r.flow_name,
+            Text(r.flow_name),
             str(r.state),
             r.created_at.isoformat(timespec="seconds"),
             r.finished_at.isoformat(timespec="seconds") if r.finished_at else "",
         )
     Console(highlight=False).print(table)
-
 
 
 @click.command("cancel")

@@ -37,6 +37,22 @@ def dumps(value: JSON) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def contains_nul(value: JSON) -> bool:
+    """True when a string (or key) inside ``value`` holds U+0000, which jsonb cannot store."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(contains_nul(k) or contains_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(contains_nul(v) for v in value)
+    return False
+
+
+def printable(text: str | None) -> str | None:
+    """``text`` with NUL characters spelled out (Postgres text cannot hold them)."""
+    return None if text is None else text.replace("\x00", "\\x00")
+
+
 @dataclass
 class Wakeups:
     """Wakeup hints collected by transitions; published only after the commit succeeds
@@ -176,9 +192,7 @@ class Store:
                 "nodes": [n.name for n in nodes],
                 "types": [n.type for n in nodes],
                 "calls": [n.call for n in nodes],
-                "states": [
-                    StepState.PENDING if n.needs else StepState.AVAILABLE for n in nodes
-                ],
+                "states": [StepState.PENDING if n.needs else StepState.AVAILABLE for n in nodes],
                 "queues": [n.queue for n in nodes],
                 "priorities": [n.priority for n in nodes],
                 "max_attempts": [n.retry.max_attempts for n in nodes],
@@ -213,10 +227,16 @@ class Store:
     # -- claim and lease -----------------------------------------------------------------
 
     def claim(
-        self, owner: str, ttl_s: float, queues: Sequence[str], limit: int
+        self,
+        owner: str,
+        ttl_s: float,
+        queues: Sequence[str],
+        limit: int,
+        run_id: str | None = None,
     ) -> list[ClaimedStep]:
-        """Claim up to ``limit`` available steps of ``queues`` (Engine Design: The Claiming
-        Algorithm); ``ttl_s`` is the lease TTL in seconds."""
+        """Claim up to ``limit`` available steps of ``queues`` (of run ``run_id`` only, when
+        given) (Engine Design: The Claiming Algorithm); ``ttl_s`` is the lease TTL in
+        seconds."""
         with self.pool.connection() as conn:
             rows = conn.execute(
                 self.q["step_claim"],
@@ -225,6 +245,7 @@ class Store:
                     "limit": limit,
                     "owner": owner,
                     "ttl_us": int(ttl_s * 1_000_000),
+                    "run_id": run_id,
                 },
             ).fetchall()
         return [
@@ -247,9 +268,9 @@ class Store:
 
     def heartbeat(
         self, owner: str, ttl_s: float, leases: Sequence[tuple[int, int]]
-    ) -> set[int]:
+    ) -> set[tuple[int, int]]:
         """Renew every lease in ``leases`` (``(step_id, lease_generation)`` pairs) in one
-        statement; return the ids renewed. A lease not renewed is lost (cancelled, timed
+        statement; return the pairs renewed. A lease not renewed is lost (cancelled, timed
         out, or reclaimed): its handler should stop (Engine Design: Leases and Heartbeats).
         """
         if not leases:
@@ -264,7 +285,7 @@ class Store:
                     "ttl_us": int(ttl_s * 1_000_000),
                 },
             ).fetchall()
-        return {r[0] for r in rows}
+        return {(r[0], r[1]) for r in rows}
 
     def release_leases(self, owner: str, leases: Sequence[tuple[int, int]]) -> Wakeups:
         """Give back unfinished steps at shutdown so another worker claims them at once."""
@@ -337,6 +358,8 @@ class Store:
         resolve the run (Engine Design: Failure Propagation). ``owner`` None lets the
         recovery sweep fail a step it does not own; the generation still guards it.
         Returns None when stale."""
+        error = printable(error) or ""
+        traceback = printable(traceback)
         self.lock_run(conn, run_id)
         row = conn.execute(
             self.q["step_fail_attempt"],
@@ -443,18 +466,32 @@ class Store:
             reset = conn.execute(
                 self.q["step_reset_for_retry"], {"run_id": run_id, "node": node}
             ).fetchall()
+            # A step left discarded must not sit upstream of a reset one: that step could
+            # never run and the run would never end. Refuse (the transaction rolls back).
+            reset_nodes = {r[0] for r in reset}
+            for (blocker,) in conn.execute(
+                self.q["step_list_discarded"], {"run_id": run_id}
+            ).fetchall():
+                below = conn.execute(
+                    self.q["dep_downstream"], {"run_id": run_id, "node": blocker}
+                ).fetchall()
+                if reset_nodes & {r[0] for r in below}:
+                    raise RunStateError(
+                        run_id,
+                        state,
+                        f"node {node!r} is downstream of the discarded node {blocker!r}: "
+                        f"retry {blocker!r} or the whole run",
+                    )
             ready = conn.execute(self.q["step_make_ready"], {"run_id": run_id}).fetchall()
             wakeups = Wakeups(queues={r[0] for r in ready})
             # nothing to redo (e.g. every step had completed): finish the run again
             self._complete_run_if_done(conn, run_id, wakeups)
         return [r[0] for r in reset], wakeups
 
-    def list_failed_runs(self, flow: str | None = None, limit: int = 1000) -> list[str]:
-        """Ids of failed runs (optionally of one flow), oldest first."""
+    def list_failed_runs(self, flow: str | None = None) -> list[str]:
+        """Ids of every failed run (optionally of one flow), oldest first."""
         with self.pool.connection() as conn:
-            rows = conn.execute(
-                self.q["run_list_failed"], {"flow": flow, "limit": limit}
-            ).fetchall()
+            rows = conn.execute(self.q["run_list_failed"], {"flow": flow}).fetchall()
         return [str(r[0]) for r in rows]
 
     def _complete_run_if_done(self, conn: Conn, run_id: str, wakeups: Wakeups) -> RunState | None:
@@ -500,23 +537,24 @@ class Store:
             row = conn.execute(self.q["step_count_active"], {"queues": list(queues)}).fetchone()
         return int(row[0]) if row else 0
 
-    def get_step_output(self, run_id: str, node: str) -> tuple[bool, JSON]:
-        """``(True, output)`` when the node completed, ``(False, None)`` otherwise."""
+    def get_step_output_text(self, run_id: str, node: str) -> str | None:
+        """The output of ``(run_id, node)`` as JSON text when that node completed, else
+        None (Engine Design: Output Resolution)."""
         with self.pool.connection() as conn:
             row = conn.execute(
                 self.q["step_output_get"], {"run_id": run_id, "node": node}
             ).fetchone()
         if row is None or row[1] != StepState.COMPLETED:
-            return False, None
-        return True, row[0]
+            return None
+        return str(row[0])
 
-    def get_run_input(self, run_id: str) -> JSON:
-        """The input of a run; raises :class:`RunNotFoundError`."""
+    def get_run_input_text(self, run_id: str) -> str:
+        """The input of a run as JSON text; raises :class:`RunNotFoundError`."""
         with self.pool.connection() as conn:
             row = conn.execute(self.q["run_input_get"], {"run_id": run_id}).fetchone()
         if row is None:
             raise RunNotFoundError(run_id)
-        return row[0]
+        return str(row[0])
 
     def get_run(self, run_id: str) -> RunStatus:
         """One run; raises :class:`RunNotFoundError`."""
@@ -584,4 +622,3 @@ def _run_status(row: dict[str, Any]) -> RunStatus:
         finished_at=row["finished_at"],
         digest=row["digest"],
     )
-

@@ -8,6 +8,7 @@ commits, and a lost lease turns every late write into a stale, rolled-back trans
 
 from __future__ import annotations
 
+import json
 import threading
 import traceback
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from cyclone_flow.errors import PermanentError, TemplateError
 from cyclone_flow.spec.model import JSON
 from cyclone_flow.spec.template import references, render
 from cyclone_flow.states import ErrorKind, RunState, StepState
-from cyclone_flow.store.store import ClaimedStep, Outcome, Store, Wakeups, dumps
+from cyclone_flow.store.store import ClaimedStep, Outcome, Store, Wakeups, contains_nul, dumps
 from cyclone_flow.worker.cache import OutputCache
 from cyclone_flow.worker.context import Context
 from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled
@@ -62,25 +63,31 @@ class Executor:
 
     # -- output resolution ---------------------------------------------------------------
 
-    def upstream_output(self, run_id: str, node: str) -> JSON:
-        """Output of ``(run_id, node)`` through the LRU cache; ``KeyError`` if not completed."""
-        hit, value = self.cache.get((run_id, node))
+    def _cached_text(
+        self, key: tuple[str, str | None], fetch: Callable[[], str | None]
+    ) -> str | None:
+        hit, text = self.cache.get(key)
         if hit:
-            return value
-        done, value = self.store.get_step_output(run_id, node)
-        if not done:
+            return str(text)
+        text = fetch()
+        if text is not None:
+            self.cache.put(key, text, len(text.encode("utf-8")))
+        return text
+
+    def upstream_output(self, run_id: str, node: str) -> JSON:
+        """Output of ``(run_id, node)`` through the LRU cache, decoded afresh for each
+        caller (handlers may mutate what they get); ``KeyError`` if not completed."""
+        text = self._cached_text(
+            (run_id, node), lambda: self.store.get_step_output_text(run_id, node)
+        )
+        if text is None:
             raise KeyError(f"node {node!r} of run {run_id} has not completed")
-        self.cache.put((run_id, node), value, len(dumps(value)))
-        return value
+        return json.loads(text)
 
     def run_input(self, run_id: str) -> JSON:
-        """The run's input through the same cache (key ``(run_id, None)``)."""
-        hit, value = self.cache.get((run_id, None))
-        if hit:
-            return value
-        value = self.store.get_run_input(run_id)
-        self.cache.put((run_id, None), value, len(dumps(value)))
-        return value
+        """The run's input through the same cache (key ``(run_id, None)``), decoded afresh."""
+        text = self._cached_text((run_id, None), lambda: self.store.get_run_input_text(run_id))
+        return json.loads(text or "null")
 
     def resolve_input(self, step: ClaimedStep) -> JSON:
         """Render the node's input template; no template means the run input."""
@@ -100,31 +107,17 @@ class Executor:
     # -- one step ------------------------------------------------------------------------
 
     def execute(self, step: ClaimedStep, cancel_event: threading.Event) -> None:
-        """Run ``step`` to a committed completion or failed attempt (or a stale no-op)."""
+        """Run ``step`` to a committed completion or failed attempt (or a stale no-op).
+
+        Database trouble on the connection itself (``OperationalError``) leaves the step
+        to its lease: the recovery sweep reclaims it. Every other error becomes a failed
+        attempt, so a step can never loop on an error that repeats.
+        """
         owner = self.config.client_id
-        tx: _CompletionTx | None = None
+        tx = _CompletionTx(self.store, self.tx_slots)
         try:
             try:
-                if not step.call:
-                    raise StepFailure(
-                        ErrorKind.IMPORT_ERROR,
-                        f"node type {step.type!r} has no handler in this version",
-                        permanent=True,
-                        tb=None,
-                    )
-                try:
-                    handler = self.resolver.resolve(step.call)
-                except HandlerImportError as exc:
-                    raise StepFailure(
-                        ErrorKind.IMPORT_ERROR, str(exc), permanent=True, tb=None
-                    ) from exc
-                try:
-                    handler_input = self.resolve_input(step)
-                except TemplateError as exc:
-                    raise StepFailure(
-                        ErrorKind.INPUT_ERROR, str(exc), permanent=True, tb=None
-                    ) from exc
-                tx = _CompletionTx(self.store, self.tx_slots)
+                handler, handler_input = self._prepare(step)
                 ctx = Context(
                     run_id=step.run_id,
                     node=step.node,
@@ -134,19 +127,41 @@ class Executor:
                     upstream=lambda name: self.upstream_output(step.run_id, name),
                     cancel_event=cancel_event,
                 )
-                output = self._call(handler, ctx, handler_input)
+                try:
+                    output = self._call(handler, ctx, handler_input)
+                finally:
+                    tx.check_not_ended()
                 output_json = self._encode_output(output)
+                self._complete(step, owner, tx, output_json)
             except StepFailure as failure:
-                if tx is not None:
-                    tx.rollback()
-                self._fail(step, owner, failure)
-                return
-            self._complete(step, owner, tx, output_json)
-        except BaseException:
-            # Database trouble while committing: the lease lapses and the sweep reclaims.
-            self.log.exception("step %s of run %s: could not commit", step.node, step.run_id)
-            if tx is not None:
                 tx.rollback()
+                self._fail(step, owner, failure)
+        except BaseException:
+            self.log.exception(
+                "step %s of run %s: could not record the result; the lease will lapse and "
+                "the recovery sweep reclaims it",
+                step.node,
+                step.run_id,
+            )
+            tx.rollback()
+
+    def _prepare(self, step: ClaimedStep) -> tuple[Callable[..., Any], JSON]:
+        if not step.call:
+            raise StepFailure(
+                ErrorKind.IMPORT_ERROR,
+                f"node type {step.type!r} has no handler in this version",
+                permanent=True,
+                tb=None,
+            )
+        try:
+            handler = self.resolver.resolve(step.call)
+        except HandlerImportError as exc:
+            raise StepFailure(ErrorKind.IMPORT_ERROR, str(exc), permanent=True, tb=None) from exc
+        try:
+            handler_input = self.resolve_input(step)
+        except TemplateError as exc:
+            raise StepFailure(ErrorKind.INPUT_ERROR, str(exc), permanent=True, tb=None) from exc
+        return handler, handler_input
 
     def _call(self, handler: Callable[..., Any], ctx: Context, handler_input: JSON) -> JSON:
         try:
@@ -170,6 +185,13 @@ class Executor:
                 permanent=True,
                 tb=None,
             ) from exc
+        if contains_nul(output):
+            raise StepFailure(
+                ErrorKind.HANDLER_ERROR,
+                "handler output contains a NUL character (U+0000), which Postgres cannot store",
+                permanent=True,
+                tb=None,
+            )
         size = len(text.encode("utf-8"))
         limit = self.config.payload_limits.output_bytes
         if size > limit:
@@ -181,12 +203,20 @@ class Executor:
             )
         return text
 
-    def _complete(
-        self, step: ClaimedStep, owner: str, tx: _CompletionTx | None, output_json: str
-    ) -> None:
-        assert tx is not None
+    def _complete(self, step: ClaimedStep, owner: str, tx: _CompletionTx, output_json: str) -> None:
         conn = tx.open()
-        outcome = self.store.complete_step(conn, step, owner, output_json)
+        try:
+            outcome = self.store.complete_step(conn, step, owner, output_json)
+        except psycopg.Error as exc:
+            if _connection_trouble(exc):
+                raise
+            # e.g. the handler left its transaction failed, or a deferred constraint broke
+            raise StepFailure(
+                ErrorKind.HANDLER_ERROR,
+                f"the completion transaction failed: {type(exc).__name__}: {exc}",
+                permanent=isinstance(exc, psycopg.DataError),
+                tb=None,
+            ) from exc
         if outcome is None:
             tx.rollback()
             self.log.info(
@@ -195,7 +225,17 @@ class Executor:
                 step.run_id,
             )
             return
-        tx.commit()
+        try:
+            tx.commit()
+        except psycopg.Error as exc:
+            if _connection_trouble(exc):
+                raise
+            raise StepFailure(
+                ErrorKind.HANDLER_ERROR,
+                f"the completion transaction failed at commit: {type(exc).__name__}: {exc}",
+                permanent=False,
+                tb=None,
+            ) from exc
         self._after_commit(step, outcome)
 
     def _fail(self, step: ClaimedStep, owner: str, failure: StepFailure) -> None:
@@ -274,6 +314,21 @@ class _CompletionTx:
             self._tx.__enter__()
         return self.conn
 
+    def check_not_ended(self) -> None:
+        """Raise a permanent StepFailure when the handler ended the transaction itself
+        (``COMMIT``/``ROLLBACK`` through ``execute``): exactly-once is then lost, and the
+        step must not be retried on top of writes that already committed."""
+        if self.conn is None:
+            return
+        if self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            raise StepFailure(
+                ErrorKind.HANDLER_ERROR,
+                "the handler ended its completion transaction itself (COMMIT or ROLLBACK): "
+                "its writes are no longer tied to the step; never end ctx.completion_tx()",
+                permanent=True,
+                tb=None,
+            )
+
     def commit(self) -> None:
         self._close(None)
 
@@ -295,6 +350,14 @@ class _CompletionTx:
             self.slots.release()
 
 
+def _connection_trouble(exc: psycopg.Error) -> bool:
+    """Errors of the connection or server, not of the step: leave the step to its lease.
+    A deadlock or serialization failure (TransactionRollback) is the step's failed attempt."""
+    return isinstance(exc, psycopg.OperationalError) and not isinstance(
+        exc, psycopg.errors.TransactionRollback
+    )
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -303,4 +366,3 @@ def _describe(exc: BaseException) -> str:
 def _tb(exc: BaseException) -> str:
     text = "".join(traceback.format_exception(exc))
     return text[-_TRACEBACK_LIMIT:]
-

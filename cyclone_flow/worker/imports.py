@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -86,8 +87,25 @@ class HandlerResolver:
                 raise HandlerImportError(
                     f"module {module_name!r} has no attribute {attr!r}"
                 ) from None
+            if isinstance(target, types.ModuleType):
+                # ``pkg.mod:os.system`` would reach a module the worker does not allow
+                raise HandlerImportError(
+                    f"{call!r} goes through the module {target.__name__!r}; name the "
+                    "handler by its own module"
+                )
         if not callable(target):
             raise HandlerImportError(f"{call!r} is not callable")
+        defined_in = getattr(target, "__module__", None)
+        if (
+            isinstance(target, types.FunctionType | types.BuiltinFunctionType)
+            and isinstance(defined_in, str)
+            and not self.allow.allows(defined_in)
+        ):
+            # a function imported into an allowed module from elsewhere (from os import system)
+            raise HandlerImportError(
+                f"{call!r} is defined in module {defined_in!r}, which is not allowed on this "
+                f"worker (allowed: {self.allow.describe()})"
+            )
         resolved: Handler = target
         with self._lock:
             self._cache[call] = resolved

@@ -42,18 +42,24 @@ class Worker:
         executor: Executor,
         publish: Callable[[Wakeups], None],
         on_run_done: Callable[[str], None],
+        only_run: str | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self.executor = executor
         self.publish = publish
         self.on_run_done = on_run_done
+        self.only_run = only_run
         self.log = config.logger
-        self._stop = threading.Event()
+        self._stop = threading.Event()  # stops claiming, the sweep and the listener
+        self._stop_heartbeat = threading.Event()  # later: leases live until released
         self._wake = threading.Event()
         self._lock = threading.Lock()
         self._busy: dict[str, int] = dict.fromkeys(config.worker_queues, 0)
-        self._leases: dict[int, tuple[int, threading.Event]] = {}
+        # (step id, lease_generation) -> cancel event of the handler holding that lease.
+        # Keyed by the generation too: the same step can come back to this client under
+        # a new lease while an older handler of it is still running.
+        self._leases: dict[tuple[int, int], threading.Event] = {}
         self._tasks: queue.Queue[ClaimedStep | None] = queue.Queue()
         self._idle = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
@@ -92,8 +98,8 @@ class Worker:
         with self._idle:
             while sum(self._busy.values()) and time.monotonic() < deadline:
                 self._idle.wait(min(0.05, max(0.0, deadline - time.monotonic())))
-            leases = [(sid, gen) for sid, (gen, _) in self._leases.items()]
-            cancels = [cancel for _, cancel in self._leases.values()]
+            leases = list(self._leases)
+            cancels = list(self._leases.values())
         # Release first, then tell the handlers: a handler that stops when told can then
         # no longer complete under the lease it was told to give up.
         if leases:
@@ -101,6 +107,7 @@ class Worker:
                 self.publish(self.store.release_leases(self.config.client_id, leases))
             except Exception:
                 self.log.exception("could not release %d leases at shutdown", len(leases))
+        self._stop_heartbeat.set()
         for cancel in cancels:
             cancel.set()
         for _ in range(self.config.workers):
@@ -141,12 +148,12 @@ class Worker:
             if free <= 0 or self._stop.is_set():
                 continue
             steps = self.store.claim(
-                self.config.client_id, self.config.lease_ttl, [queue_name], free
+                self.config.client_id, self.config.lease_ttl, [queue_name], free, self.only_run
             )
             with self._lock:
                 self._busy[queue_name] += len(steps)
                 for step in steps:
-                    self._leases[step.id] = (step.lease_generation, threading.Event())
+                    self._leases[(step.id, step.lease_generation)] = threading.Event()
             for step in steps:
                 self._tasks.put(step)
                 call_hook(
@@ -166,16 +173,16 @@ class Worker:
             step = self._tasks.get()
             if step is None:
                 return
+            key = (step.id, step.lease_generation)
             with self._lock:
-                lease = self._leases.get(step.id)
-            cancel = lease[1] if lease else threading.Event()
+                cancel = self._leases.get(key) or threading.Event()
             try:
                 self.executor.execute(step, cancel)
             except BaseException:  # never lose a worker thread
                 self.log.exception("worker thread: step %s failed unexpectedly", step.id)
             finally:
                 with self._idle:
-                    self._leases.pop(step.id, None)
+                    self._leases.pop(key, None)
                     self._busy[step.queue] -= 1
                     self._idle.notify_all()
                 self.last_activity = time.monotonic()
@@ -185,25 +192,23 @@ class Worker:
 
     def _heartbeat_loop(self) -> None:
         period = self.config.lease_ttl / 3
-        while not self._stop.wait(period):
+        while not self._stop_heartbeat.wait(period):
             with self._lock:
-                leases = [(sid, gen) for sid, (gen, _) in self._leases.items()]
+                leases = list(self._leases)
             if not leases:
                 continue
             try:
-                renewed = self.store.heartbeat(
-                    self.config.client_id, self.config.lease_ttl, leases
-                )
+                renewed = self.store.heartbeat(self.config.client_id, self.config.lease_ttl, leases)
             except Exception:
                 self.log.exception("heartbeat failed for %d leases", len(leases))
                 continue
-            lost = [sid for sid, _ in leases if sid not in renewed]
+            lost = [lease for lease in leases if lease not in renewed]
             if lost:
                 with self._lock:
-                    for sid in lost:
-                        entry = self._leases.get(sid)
-                        if entry is not None:
-                            entry[1].set()
+                    for lease in lost:
+                        cancel = self._leases.get(lease)
+                        if cancel is not None:
+                            cancel.set()
                 self.log.info("lost the lease of %d step(s); their handlers are told", len(lost))
 
     # -- maintenance: recovery sweep -------------------------------------------------------

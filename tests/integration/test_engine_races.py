@@ -84,6 +84,7 @@ def test_cas_guard_second_update_changes_zero_rows(make_client, db, database_url
     # claim skips it; after the commit the row is running and no claim can take it again.
     run_id = client.submit(flow, {"v": 1})
     params = {"queues": ["default"], "limit": 1, "owner": "tx-1", "ttl_us": 30_000_000}
+    params["run_id"] = None
     with psycopg.connect(database_url) as conn1, psycopg.connect(database_url) as conn2:
         assert len(conn1.execute(q["step_claim"], params).fetchall()) == 1
         assert conn2.execute(q["step_claim"], {**params, "owner": "tx-2"}).fetchall() == []

@@ -10,7 +10,6 @@ import pytest
 from cyclone_flow.config import (
     ClientConfig,
     PayloadLimits,
-    RetentionConfig,
     build_config,
 )
 from cyclone_flow.errors import ConfigError
@@ -54,7 +53,6 @@ def test_default_payload_limits(default: ClientConfig) -> None:
 
 def test_default_misc(default: ClientConfig) -> None:
     assert default.schema == "public"
-    assert default.retention is None
     assert default.check_schema is True
     assert isinstance(default.logger, logging.Logger)
     assert default.client_id
@@ -131,7 +129,7 @@ def test_worker_queues_then_workers_last_wins() -> None:
         ({"lease_ttl": "30s"}, "lease_ttl"),
         ({"tx_slots": 0}, "tx_slots"),
         ({"notify": "yes"}, "notify"),
-        ({"notify_coalesce": -1}, "notify_coalesce"),
+        ({"notify_coalesce": 0.01}, "unknown option 'notify_coalesce'"),
         ({"schema": "Bad-Schema"}, "invalid schema name"),
         ({"schema": "1abc"}, "invalid schema name"),
         ({"client_id": "  "}, "client_id"),
@@ -139,7 +137,6 @@ def test_worker_queues_then_workers_last_wins() -> None:
         ({"on_step_event": 3}, "on_step_event"),
         ({"payload_limits": {"input_bytes": 1}}, "payload_limits"),
         ({"payload_limits": PayloadLimits(input_bytes=0)}, "payload_limits.input_bytes"),
-        ({"retention": 30}, "retention"),
         ({"sweep_interval": 0}, "sweep_interval"),
         ({"lease_tll": 30}, "unknown option 'lease_tll'"),
         ({"database": "x"}, "unknown option"),
@@ -165,13 +162,10 @@ def test_valid_edge_values_are_accepted() -> None:
             "max_reclaims": 0,
             "poll_interval": [0.5, 0.5],
             "worker_queues": {"a.b-c_1": 1, "0x": 63},
-            "retention": RetentionConfig(default_age_s=60),
-            "max_signal_wait": -5,
             "payload_limits": PayloadLimits(1, 2, 3),
             "logger": None,
         }
     )
     assert cfg.poll_interval == (0.5, 0.5)
     assert cfg.workers == 64
-    assert cfg.max_signal_wait == 0.0
     assert cfg.payload_limits == PayloadLimits(1, 2, 3)

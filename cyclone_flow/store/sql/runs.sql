@@ -14,7 +14,7 @@ SELECT state FROM {schema}.cyclone_runs WHERE id = %(run_id)s FOR NO KEY UPDATE
 -- leaf node to its output.
 UPDATE {schema}.cyclone_runs r
 SET state = 'completed',
-    finished_at = now(),
+    finished_at = statement_timestamp(),
     output = (
         SELECT coalesce(jsonb_object_agg(s.node, s.output ORDER BY s.id), '{{}}'::jsonb)
         FROM {schema}.cyclone_steps s
@@ -31,7 +31,7 @@ RETURNING r.id
 -- name: run_fail_if_running
 -- running -> failed, once: a later discard finds the run terminal and changes nothing.
 UPDATE {schema}.cyclone_runs
-SET state = 'failed', finished_at = now(), error = %(error)s, error_kind = %(error_kind)s
+SET state = 'failed', finished_at = statement_timestamp(), error = %(error)s, error_kind = %(error_kind)s
 WHERE id = %(run_id)s AND state = 'running'
 RETURNING id
 
@@ -44,8 +44,8 @@ JOIN {schema}.cyclone_workflows w ON w.id = r.workflow_id
 WHERE r.id = %(run_id)s
 
 -- name: run_input_get
--- The input of one run (output resolution of run.input references).
-SELECT input FROM {schema}.cyclone_runs WHERE id = %(run_id)s
+-- The input of one run as JSON text (output resolution of run.input references).
+SELECT input::text FROM {schema}.cyclone_runs WHERE id = %(run_id)s
 
 -- name: run_list
 -- The most recent runs, newest first, optionally of one flow and/or one state.
@@ -62,7 +62,7 @@ LIMIT %(limit)s
 -- running -> cancelled (operator cancel); step_cancel_remaining follows in the same
 -- transaction. Exactly one of a cancel and a racing completion wins: both take the run lock.
 UPDATE {schema}.cyclone_runs
-SET state = 'cancelled', finished_at = now(), error = %(error)s, error_kind = 'cancelled'
+SET state = 'cancelled', finished_at = statement_timestamp(), error = %(error)s, error_kind = 'cancelled'
 WHERE id = %(run_id)s AND state = 'running'
 RETURNING id
 
@@ -78,4 +78,3 @@ RETURNING id
 SELECT id FROM {schema}.cyclone_runs
 WHERE state = 'failed' AND (%(flow)s::text IS NULL OR flow_name = %(flow)s)
 ORDER BY created_at, id
-LIMIT %(limit)s

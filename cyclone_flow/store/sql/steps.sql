@@ -13,13 +13,15 @@ FROM unnest(%(nodes)s::text[], %(types)s::text[], %(calls)s::text[], %(states)s:
          timeout_s, input)
 
 -- name: step_claim
--- available -> running for up to %(limit)s steps of the served queues: SKIP LOCKED, then the
--- CAS that takes the lease with the database's now() and a TTL in microseconds
+-- available -> running for up to %(limit)s steps of the served queues (of one run when
+-- %(run_id)s is set: cyclone-flow run): SKIP LOCKED, then the CAS that takes the lease
+-- with the database's now() and a TTL in microseconds
 -- (Engine Design: The Claiming Algorithm, CAS State Transitions).
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps
     WHERE state = 'available' AND queue = ANY(%(queues)s::text[]) AND scheduled_at <= now()
+      AND (%(run_id)s::uuid IS NULL OR run_id = %(run_id)s::uuid)
     ORDER BY priority, scheduled_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -40,7 +42,8 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
 -- name: step_heartbeat_many
 -- Renew the leases this client holds, each guarded by its own lease_generation; a step past
 -- started_at + timeout is not renewed, which makes the timeout durable (Engine Design:
--- Leases and Heartbeats). Returns the ids renewed; a missing id lost its lease.
+-- Leases and Heartbeats). Returns the (id, generation) pairs renewed; a missing one lost
+-- its lease.
 UPDATE {schema}.cyclone_steps s
 SET lease_expiry = now() + (%(ttl_us)s::bigint * interval '1 microsecond'),
     heartbeat_at = now()
@@ -50,13 +53,13 @@ WHERE s.id = h.id
   AND s.lease_owner = %(owner)s
   AND s.lease_generation = h.generation
   AND (s.timeout IS NULL OR s.started_at + s.timeout > now())
-RETURNING s.id
+RETURNING s.id, s.lease_generation
 
 -- name: step_complete_if_leased
 -- running -> completed with the output, guarded by the claim's owner and lease_generation;
 -- zero rows means stale (CAS State Transitions).
 UPDATE {schema}.cyclone_steps
-SET state = 'completed', output = %(output)s, finished_at = now(), lease_expiry = NULL
+SET state = 'completed', output = %(output)s, finished_at = statement_timestamp(), lease_expiry = NULL
 WHERE id = %(id)s AND state = 'running'
   AND lease_owner = %(owner)s AND lease_generation = %(generation)s
 RETURNING run_id
@@ -65,7 +68,7 @@ RETURNING run_id
 -- pending -> available for the dependents of %(node)s whose every dependency completed.
 -- Runs under the run row lock, so two fan-in completions cannot both miss each other.
 UPDATE {schema}.cyclone_steps s
-SET state = 'available', scheduled_at = now()
+SET state = 'available', scheduled_at = statement_timestamp()
 WHERE s.run_id = %(run_id)s
   AND s.state = 'pending'
   AND s.node IN (SELECT d.node FROM {schema}.cyclone_deps d
@@ -85,9 +88,9 @@ RETURNING s.queue
 UPDATE {schema}.cyclone_steps s
 SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
     attempt = CASE WHEN p.retry THEN s.attempt + 1 ELSE s.attempt END,
-    scheduled_at = CASE WHEN p.retry THEN now() + p.delay_s * interval '1 second'
+    scheduled_at = CASE WHEN p.retry THEN statement_timestamp() + p.delay_s * interval '1 second'
                         ELSE s.scheduled_at END,
-    finished_at = CASE WHEN p.retry THEN NULL ELSE now() END,
+    finished_at = CASE WHEN p.retry THEN NULL ELSE statement_timestamp() END,
     lease_owner = CASE WHEN p.retry THEN NULL ELSE s.lease_owner END,
     lease_expiry = NULL,
     heartbeat_at = CASE WHEN p.retry THEN NULL ELSE s.heartbeat_at END,
@@ -95,7 +98,7 @@ SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
     error_kind = %(error_kind)s,
     errors = s.errors || jsonb_build_array(jsonb_build_object(
         'attempt', s.attempt, 'error', %(error)s::text, 'error_kind', %(error_kind)s::text,
-        'traceback', %(traceback)s::text, 'at', now()))
+        'traceback', %(traceback)s::text, 'at', statement_timestamp()))
 FROM (
     SELECT id,
            attempt < max_attempts AND NOT %(permanent)s::boolean AS retry,
@@ -119,7 +122,7 @@ RETURNING s.run_id, s.node, s.state, s.queue, s.attempt
 -- Every non-terminal step of a failed or cancelled run -> cancelled (a second UPDATE in the
 -- discarding transaction; Engine Design: Failure Propagation).
 UPDATE {schema}.cyclone_steps
-SET state = 'cancelled', finished_at = now(), lease_expiry = NULL,
+SET state = 'cancelled', finished_at = statement_timestamp(), lease_expiry = NULL,
     error = %(error)s, error_kind = 'cancelled'
 WHERE run_id = %(run_id)s AND state NOT IN ('completed', 'discarded', 'cancelled')
 RETURNING node
@@ -127,7 +130,7 @@ RETURNING node
 -- name: step_cancel_nodes
 -- The named non-terminal steps of a run -> cancelled (a contained branch: cancel_branch).
 UPDATE {schema}.cyclone_steps
-SET state = 'cancelled', finished_at = now(), lease_expiry = NULL,
+SET state = 'cancelled', finished_at = statement_timestamp(), lease_expiry = NULL,
     error = %(error)s, error_kind = 'cancelled'
 WHERE run_id = %(run_id)s AND node = ANY(%(nodes)s::text[])
   AND state NOT IN ('completed', 'discarded', 'cancelled')
@@ -171,8 +174,8 @@ ORDER BY lease_expiry
 LIMIT %(batch)s
 
 -- name: step_output_get
--- The output of one completed node of a run (output resolution by (run_id, node)).
-SELECT output, state FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND node = %(node)s
+-- The output of one node of a run as JSON text (output resolution by (run_id, node)).
+SELECT output::text, state FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND node = %(node)s
 
 -- name: step_list
 -- Every step of a run in creation order.
@@ -206,7 +209,7 @@ WHERE state IN ('available', 'running') AND queue = ANY(%(queues)s::text[])
 UPDATE {schema}.cyclone_steps
 SET state = 'pending', attempt = 1, reclaims = 0, error = NULL, error_kind = NULL,
     finished_at = NULL, lease_owner = NULL, lease_expiry = NULL, heartbeat_at = NULL,
-    started_at = NULL, output = NULL, scheduled_at = now()
+    started_at = NULL, output = NULL, scheduled_at = statement_timestamp()
 WHERE run_id = %(run_id)s
   AND (state = 'cancelled'
        OR (state = 'discarded' AND (%(node)s::text IS NULL OR node = %(node)s)))
@@ -215,7 +218,7 @@ RETURNING node
 -- name: step_make_ready
 -- pending steps of a run whose every dependency completed -> available.
 UPDATE {schema}.cyclone_steps s
-SET state = 'available', scheduled_at = now()
+SET state = 'available', scheduled_at = statement_timestamp()
 WHERE s.run_id = %(run_id)s
   AND s.state = 'pending'
   AND NOT EXISTS (
@@ -228,3 +231,7 @@ RETURNING s.queue
 -- name: step_get_state
 -- The state of one node of a run.
 SELECT state FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND node = %(node)s
+
+-- name: step_list_discarded
+-- The discarded nodes of a run.
+SELECT node FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND state = 'discarded'
