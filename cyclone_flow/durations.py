@@ -18,35 +18,68 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["DURATION_PATTERN", "format_duration", "parse_duration"]
+__all__ = ["DURATION_PATTERN", "MAX_FLOW_DURATION_S", "format_duration", "parse_duration"]
 
 _UNITS: dict[str, float] = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d))+$"
 """The regular expression a duration string matches (also used in flow.schema.json)."""
 
+MAX_FLOW_DURATION_S = 366 * 86400.0
+"""The longest duration a flow file may give (366 days; also ``maximum`` in the schema).
+
+Longer intervals overflow timestamps in the database (``now() + interval``)."""
+
 _WHOLE = re.compile(DURATION_PATTERN)
 _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
 
 
-def parse_duration(text: str | int | float) -> float:
+def parse_duration(text: str | int | float, max_s: float | None = None) -> float:
     """Return the duration ``text`` in seconds (a float >= 0).
 
     Parameters
     ----------
     text
         A number of seconds, or a string such as ``"500ms"``, ``"30s"``, ``"1h30m"``.
+    max_s
+        When given, the longest duration accepted, in seconds (e.g.
+        :data:`MAX_FLOW_DURATION_S`); a longer one raises ``ValueError``.
 
     Raises
     ------
     ValueError
-        When ``text`` is a bool, a negative or non-finite number, or a string that is not
-        a sequence of ``<number><unit>`` parts; the message quotes the value.
+        When ``text`` is a bool, a negative or non-finite number, a string that is not
+        a sequence of ``<number><unit>`` parts, or longer than ``max_s``; the message
+        quotes the value.
+
+    >>> parse_duration("400d", max_s=MAX_FLOW_DURATION_S)
+    Traceback (most recent call last):
+    ...
+    ValueError: invalid duration '400d': longer than the maximum of 366d
     """
+    seconds = _parse(text)
+    if max_s is not None and seconds > max_s:
+        raise ValueError(
+            f"invalid duration {text!r}: longer than the maximum of {_format_limit(max_s)}"
+        )
+    return seconds
+
+
+def _format_limit(max_s: float) -> str:
+    try:
+        return format_duration(max_s)
+    except ValueError:
+        return repr(max_s)
+
+
+def _parse(text: str | int | float) -> float:
     if isinstance(text, bool):
         raise ValueError(f"invalid duration {text!r}: expected a number of seconds or e.g. '30s'")
     if isinstance(text, int | float):
-        seconds = float(text)
+        try:
+            seconds = float(text)
+        except OverflowError:  # an int too large for a float
+            raise ValueError(f"invalid duration {text!r}: too large") from None
         if not math.isfinite(seconds) or seconds < 0:
             raise ValueError(f"invalid duration {text!r}: must be a finite number >= 0")
         return seconds

@@ -1,6 +1,7 @@
 """``cyclone-flow lint`` and ``cyclone-flow graph``: the flow pipeline from the shell.
 
-Exit codes: 0 clean, 1 problems found, 2 usage error (such as a missing path).
+Exit codes: 0 clean, 1 problems found, 2 usage error (such as a missing path, or a
+folder with no flow file in it).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import click
 
 from cyclone_flow.errors import FlowError, Problem
 from cyclone_flow.spec.graph import to_dot, to_mermaid
-from cyclone_flow.spec.lint import LintPathError, lint_paths
+from cyclone_flow.spec.lint import LintPathError, NoFlowFilesError, lint_paths
 from cyclone_flow.spec.load import load_flow
 
 __all__ = ["format_problems", "graph", "lint"]
@@ -63,12 +64,17 @@ def format_problems(problems: list[Problem], fmt: str) -> str:
 def lint(paths: tuple[str, ...], fmt: str, check_imports: bool) -> None:
     """Check flow files (folders: every *.yaml / *.yml inside) and report every problem.
 
-    Exit status: 0 no problems, 1 problems found, 2 usage error.
+    Exit status: 0 no problems, 1 problems found, 2 usage error (a missing path, a
+    folder without any *.yaml / *.yml file).
     """
     if check_imports and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         problems = lint_paths(list(paths), check_imports=check_imports)
+    except NoFlowFilesError as exc:
+        raise click.BadParameter(
+            f"no flow files (*.yaml, *.yml) found in {exc.path!r}.", param_hint="'PATHS...'"
+        ) from exc
     except LintPathError as exc:
         raise click.BadParameter(
             f"path {exc.path!r} does not exist.", param_hint="'PATHS...'"

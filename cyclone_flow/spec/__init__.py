@@ -5,7 +5,7 @@
 from cyclone_flow.spec import template
 from cyclone_flow.spec.compile import build_flow, document_digest
 from cyclone_flow.spec.graph import to_dot, to_mermaid
-from cyclone_flow.spec.lint import LintPathError, find_flow_files, lint_paths
+from cyclone_flow.spec.lint import LintPathError, NoFlowFilesError, find_flow_files, lint_paths
 from cyclone_flow.spec.load import lint_text, load_flow, load_flow_text
 from cyclone_flow.spec.model import Backoff, Flow, Node, Retry
 from cyclone_flow.spec.template import Ref, references, render
@@ -14,6 +14,7 @@ __all__ = [
     "Backoff",
     "Flow",
     "LintPathError",
+    "NoFlowFilesError",
     "Node",
     "Ref",
     "Retry",

@@ -3,23 +3,32 @@
 The checks tolerate a document that failed the schema: they skip the parts whose shape
 is wrong (the schema reports those), so one run reports as much as possible.
 
-Codes: E007 (duration or backoff out of range), E010 (dependency cycle), E011 (unknown
-``needs``), E012 (a node needs itself), E013 (reference to a node that is not an
-ancestor), E014 (reference to an unknown node), E016 (malformed ``${{`` expression).
+Codes: E007 (duration or backoff out of range: zero, longer than 366 days, backoff
+initial > max), E010 (dependency cycle), E011 (unknown ``needs``), E012 (a node needs
+itself), E013 (reference to a node that is not an ancestor), E014 (reference to an
+unknown node), E016 (malformed ``${{`` expression).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import networkx as nx
 
-from cyclone_flow.durations import format_duration, parse_duration
+from cyclone_flow.durations import (
+    DURATION_PATTERN,
+    MAX_FLOW_DURATION_S,
+    format_duration,
+    parse_duration,
+)
 from cyclone_flow.errors import Problem, TemplateError
 from cyclone_flow.spec.source import Document, JsonPath
 from cyclone_flow.spec.template import find_strings, parse_ref
 
 __all__ = ["check_document", "dependency_graph"]
+
+_DURATION_TEXT = re.compile(DURATION_PATTERN)
 
 
 def _nodes(doc: Document) -> dict[str, dict[str, Any]]:
@@ -109,37 +118,41 @@ def _check_refs(
     doc: Document, nodes: dict[str, dict[str, Any]], graph: nx.DiGraph
 ) -> list[Problem]:
     out: list[Problem] = []
+    # (node, target) -> where the node refers to the target, for the ancestor check
+    wanted: dict[str, dict[str, list[tuple[JsonPath, str]]]] = {}
     for name, node in nodes.items():
-        ancestors = nx.ancestors(graph, name) if name in graph else set()
         for key in ("input", "over"):
             if key not in node:
                 continue
             for path, text in find_strings(node[key], ("nodes", name, key)):
-                pos = doc.value_pos(path)
                 try:
                     ref = parse_ref(text)
                 except TemplateError as exc:
-                    out.append(doc.problem(pos, "E016", str(exc)))
+                    out.append(doc.problem(doc.value_pos(path), "E016", str(exc)))
                     continue
                 if ref is None or ref.node is None:
                     continue
                 if ref.node not in nodes:
                     out.append(
                         doc.problem(
-                            pos,
+                            doc.value_pos(path),
                             "E014",
                             f"{text!r} refers to node {ref.node!r}, which is not a node",
                         )
                     )
-                elif ref.node not in ancestors:
-                    out.append(
-                        doc.problem(
-                            pos,
-                            "E013",
-                            f"{text!r} in node {name!r} refers to node {ref.node!r}, which is "
-                            f"not an ancestor: add it to needs (directly or through another node)",
-                        )
+                else:
+                    wanted.setdefault(name, {}).setdefault(ref.node, []).append((path, text))
+    for name, targets in _non_ancestors(graph, {n: set(t) for n, t in wanted.items()}).items():
+        for target in targets:
+            for path, text in wanted[name][target]:
+                out.append(
+                    doc.problem(
+                        doc.value_pos(path),
+                        "E013",
+                        f"{text!r} in node {name!r} refers to node {target!r}, which is "
+                        f"not an ancestor: add it to needs (directly or through another node)",
                     )
+                )
     data = doc.data if isinstance(doc.data, dict) else {}
     schedules = data.get("schedules")
     if isinstance(schedules, list):
@@ -156,11 +169,65 @@ def _check_refs(
     return out
 
 
+def _non_ancestors(graph: nx.DiGraph, wanted: dict[str, set[str]]) -> dict[str, set[str]]:
+    """For each node ``name`` in ``wanted``: the names in ``wanted[name]`` that are not
+    ancestors of it (not reachable through ``needs``; a node is never its own ancestor).
+
+    Near-linear, unlike one ``nx.ancestors`` per node (quadratic on long chains): the
+    ancestors of each strongly connected component are a bitset (a Python int, one bit
+    per component) built in topological order, each dropped after its last successor.
+    """
+    if not wanted:
+        return {}
+    cond = nx.condensation(graph)
+    component: dict[str, int] = cond.graph["mapping"]
+    members: dict[int, set[str]] = nx.get_node_attributes(cond, "members")
+    remaining = {c: cond.out_degree(c) for c in cond}
+    above: dict[int, int] = {}
+    out: dict[str, set[str]] = {}
+    for c in nx.topological_sort(cond):
+        bits = 0
+        for p in cond.predecessors(c):
+            bits |= above[p] | (1 << p)
+            remaining[p] -= 1
+            if remaining[p] == 0:
+                del above[p]
+        if remaining[c]:
+            above[c] = bits
+        cyclic = len(members[c]) > 1
+        for name in members[c] & wanted.keys():
+            out[name] = {
+                t
+                for t in wanted[name]
+                if t == name or not ((bits >> component[t]) & 1 or (cyclic and component[t] == c))
+            }
+    return out
+
+
 def _duration(value: Any) -> float | None:
     try:
         return parse_duration(value)
     except ValueError:
-        return None  # the schema reports it
+        return None  # the schema reports it (or _too_long does)
+
+
+def _too_long(doc: Document, path: JsonPath, value: Any) -> Problem | None:
+    """E007 when ``value`` is a well-formed duration string longer than 366 days.
+
+    The schema's ``maximum`` bounds numbers; its ``pattern`` cannot bound strings.
+    """
+    if not isinstance(value, str) or not _DURATION_TEXT.match(value):
+        return None
+    try:
+        parse_duration(value, max_s=MAX_FLOW_DURATION_S)
+    except ValueError:
+        limit = format_duration(MAX_FLOW_DURATION_S)
+        return doc.problem(
+            doc.value_pos(path),
+            "E007",
+            f"{'.'.join(map(str, path))}: {value!r} is longer than the maximum of {limit}",
+        )
+    return None
 
 
 def _check_durations(doc: Document, nodes: dict[str, dict[str, Any]]) -> list[Problem]:
@@ -173,6 +240,9 @@ def _check_durations(doc: Document, nodes: dict[str, dict[str, Any]]) -> list[Pr
             continue
         for key in ("timeout", "max_wait"):
             if key in holder and isinstance(holder[key], str):
+                if (too_long := _too_long(doc, (*where, key), holder[key])) is not None:
+                    out.append(too_long)
+                    continue
                 seconds = _duration(holder[key])
                 if seconds == 0:
                     out.append(
@@ -184,7 +254,16 @@ def _check_durations(doc: Document, nodes: dict[str, dict[str, Any]]) -> list[Pr
                     )
         retry = holder.get("retry")
         backoff = retry.get("backoff") if isinstance(retry, dict) else None
-        if isinstance(backoff, dict) and "initial" in backoff and "max" in backoff:
+        if not isinstance(backoff, dict):
+            continue
+        bounded = True
+        for key in ("initial", "max"):
+            if key in backoff:
+                path = (*where, "retry", "backoff", key)
+                if (too_long := _too_long(doc, path, backoff[key])) is not None:
+                    out.append(too_long)
+                    bounded = False
+        if bounded and "initial" in backoff and "max" in backoff:
             initial, most = _duration(backoff["initial"]), _duration(backoff["max"])
             if initial is not None and most is not None and initial > most:
                 label = ".".join(map(str, (*where, "retry", "backoff")))

@@ -1,7 +1,8 @@
 """Lint flow files and folders, optionally importing the callables they name.
 
-A missing path raises :class:`LintPathError` (exit code 2, a usage mistake) before any
-file is linted; every problem in an existing file is returned as a :class:`Problem`.
+A missing path, or a folder with no flow file in it, raises :class:`LintPathError` (exit
+code 2, a usage mistake) before any file is linted; every problem in an existing file is
+returned as a :class:`Problem`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ from cyclone_flow.errors import CycloneError, Problem
 from cyclone_flow.spec.load import analyse_text
 from cyclone_flow.spec.source import Document, read_text
 
-__all__ = ["LintPathError", "check_imports_of", "find_flow_files", "lint_paths"]
+__all__ = [
+    "LintPathError",
+    "NoFlowFilesError",
+    "check_imports_of",
+    "find_flow_files",
+    "lint_paths",
+]
 
 FLOW_SUFFIXES = (".yaml", ".yml")
 
@@ -26,9 +33,17 @@ class LintPathError(CycloneError, FileNotFoundError):
 
     exit_code = 2
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, message: str | None = None) -> None:
         self.path = path
-        super().__init__(f"path does not exist: {path}")
+        super().__init__(message or f"path does not exist: {path}")
+
+
+class NoFlowFilesError(LintPathError):
+    """A folder given to lint holds no ``*.yaml`` / ``*.yml`` file: linting it would check
+    nothing, so it is a usage error (exit 2) rather than a silent pass."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, f"no flow files (*.yaml, *.yml) found in {path}")
 
 
 def find_flow_files(paths: Sequence[str]) -> list[str]:
@@ -38,7 +53,8 @@ def find_flow_files(paths: Sequence[str]) -> list[str]:
     Raises
     ------
     LintPathError
-        For the first path that does not exist.
+        For the first path that does not exist; :class:`NoFlowFilesError` (a subclass)
+        for the first folder without any flow file.
     """
     files: list[str] = []
     for path in paths:
@@ -47,6 +63,8 @@ def find_flow_files(paths: Sequence[str]) -> list[str]:
             for root, dirs, names in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 found += [os.path.join(root, n) for n in names if n.endswith(FLOW_SUFFIXES)]
+            if not found:
+                raise NoFlowFilesError(path)
             files += sorted(found)
         elif os.path.exists(path):
             files.append(path)
@@ -68,7 +86,8 @@ def lint_paths(paths: Sequence[str], check_imports: bool = False) -> list[Proble
     Raises
     ------
     LintPathError
-        When a path does not exist (nothing is linted).
+        When a path does not exist, or (:class:`NoFlowFilesError`) a folder holds no flow
+        file; nothing is linted.
     """
     problems: list[Problem] = []
     for file in find_flow_files(paths):

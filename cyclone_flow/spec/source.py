@@ -9,6 +9,7 @@ binary, NaN and infinities, custom tags, and mapping keys that are not strings.
 from __future__ import annotations
 
 import math
+import os
 import re
 import warnings
 from collections.abc import Iterable
@@ -24,13 +25,25 @@ from ruamel.yaml.reader import ReaderError
 from cyclone_flow.errors import Problem
 from cyclone_flow.spec.model import JSON
 
-__all__ = ["MAX_DEPTH", "MAX_VALUES", "Document", "JsonPath", "parse_yaml", "read_text"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_FILE_BYTES",
+    "MAX_VALUES",
+    "Document",
+    "JsonPath",
+    "parse_yaml",
+    "read_text",
+]
 
 MAX_DEPTH = 100
 """Deepest nesting of mappings and lists accepted (E001 beyond)."""
 
 MAX_VALUES = 200_000
 """Most values accepted after expanding aliases (E001 beyond; stops alias bombs)."""
+
+MAX_FILE_BYTES = 10 * 1024 * 1024
+"""Largest flow file read (E000 beyond): checked before reading, and at most one byte
+more is ever read, so a device or pipe cannot exhaust memory."""
 
 JsonPath = tuple[str | int, ...]
 Position = tuple[int, int]
@@ -76,13 +89,20 @@ def read_text(path: str) -> tuple[str | None, Problem | None]:
     """Read ``path`` as UTF-8 text (a BOM is dropped).
 
     Returns ``(text, None)``, or ``(None, problem)`` with code E000 when the file cannot
-    be read or is not UTF-8 text. Never raises for a bad file.
+    be read, is larger than :data:`MAX_FILE_BYTES`, or is not UTF-8 text. Never raises
+    for a bad file.
     """
+    limit = MAX_FILE_BYTES
     try:
         with open(path, "rb") as fh:
-            raw = fh.read()
+            size = os.fstat(fh.fileno()).st_size
+            if size > limit:
+                return None, _too_big(path, f"{size} bytes", limit)
+            raw = fh.read(limit + 1)
     except OSError as exc:
         return None, Problem(path, 1, 1, "E000", f"cannot read file: {exc.strerror or exc}")
+    if len(raw) > limit:  # grew, or a device/pipe whose size stat does not tell
+        return None, _too_big(path, f"more than {limit} bytes", limit)
     try:
         return raw.decode("utf-8-sig"), None
     except UnicodeDecodeError as exc:
@@ -91,6 +111,12 @@ def read_text(path: str) -> tuple[str | None, Problem | None]:
         return None, Problem(
             path, line, col, "E000", f"not UTF-8 text (invalid byte at offset {exc.start})"
         )
+
+
+def _too_big(path: str, size: str, limit: int) -> Problem:
+    mib = limit / (1024 * 1024)
+    shown = f"{mib:g} MiB" if mib >= 1 else f"{limit} bytes"
+    return Problem(path, 1, 1, "E000", f"file is {size}, over the {shown} limit")
 
 
 def parse_yaml(text: str, path: str = "<string>") -> tuple[Document | None, list[Problem]]:

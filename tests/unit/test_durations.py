@@ -44,3 +44,23 @@ def test_format(seconds: float, text: str) -> None:
 @given(st.integers(min_value=0, max_value=10**10))
 def test_format_round_trips_milliseconds(ms: int) -> None:
     assert round(parse_duration(format_duration(ms / 1000)) * 1000) == ms
+
+
+def test_parse_max_s_bounds_with_a_clear_value_error() -> None:
+    from cyclone_flow.durations import MAX_FLOW_DURATION_S
+
+    assert MAX_FLOW_DURATION_S == 366 * 86400
+    assert parse_duration("366d", max_s=MAX_FLOW_DURATION_S) == MAX_FLOW_DURATION_S
+    assert parse_duration(31622400, max_s=MAX_FLOW_DURATION_S) == MAX_FLOW_DURATION_S
+    for bad in ("366d1ms", "99999999999d", 31622401, 1e300):
+        with pytest.raises(ValueError, match="longer than the maximum of 366d"):
+            parse_duration(bad, max_s=MAX_FLOW_DURATION_S)
+    with pytest.raises(ValueError, match=r"'2m': longer than the maximum of 1m"):
+        parse_duration("2m", max_s=60)
+    assert parse_duration("99999999999d") == 99999999999 * 86400.0  # unbounded by default
+
+
+@pytest.mark.parametrize("huge", [10**400, "9" * 400 + "d"])
+def test_parse_too_large_is_a_value_error(huge: object) -> None:
+    with pytest.raises(ValueError, match="too large"):
+        parse_duration(huge)  # type: ignore[arg-type]

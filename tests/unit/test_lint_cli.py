@@ -97,3 +97,19 @@ def test_graph_bad_file_prints_problems_exit_1() -> None:
     assert out == ""
     assert "error[E010]" in err
     assert run("graph", "missing.yaml")[0] == 2
+
+
+def test_lint_folder_without_flow_files_is_usage_error(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "readme.md").write_text("no flows here")
+    dir_named_yaml = tmp_path / "x.yaml"
+    dir_named_yaml.mkdir()
+    for path in (empty, dir_named_yaml):
+        code, out, err = run("lint", str(path))
+        assert (code, out) == (2, "")
+        assert f"no flow files (*.yaml, *.yml) found in '{path}'" in err
+        assert "no problems found" not in err
+    code, _, err = run("lint", GOOD, str(empty))
+    assert code == 2
+    assert str(empty) in err
