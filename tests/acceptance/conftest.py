@@ -14,12 +14,7 @@ from acceptance_helpers import Runner, run_cli
 def cli(database_url: str, schema: str) -> Runner:
     """``cli(command, *args)``: run a database command against the test's schema."""
 
-    def runner(
-        command: str, *args: str | Path, **kwargs: Any
-    ) -> subprocess.CompletedProcess[str]:
-        return run_cli(
-            command, *args, "--database-url", database_url, "--schema", schema, **kwargs
-        )
+    def runner(command: str, *args: str | Path, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        return run_cli(command, *args, "--database-url", database_url, "--schema", schema, **kwargs)
 
     return runner
-

@@ -70,9 +70,7 @@ def test_run_seattle_weather_prints_summary_and_stores_48_months(
     assert summary["stored_rows"] == 48
     assert summary["first_month"] == "2012-01"
     assert summary["last_month"] == "2015-12"
-    run_id = next(
-        line.split()[1] for line in proc.stderr.splitlines() if line.startswith("run ")
-    )
+    run_id = next(line.split()[1] for line in proc.stderr.splitlines() if line.startswith("run "))
     uuid.UUID(run_id)
 
     # The handler creates an unqualified table on the completion transaction's connection,

@@ -16,8 +16,20 @@ from acceptance_helpers import EXAMPLES, FLOWS, REPO, clean_env, no_traceback
 from psycopg import sql
 
 IGNORE = shutil.ignore_patterns(
-    ".git", ".venv", "venv", "build", "dist", "*.egg-info", "__pycache__", ".cyclone",
-    ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", "tests", "docs",
+    ".git",
+    ".venv",
+    "venv",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".cyclone",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    "tests",
+    "docs",
 )
 
 
@@ -96,8 +108,16 @@ def test_installed_wheel_lints_migrates_and_runs(
 
         run = _run(
             [
-                cli, "run", FLOWS / "hello.yaml", "--import-path", EXAMPLES,
-                "--database-url", database_url, "--schema", schema, "--json",
+                cli,
+                "run",
+                FLOWS / "hello.yaml",
+                "--import-path",
+                EXAMPLES,
+                "--database-url",
+                database_url,
+                "--schema",
+                schema,
+                "--json",
             ],
             cwd=empty,
         )

@@ -69,15 +69,17 @@ def _run_chaos(
             victim.kill()
             kills += 1
             workers.append(spawn())
-        wait_until(lambda: unfinished() == 0, timeout=settle_for, interval=0.1,
-                   what="every run to finish after the chaos stopped")
+        wait_until(
+            lambda: unfinished() == 0,
+            timeout=settle_for,
+            interval=0.1,
+            what="every run to finish after the chaos stopped",
+        )
     finally:
         for worker in workers:
             worker.kill()
 
-    states = db.execute(
-        "SELECT state, count(*) FROM cyclone_runs GROUP BY state"
-    ).fetchall()
+    states = db.execute("SELECT state, count(*) FROM cyclone_runs GROUP BY state").fetchall()
     assert dict(states) == {"completed": runs}
     per_step = db.execute(
         """SELECT s.run_id::text, s.node, count(l.id)
@@ -89,9 +91,12 @@ def _run_chaos(
     duplicates_or_missing = [r for r in per_step if r[2] != 1]
     assert duplicates_or_missing == []
     assert db.execute("SELECT count(*) FROM ledger").fetchone()[0] == runs * len(NODES)
-    assert db.execute(
-        "SELECT count(*) FROM cyclone_steps WHERE state <> 'completed' OR attempt <> 1"
-    ).fetchone()[0] == 0
+    assert (
+        db.execute(
+            "SELECT count(*) FROM cyclone_steps WHERE state <> 'completed' OR attempt <> 1"
+        ).fetchone()[0]
+        == 0
+    )
     reclaims = db.execute("SELECT coalesce(sum(reclaims), 0) FROM cyclone_steps").fetchone()[0]
     print(f"chaos: {kills} kills, {reclaims} reclaims")
     assert kills >= 3, f"only {kills} kills: the chaos never happened"
@@ -101,11 +106,29 @@ def _run_chaos(
 def test_sigkill_random_workers_exactly_one_ledger_row_per_step(
     make_client, db, schema, database_url, tmp_path
 ) -> None:
-    _run_chaos(make_client, db, schema, database_url, tmp_path,
-               runs=20, processes=3, chaos_for=15.0, settle_for=20.0)
+    _run_chaos(
+        make_client,
+        db,
+        schema,
+        database_url,
+        tmp_path,
+        runs=20,
+        processes=3,
+        chaos_for=15.0,
+        settle_for=20.0,
+    )
 
 
 @pytest.mark.slow
 def test_sigkill_random_workers_soak(make_client, db, schema, database_url, tmp_path) -> None:
-    _run_chaos(make_client, db, schema, database_url, tmp_path,
-               runs=150, processes=4, chaos_for=90.0, settle_for=60.0)
+    _run_chaos(
+        make_client,
+        db,
+        schema,
+        database_url,
+        tmp_path,
+        runs=150,
+        processes=4,
+        chaos_for=90.0,
+        settle_for=60.0,
+    )

@@ -31,7 +31,6 @@ nodes:
     )
 
 
-
 def test_sigkill_before_commit_rerun_writes_exactly_once(
     make_client, db, schema, database_url, tmp_path
 ) -> None:
@@ -58,7 +57,10 @@ def test_sigkill_before_commit_rerun_writes_exactly_once(
     assert ledger_rows(db, run_id) == [(run_id, "s", f"pid{os.getpid()}", os.getpid())]
     row = step_row(db, run_id)
     assert (row["state"], row["attempt"], row["reclaims"], row["lease_generation"]) == (
-        "completed", 1, 1, 2,
+        "completed",
+        1,
+        1,
+        2,
     )
     assert row["errors"] == []
     assert row["output"] == {"pid": os.getpid(), "attempt": 1}
@@ -90,7 +92,9 @@ def test_stale_completion_rolls_back_business_write(make_client, db, schema) -> 
     assert ledger_rows(db, run_id) == [(run_id, "s", "call2", os.getpid())]
     row = step_row(db, run_id)
     assert (row["state"], row["lease_owner"], row["lease_generation"]) == (
-        "completed", "second", 2,
+        "completed",
+        "second",
+        2,
     )
     assert (row["attempt"], row["reclaims"], row["output"]) == (1, 1, {"call": 2})
     assert first.get_run(run_id).output == {"s": {"call": 2}}

@@ -159,7 +159,9 @@ def test_handler_raising_system_exit_fails_attempt_and_worker_survives(make_clie
     status = client.wait(run_id, timeout=3)
     steps = _steps(db, run_id)
     assert (status.state, steps["s"]["state"], steps["s"]["error_kind"]) == (
-        "failed", "discarded", "handler_error",
+        "failed",
+        "discarded",
+        "handler_error",
     ), steps["s"]
     assert "SystemExit" in steps["s"]["error"]
     # the single worker thread is still alive and executes the next run

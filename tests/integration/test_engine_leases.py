@@ -24,7 +24,6 @@ nodes:
     )
 
 
-
 def test_heartbeat_keeps_long_handler_lease_beyond_ttl(make_client, db) -> None:
     ttl = 1.0
     client = make_client(workers=1, lease_ttl=ttl)
@@ -56,9 +55,7 @@ def test_heartbeat_keeps_long_handler_lease_beyond_ttl(make_client, db) -> None:
     assert (row["reclaims"], row["lease_generation"], row["attempt"]) == (0, 1, 1)
 
 
-def test_timeout_fails_step_with_fresh_lease_and_cancels_handler(
-    make_client, db, schema
-) -> None:
+def test_timeout_fails_step_with_fresh_lease_and_cancels_handler(make_client, db, schema) -> None:
     create_ledger(db)
     key = uuid.uuid4().hex
     client = make_client(workers=1, lease_ttl=3.0, sweep_interval=60.0)
@@ -112,6 +109,8 @@ def test_graceful_shutdown_releases_lease_for_immediate_claim(make_client, db, s
     assert ledger_rows(db, run_id) == [(run_id, "s", "call2", os.getpid())]
     row = step_row(db, run_id)
     assert (row["state"], row["lease_owner"], row["output"]) == (
-        "completed", "second", {"call": 2},
+        "completed",
+        "second",
+        {"call": 2},
     )
     assert (row["lease_generation"], row["reclaims"], row["attempt"]) == (2, 0, 1)

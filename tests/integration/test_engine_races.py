@@ -37,7 +37,6 @@ nodes:
 """
 
 
-
 def test_two_clients_race_for_one_step_exactly_one_wins(make_client, db) -> None:
     flow = load_flow_text(ONE)
     c1 = make_client(client_id="racer-1")
@@ -56,9 +55,7 @@ def test_two_clients_race_for_one_step_exactly_one_wins(make_client, db) -> None
             barrier.wait(timeout=5)
             results[owner] = client.store.claim(owner, 30.0, ["default"], 1)
 
-        threads = [
-            threading.Thread(target=race, args=(c, c.config.client_id)) for c in (c1, c2)
-        ]
+        threads = [threading.Thread(target=race, args=(c, c.config.client_id)) for c in (c1, c2)]
         for t in threads:
             t.start()
         for t in threads:
@@ -98,7 +95,10 @@ def test_cas_guard_second_update_changes_zero_rows(make_client, db, database_url
     # The completion CAS: two transactions complete the same lease; the second blocks on
     # the row lock, re-checks its guard after the first commits, and changes zero rows.
     done = {
-        "id": row["id"], "owner": "tx-1", "generation": 1, "output": '{"who": 1}',
+        "id": row["id"],
+        "owner": "tx-1",
+        "generation": 1,
+        "output": '{"who": 1}',
     }
     second: dict[str, Any] = {}
     with psycopg.connect(database_url) as conn1, psycopg.connect(database_url) as conn2:
@@ -147,14 +147,22 @@ def test_stale_lease_generation_changes_zero_rows(make_client, db) -> None:
     with client.pool.connection() as conn, conn.transaction():
         assert (
             client.store.fail_step(
-                conn, step_id=old.id, run_id=run_id, generation=1, owner=None,
-                error="late", error_kind="handler_error",
+                conn,
+                step_id=old.id,
+                run_id=run_id,
+                generation=1,
+                owner=None,
+                error="late",
+                error_kind="handler_error",
             )
             is None
         )
     row = step_row(db, run_id, "only")
     assert (row["state"], row["lease_owner"], row["reclaims"], row["attempt"]) == (
-        "running", "w-new", 1, 1,
+        "running",
+        "w-new",
+        1,
+        1,
     )
     with client.pool.connection() as conn, conn.transaction():
         outcome = client.store.complete_step(conn, new, "w-new", '{"fresh": true}')
@@ -180,4 +188,3 @@ def test_fan_in_join_released_and_run_exactly_once(make_client, db, schema) -> N
         d = step_row(db, run_id, "d")
         assert (d["lease_generation"], d["attempt"], d["reclaims"]) == (1, 1, 0)
         assert client.get_run(run_id).output == {"d": {"node": "d"}}
-

@@ -104,8 +104,17 @@ def test_concurrent_migrate_of_distinct_schemas(database_url: str) -> None:
     try:
         procs = [
             subprocess.Popen(
-                [sys.executable, "-c", LAUNCHER, repr(start), "migrate",
-                 "--database-url", database_url, "--schema", name],
+                [
+                    sys.executable,
+                    "-c",
+                    LAUNCHER,
+                    repr(start),
+                    "migrate",
+                    "--database-url",
+                    database_url,
+                    "--schema",
+                    name,
+                ],
                 env=_env(),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,

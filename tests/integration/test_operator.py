@@ -156,8 +156,7 @@ nodes:
         )
     assert outcome is not None and outcome.step_state == "available"
     row = db.execute(
-        "SELECT extract(epoch FROM scheduled_at - now()), attempt FROM cyclone_steps"
-        " WHERE id = %s",
+        "SELECT extract(epoch FROM scheduled_at - now()), attempt FROM cyclone_steps WHERE id = %s",
         (step.id,),
     ).fetchone()
     delay, new_attempt = float(row[0]), row[1]

@@ -93,12 +93,18 @@ class WorkerProcess:
         env: dict[str, str] | None = None,
     ) -> None:
         args = [
-            str(CLI), "worker",
-            "--workers", str(workers),
-            "--lease-ttl", lease_ttl,
-            "--import-path", str(HANDLERS_PATH),
-            "--database-url", database_url,
-            "--schema", schema,
+            str(CLI),
+            "worker",
+            "--workers",
+            str(workers),
+            "--lease-ttl",
+            lease_ttl,
+            "--import-path",
+            str(HANDLERS_PATH),
+            "--database-url",
+            database_url,
+            "--schema",
+            schema,
         ]
         for module in allow:
             args += ["--allow-module", module]

@@ -60,4 +60,3 @@ def twice(ctx: Any, input: Any) -> Any:
     engine.event(key, "entered2").set()
     time.sleep(float(input["second_s"]))
     return {"call": n, "pid": os.getpid()}
-
