@@ -26,6 +26,7 @@ from cyclone_flow.cli.common import (
     setup_logging,
 )
 from cyclone_flow.client import Client
+from cyclone_flow.config import MAX_LEASE_TTL_S
 from cyclone_flow.durations import parse_duration
 from cyclone_flow.spec import load_flow
 from cyclone_flow.store.migrate import migrate as migrate_schema
@@ -36,7 +37,7 @@ from cyclone_flow.worker.imports import AllowList
 
 def _duration(value: str, option: str) -> float:
     try:
-        seconds = parse_duration(value)
+        seconds = parse_duration(value, max_s=MAX_LEASE_TTL_S)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=option) from None
     if seconds <= 0:
