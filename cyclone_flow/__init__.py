@@ -20,6 +20,7 @@ from cyclone_flow.errors import (
     SchemaOutdatedError,
     StepTimeoutError,
     TemplateError,
+    UnsupportedNodeTypeError,
 )
 from cyclone_flow.spec import load_flow
 from cyclone_flow.spec.model import Flow, Node
@@ -56,5 +57,6 @@ __all__ = [
     "StepStatus",
     "StepTimeoutError",
     "TemplateError",
+    "UnsupportedNodeTypeError",
     "load_flow",
 ]

@@ -25,6 +25,7 @@ from cyclone_flow.errors import (
     InputValidationError,
     PayloadTooLargeError,
     RunStateError,
+    UnsupportedNodeTypeError,
 )
 from cyclone_flow.spec import load_flow
 from cyclone_flow.spec.model import JSON, Flow
@@ -155,6 +156,9 @@ class Client:
 
     def _prepare(self, flow: FlowLike, run_input: JSON) -> tuple[Flow, str]:
         spec = flow if isinstance(flow, Flow) else load_flow(flow)
+        for node in spec.nodes.values():
+            if node.type != "action":
+                raise UnsupportedNodeTypeError(spec.name, node.name, node.type)
         if spec.input_schema is not None:
             run_input = _apply_defaults(spec.input_schema, run_input)
             validator = jsonschema.Draft202012Validator(spec.input_schema)

@@ -133,3 +133,17 @@ class StepTimeoutError(CycloneError):
         self.run_id = run_id
         self.node = node
         super().__init__(f"step {node} of run {run_id} timed out")
+
+
+class UnsupportedNodeTypeError(CycloneError):
+    """A node type the schema reserves but this version cannot run yet; nothing was
+    written."""
+
+    def __init__(self, flow: str, node: str, node_type: str) -> None:
+        self.flow = flow
+        self.node = node
+        self.node_type = node_type
+        super().__init__(
+            f"flow {flow!r}: node {node!r} has type {node_type!r}, which this version of "
+            "cyclone-flow reserves but cannot run yet; use type: action"
+        )

@@ -146,10 +146,10 @@ class Executor:
             tx.rollback()
 
     def _prepare(self, step: ClaimedStep) -> tuple[Callable[..., Any], JSON]:
-        if not step.call:
+        if step.type != "action" or not step.call:  # submit refuses these already
             raise StepFailure(
                 ErrorKind.IMPORT_ERROR,
-                f"node type {step.type!r} has no handler in this version",
+                f"node type {step.type!r} cannot run in this version",
                 permanent=True,
                 tb=None,
             )
