@@ -63,7 +63,6 @@ class Worker:
         self._tasks: queue.Queue[ClaimedStep | None] = queue.Queue()
         self._idle = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
-        self.last_activity = time.monotonic()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -117,10 +116,6 @@ class Worker:
 
     # -- claim loop --------------------------------------------------------------------
 
-    def wake(self) -> None:
-        """Make the claim loop poll now."""
-        self._wake.set()
-
     def _claim_loop(self) -> None:
         lo, hi = self.config.poll_interval
         interval = lo
@@ -162,8 +157,6 @@ class Worker:
                     StepEvent("claimed", step.run_id, step.node, step.id, step.attempt),
                 )
             total += len(steps)
-        if total:
-            self.last_activity = time.monotonic()
         return total
 
     # -- worker threads ------------------------------------------------------------------
@@ -185,7 +178,6 @@ class Worker:
                     self._leases.pop(key, None)
                     self._busy[step.queue] -= 1
                     self._idle.notify_all()
-                self.last_activity = time.monotonic()
                 self._wake.set()
 
     # -- heartbeat ----------------------------------------------------------------------
