@@ -4,7 +4,7 @@ Public API: :class:`Client`, :class:`Context` (what a handler receives), the opt
 and the error tree.
 """
 
-from cyclone_flow.client import Client
+from cyclone_flow.client import Client, migrate
 from cyclone_flow.config import ClientConfig, PayloadLimits
 from cyclone_flow.errors import (
     ConfigError,
@@ -59,4 +59,5 @@ __all__ = [
     "TemplateError",
     "UnsupportedNodeTypeError",
     "load_flow",
+    "migrate",
 ]

@@ -29,7 +29,8 @@ from cyclone_flow.errors import (
 )
 from cyclone_flow.spec import load_flow
 from cyclone_flow.spec.model import JSON, Flow
-from cyclone_flow.store.migrate import check_schema_version, migrate
+from cyclone_flow.store.migrate import check_schema_version
+from cyclone_flow.store.migrate import migrate as migrate_schema
 from cyclone_flow.store.store import (
     RunStatus,
     StepStatus,
@@ -125,7 +126,7 @@ class Client:
         """Apply missing migrations to this client's schema; return the versions applied."""
         with self.pool.connection() as conn:
             conn.commit()
-            return migrate(conn, self.config.schema)
+            return migrate_schema(conn, self.config.schema)
 
     # -- submit ----------------------------------------------------------------------------
 
@@ -336,6 +337,15 @@ class Client:
             self.store.publish(wakeups)
         except Exception:
             self.config.logger.exception("could not publish wakeups; polling will find the work")
+
+
+def migrate(database: str, /, *, schema: str = "public") -> list[int]:
+    """Apply the missing migrations of ``schema`` on the database at URL ``database``;
+    return the versions applied now (Engine Design: Schema Isolation and Migrations).
+    Safe from many processes at once. Raises ConfigError for a bad schema name and
+    psycopg.OperationalError when the database cannot be reached."""
+    with psycopg.connect(database, connect_timeout=10) as conn:
+        return migrate_schema(conn, schema)
 
 
 def _apply_defaults(schema: Mapping[str, Any], value: JSON) -> JSON:

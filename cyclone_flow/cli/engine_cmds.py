@@ -10,7 +10,6 @@ from dataclasses import asdict
 from typing import Any
 
 import click
-import psycopg
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -25,11 +24,11 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
-from cyclone_flow.client import Client
-from cyclone_flow.config import MAX_LEASE_TTL_S
+from cyclone_flow.client import Client, migrate
+from cyclone_flow.config import DEFAULT_QUEUE, MAX_LEASE_TTL_S, validate_queue
 from cyclone_flow.durations import parse_duration
+from cyclone_flow.errors import ConfigError
 from cyclone_flow.spec import load_flow
-from cyclone_flow.store.migrate import migrate as migrate_schema
 from cyclone_flow.store.store import RunStatus, StepStatus
 from cyclone_flow.worker.events import StepEvent
 from cyclone_flow.worker.imports import AllowList
@@ -45,11 +44,6 @@ def _duration(value: str, option: str) -> float:
     return seconds
 
 
-def _migrate(url: str, schema: str) -> list[int]:
-    with psycopg.connect(url, connect_timeout=10) as conn:
-        return migrate_schema(conn, schema)
-
-
 @click.command("migrate")
 @database_options
 @handle_errors
@@ -57,7 +51,7 @@ def migrate_cmd(database_url: str | None, schema: str) -> None:
     """Apply the missing schema migrations (safe to run from many processes at once)."""
     setup_logging()
     url = resolve_database(database_url)
-    applied = _migrate(url, schema)
+    applied = migrate(url, schema=schema)
     if applied:
         click.echo(f"applied migrations {', '.join(map(str, applied))} to schema {schema}")
     else:
@@ -94,6 +88,26 @@ def submit_cmd(
         click.echo(run_id)
 
 
+def _parse_queues(specs: tuple[str, ...], workers: int) -> dict[str, int]:
+    """``--queue NAME[=N]`` options as ``worker_queues``; none: ``{"default": workers}``."""
+    if not specs:
+        return {DEFAULT_QUEUE: workers}
+    out: dict[str, int] = {}
+    for spec in specs:
+        name, sep, count = spec.partition("=")
+        try:
+            validate_queue(name)
+            n = int(count) if sep else workers
+        except (ConfigError, ValueError) as exc:
+            raise click.BadParameter(f"{spec!r}: {exc}", param_hint="--queue") from None
+        if n < 1:
+            raise click.BadParameter(
+                f"{spec!r}: the worker count must be >= 1", param_hint="--queue"
+            )
+        out[name] = n
+    return out
+
+
 def _allow_list(allow_module: tuple[str, ...]) -> AllowList:
     prefixes = [p for item in allow_module for p in item.split(",") if p.strip()]
     return AllowList(prefixes=prefixes)
@@ -123,6 +137,14 @@ def _allow_list(allow_module: tuple[str, ...]) -> AllowList:
     help="Folder to put on sys.path (repeatable).",
 )
 @click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    metavar="NAME[=N]",
+    help="Serve queue NAME with N workers (repeatable; N defaults to --workers). Without "
+    "it the worker serves the default queue with --workers workers.",
+)
+@click.option(
     "--shutdown-timeout",
     default="10s",
     show_default=True,
@@ -142,6 +164,7 @@ def worker_cmd(
     max_reclaims: int,
     allow_module: tuple[str, ...],
     import_path: tuple[str, ...],
+    queues: tuple[str, ...],
     shutdown_timeout: str,
     exit_when_idle: bool,
     database_url: str | None,
@@ -157,12 +180,13 @@ def worker_cmd(
             "give at least one --allow-module PREFIX (or CYCLONE_ALLOW_MODULES): a worker "
             "imports handlers only from the modules it is allowed"
         )
+    worker_queues = _parse_queues(queues, workers)
     add_import_paths(import_path)
     url = resolve_database(database_url)
     client = Client(
         url,
         schema=schema,
-        workers=workers,
+        worker_queues=worker_queues,
         lease_ttl=ttl,
         max_reclaims=max_reclaims,
         allow_modules=allow,
@@ -177,13 +201,12 @@ def worker_cmd(
     signal.signal(signal.SIGINT, on_signal)
     client.start()
     logging.getLogger("cyclone_flow").info(
-        "worker %s started: %d workers, queues %s, allowed modules %s",
+        "worker %s started: queues %s, allowed modules %s",
         client.config.client_id,
-        workers,
-        ",".join(client.config.worker_queues),
+        ", ".join(f"{q}={n}" for q, n in client.config.worker_queues.items()),
         allow.describe(),
     )
-    queues = list(client.config.worker_queues)
+    served = list(client.config.worker_queues)
     idle_check = max(client.config.poll_interval[1], 0.2)
     try:
         while not stop.wait(idle_check):
@@ -191,7 +214,7 @@ def worker_cmd(
                 exit_when_idle
                 and client.worker is not None
                 and client.worker.in_flight() == 0
-                and client.store.count_active(queues) == 0
+                and client.store.count_active(served) == 0
             ):
                 break
     finally:
@@ -240,11 +263,13 @@ def run_cmd(
     modules = {n.call.partition(":")[0] for n in flow.nodes.values() if n.call}
     add_import_paths(import_path)
     url = resolve_database(database_url)
-    _migrate(url, schema)
+    migrate(url, schema=schema)
+    # SIGTERM stops `run` like Ctrl-C: leases released, the run left for other workers
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     client = Client(
         url,
         schema=schema,
-        workers=workers,
+        worker_queues=dict.fromkeys(sorted({n.queue for n in flow.nodes.values()}), workers),
         allow_modules=AllowList(exact=modules),
         on_step_event=_progress_printer(not as_json),
     )
@@ -319,13 +344,14 @@ def status_cmd(run_id: str, as_json: bool, database_url: str | None, schema: str
         console.print(Text(f"error: {run.error}"))
     table = Table("node", "state", "attempt", "reclaims", "queue", "error")
     for s in steps:
+        # a completed step may keep the error of an earlier attempt: --json shows them all
         table.add_row(  # Text cells: error messages are never read as rich markup
             Text(s.node),
             Text(str(s.state)),
             f"{s.attempt}/{s.max_attempts}",
             str(s.reclaims),
             Text(s.queue),
-            Text(f"[{s.error_kind}] {s.error}" if s.error else ""),
+            Text(f"[{s.error_kind}] {s.error}" if s.error and s.state != "completed" else ""),
         )
     console.print(table)
 
@@ -353,14 +379,15 @@ def runs_cmd(
     if as_json:
         echo_json([_run_dict(r) for r in runs])
         return
-    table = Table("run", "flow", "state", "created", "finished")
+    table = Table("flow", "state", "created", "finished")
+    table.add_column("run", no_wrap=True, min_width=36)  # never cut: people copy it
     for r in runs:
         table.add_row(
-            r.id,
             Text(r.flow_name),
             str(r.state),
             r.created_at.isoformat(timespec="seconds"),
             r.finished_at.isoformat(timespec="seconds") if r.finished_at else "",
+            r.id,
         )
     Console(highlight=False).print(table)
 

@@ -442,7 +442,8 @@ class Store:
         return True, tuple(r[0] for r in rows)
 
     def retry_run(self, run_id: str, node: str | None = None) -> tuple[list[str], Wakeups]:
-        """Operator retry of a failed or cancelled run: its discarded steps (all, or only
+        """Operator retry of a failed or cancelled run (or a completed one whose
+        cancel_branch policy left a discarded step): its discarded steps (all, or only
         ``node``) and every cancelled step go back to pending/available with attempts and
         reclaims reset, and the run back to running. Returns the reset nodes and the
         wakeups to publish. Raises RunNotFoundError, RunStateError."""
@@ -450,8 +451,16 @@ class Store:
             state = self.lock_run(conn, run_id)
             if state is None:
                 raise RunNotFoundError(run_id)
-            if state not in (RunState.FAILED, RunState.CANCELLED):
-                raise RunStateError(run_id, state, "only failed or cancelled runs can be retried")
+            if state is RunState.RUNNING or (
+                state is RunState.COMPLETED
+                and not conn.execute(self.q["step_list_discarded"], {"run_id": run_id}).fetchone()
+            ):
+                raise RunStateError(
+                    run_id,
+                    state,
+                    "only failed or cancelled runs, or completed runs with a discarded step "
+                    "(on_dep_failure: cancel_branch), can be retried",
+                )
             if node is not None:
                 row = conn.execute(
                     self.q["step_get_state"], {"run_id": run_id, "node": node}

@@ -100,8 +100,10 @@ class HandlerResolver:
             isinstance(target, types.FunctionType | types.BuiltinFunctionType)
             and isinstance(defined_in, str)
             and not self.allow.allows(defined_in)
+            and defined_in.partition(".")[0] != module_name.partition(".")[0]
         ):
-            # a function imported into an allowed module from elsewhere (from os import system)
+            # A function imported into an allowed module from another package (from os
+            # import system); re-exports inside the handler's own package are fine.
             raise HandlerImportError(
                 f"{call!r} is defined in module {defined_in!r}, which is not allowed on this "
                 f"worker (allowed: {self.allow.describe()})"

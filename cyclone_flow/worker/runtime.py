@@ -185,8 +185,8 @@ class Worker:
     def _heartbeat_loop(self) -> None:
         period = self.config.lease_ttl / 3
         while not self._stop_heartbeat.wait(period):
-            with self._lock:
-                leases = list(self._leases)
+            with self._lock:  # leases already known lost are not sent again
+                leases = [lease for lease, told in self._leases.items() if not told.is_set()]
             if not leases:
                 continue
             try:
@@ -194,14 +194,15 @@ class Worker:
             except Exception:
                 self.log.exception("heartbeat failed for %d leases", len(leases))
                 continue
-            lost = [lease for lease in leases if lease not in renewed]
-            if lost:
-                with self._lock:
-                    for lease in lost:
-                        cancel = self._leases.get(lease)
-                        if cancel is not None:
-                            cancel.set()
-                self.log.info("lost the lease of %d step(s); their handlers are told", len(lost))
+            told = 0
+            with self._lock:
+                for lease in leases:
+                    cancel = self._leases.get(lease)  # None: the step finished meanwhile
+                    if lease not in renewed and cancel is not None:
+                        cancel.set()
+                        told += 1
+            if told:
+                self.log.info("lost the lease of %d step(s); their handlers are told", told)
 
     # -- maintenance: recovery sweep -------------------------------------------------------
 

@@ -355,3 +355,33 @@ def test_usage_mistakes_exit_2(cli: Runner, args: list[str], needle: str) -> Non
     no_traceback(proc)
     assert proc.returncode == 2, proc.stderr
     assert needle in proc.stderr
+
+
+def test_queues_on_the_command_line(cli: Runner, tmp_path: Path) -> None:
+    flow = tmp_path / "queued.yaml"
+    flow.write_text(
+        "name: queued\n"
+        "nodes:\n"
+        "  a: {call: 'cyclone_test_handlers.basic:add', input: {a: 1, b: 2}, queue: gpu}\n"
+        "  b: {call: 'cyclone_test_handlers.basic:echo', needs: [a],"
+        " input: '${{ nodes.a.output }}'}\n",
+        encoding="utf-8",
+    )
+    handlers = Path(__file__).resolve().parents[1] / "handlers"
+    # run serves every queue its flow names
+    ran = cli("run", flow, "--import-path", handlers, "--json")
+    no_traceback(ran)
+    assert ran.returncode == 0, ran.stderr
+    assert _json(ran.stdout)["output"] == {"b": {"sum": 3}}
+    # a worker serves only the queues it is given
+    run_id = cli("submit", flow).stdout.strip()
+    args = ("--exit-when-idle", "--allow-module", "cyclone_test_handlers")
+    default_only = cli("worker", *args, "--import-path", handlers, "--queue", "default=1")
+    assert default_only.returncode == 0, default_only.stderr
+    assert _json(cli("status", run_id, "--json").stdout)["steps"][0]["state"] == "available"
+    both = cli("worker", *args, "--import-path", handlers, "--queue", "gpu=1", "--queue", "default")
+    assert both.returncode == 0, both.stderr
+    assert _json(cli("status", run_id, "--json").stdout)["state"] == "completed"
+    bad = cli("worker", *args, "--queue", "Bad Queue=2")
+    no_traceback(bad)
+    assert bad.returncode == 2 and "invalid queue name" in bad.stderr

@@ -204,3 +204,29 @@ def test_reclaim_limit_discards_without_charging_an_attempt(
     client.retry(run_id)
     (s,) = client.list_steps(run_id)
     assert (s.state, s.reclaims, s.attempt) == ("available", 0, 1)
+
+
+def test_completed_run_with_a_contained_discard_can_be_retried(
+    make_client: Callable[..., Client],
+) -> None:
+    flow = load_flow_text(
+        """
+name: contained
+nodes:
+  a: {call: "cyclone_test_handlers.operator:flaky"}
+  b: {call: "cyclone_test_handlers.basic:echo", needs: [a], on_dep_failure: cancel_branch}
+  c: {call: "cyclone_test_handlers.basic:add", input: {a: 1, b: 1}}
+"""
+    )
+    client = make_client(workers=2)
+    run_id = client.submit(flow, {"x": 1})
+    client.start()
+    status = client.wait(run_id, timeout=20)
+    assert (status.state, status.output) == ("completed", {"c": {"sum": 2}})
+    operator.FAIL["on"] = False
+    assert client.retry(run_id) == ["a", "b"]
+    status = client.wait(run_id, timeout=20)
+    assert status.state == "completed"
+    assert status.output == {"b": {"x": 1}, "c": {"sum": 2}}
+    with pytest.raises(RunStateError, match="only failed or cancelled runs"):
+        client.retry(run_id)  # completed, nothing discarded any more

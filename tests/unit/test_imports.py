@@ -131,3 +131,13 @@ def test_error_in_module_import_is_a_handler_import_error(
             resolver.resolve(f"{name}:f")
     finally:
         sys.modules.pop(name, None)
+
+
+def test_reexport_inside_the_handlers_package_is_allowed_but_not_from_another() -> None:
+    resolver = HandlerResolver(AllowList(exact={"cyclone_test_handlers.basic"}))
+    handler = resolver.resolve("cyclone_test_handlers.basic:reexported")
+    assert handler(None, None) == {"reexported": True}
+    with pytest.raises(HandlerImportError, match="defined in module 'posixpath'"):
+        HandlerResolver(AllowList(prefixes=["cyclone_test_handlers"])).resolve(
+            "cyclone_test_handlers.basic:path_join"
+        )

@@ -67,10 +67,10 @@ WHERE id = %(run_id)s AND state = 'running'
 RETURNING id
 
 -- name: run_reopen
--- failed | cancelled -> running (operator retry).
+-- failed | cancelled | completed (with a contained discard) -> running (operator retry).
 UPDATE {schema}.cyclone_runs
 SET state = 'running', finished_at = NULL, error = NULL, error_kind = NULL, output = NULL
-WHERE id = %(run_id)s AND state IN ('failed', 'cancelled')
+WHERE id = %(run_id)s AND state IN ('failed', 'cancelled', 'completed')
 RETURNING id
 
 -- name: run_list_failed

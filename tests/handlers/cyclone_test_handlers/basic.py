@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from os.path import join as path_join  # noqa: F401  (a function of another package)
 from typing import Any
+
+from cyclone_test_handlers._impl import reexported  # noqa: F401  (a re-export)
 
 
 def echo(ctx: Any, input: Any) -> Any:
