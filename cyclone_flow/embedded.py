@@ -2,7 +2,8 @@
 CLI starts (or joins) a Postgres server from the PyPI package ``pgserver`` whose data lives
 in ``.cyclone/pgdata`` under the current folder (``CYCLONE_HOME`` moves ``.cyclone``).
 Every process pointed at the same folder shares the one server; it listens on a Unix
-socket only, and stops when the last process using it exits.
+socket only, and stops when the last process using it exits normally (a killed process
+stays on pgserver's list of users, so the server then keeps running).
 """
 
 from __future__ import annotations
