@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -205,18 +206,8 @@ class Executor:
 
     def _complete(self, step: ClaimedStep, owner: str, tx: _CompletionTx, output_json: str) -> None:
         conn = tx.open()
-        try:
+        with _failed_attempt_on_error("the completion transaction failed"):
             outcome = self.store.complete_step(conn, step, owner, output_json)
-        except psycopg.Error as exc:
-            if _connection_trouble(exc):
-                raise
-            # e.g. the handler left its transaction failed, or a deferred constraint broke
-            raise StepFailure(
-                ErrorKind.HANDLER_ERROR,
-                f"the completion transaction failed: {type(exc).__name__}: {exc}",
-                permanent=isinstance(exc, psycopg.DataError),
-                tb=None,
-            ) from exc
         if outcome is None:
             tx.rollback()
             self.log.info(
@@ -225,17 +216,8 @@ class Executor:
                 step.run_id,
             )
             return
-        try:
+        with _failed_attempt_on_error("the completion transaction failed at commit"):
             tx.commit()
-        except psycopg.Error as exc:
-            if _connection_trouble(exc):
-                raise
-            raise StepFailure(
-                ErrorKind.HANDLER_ERROR,
-                f"the completion transaction failed at commit: {type(exc).__name__}: {exc}",
-                permanent=False,
-                tb=None,
-            ) from exc
         self._after_commit(step, outcome)
 
     def _fail(self, step: ClaimedStep, owner: str, failure: StepFailure) -> None:
@@ -350,12 +332,25 @@ class _CompletionTx:
             self.slots.release()
 
 
-def _connection_trouble(exc: psycopg.Error) -> bool:
-    """Errors of the connection or server, not of the step: leave the step to its lease.
-    A deadlock or serialization failure (TransactionRollback) is the step's failed attempt."""
-    return isinstance(exc, psycopg.OperationalError) and not isinstance(
-        exc, psycopg.errors.TransactionRollback
-    )
+@contextmanager
+def _failed_attempt_on_error(what: str) -> Iterator[None]:
+    """Turn a database error of the step's own transaction into a failed attempt (e.g. the
+    handler left its transaction failed, or a deferred constraint broke), so it can never
+    loop. Trouble with the connection or server itself (OperationalError, but not a
+    deadlock or serialization failure) propagates: the step is left to its lease."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        if isinstance(exc, psycopg.OperationalError) and not isinstance(
+            exc, psycopg.errors.TransactionRollback
+        ):
+            raise
+        raise StepFailure(
+            ErrorKind.HANDLER_ERROR,
+            f"{what}: {type(exc).__name__}: {exc}",
+            permanent=isinstance(exc, psycopg.DataError),
+            tb=None,
+        ) from exc
 
 
 def _describe(exc: BaseException) -> str:

@@ -41,6 +41,20 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("CYCLONE_")}
 
 
+def _launch_migrate(database_url: str, schema: str, start: float) -> subprocess.Popen[str]:
+    """A ``cyclone-flow migrate`` process that enters the command at ``start``."""
+    return subprocess.Popen(
+        [
+            *(sys.executable, "-c", LAUNCHER, repr(start)),
+            *("migrate", "--database-url", database_url, "--schema", schema),
+        ],
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 @pytest.fixture
 def fresh_schema(database_url: str) -> Iterator[str]:
     """A schema name that does not exist yet; dropped after the test."""
@@ -59,26 +73,7 @@ def _versions(conn: psycopg.Connection[Any], schema: str) -> list[tuple[int, str
 
 def test_five_concurrent_migrate_processes(database_url: str, fresh_schema: str) -> None:
     start = time.time() + 3.0
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                LAUNCHER,
-                repr(start),
-                "migrate",
-                "--database-url",
-                database_url,
-                "--schema",
-                fresh_schema,
-            ],
-            env=_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(PROCESSES)
-    ]
+    procs = [_launch_migrate(database_url, fresh_schema, start) for _ in range(PROCESSES)]
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)
@@ -102,26 +97,7 @@ def test_concurrent_migrate_of_distinct_schemas(database_url: str) -> None:
     names = [f"m_{uuid.uuid4().hex[:12]}" for _ in range(PROCESSES)]
     start = time.time() + 3.0
     try:
-        procs = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    LAUNCHER,
-                    repr(start),
-                    "migrate",
-                    "--database-url",
-                    database_url,
-                    "--schema",
-                    name,
-                ],
-                env=_env(),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for name in names
-        ]
+        procs = [_launch_migrate(database_url, name, start) for name in names]
         for proc in procs:
             out, err = proc.communicate(timeout=120)
             assert proc.returncode == 0, err
