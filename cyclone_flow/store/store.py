@@ -332,7 +332,7 @@ class Store:
             return None
         wakeups = Wakeups()
         released = conn.execute(
-            self.q["step_release_dependents"], {"run_id": step.run_id, "node": step.node}
+            self.q["step_release_ready"], {"run_id": step.run_id, "node": step.node}
         ).fetchall()
         wakeups.queues.update(r[0] for r in released)
         run_state = None
@@ -491,7 +491,9 @@ class Store:
                         f"node {node!r} is downstream of the discarded node {blocker!r}: "
                         f"retry {blocker!r} or the whole run",
                     )
-            ready = conn.execute(self.q["step_make_ready"], {"run_id": run_id}).fetchall()
+            ready = conn.execute(
+                self.q["step_release_ready"], {"run_id": run_id, "node": None}
+            ).fetchall()
             wakeups = Wakeups(queues={r[0] for r in ready})
             # nothing to redo (e.g. every step had completed): finish the run again
             self._complete_run_if_done(conn, run_id, wakeups)

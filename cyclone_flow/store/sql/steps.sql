@@ -64,15 +64,18 @@ WHERE id = %(id)s AND state = 'running'
   AND lease_owner = %(owner)s AND lease_generation = %(generation)s
 RETURNING run_id
 
--- name: step_release_dependents
--- pending -> available for the dependents of %(node)s whose every dependency completed.
--- Runs under the run row lock, so two fan-in completions cannot both miss each other.
+-- name: step_release_ready
+-- pending -> available for the steps of a run whose every dependency completed: the
+-- dependents of %(node)s after its completion, or (node NULL) every pending step after an
+-- operator retry. Runs under the run row lock, so two fan-in completions cannot both miss
+-- each other.
 UPDATE {schema}.cyclone_steps s
 SET state = 'available', scheduled_at = statement_timestamp()
 WHERE s.run_id = %(run_id)s
   AND s.state = 'pending'
-  AND s.node IN (SELECT d.node FROM {schema}.cyclone_deps d
-                 WHERE d.run_id = %(run_id)s AND d.depends_on = %(node)s)
+  AND (%(node)s::text IS NULL
+       OR s.node IN (SELECT d.node FROM {schema}.cyclone_deps d
+                     WHERE d.run_id = %(run_id)s AND d.depends_on = %(node)s))
   AND NOT EXISTS (
       SELECT 1
       FROM {schema}.cyclone_deps d
@@ -204,7 +207,7 @@ WHERE state IN ('available', 'running') AND queue = ANY(%(queues)s::text[])
 
 -- name: step_reset_for_retry
 -- Operator retry: discarded steps (all, or only %(node)s) and every cancelled step of the
--- run -> pending with attempts and reclaims reset; step_make_ready then releases those
+-- run -> pending with attempts and reclaims reset; step_release_ready then releases those
 -- whose dependencies completed. The per-attempt error history is kept.
 UPDATE {schema}.cyclone_steps
 SET state = 'pending', attempt = 1, reclaims = 0, error = NULL, error_kind = NULL,
@@ -214,19 +217,6 @@ WHERE run_id = %(run_id)s
   AND (state = 'cancelled'
        OR (state = 'discarded' AND (%(node)s::text IS NULL OR node = %(node)s)))
 RETURNING node
-
--- name: step_make_ready
--- pending steps of a run whose every dependency completed -> available.
-UPDATE {schema}.cyclone_steps s
-SET state = 'available', scheduled_at = statement_timestamp()
-WHERE s.run_id = %(run_id)s
-  AND s.state = 'pending'
-  AND NOT EXISTS (
-      SELECT 1
-      FROM {schema}.cyclone_deps d
-      JOIN {schema}.cyclone_steps u ON u.run_id = d.run_id AND u.node = d.depends_on
-      WHERE d.run_id = %(run_id)s AND d.node = s.node AND u.state <> 'completed')
-RETURNING s.queue
 
 -- name: step_get_state
 -- The state of one node of a run.
