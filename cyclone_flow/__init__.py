@@ -5,6 +5,7 @@ and the error tree.
 """
 
 from cyclone_flow.client import Client, migrate
+from cyclone_flow.producer import RunId
 from cyclone_flow.config import ClientConfig, PayloadLimits
 from cyclone_flow.errors import (
     ConfigError,
@@ -17,8 +18,10 @@ from cyclone_flow.errors import (
     ReclaimLimitExceeded,
     RunNotFoundError,
     RunStateError,
+    ScheduleNotFoundError,
     SchemaOutdatedError,
     StepTimeoutError,
+    SubmitOptionError,
     TemplateError,
     UnsupportedNodeTypeError,
 )
@@ -47,15 +50,18 @@ __all__ = [
     "PermanentError",
     "Problem",
     "ReclaimLimitExceeded",
+    "RunId",
     "RunNotFoundError",
     "RunState",
     "RunStateError",
     "RunStatus",
+    "ScheduleNotFoundError",
     "SchemaOutdatedError",
     "StepEvent",
     "StepState",
     "StepStatus",
     "StepTimeoutError",
+    "SubmitOptionError",
     "TemplateError",
     "UnsupportedNodeTypeError",
     "load_flow",
