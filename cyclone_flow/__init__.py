@@ -5,7 +5,6 @@ and the error tree.
 """
 
 from cyclone_flow.client import Client, migrate
-from cyclone_flow.producer import RunId
 from cyclone_flow.config import ClientConfig, PayloadLimits
 from cyclone_flow.errors import (
     ConfigError,
@@ -25,6 +24,7 @@ from cyclone_flow.errors import (
     TemplateError,
     UnsupportedNodeTypeError,
 )
+from cyclone_flow.producer import RunId
 from cyclone_flow.spec import load_flow
 from cyclone_flow.spec.model import Flow, Node
 from cyclone_flow.states import ErrorKind, RunState, StepState
