@@ -289,7 +289,8 @@ def _check_schedules(doc: Document) -> list[Problem]:
     schedules = data.get("schedules")
     if not isinstance(schedules, list):
         return []
-    flow = data.get("name") if isinstance(data.get("name"), str) else "flow"
+    flow_name = data.get("name")
+    flow = flow_name if isinstance(flow_name, str) else "flow"
     out: list[Problem] = []
     seen: dict[str, int] = {}
     for i, entry in enumerate(schedules):
