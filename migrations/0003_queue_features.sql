@@ -62,24 +62,30 @@ CREATE INDEX IF NOT EXISTS cyclone_runs_sequence_held_idx
 CREATE UNIQUE INDEX IF NOT EXISTS cyclone_runs_schedule_tick_key
     ON cyclone_runs (schedule_id, scheduled_for) WHERE schedule_id IS NOT NULL;
 
--- Clear unique_slot in the very UPDATE that moves a run to a state its unique key does not
--- cover (every run transition: completion, failure, cancel, retry, and any added later).
-CREATE OR REPLACE FUNCTION cyclone_runs_unique_release() RETURNS trigger
+-- In the very UPDATE that changes a run's state (every run transition: completion, failure,
+-- cancel, retry, and any added later): clear unique_slot when the new state is not one its
+-- unique key covers, and sequence_held when the run is no longer running (a held run that
+-- is cancelled).
+CREATE OR REPLACE FUNCTION cyclone_runs_state_change() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF NOT (NEW.state = ANY (NEW.unique_states)) THEN
         NEW.unique_slot := NULL;
     END IF;
+    IF NEW.state <> 'running' THEN
+        NEW.sequence_held := false;
+    END IF;
     RETURN NEW;
 END
 $$;
 
-DROP TRIGGER IF EXISTS cyclone_runs_unique_release ON cyclone_runs;
-CREATE TRIGGER cyclone_runs_unique_release
+DROP TRIGGER IF EXISTS cyclone_runs_state_change ON cyclone_runs;
+CREATE TRIGGER cyclone_runs_state_change
     BEFORE UPDATE OF state ON cyclone_runs
     FOR EACH ROW
-    WHEN (NEW.unique_slot IS NOT NULL AND NEW.state IS DISTINCT FROM OLD.state)
-    EXECUTE FUNCTION cyclone_runs_unique_release();
+    WHEN ((NEW.unique_slot IS NOT NULL OR NEW.sequence_held)
+          AND NEW.state IS DISTINCT FROM OLD.state)
+    EXECUTE FUNCTION cyclone_runs_state_change();
 
 -- One row per sequence key: its row lock serialises the submits and releases of that
 -- sequence, and last_pos hands out positions in submission order.
