@@ -47,7 +47,7 @@ def enqueue_job(ctx: Any, input: Any) -> Any:
 
 def submit_flow(ctx: Any, input: Any) -> Any:
     """Submit the flow file ``input["flow"]`` in the completion transaction."""
-    run = ctx.submit_completion(input["flow"], {"parent": ctx.run_id})
+    run = ctx.submit_completion(input["flow"], {"name": f"run {ctx.run_id[:8]}"})
     if input.get("fail"):
         raise RuntimeError("failing after submit_completion")
     return {"child": run}
