@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
@@ -228,16 +228,21 @@ def schedule_list_cmd(as_json: bool, database_url: str | None, schema: str) -> N
             ]
         )
         return
-    table = Table("name", "flow", "cron", "timezone", "source", "state", "next run (UTC)")
+    table = Table()
+    table.add_column("name", no_wrap=True)
+    table.add_column("flow")
+    table.add_column("cron", no_wrap=True)
+    table.add_column("timezone", no_wrap=True)
+    table.add_column("state")
+    table.add_column("next run (UTC)", no_wrap=True)
     for r in rows:
         table.add_row(
             Text(r.name),
             Text(r.flow_name),
             Text(r.cron),
             Text(r.timezone),
-            r.source,
-            "paused" if r.paused else "active",
-            r.next_run_at.isoformat(timespec="seconds"),
+            f"paused ({r.source})" if r.paused else r.source,
+            r.next_run_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
         )
     Console(highlight=False).print(table)
 
