@@ -24,7 +24,7 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
-from cyclone_flow.cli.queue_cmds import queue_options, submission_kwargs
+from cyclone_flow.cli.queue_cmds import queue_info_lines, queue_options, submission_kwargs
 from cyclone_flow.client import Client, migrate
 from cyclone_flow.config import DEFAULT_QUEUE, MAX_LEASE_TTL_S, validate_queue
 from cyclone_flow.durations import parse_duration
@@ -342,11 +342,14 @@ def status_cmd(run_id: str, as_json: bool, database_url: str | None, schema: str
     with Client(url, schema=schema) as client:
         run = client.get_run(run_id)
         steps = client.list_steps(run_id)
+        queue_info = client.store.queue_info(run.id) or {}
     if as_json:
-        echo_json(_run_dict(run, steps))
+        echo_json({**_run_dict(run, steps), "queue_features": queue_info})
         return
     console = Console(highlight=False)
     console.print(Text.assemble(f"run {run.id}  flow {run.flow_name}  ", (run.state, "bold")))
+    for line in queue_info_lines(queue_info):
+        console.print(Text(line))
     if run.error:
         console.print(Text(f"error: {run.error}"))
     table = Table("node", "state", "attempt", "reclaims", "queue", "error")

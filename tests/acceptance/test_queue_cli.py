@@ -53,6 +53,8 @@ def test_enqueue_with_options_then_worker_then_status(cli: Runner) -> None:
     assert status["state"] == "completed" and status["output"] == {"job": {"n": 1}}
     assert status["flow_name"] == NOOP
     assert status["steps"][0]["max_attempts"] == 3
+    assert status["queue_features"]["unique_key"] == "n1"
+    assert not status["queue_features"]["unique_held"]  # completed: the key is free
 
 
 def test_delayed_submit_and_enqueue_wait(cli: Runner, tmp_path: Path) -> None:
