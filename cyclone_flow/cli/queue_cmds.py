@@ -29,16 +29,6 @@ from cyclone_flow.spec.model import JSON
 
 F = TypeVar("F")
 
-QUEUE_OPTION_NAMES = (
-    "queue",
-    "priority",
-    "delay",
-    "run_at",
-    "unique_key",
-    "unique_window",
-    "sequence",
-)
-
 
 def _duration(value: str | None, option: str, *, allow_zero: bool) -> float | None:
     if value is None:
@@ -83,6 +73,13 @@ def queue_options(func: F) -> F:
             help="With --unique-key: the key is unique within windows of this length (e.g. 1h).",
         ),
         click.option(
+            "--unique-states",
+            default=None,
+            metavar="STATE,...",
+            help="With --unique-key: the run states in which a run holds the key (default "
+            "running; e.g. running,completed).",
+        ),
+        click.option(
             "--unique-key",
             default=None,
             help="While a running run holds this key, print its id and write nothing.",
@@ -121,6 +118,11 @@ def submission_kwargs(values: dict[str, Any]) -> dict[str, Any]:
         "unique_key": values.get("unique_key"),
         "unique_window": _duration(
             values.get("unique_window"), "--unique-window", allow_zero=False
+        ),
+        "unique_states": (
+            [part.strip() for part in values["unique_states"].split(",") if part.strip()]
+            if values.get("unique_states") is not None
+            else None
         ),
         "sequence": values.get("sequence"),
     }

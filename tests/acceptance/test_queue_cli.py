@@ -79,6 +79,7 @@ def test_queue_option_mistakes_exit_2(cli: Runner, tmp_path: Path) -> None:
         (("submit", flow, "--run-at", "2030-01-01T00:00:00"), "no UTC offset"),
         (("submit", flow, "--delay", "soon"), "--delay"),
         (("enqueue", "not-a-callable"), "callable="),
+        (("submit", flow, "--unique-key", "k", "--unique-states", "done"), "unknown run state"),
         (("enqueue", NOOP, "--args", "{nope"), "not valid JSON"),
         (("schedule", "add", flow, "--cron", "61 * * * *"), "cron="),
         (("schedule", "pause", "ghost"), "schedule 'ghost' not found"),
