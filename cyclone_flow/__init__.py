@@ -17,11 +17,14 @@ from cyclone_flow.errors import (
     ReclaimLimitExceeded,
     RunNotFoundError,
     RunStateError,
+    ScheduleNotFoundError,
     SchemaOutdatedError,
     StepTimeoutError,
+    SubmitOptionError,
     TemplateError,
     UnsupportedNodeTypeError,
 )
+from cyclone_flow.producer import RunId
 from cyclone_flow.spec import load_flow
 from cyclone_flow.spec.model import Flow, Node
 from cyclone_flow.states import ErrorKind, RunState, StepState
@@ -47,15 +50,18 @@ __all__ = [
     "PermanentError",
     "Problem",
     "ReclaimLimitExceeded",
+    "RunId",
     "RunNotFoundError",
     "RunState",
     "RunStateError",
     "RunStatus",
+    "ScheduleNotFoundError",
     "SchemaOutdatedError",
     "StepEvent",
     "StepState",
     "StepStatus",
     "StepTimeoutError",
+    "SubmitOptionError",
     "TemplateError",
     "UnsupportedNodeTypeError",
     "load_flow",

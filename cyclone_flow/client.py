@@ -9,35 +9,42 @@ A client that only submits starts no thread.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, Unpack
 
-import jsonschema
 import psycopg
 from psycopg_pool import ConnectionPool
 
 from cyclone_flow.config import ClientConfig, ClientOptions, build_config
 from cyclone_flow.errors import (
     ConfigError,
-    InputValidationError,
-    PayloadTooLargeError,
     RunStateError,
-    UnsupportedNodeTypeError,
+    ScheduleNotFoundError,
+    SubmitOptionError,
+)
+from cyclone_flow.options import JobOptions, RunOptions, SubmitOptions, job_flow, run_options
+from cyclone_flow.producer import FlowLike, Producer, RunId
+from cyclone_flow.schedules import (
+    ScheduleScanner,
+    ScheduleSpec,
+    SyncResult,
+    Ticks,
+    default_schedule_name,
+    flow_schedules,
+    validate_schedule_name,
 )
 from cyclone_flow.spec import load_flow
 from cyclone_flow.spec.model import JSON, Flow
 from cyclone_flow.store.migrate import check_schema_version
 from cyclone_flow.store.migrate import migrate as migrate_schema
+from cyclone_flow.store.queue_store import ScheduleRow
 from cyclone_flow.store.store import (
     RunStatus,
     StepStatus,
     Store,
     Wakeups,
-    contains_nul,
-    dumps,
     parse_run_id,
 )
 from cyclone_flow.worker.cache import OutputCache
@@ -46,7 +53,7 @@ from cyclone_flow.worker.executor import Executor
 from cyclone_flow.worker.imports import AllowList, HandlerResolver
 from cyclone_flow.worker.runtime import Worker
 
-FlowLike = Flow | str | os.PathLike[str]
+__all__ = ["Client", "FlowLike", "RunId", "migrate"]
 
 
 class Client:
@@ -113,6 +120,8 @@ class Client:
             with self.pool.connection() as conn:
                 check_schema_version(conn, cfg.schema)
         self.store = Store(self.pool, cfg.schema)
+        self.producer = Producer(self.store, cfg)
+        self._scanner = ScheduleScanner(self.store, self.producer, self._publish, cfg.logger)
         self.cache = OutputCache()
         self._tx_slots = threading.BoundedSemaphore(cfg.tx_slots)
         self._worker: Worker | None = None
@@ -130,55 +139,194 @@ class Client:
 
     # -- submit ----------------------------------------------------------------------------
 
-    def submit(self, flow: FlowLike, input: JSON = None) -> str:
+    def submit(self, flow: FlowLike, input: JSON = None, **options: Unpack[SubmitOptions]) -> RunId:
         """Validate ``input`` against the flow's ``input_schema`` (after filling top-level
         ``default`` values), then write the definition, the run, its steps and deps in one
-        transaction, and publish the wakeup after the commit. Returns the run id (UUID).
+        transaction, and publish the wakeup after the commit. Returns the run id (UUID; a
+        :class:`RunId` whose ``duplicate`` says a ``unique_key`` matched an existing run).
 
-        Raises FlowError (a bad flow file), InputValidationError, PayloadTooLargeError.
+        Options (see ``docs/queues.md``): ``queue``/``priority`` (for every node that does
+        not set its own), ``run_at`` (aware datetime) or ``delay`` (seconds), ``unique_key``
+        (+ ``unique_window`` seconds, ``unique_states``), ``sequence``.
+
+        Raises FlowError (a bad flow file), InputValidationError, PayloadTooLargeError,
+        SubmitOptionError.
         """
-        spec, input_json = self._prepare(flow, input)
+        opts = run_options(**options)
+        spec, input_json = self.producer.prepare(flow, input)
         with self.pool.connection() as conn, conn.transaction():
-            run_id = self.store.insert_run(conn, spec, input_json)
-        self._publish(Wakeups(queues={n.queue for n in spec.nodes.values() if not n.needs}))
+            run_id, wakeups = self.producer.insert(conn, spec, input_json, opts)
+        self._publish(wakeups)
         return run_id
 
-    def submit_tx(self, conn: psycopg.Connection[Any], flow: FlowLike, input: JSON = None) -> str:
+    def submit_tx(
+        self,
+        conn: psycopg.Connection[Any],
+        flow: FlowLike,
+        input: JSON = None,
+        **options: Unpack[SubmitOptions],
+    ) -> RunId:
         """Like :meth:`submit`, inside the caller's transaction on ``conn``: committed or
         rolled back with it (an autocommit ``conn`` commits at once). Publishes nothing:
-        workers find the run within one poll interval."""
-        spec, input_json = self._prepare(flow, input)
+        workers find the run within one poll interval (Engine Design: LISTEN/NOTIFY and
+        the Polling Floor)."""
+        opts = run_options(**options)
+        spec, input_json = self.producer.prepare(flow, input)
+        return self._insert_tx(conn, spec, input_json, opts)
+
+    def enqueue(self, callable: str, args: JSON = None, **options: Unpack[JobOptions]) -> RunId:
+        """Enqueue a standalone job: a one-node run of ``callable``
+        (``"package.module:function"``, called as ``function(ctx, args)``), with the same
+        guarantees as a flow's step (leases, retries, ``ctx.completion_tx()``, the worker's
+        allow-list). The callable is not imported here: only workers import it.
+
+        Options: those of :meth:`submit`, plus ``retry`` (max_attempts, or a mapping like a
+        flow file's ``retry:``) and ``timeout`` (seconds, timedelta or ``'30s'``). Returns
+        the run id. Raises SubmitOptionError, InputValidationError, PayloadTooLargeError.
+        """
+        flow, opts = self._job(callable, options)
+        spec, input_json = self.producer.prepare(flow, args)
+        with self.pool.connection() as conn, conn.transaction():
+            run_id, wakeups = self.producer.insert(conn, spec, input_json, opts)
+        self._publish(wakeups)
+        return run_id
+
+    def enqueue_tx(
+        self,
+        conn: psycopg.Connection[Any],
+        callable: str,
+        args: JSON = None,
+        **options: Unpack[JobOptions],
+    ) -> RunId:
+        """Like :meth:`enqueue`, inside the caller's transaction on ``conn`` (committed or
+        rolled back with it); publishes nothing."""
+        flow, opts = self._job(callable, options)
+        spec, input_json = self.producer.prepare(flow, args)
+        return self._insert_tx(conn, spec, input_json, opts)
+
+    def _job(self, call: str, options: JobOptions) -> tuple[Flow, RunOptions]:
+        rest = dict(options)
+        retry = rest.pop("retry", None)
+        timeout = rest.pop("timeout", None)
+        opts = run_options(**rest)  # type: ignore[arg-type]
+        return job_flow(call, retry=retry, timeout=timeout), opts  # type: ignore[arg-type]
+
+    def _insert_tx(
+        self, conn: psycopg.Connection[Any], spec: Flow, input_json: str, opts: RunOptions
+    ) -> RunId:
         if conn.autocommit:  # no caller transaction to join: be atomic on our own
             with conn.transaction():
-                return self.store.insert_run(conn, spec, input_json)
+                return self.producer.insert(conn, spec, input_json, opts)[0]
         # Inside (or implicitly opening) the caller's transaction: the caller commits or
         # rolls back. (conn.transaction() here would commit an idle connection's work.)
-        return self.store.insert_run(conn, spec, input_json)
+        return self.producer.insert(conn, spec, input_json, opts)[0]
 
-    def _prepare(self, flow: FlowLike, run_input: JSON) -> tuple[Flow, str]:
+    # -- schedules -------------------------------------------------------------------------
+
+    def sync_schedules(self, flow: FlowLike, *, now: datetime | None = None) -> SyncResult:
+        """Make the flow file's ``schedules:`` the active schedules of that flow: each is
+        created or updated by name (its tick kept when cron and timezone are unchanged)
+        and the flow's other file-declared schedules are removed, in one transaction.
+        Schedules added with :meth:`add_schedule` are left alone. ``now`` pins the clock
+        (tests). Raises FlowError, InputValidationError, SubmitOptionError."""
         spec = flow if isinstance(flow, Flow) else load_flow(flow)
-        for node in spec.nodes.values():
-            if node.type != "action":
-                raise UnsupportedNodeTypeError(spec.name, node.name, node.type)
-        if spec.input_schema is not None:
-            run_input = _apply_defaults(spec.input_schema, run_input)
-            validator = jsonschema.Draft202012Validator(spec.input_schema)
-            error = jsonschema.exceptions.best_match(validator.iter_errors(run_input))
-            if error is not None:
-                path = "/".join(str(p) for p in error.absolute_path)
-                raise InputValidationError(spec.name, error.message, path)
-        try:
-            text = dumps(run_input)
-        except (TypeError, ValueError) as exc:
-            raise InputValidationError(spec.name, f"input is not JSON: {exc}") from None
-        if contains_nul(run_input):
-            raise InputValidationError(
-                spec.name, "input contains a NUL character (U+0000), which Postgres cannot store"
+        entries = flow_schedules(spec)
+        return self._register(spec, entries, "flow", now)
+
+    def add_schedule(
+        self,
+        flow: FlowLike,
+        cron: str,
+        *,
+        timezone: str = "UTC",
+        input: JSON = None,
+        name: str | None = None,
+        now: datetime | None = None,
+    ) -> str:
+        """Add (or update, by name) a schedule that submits a run of ``flow`` at every tick
+        of ``cron`` read in ``timezone``; return its name (default: the flow's name and a
+        digest of cron, timezone and input, so adding the same schedule twice is one).
+        Raises FlowError, InputValidationError, SubmitOptionError."""
+        spec = flow if isinstance(flow, Flow) else load_flow(flow)
+        entry = ScheduleSpec(
+            name=name or default_schedule_name(spec.name, cron, timezone, input),
+            cron=cron,
+            timezone=timezone,
+            input=input,
+        )
+        self._register(spec, [entry], "manual", now)
+        return entry.name
+
+    def _register(
+        self, spec: Flow, entries: list[ScheduleSpec], source: str, now: datetime | None
+    ) -> SyncResult:
+        prepared = []
+        for entry in entries:
+            validate_schedule_name(entry.name)
+            ticks = Ticks(entry.cron, entry.timezone)
+            _, input_json = self.producer.prepare(spec, entry.input)
+            prepared.append((entry, ticks, input_json))
+        current = self.store.db_now(now)
+        added: list[str] = []
+        updated: list[str] = []
+        with self.pool.connection() as conn, conn.transaction():
+            for entry, ticks, input_json in prepared:
+                other = self.store.schedule_source(conn, entry.name)
+                if other is not None and other != source:
+                    raise SubmitOptionError(
+                        "name",
+                        entry.name,
+                        f"a schedule of this name was created by "
+                        f"{'schedule sync' if other == 'flow' else 'schedule add'}; remove it "
+                        "first or pick another name",
+                    )
+                created = self.store.upsert_schedule(
+                    conn,
+                    name=entry.name,
+                    flow=spec,
+                    cron=entry.cron,
+                    timezone=entry.timezone,
+                    input_json=input_json,
+                    source=source,
+                    next_run_at=ticks.after(current),
+                )
+                (added if created else updated).append(entry.name)
+            removed = (
+                self.store.delete_stale_flow_schedules(conn, spec.name, [e.name for e in entries])
+                if source == "flow"
+                else []
             )
-        size = len(text.encode("utf-8"))
-        if size > self.config.payload_limits.input_bytes:
-            raise PayloadTooLargeError("input", size, self.config.payload_limits.input_bytes)
-        return spec, text
+        return SyncResult(added=added, updated=updated, removed=removed)
+
+    def list_schedules(self) -> list[ScheduleRow]:
+        """Every schedule of this schema, by name."""
+        return self.store.list_schedules()
+
+    def remove_schedule(self, name: str) -> None:
+        """Delete a schedule (its past runs stay). Raises ScheduleNotFoundError."""
+        if not self.store.delete_schedule(name):
+            raise ScheduleNotFoundError(name)
+
+    def pause_schedule(self, name: str) -> None:
+        """Stop a schedule from submitting runs. Raises ScheduleNotFoundError."""
+        if not self.store.set_schedule_paused(name, True):
+            raise ScheduleNotFoundError(name)
+
+    def resume_schedule(self, name: str, *, now: datetime | None = None) -> None:
+        """Resume a paused schedule from the first tick after now (ticks missed while
+        paused are skipped). Raises ScheduleNotFoundError."""
+        row = self.store.get_schedule(name)
+        if row is None:
+            raise ScheduleNotFoundError(name)
+        next_run_at = Ticks(row.cron, row.timezone).after(self.store.db_now(now))
+        if not self.store.set_schedule_paused(name, False, next_run_at if row.paused else None):
+            raise ScheduleNotFoundError(name)
+
+    @property
+    def schedule_scanner(self) -> ScheduleScanner:
+        """The schedule scanner (its ``run_once(now=None) -> int`` is what the maintenance
+        loop of a started client calls every ``sweep_interval``)."""
+        return self._scanner
 
     # -- workers ---------------------------------------------------------------------------
 
@@ -197,6 +345,7 @@ class Client:
             self.cache,
             self._tx_slots,
             self._publish,
+            producer=self.producer,
         )
         self._worker = Worker(
             self.store,
@@ -206,7 +355,15 @@ class Client:
             self._run_done,
             only_run=parse_run_id(run_id) if run_id is not None else None,
         )
+        self._worker.maintenance_tasks.append(("schedule scanner", self._scanner.run_once))
+        self._worker.maintenance_tasks.append(("sequence release", self._release_sequences))
         self._worker.start()
+
+    def _release_sequences(self) -> int:
+        """Maintenance safety net of sequences (see ``docs/queues.md``)."""
+        released, wakeups = self.store.release_stalled_sequences()
+        self._publish(wakeups)
+        return released
 
     @property
     def worker(self) -> Worker | None:
@@ -346,20 +503,3 @@ def migrate(database: str, /, *, schema: str = "public") -> list[int]:
     psycopg.OperationalError when the database cannot be reached."""
     with psycopg.connect(database, connect_timeout=10) as conn:
         return migrate_schema(conn, schema)
-
-
-def _apply_defaults(schema: Mapping[str, Any], value: JSON) -> JSON:
-    """Fill top-level ``properties.*.default`` of an object input schema (None input
-    counts as ``{}`` when the schema is an object schema)."""
-    props = schema.get("properties")
-    if schema.get("type") != "object" or not isinstance(props, Mapping):
-        return value
-    if value is None:
-        value = {}
-    if not isinstance(value, dict):
-        return value
-    filled = dict(value)
-    for key, sub in props.items():
-        if key not in filled and isinstance(sub, Mapping) and "default" in sub:
-            filled[key] = sub["default"]
-    return filled

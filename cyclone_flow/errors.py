@@ -147,3 +147,26 @@ class UnsupportedNodeTypeError(CycloneError):
             f"flow {flow!r}: node {node!r} has type {node_type!r}, which this version of "
             "cyclone-flow reserves but cannot run yet; use type: action"
         )
+
+
+class SubmitOptionError(ConfigError):
+    """An invalid option of one submission (``submit``, ``enqueue``, their ``_tx`` and
+    ``_completion`` forms, or a schedule): a bad queue name, priority, ``run_at``/``delay``,
+    unique or sequence option, callable, retry or timeout. Raised before anything is
+    written (seeds: Queues and Priority, Unique Jobs, Sequences).
+
+    ``option`` names the offending keyword, ``value`` is what was given.
+    """
+
+    def __init__(self, option: str, value: object, message: str) -> None:
+        self.option = option
+        self.value = value
+        super().__init__(f"{option}={value!r}: {message}")
+
+
+class ScheduleNotFoundError(CycloneError):
+    """No cron schedule with this name exists (in the client's schema)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"schedule {name!r} not found")

@@ -15,6 +15,7 @@ from cyclone_flow.cli.engine_cmds import (
     worker_cmd,
 )
 from cyclone_flow.cli.lint_cmds import graph, lint
+from cyclone_flow.cli.queue_cmds import enqueue_cmd, schedule_group
 
 
 @click.group()
@@ -33,5 +34,7 @@ for _command in (
     runs_cmd,
     cancel_cmd,
     retry_cmd,
+    enqueue_cmd,
+    schedule_group,
 ):
     main.add_command(_command)

@@ -24,6 +24,7 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
+from cyclone_flow.cli.queue_cmds import queue_info_lines, queue_options, submission_kwargs
 from cyclone_flow.client import Client, migrate
 from cyclone_flow.config import DEFAULT_QUEUE, MAX_LEASE_TTL_S, validate_queue
 from cyclone_flow.durations import parse_duration
@@ -61,7 +62,8 @@ def migrate_cmd(database_url: str | None, schema: str) -> None:
 @click.command("submit")
 @click.argument("file", type=click.Path(dir_okay=False, exists=True))
 @input_options
-@click.option("--json", "as_json", is_flag=True, help='Print {"run_id": ...}.')
+@queue_options
+@click.option("--json", "as_json", is_flag=True, help='Print {"run_id": ..., "duplicate": ...}.')
 @database_options
 @handle_errors
 def submit_cmd(
@@ -71,21 +73,26 @@ def submit_cmd(
     as_json: bool,
     database_url: str | None,
     schema: str,
+    **queue_values: Any,
 ) -> None:
-    """Lint FILE, then write a run of it (definition, run, steps, deps) in one transaction."""
+    """Lint FILE, then write a run of it (definition, run, steps, deps) in one transaction.
+    Queue options: docs/queues.md."""
     setup_logging()
     run_input = read_input(input_json, input_file)
+    options = submission_kwargs(queue_values)
     flow = load_flow(file)
     url = resolve_database(database_url)
     client = Client(url, schema=schema)
     try:
-        run_id = client.submit(flow, run_input)
+        run_id = client.submit(flow, run_input, **options)
     finally:
         client.shutdown()
     if as_json:
-        echo_json({"run_id": run_id})
+        echo_json({"run_id": str(run_id), "duplicate": run_id.duplicate})
     else:
         click.echo(run_id)
+        if run_id.duplicate:
+            click.echo("duplicate: an existing run holds this unique key", err=True)
 
 
 def _parse_queues(specs: tuple[str, ...], workers: int) -> dict[str, int]:
@@ -335,11 +342,14 @@ def status_cmd(run_id: str, as_json: bool, database_url: str | None, schema: str
     with Client(url, schema=schema) as client:
         run = client.get_run(run_id)
         steps = client.list_steps(run_id)
+        queue_info = client.store.queue_info(run.id) or {}
     if as_json:
-        echo_json(_run_dict(run, steps))
+        echo_json({**_run_dict(run, steps), "queue_features": queue_info})
         return
     console = Console(highlight=False)
     console.print(Text.assemble(f"run {run.id}  flow {run.flow_name}  ", (run.state, "bold")))
+    for line in queue_info_lines(queue_info):
+        console.print(Text(line))
     if run.error:
         console.print(Text(f"error: {run.error}"))
     table = Table("node", "state", "attempt", "reclaims", "queue", "error")

@@ -6,15 +6,18 @@ is wrong (the schema reports those), so one run reports as much as possible.
 Codes: E007 (duration or backoff out of range: zero, longer than 366 days, backoff
 initial > max), E010 (dependency cycle), E011 (unknown ``needs``), E012 (a node needs
 itself), E013 (reference to a node that is not an ancestor), E014 (reference to an
-unknown node), E016 (malformed ``${{`` expression).
+unknown node), E016 (malformed ``${{`` expression), E050 (invalid cron expression), E051
+(unknown time zone), E052 (two schedules with one name).
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import networkx as nx
+from croniter import croniter
 
 from cyclone_flow.durations import (
     DURATION_PATTERN,
@@ -69,6 +72,7 @@ def check_document(doc: Document) -> list[Problem]:
     problems += _check_cycles(doc, nodes, graph)
     problems += _check_refs(doc, nodes, graph)
     problems += _check_durations(doc, nodes)
+    problems += _check_schedules(doc)
     return sorted(set(problems), key=lambda p: (p.line, p.col, p.code, p.message))
 
 
@@ -275,4 +279,59 @@ def _check_durations(doc: Document, nodes: dict[str, dict[str, Any]]) -> list[Pr
                         f"max ({format_duration(most)})",
                     )
                 )
+    return out
+
+
+def _check_schedules(doc: Document) -> list[Problem]:
+    """E050 a cron expression croniter rejects, E051 an unknown IANA time zone, E052 a
+    schedule name used twice (given, or defaulted as ``schedule sync`` does)."""
+    data = doc.data if isinstance(doc.data, dict) else {}
+    schedules = data.get("schedules")
+    if not isinstance(schedules, list):
+        return []
+    flow_name = data.get("name")
+    flow = flow_name if isinstance(flow_name, str) else "flow"
+    out: list[Problem] = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(schedules):
+        if not isinstance(entry, dict):
+            continue
+        cron = entry.get("cron")
+        if isinstance(cron, str) and cron and not croniter.is_valid(cron):
+            out.append(
+                doc.problem(
+                    doc.value_pos(("schedules", i, "cron")),
+                    "E050",
+                    f"schedules.{i}.cron: {cron!r} is not a cron expression (5 fields "
+                    "'minute hour day month weekday', a 6th for seconds, or @daily & co.)",
+                )
+            )
+        zone = entry.get("timezone")
+        if isinstance(zone, str) and zone:
+            try:
+                ZoneInfo(zone)
+            except (ZoneInfoNotFoundError, ValueError):
+                out.append(
+                    doc.problem(
+                        doc.value_pos(("schedules", i, "timezone")),
+                        "E051",
+                        f"schedules.{i}.timezone: {zone!r} is not an IANA time zone "
+                        "(e.g. UTC, Europe/Paris)",
+                    )
+                )
+        name = entry.get("name")
+        if not isinstance(name, str):
+            name = flow if len(schedules) == 1 else f"{flow}-{i + 1}"
+        if name in seen:
+            where: JsonPath = ("schedules", i, "name") if "name" in entry else ("schedules", i)
+            pos = doc.value_pos(where) if "name" in entry else doc.key_pos(where)
+            out.append(
+                doc.problem(
+                    pos,
+                    "E052",
+                    f"schedules.{i}: the name {name!r} is already used by schedules.{seen[name]}",
+                )
+            )
+        else:
+            seen[name] = i
     return out

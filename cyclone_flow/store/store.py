@@ -10,6 +10,7 @@ database's ``now()``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from cyclone_flow.errors import RunNotFoundError, RunStateError
 from cyclone_flow.spec.model import JSON, Flow
 from cyclone_flow.states import ErrorKind, RunState, StepState
 from cyclone_flow.store import queries
+from cyclone_flow.store.queue_store import QueueStoreMixin
 
 Conn = psycopg.Connection[Any]
 
@@ -151,7 +153,7 @@ def parse_run_id(run_id: str | uuid.UUID) -> str:
         raise RunNotFoundError(str(run_id)) from None
 
 
-class Store:
+class Store(QueueStoreMixin):
     """Typed access to the engine's tables in one Postgres schema.
 
     ``pool`` provides connections; ``schema`` must be a validated identifier.
@@ -168,6 +170,18 @@ class Store:
         """Write the definition (once per digest), the run, its steps and ``cyclone_deps``
         inside the caller's transaction; return the run id. Roots start ``available``.
         ``input_json`` is the run input, already validated and encoded."""
+        workflow_id = self.store_definition(conn, flow)
+        got = conn.execute(
+            self.q["run_insert"],
+            {"workflow_id": workflow_id, "flow_name": flow.name, "input": input_json},
+        ).fetchone()
+        assert got is not None
+        run_id = str(got[0])
+        self.insert_steps(conn, run_id, flow)
+        return run_id
+
+    def store_definition(self, conn: Conn, flow: Flow) -> int:
+        """Store the flow's definition once per ``(name, digest)``; return its id."""
         row = None
         for _ in range(2):  # a concurrent first insert of the same digest: read it back
             row = conn.execute(
@@ -178,12 +192,14 @@ class Store:
                 break
         if row is None:
             raise RuntimeError(f"could not store the definition of flow {flow.name!r}")
-        got = conn.execute(
-            self.q["run_insert"],
-            {"workflow_id": row[0], "flow_name": flow.name, "input": input_json},
-        ).fetchone()
-        assert got is not None
-        run_id = str(got[0])
+        return int(row[0])
+
+    def insert_steps(
+        self, conn: Conn, run_id: str, flow: Flow, *, hold_roots: bool = False
+    ) -> None:
+        """Insert one step per node and the graph of a new run: roots ``available`` (or
+        ``pending`` with ``hold_roots``: a held run of a sequence), the others ``pending``."""
+        root_state = StepState.PENDING if hold_roots else StepState.AVAILABLE
         nodes = list(flow.nodes.values())
         conn.execute(
             self.q["step_insert_many"],
@@ -192,7 +208,7 @@ class Store:
                 "nodes": [n.name for n in nodes],
                 "types": [n.type for n in nodes],
                 "calls": [n.call for n in nodes],
-                "states": [StepState.PENDING if n.needs else StepState.AVAILABLE for n in nodes],
+                "states": [StepState.PENDING if n.needs else root_state for n in nodes],
                 "queues": [n.queue for n in nodes],
                 "priorities": [n.priority for n in nodes],
                 "max_attempts": [n.retry.max_attempts for n in nodes],
@@ -222,7 +238,6 @@ class Store:
                     "depends_on": [e[1] for e in edges],
                 },
             )
-        return run_id
 
     # -- claim and lease -----------------------------------------------------------------
 
@@ -426,7 +441,11 @@ class Store:
     def cancel_run(self, run_id: str, reason: str) -> tuple[bool, tuple[str, ...]]:
         """running -> cancelled and every non-terminal step -> cancelled, under the run
         lock; returns ``(False, ())`` when the run was already terminal (a racing
-        completion won), else ``(True, cancelled nodes)``. Raises RunNotFoundError."""
+        completion won), else ``(True, cancelled nodes)``. A failed run of a sequence can
+        be cancelled too, which lets the runs held behind it go on (the release is in the
+        same transaction; its wakeups are published after the commit).
+        Raises RunNotFoundError."""
+        wakeups = Wakeups()
         with self.pool.connection() as conn, conn.transaction():
             state = self.lock_run(conn, run_id)
             if state is None:
@@ -434,11 +453,14 @@ class Store:
             done = conn.execute(
                 self.q["run_cancel_if_running"], {"run_id": run_id, "error": reason}
             ).fetchone()
-            if done is None:
+            if done is None and not self.cancel_failed_in_sequence(conn, run_id, reason):
                 return False, ()
             rows = conn.execute(
                 self.q["step_cancel_remaining"], {"run_id": run_id, "error": reason}
             ).fetchall()
+            self.release_sequence_after(conn, run_id, wakeups)
+        with contextlib.suppress(Exception):  # best effort: polling finds released steps
+            self.publish(wakeups)
         return True, tuple(r[0] for r in rows)
 
     def retry_run(self, run_id: str, node: str | None = None) -> tuple[list[str], Wakeups]:
@@ -460,6 +482,13 @@ class Store:
                     state,
                     "only failed or cancelled runs, or completed runs with a discarded step "
                     "(on_dep_failure: cancel_branch), can be retried",
+                )
+            if state is not RunState.FAILED and self.run_sequence_key(conn, run_id) is not None:
+                raise RunStateError(
+                    run_id,
+                    state,
+                    "it is in a sequence and the runs behind it have been released; submit "
+                    "a new run instead (only a failed run of a sequence can be retried)",
                 )
             if node is not None:
                 row = conn.execute(
@@ -510,6 +539,7 @@ class Store:
         if done is None:
             return None
         wakeups.runs_done.add(run_id)
+        self.release_sequence_after(conn, run_id, wakeups)  # Sequences: the next run goes
         return RunState.COMPLETED
 
     # -- recovery sweep ------------------------------------------------------------------

@@ -31,6 +31,8 @@ class Context:
         open_tx: Callable[[], Conn],
         upstream: Callable[[str], JSON],
         cancel_event: threading.Event,
+        submit_in_tx: Callable[..., str] | None = None,
+        enqueue_in_tx: Callable[..., str] | None = None,
     ) -> None:
         self.run_id = run_id
         self.node = node
@@ -39,6 +41,8 @@ class Context:
         self._open_tx = open_tx
         self._upstream = upstream
         self._cancel_event = cancel_event
+        self._submit_in_tx = submit_in_tx
+        self._enqueue_in_tx = enqueue_in_tx
 
     def completion_tx(self) -> Conn:
         """The psycopg connection of this step's completion transaction, already inside it.
@@ -65,3 +69,22 @@ class Context:
         """Block up to ``timeout`` seconds (None: forever) until :meth:`cancelled`; return
         whether it is."""
         return self._cancel_event.wait(timeout)
+
+    def submit_completion(self, flow: Any, input: JSON = None, **options: Any) -> str:
+        """Submit a run of ``flow`` (a :class:`~cyclone_flow.Flow` or a flow file path) in
+        this step's completion transaction: it exists only if the step completes (a failed
+        attempt, a crash or a lost lease rolls it back), and its wakeup is published with
+        the completion's (seeds: Transactional Enqueueing, SubmitCompletion). Options as
+        for ``Client.submit``; returns the run id. Raises what ``Client.submit`` raises.
+        """
+        if self._submit_in_tx is None:
+            raise RuntimeError("submit_completion is not available in this context")
+        return self._submit_in_tx(flow, input, **options)
+
+    def enqueue_completion(self, callable: str, args: JSON = None, **options: Any) -> str:
+        """Enqueue a standalone job (``"package.module:function"``) in this step's
+        completion transaction, committed with the step or not at all (seeds:
+        EnqueueCompletion). Options as for ``Client.enqueue``; returns the run id."""
+        if self._enqueue_in_tx is None:
+            raise RuntimeError("enqueue_completion is not available in this context")
+        return self._enqueue_in_tx(callable, args, **options)

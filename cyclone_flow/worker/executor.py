@@ -13,12 +13,13 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from cyclone_flow.config import ClientConfig
 from cyclone_flow.errors import PermanentError, TemplateError
+from cyclone_flow.options import job_flow, run_options
 from cyclone_flow.spec.model import JSON
 from cyclone_flow.spec.template import references, render
 from cyclone_flow.states import ErrorKind, RunState, StepState
@@ -27,6 +28,9 @@ from cyclone_flow.worker.cache import OutputCache
 from cyclone_flow.worker.context import Context
 from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled
 from cyclone_flow.worker.imports import HandlerImportError, HandlerResolver
+
+if TYPE_CHECKING:
+    from cyclone_flow.producer import Producer
 
 Conn = psycopg.Connection[Any]
 _TRACEBACK_LIMIT = 8_000  # characters of traceback kept per attempt
@@ -53,6 +57,7 @@ class Executor:
         cache: OutputCache,
         tx_slots: threading.BoundedSemaphore,
         publish: Callable[[Wakeups], None],
+        producer: Producer | None = None,
     ) -> None:
         self.store = store
         self.config = config
@@ -60,6 +65,7 @@ class Executor:
         self.cache = cache
         self.tx_slots = tx_slots
         self.publish = publish
+        self.producer = producer
         self.log = config.logger
 
     # -- output resolution ---------------------------------------------------------------
@@ -116,9 +122,11 @@ class Executor:
         """
         owner = self.config.client_id
         tx = _CompletionTx(self.store, self.tx_slots)
+        extra = Wakeups()  # of runs the handler submits in its completion transaction
         try:
             try:
                 handler, handler_input = self._prepare(step)
+                submit_in_tx, enqueue_in_tx = self._completion_producers(tx, extra)
                 ctx = Context(
                     run_id=step.run_id,
                     node=step.node,
@@ -127,13 +135,15 @@ class Executor:
                     open_tx=tx.open,
                     upstream=lambda name: self.upstream_output(step.run_id, name),
                     cancel_event=cancel_event,
+                    submit_in_tx=submit_in_tx,
+                    enqueue_in_tx=enqueue_in_tx,
                 )
                 try:
                     output = self._call(handler, ctx, handler_input)
                 finally:
                     tx.check_not_ended()
                 output_json = self._encode_output(output)
-                self._complete(step, owner, tx, output_json)
+                self._complete(step, owner, tx, output_json, extra)
             except StepFailure as failure:
                 tx.rollback()
                 self._fail(step, owner, failure)
@@ -145,6 +155,34 @@ class Executor:
                 step.run_id,
             )
             tx.rollback()
+
+    def _completion_producers(
+        self, tx: _CompletionTx, extra: Wakeups
+    ) -> tuple[Callable[..., str] | None, Callable[..., str] | None]:
+        """``ctx.submit_completion`` / ``ctx.enqueue_completion``: insert in the completion
+        transaction and keep the wakeups for after its commit (seeds: Transactional
+        Enqueueing)."""
+        producer = self.producer
+        if producer is None:
+            return None, None
+
+        def submit_in_tx(flow: Any, run_input: JSON = None, **options: Any) -> str:
+            opts = run_options(**options)
+            spec, input_json = producer.prepare(flow, run_input)
+            run_id, wakeups = producer.insert(tx.open(), spec, input_json, opts)
+            extra.merge(wakeups)
+            return run_id
+
+        def enqueue_in_tx(call: str, args: JSON = None, **options: Any) -> str:
+            retry = options.pop("retry", None)
+            timeout = options.pop("timeout", None)
+            opts = run_options(**options)
+            spec, input_json = producer.prepare(job_flow(call, retry=retry, timeout=timeout), args)
+            run_id, wakeups = producer.insert(tx.open(), spec, input_json, opts)
+            extra.merge(wakeups)
+            return run_id
+
+        return submit_in_tx, enqueue_in_tx
 
     def _prepare(self, step: ClaimedStep) -> tuple[Callable[..., Any], JSON]:
         if step.type != "action" or not step.call:  # submit refuses these already
@@ -204,7 +242,14 @@ class Executor:
             )
         return text
 
-    def _complete(self, step: ClaimedStep, owner: str, tx: _CompletionTx, output_json: str) -> None:
+    def _complete(
+        self,
+        step: ClaimedStep,
+        owner: str,
+        tx: _CompletionTx,
+        output_json: str,
+        extra: Wakeups | None = None,
+    ) -> None:
         conn = tx.open()
         with _failed_attempt_on_error("the completion transaction failed"):
             outcome = self.store.complete_step(conn, step, owner, output_json)
@@ -218,6 +263,8 @@ class Executor:
             return
         with _failed_attempt_on_error("the completion transaction failed at commit"):
             tx.commit()
+        if extra:
+            outcome.wakeups.merge(extra)  # published with the completion's own wakeups
         self._after_commit(step, outcome)
 
     def _fail(self, step: ClaimedStep, owner: str, failure: StepFailure) -> None:

@@ -63,6 +63,9 @@ class Worker:
         self._tasks: queue.Queue[ClaimedStep | None] = queue.Queue()
         self._idle = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
+        # (name, task) run by the maintenance loop after each recovery sweep: the schedule
+        # scanner and the sequence safety net (Engine Design: Pool Budget lists them).
+        self.maintenance_tasks: list[tuple[str, Callable[[], object]]] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -212,6 +215,13 @@ class Worker:
                 self.sweep_once()
             except Exception:
                 self.log.exception("recovery sweep failed")
+            for name, task in self.maintenance_tasks:
+                if self._stop.is_set():
+                    break
+                try:
+                    task()
+                except Exception:
+                    self.log.exception("%s failed", name)
 
     def sweep_once(self) -> dict[str, int]:
         """One pass of the recovery sweep; returns counts per action (Engine Design: Leases

@@ -117,7 +117,7 @@ def test_submit_then_worker_completes_then_status_and_runs(cli: Runner) -> None:
     no_traceback(as_json)
     assert as_json.returncode == 0, as_json.stderr
     body = _json(as_json.stdout)
-    assert list(body) == ["run_id"]
+    assert list(body) == ["run_id", "duplicate"] and body["duplicate"] is False
     second = body["run_id"]
     uuid.UUID(second)
     assert second != first

@@ -1,0 +1,340 @@
+"""Queue-feature commands: ``enqueue`` and ``schedule list|add|remove|pause|resume|sync``,
+and the submission options shared with ``submit`` (``--queue``, ``--priority``, ``--delay``,
+``--run-at``, ``--unique-key``, ``--unique-window``, ``--sequence``). See docs/queues.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from cyclone_flow.cli.common import (
+    database_options,
+    echo_json,
+    handle_errors,
+    resolve_database,
+    setup_logging,
+)
+from cyclone_flow.client import Client
+from cyclone_flow.durations import MAX_FLOW_DURATION_S, parse_duration
+from cyclone_flow.spec import load_flow
+from cyclone_flow.spec.model import JSON
+
+F = TypeVar("F")
+
+
+def _duration(value: str | None, option: str, *, allow_zero: bool) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = parse_duration(value, max_s=MAX_FLOW_DURATION_S)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+    if seconds == 0 and not allow_zero:
+        raise click.BadParameter("must be longer than 0s", param_hint=option)
+    return seconds
+
+
+def _instant(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not an ISO 8601 timestamp (e.g. 2030-05-01T09:00:00+02:00)",
+            param_hint="--run-at",
+        ) from None
+    if when.tzinfo is None:
+        raise click.BadParameter(
+            f"{value!r} has no UTC offset: add one (e.g. +02:00 or Z)", param_hint="--run-at"
+        )
+    return when
+
+
+def queue_options(func: F) -> F:
+    """Add the submission options of docs/queues.md to a click command."""
+    decorators = [
+        click.option(
+            "--sequence",
+            default=None,
+            help="Runs sharing this key execute one at a time, in submission order.",
+        ),
+        click.option(
+            "--unique-window",
+            default=None,
+            help="With --unique-key: the key is unique within windows of this length (e.g. 1h).",
+        ),
+        click.option(
+            "--unique-states",
+            default=None,
+            metavar="STATE,...",
+            help="With --unique-key: the run states in which a run holds the key (default "
+            "running; e.g. running,completed).",
+        ),
+        click.option(
+            "--unique-key",
+            default=None,
+            help="While a running run holds this key, print its id and write nothing.",
+        ),
+        click.option(
+            "--run-at",
+            default=None,
+            help="ISO 8601 instant with an offset at which the run starts.",
+        ),
+        click.option("--delay", default=None, help="Start the run after this long (e.g. 30s)."),
+        click.option(
+            "--priority",
+            type=click.IntRange(-32768, 32767),
+            default=None,
+            help="Priority of every node without its own (lower is claimed first).",
+        ),
+        click.option(
+            "--queue", default=None, help="Queue of every node that does not set its own."
+        ),
+    ]
+    out: Any = func
+    for decorator in decorators:
+        out = decorator(out)
+    return out  # type: ignore[no-any-return]
+
+
+def submission_kwargs(values: dict[str, Any]) -> dict[str, Any]:
+    """The ``submit``/``enqueue`` keyword options from the parsed CLI values."""
+    if values.get("delay") is not None and values.get("run_at") is not None:
+        raise click.UsageError("give --delay or --run-at, not both")
+    out: dict[str, Any] = {
+        "queue": values.get("queue"),
+        "priority": values.get("priority"),
+        "delay": _duration(values.get("delay"), "--delay", allow_zero=True),
+        "run_at": _instant(values.get("run_at")),
+        "unique_key": values.get("unique_key"),
+        "unique_window": _duration(
+            values.get("unique_window"), "--unique-window", allow_zero=False
+        ),
+        "unique_states": (
+            [part.strip() for part in values["unique_states"].split(",") if part.strip()]
+            if values.get("unique_states") is not None
+            else None
+        ),
+        "sequence": values.get("sequence"),
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def queue_info_lines(info: dict[str, Any]) -> list[str]:
+    """``status`` lines for a run's unique key, sequence and schedule (none when unused)."""
+    lines = []
+    if info.get("unique_key") is not None:
+        held = "held" if info.get("unique_held") else "released"
+        lines.append(f"unique key {info['unique_key']!r} ({held})")
+    if info.get("sequence_key") is not None:
+        where = f"sequence {info['sequence_key']!r} #{info['sequence_pos']}"
+        if info.get("sequence_held"):
+            where += ": held until the earlier runs of the sequence complete or are cancelled"
+        lines.append(where)
+    if info.get("schedule_id") is not None:
+        lines.append(f"scheduled tick {info['scheduled_for']}")
+    return lines
+
+
+def _json_arg(text: str | None, option: str) -> JSON:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=option) from None
+
+
+@click.command("enqueue")
+@click.argument("callable_path", metavar="CALLABLE")
+@click.option("--args", "args_json", default=None, help="The job's args as JSON.")
+@queue_options
+@click.option(
+    "--retry",
+    "max_attempts",
+    type=click.IntRange(1, 1000),
+    default=None,
+    help="Attempts in all (default 1).",
+)
+@click.option("--timeout", default=None, help="Timeout of one attempt, e.g. 30s.")
+@click.option("--wait", is_flag=True, help="Wait until the job's run ends; print its output.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@database_options
+@handle_errors
+def enqueue_cmd(
+    callable_path: str,
+    args_json: str | None,
+    max_attempts: int | None,
+    timeout: str | None,
+    wait: bool,
+    as_json: bool,
+    database_url: str | None,
+    schema: str,
+    **queue_values: Any,
+) -> None:
+    """Enqueue a standalone job: a one-node run of CALLABLE (package.module:function),
+    executed by a worker allowed to import it. Prints the run id."""
+    setup_logging()
+    args = _json_arg(args_json, "--args")
+    options = submission_kwargs(queue_values)
+    if max_attempts is not None:
+        options["retry"] = max_attempts
+    if timeout is not None:
+        options["timeout"] = _duration(timeout, "--timeout", allow_zero=False)
+    url = resolve_database(database_url)
+    with Client(url, schema=schema) as client:
+        run_id = client.enqueue(callable_path, args, **options)
+        status = client.wait(run_id) if wait else None
+    if as_json:
+        data: dict[str, Any] = {"run_id": str(run_id), "duplicate": run_id.duplicate}
+        if status is not None:
+            data.update(state=str(status.state), output=status.output, error=status.error)
+        echo_json(data)
+    else:
+        click.echo(str(run_id))
+        if run_id.duplicate:
+            click.echo("duplicate: an existing run holds this unique key", err=True)
+        if status is not None:
+            if status.state == "completed":
+                echo_json(status.output)
+            else:
+                click.echo(f"run {run_id} {status.state}: {status.error}", err=True)
+    if status is not None and status.state != "completed":
+        sys.exit(1)
+
+
+@click.group("schedule")
+def schedule_group() -> None:
+    """Cron schedules: list, add, remove, pause, resume, and sync a flow file's schedules."""
+
+
+@schedule_group.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@database_options
+@handle_errors
+def schedule_list_cmd(as_json: bool, database_url: str | None, schema: str) -> None:
+    """List every schedule with its next tick."""
+    setup_logging()
+    url = resolve_database(database_url)
+    with Client(url, schema=schema) as client:
+        rows = client.list_schedules()
+    if as_json:
+        echo_json(
+            [
+                {
+                    "name": r.name,
+                    "flow": r.flow_name,
+                    "cron": r.cron,
+                    "timezone": r.timezone,
+                    "input": r.input,
+                    "source": r.source,
+                    "paused": r.paused,
+                    "next_run_at": r.next_run_at,
+                    "last_run_at": r.last_run_at,
+                    "last_run_id": r.last_run_id,
+                }
+                for r in rows
+            ]
+        )
+        return
+    table = Table()
+    table.add_column("name", no_wrap=True)
+    table.add_column("flow")
+    table.add_column("cron", no_wrap=True)
+    table.add_column("timezone", no_wrap=True)
+    table.add_column("state")
+    table.add_column("next run (UTC)", no_wrap=True)
+    for r in rows:
+        table.add_row(
+            Text(r.name),
+            Text(r.flow_name),
+            Text(r.cron),
+            Text(r.timezone),
+            f"paused ({r.source})" if r.paused else r.source,
+            r.next_run_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
+        )
+    Console(highlight=False).print(table)
+
+
+@schedule_group.command("sync")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True))
+@database_options
+@handle_errors
+def schedule_sync_cmd(files: tuple[str, ...], database_url: str | None, schema: str) -> None:
+    """Make each flow FILE's `schedules:` the active schedules of that flow: create or
+    update them by name, remove the ones the file no longer declares (run it on deploy)."""
+    setup_logging()
+    flows = [load_flow(f) for f in files]
+    url = resolve_database(database_url)
+    with Client(url, schema=schema) as client:
+        for flow in flows:
+            result = client.sync_schedules(flow)
+            parts = [
+                f"{label} {', '.join(names)}"
+                for label, names in (
+                    ("added", result.added),
+                    ("updated", result.updated),
+                    ("removed", result.removed),
+                )
+                if names
+            ]
+            click.echo(f"{flow.name}: {'; '.join(parts) or 'no schedules'}")
+
+
+@schedule_group.command("add")
+@click.argument("file", type=click.Path(dir_okay=False, exists=True))
+@click.option("--cron", required=True, help="Cron expression, e.g. '*/5 * * * *'.")
+@click.option("--timezone", default="UTC", show_default=True, help="IANA time zone.")
+@click.option("--input", "input_json", default=None, help="Run input of every tick (JSON).")
+@click.option("--name", default=None, help="Schedule name (default: flow name + digest).")
+@database_options
+@handle_errors
+def schedule_add_cmd(
+    file: str,
+    cron: str,
+    timezone: str,
+    input_json: str | None,
+    name: str | None,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Add a schedule that submits a run of FILE at every tick of --cron."""
+    setup_logging()
+    run_input = _json_arg(input_json, "--input")
+    flow = load_flow(file)
+    url = resolve_database(database_url)
+    with Client(url, schema=schema) as client:
+        added = client.add_schedule(flow, cron, timezone=timezone, input=run_input, name=name)
+        row = client.store.get_schedule(added)
+    when = row.next_run_at.isoformat(timespec="seconds") if row else "?"
+    click.echo(f"schedule {added}: next run at {when}")
+
+
+def _by_name(action: str) -> Any:
+    @click.argument("name")
+    @database_options
+    @handle_errors
+    def command(name: str, database_url: str | None, schema: str) -> None:
+        setup_logging()
+        url = resolve_database(database_url)
+        with Client(url, schema=schema) as client:
+            getattr(client, f"{action}_schedule")(name)
+        click.echo(f"schedule {name} {action}d")
+
+    return command
+
+
+schedule_group.command("remove", help="Delete a schedule (its runs stay).")(_by_name("remove"))
+schedule_group.command("pause", help="Stop a schedule from submitting runs.")(_by_name("pause"))
+schedule_group.command(
+    "resume", help="Resume a paused schedule from its next tick (missed ticks are skipped)."
+)(_by_name("resume"))

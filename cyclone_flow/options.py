@@ -1,0 +1,347 @@
+"""Per-submission options of ``submit``/``enqueue`` (seeds: Queues and Priority, Unique Jobs,
+Sequences; delayed runs), validated before anything is written, and the synthetic
+one-node flow of a standalone job. Pure: no database.
+
+Precedence of ``queue`` and ``priority``: a node's own ``queue:``/``priority:`` in the flow
+file wins, then the submission's ``queue=``/``priority=``, then the flow's ``defaults:``,
+then ``default`` / 0. A lower priority number is claimed first (as in River and Oban).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, TypedDict
+
+from cyclone_flow.config import QUEUE_NAME_RE
+from cyclone_flow.durations import MAX_FLOW_DURATION_S, parse_duration
+from cyclone_flow.errors import SubmitOptionError
+from cyclone_flow.spec.compile import build_flow, document_digest
+from cyclone_flow.spec.model import Flow
+from cyclone_flow.states import RunState
+
+__all__ = [
+    "JOB_NODE",
+    "MAX_PRIORITY",
+    "MIN_PRIORITY",
+    "JobOptions",
+    "RunOptions",
+    "SubmitOptions",
+    "apply_overrides",
+    "job_flow",
+    "run_options",
+    "validate_callable",
+]
+
+MIN_PRIORITY = -32768
+MAX_PRIORITY = 32767
+MAX_KEY_CHARS = 1000
+JOB_NODE = "job"
+"""The node name of a standalone job's one-node flow."""
+
+_CALL_RE = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
+    r"(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+)
+_RUN_STATES = frozenset(s.value for s in RunState)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Validated options of one submission (build with :func:`run_options`).
+
+    - ``queue`` / ``priority``: override every node that does not set its own.
+    - ``run_at`` (aware datetime) or ``delay_s`` (seconds): when the root steps become
+      claimable; the database computes ``now() + delay``.
+    - ``unique_key``, ``unique_window_s`` (seconds), ``unique_states`` (run states the key
+      covers; always includes ``running``).
+    - ``sequence``: runs sharing it execute one at a time in submission order.
+    - ``schedule_id`` / ``scheduled_for``: set by the schedule scanner only.
+    """
+
+    queue: str | None = None
+    priority: int | None = None
+    run_at: datetime | None = None
+    delay_s: float | None = None
+    unique_key: str | None = None
+    unique_window_s: float | None = None
+    unique_states: tuple[str, ...] | None = None
+    sequence: str | None = None
+    schedule_id: int | None = None
+    scheduled_for: datetime | None = None
+
+    @property
+    def delayed(self) -> bool:
+        """True when the root steps wait for ``run_at`` or ``delay_s``."""
+        return self.run_at is not None or bool(self.delay_s)
+
+
+def _seconds(option: str, value: Any, *, allow_zero: bool) -> float:
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, str):
+        try:
+            seconds = parse_duration(value)
+        except ValueError as exc:
+            raise SubmitOptionError(option, value, str(exc)) from None
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise SubmitOptionError(
+            option, value, "must be a number of seconds, a timedelta or a duration like '30s'"
+        )
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        raise SubmitOptionError(
+            option, value, "must be a positive number of seconds" if not allow_zero else ">= 0"
+        )
+    if seconds > MAX_FLOW_DURATION_S:
+        raise SubmitOptionError(option, value, "must be at most 366 days")
+    return seconds
+
+
+def _key(option: str, value: Any) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_KEY_CHARS:
+        raise SubmitOptionError(
+            option, value, f"must be a non-empty string of at most {MAX_KEY_CHARS} characters"
+        )
+    if "\x00" in value:
+        raise SubmitOptionError(option, value, "must not contain a NUL character")
+    return value
+
+
+def validate_queue_option(value: Any, option: str = "queue") -> str:
+    """Return ``value`` when it is a valid queue name; raise :class:`SubmitOptionError`."""
+    if not isinstance(value, str) or not QUEUE_NAME_RE.match(value):
+        raise SubmitOptionError(
+            option,
+            value,
+            "a queue name is 1-63 lowercase letters, digits, '_', '.', '-' starting with a "
+            "letter or digit",
+        )
+    return value
+
+
+def run_options(
+    *,
+    queue: str | None = None,
+    priority: int | None = None,
+    run_at: datetime | None = None,
+    delay: float | timedelta | str | None = None,
+    unique_key: str | None = None,
+    unique_window: float | timedelta | str | None = None,
+    unique_states: Iterable[str] | None = None,
+    sequence: str | None = None,
+) -> RunOptions:
+    """Validate the keyword options of one submission.
+
+    Parameters
+    ----------
+    queue
+        Queue of every node that does not set its own.
+    priority
+        Priority (-32768..32767, lower is claimed first) of every node that does not set
+        its own.
+    run_at
+        Aware datetime at which the root steps become claimable; a naive datetime is
+        refused (its time zone would be a guess).
+    delay
+        Seconds (number, ``timedelta`` or ``'30s'``), at most 366 days, added to the
+        database's ``now()``. Exclusive with ``run_at``.
+    unique_key, unique_window, unique_states
+        While a run with this key is in one of ``unique_states`` (default: ``running``;
+        must include it) and, with ``unique_window`` seconds, was submitted in the same
+        window bucket (``floor(epoch / window)``), a new submission with the key returns
+        that run's id and writes nothing.
+    sequence
+        Runs sharing it execute one at a time, in submission order.
+
+    Raises
+    ------
+    SubmitOptionError
+        For the first invalid option.
+    """
+    if queue is not None:
+        validate_queue_option(queue)
+    if priority is not None and (
+        isinstance(priority, bool)
+        or not isinstance(priority, int)
+        or not MIN_PRIORITY <= priority <= MAX_PRIORITY
+    ):
+        raise SubmitOptionError(
+            "priority", priority, f"must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}"
+        )
+    if run_at is not None and delay is not None:
+        raise SubmitOptionError("run_at", run_at, "give run_at or delay, not both")
+    if run_at is not None:
+        if not isinstance(run_at, datetime):
+            raise SubmitOptionError("run_at", run_at, "must be a datetime")
+        if run_at.tzinfo is None or run_at.utcoffset() is None:
+            raise SubmitOptionError(
+                "run_at",
+                run_at,
+                "a naive datetime is ambiguous: give it a time zone (e.g. tzinfo=timezone.utc)",
+            )
+    delay_s = None if delay is None else _seconds("delay", delay, allow_zero=True)
+    key = None if unique_key is None else _key("unique_key", unique_key)
+    window = None
+    if unique_window is not None:
+        if key is None:
+            raise SubmitOptionError("unique_window", unique_window, "needs a unique_key")
+        window = _seconds("unique_window", unique_window, allow_zero=False)
+    states = None
+    if unique_states is not None:
+        if key is None:
+            raise SubmitOptionError("unique_states", unique_states, "needs a unique_key")
+        if isinstance(unique_states, str):
+            raise SubmitOptionError(
+                "unique_states", unique_states, "must be a collection of run states"
+            )
+        given = list(unique_states)
+        bad = [s for s in given if s not in _RUN_STATES]
+        if bad:
+            raise SubmitOptionError(
+                "unique_states",
+                unique_states,
+                f"unknown run state {bad[0]!r} (states: {', '.join(sorted(_RUN_STATES))})",
+            )
+        if RunState.RUNNING not in given:
+            raise SubmitOptionError(
+                "unique_states",
+                unique_states,
+                "must include 'running': a new run is running, so a key it does not hold "
+                "while running could never be held",
+            )
+        states = tuple(sorted({str(s) for s in given}))
+    seq = None if sequence is None else _key("sequence", sequence)
+    return RunOptions(
+        queue=queue,
+        priority=priority,
+        run_at=run_at,
+        delay_s=delay_s,
+        unique_key=key,
+        unique_window_s=window,
+        unique_states=states,
+        sequence=seq,
+    )
+
+
+def apply_overrides(flow: Flow, options: RunOptions) -> Flow:
+    """``flow`` with the submission's ``queue``/``priority`` on every node that does not set
+    its own in the flow file (the definition and digest are unchanged: overrides belong to
+    the run, not to the flow)."""
+    if options.queue is None and options.priority is None:
+        return flow
+    doc_nodes: Mapping[str, Any] = flow.document.get("nodes", {})
+    nodes = {}
+    for name, node in flow.nodes.items():
+        own = doc_nodes.get(name, {})
+        changes: dict[str, Any] = {}
+        if options.queue is not None and "queue" not in own:
+            changes["queue"] = options.queue
+        if options.priority is not None and "priority" not in own:
+            changes["priority"] = options.priority
+        nodes[name] = replace(node, **changes) if changes else node
+    return replace(flow, nodes=nodes)
+
+
+def validate_callable(call: Any) -> str:
+    """Return ``call`` when it is ``package.module:function``; raise SubmitOptionError."""
+    if not isinstance(call, str) or not _CALL_RE.match(call):
+        raise SubmitOptionError("callable", call, "must be a dotted path 'package.module:function'")
+    return call
+
+
+def job_flow(
+    call: str,
+    *,
+    retry: int | Mapping[str, Any] | None = None,
+    timeout: float | timedelta | str | None = None,
+) -> Flow:
+    """The synthetic one-node flow of a standalone job (``Client.enqueue``): its name is the
+    callable, its only node ``job`` calls it with the run input (the job's ``args``). The
+    definition is content-addressed like a flow file's, so status, retry and cancel work
+    on jobs unchanged.
+
+    ``retry``: ``max_attempts`` as an int, or a mapping like a flow file's ``retry:``
+    (``{"max_attempts": 5, "backoff": {"initial": "1s", "max": "1m"}}``). ``timeout``:
+    seconds, timedelta or a duration string.
+
+    Raises SubmitOptionError for a bad callable, retry or timeout.
+    """
+    validate_callable(call)
+    node: dict[str, Any] = {"call": call}
+    if retry is not None:
+        node["retry"] = _retry_doc(retry)
+    if timeout is not None:
+        node["timeout"] = _seconds("timeout", timeout, allow_zero=False)
+    document = {"name": call, "kind": "job", "nodes": {JOB_NODE: node}}
+    try:
+        flow = build_flow(document)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SubmitOptionError("retry", retry, str(exc)) from None
+    assert flow.digest == document_digest(document)
+    return flow
+
+
+def _retry_doc(retry: int | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(retry, int) and not isinstance(retry, bool):
+        retry = {"max_attempts": retry}
+    if not isinstance(retry, Mapping):
+        raise SubmitOptionError("retry", retry, "must be max_attempts (int) or a mapping")
+    unknown = set(retry) - {"max_attempts", "backoff"}
+    if unknown:
+        raise SubmitOptionError("retry", retry, f"unknown key {sorted(unknown)[0]!r}")
+    out: dict[str, Any] = {}
+    if "max_attempts" in retry:
+        attempts = retry["max_attempts"]
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 1000:
+            raise SubmitOptionError("retry", retry, "max_attempts must be an integer 1..1000")
+        out["max_attempts"] = attempts
+    if "backoff" in retry:
+        backoff = retry["backoff"]
+        if not isinstance(backoff, Mapping):
+            raise SubmitOptionError("retry", retry, "backoff must be a mapping")
+        doc: dict[str, Any] = {}
+        for key, value in backoff.items():
+            if key in ("initial", "max"):
+                doc[key] = _seconds(f"retry.backoff.{key}", value, allow_zero=True)
+            elif (key == "multiplier" and _number(value) and value >= 1) or (
+                key == "jitter" and _number(value) and 0 <= value <= 1
+            ):
+                doc[key] = float(value)
+            else:
+                raise SubmitOptionError("retry", retry, f"invalid backoff {key}: {value!r}")
+        if doc.get("initial", 0) > doc.get("max", math.inf):
+            raise SubmitOptionError("retry", retry, "backoff initial is above max")
+        out["backoff"] = doc
+    return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class SubmitOptions(TypedDict, total=False):
+    """Keyword options of every submission (``submit``, ``enqueue``, ``submit_tx``,
+    ``enqueue_tx``, ``ctx.submit_completion``, ``ctx.enqueue_completion``); see
+    :func:`run_options`."""
+
+    queue: str | None
+    priority: int | None
+    run_at: datetime | None
+    delay: float | timedelta | str | None
+    unique_key: str | None
+    unique_window: float | timedelta | str | None
+    unique_states: Iterable[str] | None
+    sequence: str | None
+
+
+class JobOptions(SubmitOptions, total=False):
+    """:class:`SubmitOptions` plus the standalone job's ``retry`` (max_attempts or a
+    ``retry:`` mapping) and ``timeout`` (seconds, timedelta or ``'30s'``)."""
+
+    retry: int | Mapping[str, Any] | None
+    timeout: float | timedelta | str | None

@@ -1,0 +1,357 @@
+"""Store methods of the queue features (seeds: Queues and Priority, Unique Jobs, Sequences,
+schedule options): the named statements of ``sql/queue.sql`` and ``sql/schedules.sql``.
+
+:class:`QueueStoreMixin` is part of :class:`cyclone_flow.store.store.Store` (its base
+class), kept in its own module so the concern reads as one piece; like the rest of the
+store it is the only code that runs these statements. Methods that take a ``conn`` run
+inside the caller's transaction and never commit.
+
+Lock order (no deadlock between these paths): a run's row lock, then its sequence's row
+lock (``cyclone_sequences``), then other runs of the sequence only with ``SKIP LOCKED``.
+Submit takes only the sequence lock (its run is new).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from cyclone_flow.options import RunOptions
+from cyclone_flow.spec.model import Flow
+
+if TYPE_CHECKING:
+    from cyclone_flow.store.store import Wakeups
+
+Conn = psycopg.Connection[Any]
+
+
+@dataclass(frozen=True)
+class InsertedRun:
+    """What a queued insert did: the run id, whether this call created it (False: a unique
+    key matched an existing run and nothing was written), and whether it is held behind an
+    earlier run of its sequence."""
+
+    run_id: str
+    created: bool
+    held: bool = False
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """One row of ``cyclone_schedules`` (instants are UTC-aware datetimes)."""
+
+    id: int
+    name: str
+    flow_name: str
+    cron: str
+    timezone: str
+    input: Any
+    source: str
+    paused: bool
+    next_run_at: datetime
+    last_run_at: datetime | None
+    last_run_id: str | None
+
+
+@dataclass(frozen=True)
+class DueSchedule:
+    """A due schedule locked by the scanner's transaction, with its flow definition."""
+
+    id: int
+    name: str
+    cron: str
+    timezone: str
+    input_json: str
+    next_run_at: datetime
+    definition: dict[str, Any]
+
+
+class QueueStoreMixin:
+    """Unique runs, sequences, delayed roots and cron schedules (see the module doc)."""
+
+    pool: ConnectionPool[Any]
+    schema: str
+    q: dict[str, str]
+
+    if TYPE_CHECKING:
+
+        def store_definition(self, conn: Conn, flow: Flow) -> int: ...
+
+        def insert_steps(
+            self, conn: Conn, run_id: str, flow: Flow, *, hold_roots: bool = False
+        ) -> None: ...
+
+    # -- queued runs ---------------------------------------------------------------------
+
+    def insert_queued_run(
+        self, conn: Conn, flow: Flow, input_json: str, options: RunOptions
+    ) -> InsertedRun:
+        """Write a run with its options inside the caller's transaction.
+
+        With a ``unique_key``: ``INSERT ... ON CONFLICT DO NOTHING`` on the partial unique
+        index of ``unique_slot``, then the winner is read (race-free: a concurrent insert of
+        the same key waits for the other transaction and then conflicts or succeeds). With a
+        ``sequence``: the sequence's row lock is taken first and the run is held (root steps
+        ``pending``) while an earlier run of the sequence is neither completed nor
+        cancelled. With ``run_at``/``delay_s`` the root steps' ``scheduled_at`` is set from
+        the database clock.
+        """
+        workflow_id = self.store_definition(conn, flow)
+        seq_pos: int | None = None
+        held = False
+        if options.sequence is not None:
+            row = conn.execute(self.q["sequence_next_pos"], {"key": options.sequence}).fetchone()
+            assert row is not None
+            seq_pos = int(row[0])
+            got = conn.execute(
+                self.q["sequence_has_open_run"], {"key": options.sequence}
+            ).fetchone()
+            held = bool(got and got[0])
+        params = {
+            "workflow_id": workflow_id,
+            "flow_name": flow.name,
+            "input": input_json,
+            "unique_key": options.unique_key,
+            "unique_window_s": options.unique_window_s,
+            "unique_states": list(options.unique_states) if options.unique_states else None,
+            "sequence_key": options.sequence,
+            "sequence_pos": seq_pos,
+            "sequence_held": held,
+            "schedule_id": options.schedule_id,
+            "scheduled_for": options.scheduled_for,
+        }
+        for _ in range(100):
+            inserted = conn.execute(self.q["run_insert_queued"], params).fetchone()
+            if inserted is not None:
+                break
+            holder = conn.execute(
+                self.q["run_get_unique_holder"],
+                {"unique_key": options.unique_key, "unique_window_s": options.unique_window_s},
+            ).fetchone()
+            if holder is not None:
+                return InsertedRun(str(holder[0]), created=False)
+            # the holder left its covered states between our insert and our read: again
+        else:  # pragma: no cover - would need 100 runs finishing in between
+            raise RuntimeError(f"unique key {options.unique_key!r} keeps changing hands")
+        run_id = str(inserted[0])
+        self.insert_steps(conn, run_id, flow, hold_roots=held)
+        if options.delayed:
+            roots = [n.name for n in flow.nodes.values() if not n.needs]
+            conn.execute(
+                self.q["step_schedule_roots"],
+                {
+                    "run_id": run_id,
+                    "nodes": roots,
+                    "run_at": options.run_at,
+                    "delay_us": round((options.delay_s or 0) * 1_000_000),
+                },
+            )
+        return InsertedRun(run_id, created=True, held=held)
+
+    # -- sequences -----------------------------------------------------------------------
+
+    def release_sequence_after(self, conn: Conn, run_id: str, wakeups: Wakeups) -> None:
+        """After run ``run_id`` became completed or cancelled, under its row lock in the
+        same transaction: release the next held run of its sequence (no-op outside one)."""
+        row = conn.execute(self.q["run_get_sequence"], {"run_id": run_id}).fetchone()
+        if row is None or row[0] is None:
+            return
+        self._release_sequence(conn, str(row[0]), wakeups)
+
+    def _release_sequence(self, conn: Conn, key: str, wakeups: Wakeups) -> None:
+        conn.execute(self.q["sequence_lock"], {"key": key})
+        rows = conn.execute(self.q["sequence_release_next"], {"key": key}).fetchall()
+        wakeups.queues.update(r[0] for r in rows)
+
+    def release_stalled_sequences(self, batch: int = 100) -> tuple[int, Wakeups]:
+        """Maintenance safety net: release the first open run of every sequence whose
+        predecessors all finished but which is still held. Returns (sequences released,
+        wakeups to publish)."""
+        from cyclone_flow.store.store import Wakeups
+
+        wakeups = Wakeups()
+        with self.pool.connection() as conn:
+            keys = [r[0] for r in conn.execute(self.q["sequence_list_stalled"], {"batch": batch})]
+        released = 0
+        for key in keys:
+            found = Wakeups()
+            with self.pool.connection() as conn, conn.transaction():
+                self._release_sequence(conn, key, found)
+            if found:
+                released += 1
+                wakeups.merge(found)
+        return released, wakeups
+
+    def cancel_failed_in_sequence(self, conn: Conn, run_id: str, reason: str) -> bool:
+        """failed -> cancelled for a run of a sequence (the caller holds the run lock), so
+        the runs held behind it go on; False for any other run."""
+        row = conn.execute(
+            self.q["run_cancel_failed_in_sequence"], {"run_id": run_id, "error": reason}
+        ).fetchone()
+        return row is not None
+
+    def run_sequence_key(self, conn: Conn, run_id: str) -> str | None:
+        """The sequence key of a run, None when it is in none."""
+        row = conn.execute(self.q["run_get_sequence"], {"run_id": run_id}).fetchone()
+        return None if row is None or row[0] is None else str(row[0])
+
+    def queue_info(self, run_id: str) -> dict[str, Any] | None:
+        """The unique/sequence/schedule columns of a run (``status``), None if unknown."""
+        with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            row = cur.execute(self.q["run_get_queue_info"], {"run_id": run_id}).fetchone()
+        return dict(row) if row else None
+
+    # -- time ------------------------------------------------------------------------------
+
+    def db_now(self, now: datetime | None = None) -> datetime:
+        """The database's ``now()``, or ``now`` when a test pins it."""
+        with self.pool.connection() as conn:
+            row = conn.execute(self.q["db_now"], {"now": now}).fetchone()
+        assert row is not None
+        value: datetime = row[0]
+        return value
+
+    # -- schedules -----------------------------------------------------------------------
+
+    def upsert_schedule(
+        self,
+        conn: Conn,
+        *,
+        name: str,
+        flow: Flow,
+        cron: str,
+        timezone: str,
+        input_json: str,
+        source: str,
+        next_run_at: datetime,
+    ) -> bool:
+        """Create or update the schedule ``name``; True when it was created."""
+        workflow_id = self.store_definition(conn, flow)
+        row = conn.execute(
+            self.q["schedule_upsert"],
+            {
+                "name": name,
+                "flow_name": flow.name,
+                "workflow_id": workflow_id,
+                "cron": cron,
+                "timezone": timezone,
+                "input": input_json,
+                "source": source,
+                "next_run_at": next_run_at,
+            },
+        ).fetchone()
+        assert row is not None
+        return bool(row[1])
+
+    def schedule_source(self, conn: Conn, name: str) -> str | None:
+        """``flow`` or ``manual`` for an existing schedule, None when there is none."""
+        row = conn.execute(self.q["schedule_get_source"], {"name": name}).fetchone()
+        return None if row is None else str(row[0])
+
+    def delete_stale_flow_schedules(self, conn: Conn, flow_name: str, keep: list[str]) -> list[str]:
+        """Delete the ``flow`` schedules of ``flow_name`` not named in ``keep``."""
+        rows = conn.execute(
+            self.q["schedule_delete_flow_stale"], {"flow_name": flow_name, "keep": keep}
+        ).fetchall()
+        return sorted(r[0] for r in rows)
+
+    def delete_schedule(self, name: str) -> bool:
+        """Delete one schedule; False when none has that name."""
+        with self.pool.connection() as conn:
+            return conn.execute(self.q["schedule_delete"], {"name": name}).fetchone() is not None
+
+    def set_schedule_paused(
+        self, name: str, paused: bool, next_run_at: datetime | None = None
+    ) -> bool:
+        """Pause or resume a schedule (resume passes the next tick after now); False when
+        none has that name."""
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                self.q["schedule_set_paused"],
+                {"name": name, "paused": paused, "next_run_at": next_run_at},
+            ).fetchone()
+        return row is not None
+
+    def get_schedule(self, name: str) -> ScheduleRow | None:
+        """One schedule by name, None when there is none."""
+        with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            row = cur.execute(self.q["schedule_get"], {"name": name}).fetchone()
+        return None if row is None else _schedule_row(row)
+
+    def list_schedules(self) -> list[ScheduleRow]:
+        """Every schedule, by name."""
+        with self.pool.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            rows = cur.execute(self.q["schedule_list"]).fetchall()
+        return [_schedule_row(r) for r in rows]
+
+    def list_due_schedules(self, now: datetime, batch: int) -> list[int]:
+        """Ids of unpaused schedules due at ``now``, earliest first."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                self.q["schedule_list_due"], {"now": now, "batch": batch}
+            ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def lock_due_schedule(self, conn: Conn, schedule_id: int, now: datetime) -> DueSchedule | None:
+        """Lock a due schedule for this transaction (SKIP LOCKED); None when another client
+        holds it or it is no longer due."""
+        cur = conn.cursor(row_factory=dict_row)
+        row = cur.execute(self.q["schedule_lock_due"], {"id": schedule_id, "now": now}).fetchone()
+        if row is None:
+            return None
+        return DueSchedule(
+            id=row["id"],
+            name=row["name"],
+            cron=row["cron"],
+            timezone=row["timezone"],
+            input_json=row["input"],
+            next_run_at=row["next_run_at"],
+            definition=row["definition"],
+        )
+
+    def advance_schedule(
+        self,
+        conn: Conn,
+        *,
+        schedule_id: int,
+        expected: datetime,
+        next_run_at: datetime,
+        tick: datetime,
+        run_id: str,
+    ) -> bool:
+        """The tick's compare-and-swap on ``next_run_at``; False when stale."""
+        row = conn.execute(
+            self.q["schedule_advance"],
+            {
+                "id": schedule_id,
+                "expected": expected,
+                "next_run_at": next_run_at,
+                "tick": tick,
+                "run_id": run_id,
+            },
+        ).fetchone()
+        return row is not None
+
+
+def _schedule_row(row: dict[str, Any]) -> ScheduleRow:
+    return ScheduleRow(
+        id=row["id"],
+        name=row["name"],
+        flow_name=row["flow_name"],
+        cron=row["cron"],
+        timezone=row["timezone"],
+        input=row["input"],
+        source=row["source"],
+        paused=row["paused"],
+        next_run_at=row["next_run_at"],
+        last_run_at=row["last_run_at"],
+        last_run_id=None if row["last_run_id"] is None else str(row["last_run_id"]),
+    )
