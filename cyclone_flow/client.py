@@ -19,7 +19,14 @@ import jsonschema
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from cyclone_flow.config import ClientConfig, ClientOptions, build_config
+from cyclone_flow.config import (
+    RETENTION_BATCH_SIZE,
+    ClientConfig,
+    ClientOptions,
+    RetentionConfig,
+    build_config,
+    validate_retention,
+)
 from cyclone_flow.errors import (
     ConfigError,
     InputValidationError,
@@ -44,6 +51,7 @@ from cyclone_flow.worker.cache import OutputCache
 from cyclone_flow.worker.events import StepEvent, call_hook
 from cyclone_flow.worker.executor import Executor
 from cyclone_flow.worker.imports import AllowList, HandlerResolver
+from cyclone_flow.worker.retention import RetentionSweeper
 from cyclone_flow.worker.runtime import Worker
 
 FlowLike = Flow | str | os.PathLike[str]
@@ -286,6 +294,20 @@ class Client:
             retried.append(rid)
         return retried
 
+    def purge(self, older_than: float, *, batch_size: int = RETENTION_BATCH_SIZE) -> int:
+        """Delete every completed, failed or cancelled run whose ``finished_at`` is more
+        than ``older_than`` seconds ago (database clock), with its steps and deps, in
+        batches of ``batch_size`` runs; running runs are never touched (Client Options:
+        WithRetentionSweep). Returns the number of runs deleted. Safe while other clients
+        purge too. Raises ConfigError for a non-positive age or a bad batch size."""
+        config = _purge_config(older_than, batch_size)
+        return RetentionSweeper(self.store, config, self.config.logger).run_once()
+
+    def count_purgeable(self, older_than: float) -> tuple[int, int]:
+        """``(runs, steps)`` that :meth:`purge` with ``older_than`` would delete now."""
+        _purge_config(older_than, RETENTION_BATCH_SIZE)
+        return self.store.count_purgeable(older_than)
+
     def wait(self, run_id: str, timeout: float | None = None) -> RunStatus:
         """Block until the run is terminal or ``timeout`` seconds pass; return its status
         (still ``running`` on timeout). Woken by ``cyclone_run_done`` when this client's
@@ -346,6 +368,16 @@ def migrate(database: str, /, *, schema: str = "public") -> list[int]:
     psycopg.OperationalError when the database cannot be reached."""
     with psycopg.connect(database, connect_timeout=10) as conn:
         return migrate_schema(conn, schema)
+
+
+def _purge_config(older_than: float, batch_size: int) -> RetentionConfig:
+    if isinstance(older_than, bool) or not isinstance(older_than, int | float):
+        raise ConfigError(f"older_than must be a number of seconds, got {older_than!r}")
+    if not older_than > 0:
+        raise ConfigError(f"older_than must be above 0 seconds, got {older_than!r}")
+    config = validate_retention(RetentionConfig(default_age=older_than, batch_size=batch_size))
+    assert config is not None
+    return config
 
 
 def _apply_defaults(schema: Mapping[str, Any], value: JSON) -> JSON:

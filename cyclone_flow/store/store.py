@@ -540,6 +540,27 @@ class Store:
             ).fetchall()
         return [(r[0], str(r[1]), r[2], r[3]) for r in rows]
 
+    # -- retention -----------------------------------------------------------------------
+
+    def purge_runs(self, age_s: float, batch: int) -> int:
+        """Delete up to ``batch`` terminal runs that finished more than ``age_s`` seconds
+        ago (by the database's ``now()``), with their steps and deps; return how many runs
+        were deleted. Safe from many clients at once (SKIP LOCKED)."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                self.q["run_purge_terminal"],
+                {"age_us": int(age_s * 1_000_000), "batch": batch},
+            ).fetchall()
+        return len(rows)
+
+    def count_purgeable(self, age_s: float) -> tuple[int, int]:
+        """``(runs, steps)`` that a purge with ``age_s`` would delete now (a dry run)."""
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                self.q["run_count_purgeable"], {"age_us": int(age_s * 1_000_000)}
+            ).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
     # -- reads ---------------------------------------------------------------------------
 
     def count_active(self, queues: Sequence[str]) -> int:

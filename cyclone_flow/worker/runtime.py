@@ -1,6 +1,6 @@
 """A started client's threads: worker threads that run handlers, one claim loop, one
 heartbeat loop that renews every lease of this client each ``lease_ttl / 3``, one
-maintenance loop (recovery sweep), and one LISTEN connection.
+maintenance loop (recovery sweep, retention sweep), and one LISTEN connection.
 
 Claiming follows Engine Design: The Claiming Algorithm; the claim loop polls within
 ``poll_interval = (min, max)`` and wakes at once on a ``cyclone_available`` notification
@@ -28,6 +28,7 @@ from cyclone_flow.store.store import (
 )
 from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled
 from cyclone_flow.worker.executor import Executor
+from cyclone_flow.worker.retention import RetentionSweeper
 
 SWEEP_BATCH = 500
 
@@ -63,6 +64,12 @@ class Worker:
         self._tasks: queue.Queue[ClaimedStep | None] = queue.Queue()
         self._idle = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
+        retention = config.retention
+        self.retention = (
+            RetentionSweeper(store, retention, self.log)
+            if retention is not None and retention.enabled
+            else None
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -212,6 +219,11 @@ class Worker:
                 self.sweep_once()
             except Exception:
                 self.log.exception("recovery sweep failed")
+            if self.retention is not None:
+                try:
+                    self.retention.tick()
+                except Exception:
+                    self.log.exception("retention sweep failed")
 
     def sweep_once(self) -> dict[str, int]:
         """One pass of the recovery sweep; returns counts per action (Engine Design: Leases
