@@ -11,6 +11,7 @@ import socket
 from typing import Any
 
 import pytest
+from doc_tables import REPO, markdown_tables
 
 from cyclone_flow.config import (
     SEED_OPTIONS,
@@ -20,8 +21,6 @@ from cyclone_flow.config import (
     build_config,
 )
 from cyclone_flow.logs import DefaultHandler
-
-from doc_tables import REPO, markdown_tables
 
 OPTIONS_MD = REPO / "docs" / "options.md"
 # Defaults that are computed, not literal: the doc describes them in words.
@@ -136,5 +135,9 @@ def test_seed_names_are_the_specifications(name: str) -> None:
     assert re.fullmatch(r"With[A-Za-z]+\(.*\)", seed_name), seed_name
     go = seed_name.split("(")[0].removeprefix("With")
     snake = re.sub(r"(?<!^)(?=[A-Z])", "_", go).lower()
-    aliases = {"retention_sweep": "retention", "client_i_d": "client_id", "lease_t_t_l": "lease_ttl"}
+    aliases = {
+        "retention_sweep": "retention",
+        "client_i_d": "client_id",
+        "lease_t_t_l": "lease_ttl",
+    }
     assert aliases.get(snake, snake) == name
