@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.errors import PermanentError, TemplateError
+from cyclone_flow.errors import PayloadTooLargeError, PermanentError, TemplateError
 from cyclone_flow.spec.model import JSON
 from cyclone_flow.spec.template import references, render
 from cyclone_flow.states import ErrorKind, RunState, StepState
@@ -196,12 +196,10 @@ class Executor:
         size = len(text.encode("utf-8"))
         limit = self.config.payload_limits.output_bytes
         if size > limit:
+            too_large = PayloadTooLargeError("output", size, limit)
             raise StepFailure(
-                ErrorKind.PAYLOAD_TOO_LARGE,
-                f"output payload is {size} bytes, over the limit of {limit} bytes",
-                permanent=True,
-                tb=None,
-            )
+                ErrorKind.PAYLOAD_TOO_LARGE, str(too_large), permanent=True, tb=None
+            ) from too_large
         return text
 
     def _complete(self, step: ClaimedStep, owner: str, tx: _CompletionTx, output_json: str) -> None:
