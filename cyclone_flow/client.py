@@ -9,10 +9,11 @@ A client that only submits starts no thread.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Unpack
 
 import jsonschema
@@ -127,6 +128,7 @@ class Client:
         self._waiters: dict[str, set[threading.Event]] = {}
         self._waiters_lock = threading.Lock()
         self._closed = False
+        self._observers: list[Callable[[StepEvent], None]] = []
 
     # -- schema ----------------------------------------------------------------------------
 
@@ -198,9 +200,16 @@ class Client:
         """
         if self._worker is not None:
             return
+        # With observers (e.g. metrics), the worker machinery reports every step event
+        # through _emit: the on_step_event option first, then each observer.
+        config = (
+            dataclasses.replace(self.config, on_step_event=self._emit)
+            if self._observers
+            else self.config
+        )
         executor = Executor(
             self.store,
-            self.config,
+            config,
             HandlerResolver(self._allow),
             self.cache,
             self._tx_slots,
@@ -208,13 +217,27 @@ class Client:
         )
         self._worker = Worker(
             self.store,
-            self.config,
+            config,
             executor,
             self._publish,
             self._run_done,
             only_run=parse_run_id(run_id) if run_id is not None else None,
         )
         self._worker.start()
+
+    def observe_steps(self, observer: Callable[[StepEvent], None]) -> None:
+        """Also send every step event (see ``on_step_event``) to ``observer``, after the
+        ``on_step_event`` option; an exception inside it is logged and ignored. For
+        instrumentation such as :class:`cyclone_flow.metrics.Metrics`; call it before
+        :meth:`start`."""
+        if self._worker is not None:
+            raise RuntimeError("observe_steps() must be called before start()")
+        self._observers.append(observer)
+
+    def _emit(self, event: StepEvent) -> None:
+        call_hook(self.config.logger, self.config.on_step_event, event)
+        for observer in self._observers:
+            call_hook(self.config.logger, observer, event)
 
     @property
     def worker(self) -> Worker | None:
@@ -267,9 +290,7 @@ class Client:
         if done:
             self._publish(Wakeups(runs_done={rid}))
             for node in cancelled:
-                call_hook(
-                    self.config.logger,
-                    self.config.on_step_event,
+                self._emit(
                     StepEvent("cancelled", rid, node, error=reason, error_kind="cancelled"),
                 )
         return done

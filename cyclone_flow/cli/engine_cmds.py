@@ -156,6 +156,18 @@ def _allow_list(allow_module: tuple[str, ...]) -> AllowList:
     is_flag=True,
     help="Exit once no step of the served queues is available or running.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve Prometheus metrics on http://ADDR:PORT/metrics (0: any free port).",
+)
+@click.option(
+    "--metrics-addr",
+    default="0.0.0.0",
+    show_default=True,
+    help="Address the metrics endpoint listens on.",
+)
 @database_options
 @handle_errors
 def worker_cmd(
@@ -167,6 +179,8 @@ def worker_cmd(
     queues: tuple[str, ...],
     shutdown_timeout: str,
     exit_when_idle: bool,
+    metrics_port: int | None,
+    metrics_addr: str,
     database_url: str | None,
     schema: str,
 ) -> None:
@@ -183,6 +197,7 @@ def worker_cmd(
     worker_queues = _parse_queues(queues, workers)
     add_import_paths(import_path)
     url = resolve_database(database_url)
+    metrics = _start_metrics(metrics_port, metrics_addr)
     client = Client(
         url,
         schema=schema,
@@ -191,6 +206,9 @@ def worker_cmd(
         max_reclaims=max_reclaims,
         allow_modules=allow,
     )
+    if metrics is not None:
+        metrics[0].watch_queues(client.store, worker_queues, client.config.logger)
+        client.observe_steps(metrics[0].observe)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -219,7 +237,24 @@ def worker_cmd(
                 break
     finally:
         client.shutdown(timeout=grace)
+        if metrics is not None:
+            metrics[1].close()
     sys.exit(0)
+
+
+def _start_metrics(port: int | None, addr: str) -> tuple[Any, Any] | None:
+    """``(Metrics, MetricsServer)`` serving on ``addr:port``, or None without a port."""
+    if port is None:
+        return None
+    from cyclone_flow.metrics import Metrics, serve_metrics  # prometheus_client only here
+
+    metrics = Metrics()
+    try:
+        server = serve_metrics(metrics, port, addr)
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve metrics on {addr}:{port}: {exc}") from None
+    logging.getLogger("cyclone_flow").info("metrics on http://%s:%d/metrics", addr, server.port)
+    return metrics, server
 
 
 def _progress_printer(enabled: bool) -> Any:

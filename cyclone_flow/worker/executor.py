@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ import psycopg
 
 from cyclone_flow.config import ClientConfig
 from cyclone_flow.errors import PayloadTooLargeError, PermanentError, TemplateError
+from cyclone_flow.logs import step_extra
 from cyclone_flow.spec.model import JSON
 from cyclone_flow.spec.template import references, render
 from cyclone_flow.states import ErrorKind, RunState, StepState
@@ -116,6 +118,7 @@ class Executor:
         """
         owner = self.config.client_id
         tx = _CompletionTx(self.store, self.tx_slots)
+        duration_s: float | None = None  # handler time, for StepEvent and metrics
         try:
             try:
                 handler, handler_input = self._prepare(step)
@@ -128,21 +131,24 @@ class Executor:
                     upstream=lambda name: self.upstream_output(step.run_id, name),
                     cancel_event=cancel_event,
                 )
+                started = time.monotonic()
                 try:
                     output = self._call(handler, ctx, handler_input)
                 finally:
+                    duration_s = time.monotonic() - started
                     tx.check_not_ended()
                 output_json = self._encode_output(output)
-                self._complete(step, owner, tx, output_json)
+                self._complete(step, owner, tx, output_json, duration_s)
             except StepFailure as failure:
                 tx.rollback()
-                self._fail(step, owner, failure)
+                self._fail(step, owner, failure, duration_s)
         except BaseException:
             self.log.exception(
                 "step %s of run %s: could not record the result; the lease will lapse and "
                 "the recovery sweep reclaims it",
                 step.node,
                 step.run_id,
+                extra=_extra(step),
             )
             tx.rollback()
 
@@ -202,7 +208,14 @@ class Executor:
             ) from too_large
         return text
 
-    def _complete(self, step: ClaimedStep, owner: str, tx: _CompletionTx, output_json: str) -> None:
+    def _complete(
+        self,
+        step: ClaimedStep,
+        owner: str,
+        tx: _CompletionTx,
+        output_json: str,
+        duration_s: float | None = None,
+    ) -> None:
         conn = tx.open()
         with _failed_attempt_on_error("the completion transaction failed"):
             outcome = self.store.complete_step(conn, step, owner, output_json)
@@ -212,13 +225,20 @@ class Executor:
                 "step %s of run %s: stale completion rolled back (lease lost)",
                 step.node,
                 step.run_id,
+                extra=_extra(step),
             )
             return
         with _failed_attempt_on_error("the completion transaction failed at commit"):
             tx.commit()
-        self._after_commit(step, outcome)
+        self._after_commit(step, outcome, None, duration_s)
 
-    def _fail(self, step: ClaimedStep, owner: str, failure: StepFailure) -> None:
+    def _fail(
+        self,
+        step: ClaimedStep,
+        owner: str,
+        failure: StepFailure,
+        duration_s: float | None = None,
+    ) -> None:
         with self.tx_slots, self.store.pool.connection() as conn, conn.transaction():
             outcome = self.store.fail_step(
                 conn,
@@ -232,7 +252,12 @@ class Executor:
                 permanent=failure.permanent,
             )
         if outcome is None:
-            self.log.info("step %s of run %s: stale failure ignored", step.node, step.run_id)
+            self.log.info(
+                "step %s of run %s: stale failure ignored",
+                step.node,
+                step.run_id,
+                extra=_extra(step),
+            )
             return
         self.log.warning(
             "step %s of run %s attempt %d failed (%s): %s",
@@ -241,12 +266,17 @@ class Executor:
             step.attempt,
             failure.kind,
             failure,
+            extra=_extra(step),
         )
-        event = self._after_commit(step, outcome, failure)
+        event = self._after_commit(step, outcome, failure, duration_s)
         call_hook(self.log, self.config.error_handler, event, failure)
 
     def _after_commit(
-        self, step: ClaimedStep, outcome: Outcome, failure: StepFailure | None = None
+        self,
+        step: ClaimedStep,
+        outcome: Outcome,
+        failure: StepFailure | None = None,
+        duration_s: float | None = None,
     ) -> StepEvent:
         self.publish(outcome.wakeups)
         kind = {
@@ -262,12 +292,14 @@ class Executor:
             attempt=step.attempt,
             error=str(failure) if failure else None,
             error_kind=str(failure.kind) if failure else None,
+            queue=step.queue,
+            duration_s=duration_s,
         )
         call_hook(self.log, self.config.on_step_event, event)
         emit_cancelled(self.log, self.config.on_step_event, step.run_id, outcome.cancelled)
         if outcome.run_state is not None:
             level = self.log.info if outcome.run_state is RunState.COMPLETED else self.log.warning
-            level("run %s %s", step.run_id, outcome.run_state)
+            level("run %s %s", step.run_id, outcome.run_state, extra=_extra(step))
         return event
 
 
@@ -349,6 +381,10 @@ def _failed_attempt_on_error(what: str) -> Iterator[None]:
             permanent=isinstance(exc, psycopg.DataError),
             tb=None,
         ) from exc
+
+
+def _extra(step: ClaimedStep) -> dict[str, Any]:
+    return step_extra(step.run_id, step.node, step.attempt)
 
 
 def _describe(exc: BaseException) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 from cyclone_flow.config import ClientConfig
 from cyclone_flow.errors import ReclaimLimitExceeded, StepTimeoutError
+from cyclone_flow.logs import step_extra
 from cyclone_flow.states import ErrorKind, StepState
 from cyclone_flow.store.store import (
     CHANNEL_AVAILABLE,
@@ -161,7 +162,15 @@ class Worker:
                 call_hook(
                     self.log,
                     self.config.on_step_event,
-                    StepEvent("claimed", step.run_id, step.node, step.id, step.attempt),
+                    StepEvent(
+                        "claimed",
+                        step.run_id,
+                        step.node,
+                        step.id,
+                        step.attempt,
+                        queue=step.queue,
+                        wait_s=step.wait_s,
+                    ),
                 )
             total += len(steps)
         return total
@@ -243,8 +252,12 @@ class Worker:
         rescued = self.store.rescue_expired(self.config.max_reclaims, SWEEP_BATCH)
         if rescued:
             self.publish(Wakeups(queues={queue_name for _, _, queue_name, _ in rescued}))
-            for run_id, node, _, _ in rescued:
-                call_hook(self.log, self.config.on_step_event, StepEvent("reclaimed", run_id, node))
+            for run_id, node, queue_name, _ in rescued:
+                call_hook(
+                    self.log,
+                    self.config.on_step_event,
+                    StepEvent("reclaimed", run_id, node, queue=queue_name),
+                )
             self.log.info("recovery sweep reclaimed %d step(s) with expired leases", len(rescued))
         counts["rescued"] = len(rescued)
         return counts
@@ -270,7 +283,9 @@ class Worker:
         if outcome is None:
             return False
         self.publish(outcome.wakeups)
-        self.log.warning("step %s of run %s: %s", node, run_id, message)
+        self.log.warning(
+            "step %s of run %s: %s", node, run_id, message, extra=step_extra(run_id, node)
+        )
         event = StepEvent(
             "retry_scheduled" if outcome.step_state is StepState.AVAILABLE else "discarded",
             run_id,
@@ -278,6 +293,7 @@ class Worker:
             step_id,
             error=message,
             error_kind=str(kind),
+            queue=outcome.queue,
         )
         call_hook(self.log, self.config.on_step_event, event)
         emit_cancelled(self.log, self.config.on_step_event, run_id, outcome.cancelled)

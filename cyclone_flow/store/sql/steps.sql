@@ -37,7 +37,8 @@ FROM claimable c
 WHERE s.id = c.id AND s.state = 'available'
 RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_attempts,
           s.reclaims, s.lease_generation, s.input,
-          extract(epoch FROM s.timeout)::float8 AS timeout_s
+          extract(epoch FROM s.timeout)::float8 AS timeout_s,
+          greatest(extract(epoch FROM now() - s.scheduled_at), 0)::float8 AS wait_s
 
 -- name: step_heartbeat_many
 -- Renew the leases this client holds, each guarded by its own lease_generation; a step past
