@@ -24,13 +24,13 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
+from cyclone_flow.cli.progress import follow_run
 from cyclone_flow.client import Client, migrate
 from cyclone_flow.config import DEFAULT_QUEUE, MAX_LEASE_TTL_S, validate_queue
 from cyclone_flow.durations import parse_duration
 from cyclone_flow.errors import ConfigError
 from cyclone_flow.spec import load_flow
 from cyclone_flow.store.store import RunStatus, StepStatus
-from cyclone_flow.worker.events import StepEvent
 from cyclone_flow.worker.imports import AllowList
 
 
@@ -257,15 +257,6 @@ def _start_metrics(port: int | None, addr: str) -> tuple[Any, Any] | None:
     return metrics, server
 
 
-def _progress_printer(enabled: bool) -> Any:
-    def on_event(event: StepEvent) -> None:
-        if enabled and event.kind in ("completed", "discarded", "retry_scheduled"):
-            extra = f": {event.error}" if event.error else ""
-            click.echo(f"  step {event.node} {event.kind.replace('_', ' ')}{extra}", err=True)
-
-    return on_event
-
-
 @click.command("run")
 @click.argument("file", type=click.Path(dir_okay=False, exists=True))
 @input_options
@@ -306,7 +297,6 @@ def run_cmd(
         schema=schema,
         worker_queues=dict.fromkeys(sorted({n.queue for n in flow.nodes.values()}), workers),
         allow_modules=AllowList(exact=modules),
-        on_step_event=_progress_printer(not as_json),
     )
     try:
         run_id = client.submit(flow, run_input)
@@ -314,7 +304,7 @@ def run_cmd(
             click.echo(f"run {run_id} of flow {flow.name} submitted", err=True)
         client.start(run_id=run_id)
         try:
-            status = client.wait(run_id)
+            status = follow_run(client, run_id, quiet=as_json)
         except KeyboardInterrupt:
             client.shutdown(timeout=0)  # releases the leases of steps still running
             click.echo(
