@@ -25,8 +25,9 @@ from cyclone_flow.cli.common import (
     setup_logging,
 )
 from cyclone_flow.cli.progress import follow_run
+from cyclone_flow.cli.retention_cmds import parse_age
 from cyclone_flow.client import Client, migrate
-from cyclone_flow.config import DEFAULT_QUEUE, MAX_LEASE_TTL_S, validate_queue
+from cyclone_flow.config import DEFAULT_QUEUE, MAX_LEASE_TTL_S, RetentionConfig, validate_queue
 from cyclone_flow.durations import parse_duration
 from cyclone_flow.errors import ConfigError
 from cyclone_flow.spec import load_flow
@@ -157,6 +158,33 @@ def _allow_list(allow_module: tuple[str, ...]) -> AllowList:
     help="Exit once no step of the served queues is available or running.",
 )
 @click.option(
+    "--tx-slots",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Cap on completion transactions open at once (default: the total worker count); "
+    "the pool is tx_slots + 6 connections.",
+)
+@click.option("--client-id", default=None, help="Lease owner name (default: host/pid/random).")
+@click.option(
+    "--poll-interval",
+    default="100ms,1s",
+    show_default=True,
+    metavar="MIN,MAX",
+    help="Claim polling floor: poll at MIN, back off to MAX while idle.",
+)
+@click.option(
+    "--notify/--no-notify",
+    default=True,
+    show_default=True,
+    help="LISTEN for wakeups; --no-notify polls only (PgBouncer in transaction mode).",
+)
+@click.option(
+    "--retention",
+    default=None,
+    metavar="DURATION",
+    help="Also purge completed, failed and cancelled runs older than this (e.g. 30d).",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(min=0, max=65535),
     default=None,
@@ -179,6 +207,11 @@ def worker_cmd(
     queues: tuple[str, ...],
     shutdown_timeout: str,
     exit_when_idle: bool,
+    tx_slots: int | None,
+    client_id: str | None,
+    poll_interval: str,
+    notify: bool,
+    retention: str | None,
     metrics_port: int | None,
     metrics_addr: str,
     database_url: str | None,
@@ -197,6 +230,16 @@ def worker_cmd(
     worker_queues = _parse_queues(queues, workers)
     add_import_paths(import_path)
     url = resolve_database(database_url)
+    options: dict[str, Any] = {
+        "poll_interval": _poll_interval(poll_interval),
+        "notify": notify,
+    }
+    if tx_slots is not None:
+        options["tx_slots"] = tx_slots
+    if client_id is not None:
+        options["client_id"] = client_id
+    if retention is not None:
+        options["retention"] = RetentionConfig(default_age=parse_age(retention, "--retention"))
     metrics = _start_metrics(metrics_port, metrics_addr)
     client = Client(
         url,
@@ -205,6 +248,7 @@ def worker_cmd(
         lease_ttl=ttl,
         max_reclaims=max_reclaims,
         allow_modules=allow,
+        **options,
     )
     if metrics is not None:
         metrics[0].watch_queues(client.store, worker_queues, client.config.logger)
@@ -240,6 +284,16 @@ def worker_cmd(
         if metrics is not None:
             metrics[1].close()
     sys.exit(0)
+
+
+def _poll_interval(value: str) -> tuple[float, float]:
+    """``MIN,MAX`` (or one duration for both) as seconds."""
+    parts = [p.strip() for p in value.split(",")]
+    if len(parts) not in (1, 2):
+        raise click.BadParameter("use MIN,MAX, e.g. 100ms,1s", param_hint="--poll-interval")
+    lo = _duration(parts[0], "--poll-interval")
+    hi = _duration(parts[-1], "--poll-interval")
+    return lo, hi
 
 
 def _start_metrics(port: int | None, addr: str) -> tuple[Any, Any] | None:

@@ -19,6 +19,17 @@ from cyclone_flow.durations import parse_duration
 MAX_AGE_S = 100 * 366 * 86_400.0  # a century: anything longer is a typo
 
 
+def parse_age(value: str, option: str) -> float:
+    """A positive retention age such as ``7d`` as seconds; a click usage error if not."""
+    try:
+        seconds = parse_duration(value, max_s=MAX_AGE_S)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+    if seconds <= 0:
+        raise click.BadParameter("must be positive", param_hint=option)
+    return seconds
+
+
 @click.command("purge")
 @click.option(
     "--older-than",
@@ -48,12 +59,7 @@ def purge_cmd(
 ) -> None:
     """Delete terminal runs older than --older-than, with their steps and deps; running
     runs are never touched. Safe while workers run and while other purges run."""
-    try:
-        age = parse_duration(older_than, max_s=MAX_AGE_S)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--older-than") from None
-    if age <= 0:
-        raise click.BadParameter("must be positive", param_hint="--older-than")
+    age = parse_age(older_than, "--older-than")
     setup_logging()
     url = resolve_database(database_url)
     with Client(url, schema=schema) as client:
