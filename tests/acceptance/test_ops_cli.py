@@ -124,6 +124,8 @@ def test_worker_client_options_from_the_command_line(
         log = worker.log()
         assert "worker worker-one started" in log
         assert "retention: purged 2 run(s)" in log
+        # structured step fields on the lines about a step
+        assert f"run {run_id} completed run_id={run_id} node=s attempt=1" in log
     finally:
         worker.kill()
 
