@@ -69,7 +69,8 @@ class Client:
         See :class:`cyclone_flow.config.ClientConfig` (``schema``, ``workers``,
         ``worker_queues``, ``tx_slots``, ``client_id``, ``lease_ttl`` seconds,
         ``max_reclaims``, ``poll_interval`` (min, max) seconds, ``notify``, ``logger``,
-        ``on_step_event``, ``error_handler``, ``payload_limits``, ``allow_modules`` ...).
+        ``on_step_event``, ``error_handler``, ``payload_limits``, ``retention``,
+        ``allow_modules`` ...); docs/options.md has the full table.
 
     Raises
     ------
