@@ -5,7 +5,7 @@ and the error tree.
 """
 
 from cyclone_flow.client import Client, migrate
-from cyclone_flow.config import ClientConfig, PayloadLimits
+from cyclone_flow.config import ClientConfig, PayloadLimits, RetentionConfig
 from cyclone_flow.errors import (
     ConfigError,
     CycloneError,
@@ -50,6 +50,7 @@ __all__ = [
     "PermanentError",
     "Problem",
     "ReclaimLimitExceeded",
+    "RetentionConfig",
     "RunId",
     "RunNotFoundError",
     "RunState",

@@ -9,15 +9,24 @@ A client that only submits starts no thread.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Unpack
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from cyclone_flow.config import ClientConfig, ClientOptions, build_config
+from cyclone_flow.config import (
+    RETENTION_BATCH_SIZE,
+    ClientConfig,
+    ClientOptions,
+    RetentionConfig,
+    build_config,
+    validate_retention,
+)
 from cyclone_flow.errors import (
     ConfigError,
     RunStateError,
@@ -51,6 +60,7 @@ from cyclone_flow.worker.cache import OutputCache
 from cyclone_flow.worker.events import StepEvent, call_hook
 from cyclone_flow.worker.executor import Executor
 from cyclone_flow.worker.imports import AllowList, HandlerResolver
+from cyclone_flow.worker.retention import RetentionSweeper
 from cyclone_flow.worker.runtime import Worker
 
 __all__ = ["Client", "FlowLike", "RunId", "migrate"]
@@ -67,7 +77,8 @@ class Client:
         See :class:`cyclone_flow.config.ClientConfig` (``schema``, ``workers``,
         ``worker_queues``, ``tx_slots``, ``client_id``, ``lease_ttl`` seconds,
         ``max_reclaims``, ``poll_interval`` (min, max) seconds, ``notify``, ``logger``,
-        ``on_step_event``, ``error_handler``, ``payload_limits``, ``allow_modules`` ...).
+        ``on_step_event``, ``error_handler``, ``payload_limits``, ``retention``,
+        ``allow_modules`` ...); docs/options.md has the full table.
 
     Raises
     ------
@@ -128,6 +139,7 @@ class Client:
         self._waiters: dict[str, set[threading.Event]] = {}
         self._waiters_lock = threading.Lock()
         self._closed = False
+        self._observers: list[Callable[[StepEvent], None]] = []
 
     # -- schema ----------------------------------------------------------------------------
 
@@ -338,9 +350,16 @@ class Client:
         """
         if self._worker is not None:
             return
+        # With observers (e.g. metrics), the worker machinery reports every step event
+        # through _emit: the on_step_event option first, then each observer.
+        config = (
+            dataclasses.replace(self.config, on_step_event=self._emit)
+            if self._observers
+            else self.config
+        )
         executor = Executor(
             self.store,
-            self.config,
+            config,
             HandlerResolver(self._allow),
             self.cache,
             self._tx_slots,
@@ -349,7 +368,7 @@ class Client:
         )
         self._worker = Worker(
             self.store,
-            self.config,
+            config,
             executor,
             self._publish,
             self._run_done,
@@ -364,6 +383,20 @@ class Client:
         released, wakeups = self.store.release_stalled_sequences()
         self._publish(wakeups)
         return released
+
+    def observe_steps(self, observer: Callable[[StepEvent], None]) -> None:
+        """Also send every step event (see ``on_step_event``) to ``observer``, after the
+        ``on_step_event`` option; an exception inside it is logged and ignored. For
+        instrumentation such as :class:`cyclone_flow.metrics.Metrics`; call it before
+        :meth:`start`."""
+        if self._worker is not None:
+            raise RuntimeError("observe_steps() must be called before start()")
+        self._observers.append(observer)
+
+    def _emit(self, event: StepEvent) -> None:
+        call_hook(self.config.logger, self.config.on_step_event, event)
+        for observer in self._observers:
+            call_hook(self.config.logger, observer, event)
 
     @property
     def worker(self) -> Worker | None:
@@ -416,9 +449,7 @@ class Client:
         if done:
             self._publish(Wakeups(runs_done={rid}))
             for node in cancelled:
-                call_hook(
-                    self.config.logger,
-                    self.config.on_step_event,
+                self._emit(
                     StepEvent("cancelled", rid, node, error=reason, error_kind="cancelled"),
                 )
         return done
@@ -442,6 +473,20 @@ class Client:
                 continue  # retried or cancelled meanwhile by someone else
             retried.append(rid)
         return retried
+
+    def purge(self, older_than: float, *, batch_size: int = RETENTION_BATCH_SIZE) -> int:
+        """Delete every completed, failed or cancelled run whose ``finished_at`` is more
+        than ``older_than`` seconds ago (database clock), with its steps and deps, in
+        batches of ``batch_size`` runs; running runs are never touched (Client Options:
+        WithRetentionSweep). Returns the number of runs deleted. Safe while other clients
+        purge too. Raises ConfigError for a non-positive age or a bad batch size."""
+        config = _purge_config(older_than, batch_size)
+        return RetentionSweeper(self.store, config, self.config.logger).run_once()
+
+    def count_purgeable(self, older_than: float) -> tuple[int, int]:
+        """``(runs, steps)`` that :meth:`purge` with ``older_than`` would delete now."""
+        _purge_config(older_than, RETENTION_BATCH_SIZE)
+        return self.store.count_purgeable(older_than)
 
     def wait(self, run_id: str, timeout: float | None = None) -> RunStatus:
         """Block until the run is terminal or ``timeout`` seconds pass; return its status
@@ -503,3 +548,14 @@ def migrate(database: str, /, *, schema: str = "public") -> list[int]:
     psycopg.OperationalError when the database cannot be reached."""
     with psycopg.connect(database, connect_timeout=10) as conn:
         return migrate_schema(conn, schema)
+
+
+def _purge_config(older_than: float, batch_size: int) -> RetentionConfig:
+    if isinstance(older_than, bool) or not isinstance(older_than, int | float):
+        raise ConfigError(f"older_than must be a number of seconds, got {older_than!r}")
+    if not older_than > 0:
+        raise ConfigError(f"older_than must be above 0 seconds, got {older_than!r}")
+    config = validate_retention(RetentionConfig(default_age=older_than, batch_size=batch_size))
+    assert config is not None
+    return config
+

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from cyclone_flow.errors import ConfigError
+from cyclone_flow.logs import default_logger
 from cyclone_flow.store.migrate import validate_schema_name
 
 QUEUE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
@@ -26,6 +27,28 @@ DEFAULT_QUEUE = "default"
 POOL_RESERVE = 6  # Engine Design: Pool Budget, MaxConns >= txSlots + 6
 MAX_LEASE_TTL_S = 86_400.0  # a day: the TTL bounds crash detection, not handler length
 MAX_POLL_S = 3_600.0
+
+# The seeds' Client Options one for one: keyword option -> the seed's option. docs/options.md
+# lists exactly these (tests/unit/test_options_doc.py keeps the table, this mapping and the
+# defaults of ClientConfig in step). The other keywords (schema, allow_modules,
+# sweep_interval, check_schema) are cyclone-flow's own.
+SEED_OPTIONS: dict[str, str] = {
+    "workers": "WithWorkers(n)",
+    "worker_queues": "WithWorkerQueues(map[string]int)",
+    "tx_slots": "WithTxSlots(n)",
+    "client_id": "WithClientID(id)",
+    "lease_ttl": "WithLeaseTTL(d)",
+    "max_reclaims": "WithMaxReclaims(n)",
+    "poll_interval": "WithPollInterval(min, max)",
+    "max_signal_wait": "WithMaxSignalWait(d)",
+    "notify": "WithNotify(enabled bool)",
+    "notify_coalesce": "WithNotifyCoalesce(d time.Duration)",
+    "logger": "WithLogger(*slog.Logger)",
+    "on_step_event": "WithOnStepEvent(fn)",
+    "error_handler": "WithErrorHandler(fn)",
+    "payload_limits": "WithPayloadLimits(l)",
+    "retention": "WithRetentionSweep(cfg)",
+}
 
 
 @dataclass(frozen=True)
@@ -35,6 +58,31 @@ class PayloadLimits:
     input_bytes: int = 1024 * 1024
     output_bytes: int = 1024 * 1024
     signal_bytes: int = 256 * 1024
+
+
+RETENTION_BATCH_SIZE = 100  # runs deleted per statement by the retention sweep
+RETENTION_INTERVAL_S = 60.0  # seconds between two passes of the retention sweep
+
+
+@dataclass(frozen=True)
+class RetentionConfig:
+    """Background purge of terminal runs inside :meth:`Client.start` (Client Options:
+    WithRetentionSweep; Retention).
+
+    - ``default_age``: seconds after ``finished_at`` a completed, failed or cancelled run
+      is deleted with its steps and deps; a non-positive age disables the sweep
+    - ``batch_size``: runs deleted per statement (default ``RETENTION_BATCH_SIZE``)
+    - ``interval``: seconds between passes (default ``RETENTION_INTERVAL_S``)
+    """
+
+    default_age: float = 0.0
+    batch_size: int = RETENTION_BATCH_SIZE
+    interval: float = RETENTION_INTERVAL_S
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the sweep runs: ``default_age > 0``."""
+        return self.default_age > 0
 
 
 class ClientOptions(TypedDict, total=False):
@@ -53,6 +101,7 @@ class ClientOptions(TypedDict, total=False):
     on_step_event: Callable[[Any], None] | None
     error_handler: Callable[[Any, BaseException], None] | None
     payload_limits: PayloadLimits
+    retention: RetentionConfig | None
     allow_modules: Any
     sweep_interval: float
     check_schema: bool
@@ -72,8 +121,14 @@ class ClientConfig:
     - ``lease_ttl``: 30 s; the heartbeat renews every ``lease_ttl / 3``
     - ``max_reclaims``: 0 = unbounded
     - ``poll_interval``: (min, max) = (0.1, 1.0) s; max bounds a lost wakeup's delay
+    - ``logger``: the ``cyclone_flow`` logger with a stderr text handler at INFO
+      (``DEBUG`` env: debug); ``None`` restores it (see :mod:`cyclone_flow.logs`)
+    - ``payload_limits``: inputs 1 MiB, outputs 1 MiB, signals 256 KiB
+    - ``retention``: None (off); see :class:`RetentionConfig`
     - ``sweep_interval``: how often the recovery sweep runs (default ``lease_ttl / 3``,
       at most 10 s)
+
+    docs/options.md has the table of every option with the seeds' names.
     """
 
     schema: str = "public"
@@ -84,10 +139,11 @@ class ClientConfig:
     max_reclaims: int = 0
     poll_interval: tuple[float, float] = (0.1, 1.0)
     notify: bool = True
-    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("cyclone_flow"))
+    logger: logging.Logger = field(default_factory=default_logger)
     on_step_event: Callable[[Any], None] | None = None
     error_handler: Callable[[Any, BaseException], None] | None = None
     payload_limits: PayloadLimits = field(default_factory=PayloadLimits)
+    retention: RetentionConfig | None = None
     allow_modules: Any = None
     sweep_interval: float = 10.0
     check_schema: bool = True
@@ -110,6 +166,22 @@ def _seconds(name: str, value: Any, max_s: float) -> float:
     if not 0 < value <= max_s:
         raise ConfigError(f"{name} must be above 0 and at most {max_s:g} seconds, got {value!r}")
     return float(value)
+
+
+def validate_retention(value: Any) -> RetentionConfig | None:
+    """A valid :class:`RetentionConfig` (or None: off); raise :class:`ConfigError`."""
+    if value is None:
+        return None
+    if not isinstance(value, RetentionConfig):
+        raise ConfigError(f"retention must be a RetentionConfig or None, got {value!r}")
+    age = value.default_age
+    if isinstance(age, bool) or not isinstance(age, int | float) or age != age:
+        raise ConfigError(f"retention.default_age must be a number of seconds, got {age!r}")
+    size = value.batch_size
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 100_000:
+        raise ConfigError(f"retention.batch_size must be an integer from 1 to 100000, got {size!r}")
+    _seconds("retention.interval", value.interval, MAX_POLL_S)
+    return value
 
 
 def validate_queue(name: Any) -> str:
@@ -176,7 +248,7 @@ def build_config(options: Mapping[str, Any]) -> ClientConfig:
         elif name == "logger":
             if value is not None and not isinstance(value, logging.Logger):
                 raise ConfigError(f"logger must be a logging.Logger or None, got {value!r}")
-            values["logger"] = value or logging.getLogger("cyclone_flow")
+            values["logger"] = value if value is not None else default_logger()
         elif name in ("on_step_event", "error_handler"):
             if value is not None and not callable(value):
                 raise ConfigError(f"{name} must be callable or None, got {value!r}")
@@ -189,6 +261,8 @@ def build_config(options: Mapping[str, Any]) -> ClientConfig:
                 if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
                     raise ConfigError(f"payload_limits.{fname} must be an integer >= 1")
             values["payload_limits"] = value
+        elif name == "retention":
+            values["retention"] = validate_retention(value)
         elif name == "allow_modules":
             values["allow_modules"] = value
         elif name == "sweep_interval":

@@ -16,6 +16,7 @@ from cyclone_flow.cli.engine_cmds import (
 )
 from cyclone_flow.cli.lint_cmds import graph, lint
 from cyclone_flow.cli.queue_cmds import enqueue_cmd, schedule_group
+from cyclone_flow.cli.retention_cmds import purge_cmd
 
 
 @click.group()
@@ -36,5 +37,6 @@ for _command in (
     retry_cmd,
     enqueue_cmd,
     schedule_group,
+    purge_cmd,
 ):
     main.add_command(_command)

@@ -18,6 +18,7 @@ import psycopg
 import psycopg_pool
 
 from cyclone_flow.errors import ConfigError, CycloneError, FlowError
+from cyclone_flow.logs import TextFormatter, debug_requested
 from cyclone_flow.spec.model import JSON
 from cyclone_flow.store.migrate import validate_schema_name
 
@@ -79,13 +80,12 @@ def resolve_database(url: str | None) -> str:
 
 
 def setup_logging(default: int = logging.WARNING) -> None:
-    """Log to stderr; the ``DEBUG`` environment variable raises the level to debug."""
-    level = logging.DEBUG if os.environ.get("DEBUG") else default
-    logging.basicConfig(
-        level=level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    """Log to stderr with the step fields; the ``DEBUG`` environment variable raises the
+    level to debug."""
+    level = logging.DEBUG if debug_requested() else default
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(TextFormatter())  # adds run_id=... node=... attempt=...
+    logging.basicConfig(level=level, handlers=[handler])
     logging.getLogger("cyclone_flow").setLevel(level)
     logging.getLogger("psycopg.pool").setLevel(max(level, logging.WARNING))
 

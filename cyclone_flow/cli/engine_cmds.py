@@ -24,14 +24,15 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
+from cyclone_flow.cli.progress import follow_run
 from cyclone_flow.cli.queue_cmds import queue_info_lines, queue_options, submission_kwargs
+from cyclone_flow.cli.retention_cmds import parse_age
 from cyclone_flow.client import Client, migrate
-from cyclone_flow.config import DEFAULT_QUEUE, MAX_LEASE_TTL_S, validate_queue
+from cyclone_flow.config import DEFAULT_QUEUE, MAX_LEASE_TTL_S, RetentionConfig, validate_queue
 from cyclone_flow.durations import parse_duration
 from cyclone_flow.errors import ConfigError
 from cyclone_flow.spec import load_flow
 from cyclone_flow.store.store import RunStatus, StepStatus
-from cyclone_flow.worker.events import StepEvent
 from cyclone_flow.worker.imports import AllowList
 
 
@@ -163,6 +164,45 @@ def _allow_list(allow_module: tuple[str, ...]) -> AllowList:
     is_flag=True,
     help="Exit once no step of the served queues is available or running.",
 )
+@click.option(
+    "--tx-slots",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Cap on completion transactions open at once (default: the total worker count); "
+    "the pool is tx_slots + 6 connections.",
+)
+@click.option("--client-id", default=None, help="Lease owner name (default: host/pid/random).")
+@click.option(
+    "--poll-interval",
+    default="100ms,1s",
+    show_default=True,
+    metavar="MIN,MAX",
+    help="Claim polling floor: poll at MIN, back off to MAX while idle.",
+)
+@click.option(
+    "--notify/--no-notify",
+    default=True,
+    show_default=True,
+    help="LISTEN for wakeups; --no-notify polls only (PgBouncer in transaction mode).",
+)
+@click.option(
+    "--retention",
+    default=None,
+    metavar="DURATION",
+    help="Also purge completed, failed and cancelled runs older than this (e.g. 30d).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve Prometheus metrics on http://ADDR:PORT/metrics (0: any free port).",
+)
+@click.option(
+    "--metrics-addr",
+    default="0.0.0.0",
+    show_default=True,
+    help="Address the metrics endpoint listens on.",
+)
 @database_options
 @handle_errors
 def worker_cmd(
@@ -174,6 +214,13 @@ def worker_cmd(
     queues: tuple[str, ...],
     shutdown_timeout: str,
     exit_when_idle: bool,
+    tx_slots: int | None,
+    client_id: str | None,
+    poll_interval: str,
+    notify: bool,
+    retention: str | None,
+    metrics_port: int | None,
+    metrics_addr: str,
     database_url: str | None,
     schema: str,
 ) -> None:
@@ -190,6 +237,17 @@ def worker_cmd(
     worker_queues = _parse_queues(queues, workers)
     add_import_paths(import_path)
     url = resolve_database(database_url)
+    options: dict[str, Any] = {
+        "poll_interval": _poll_interval(poll_interval),
+        "notify": notify,
+    }
+    if tx_slots is not None:
+        options["tx_slots"] = tx_slots
+    if client_id is not None:
+        options["client_id"] = client_id
+    if retention is not None:
+        options["retention"] = RetentionConfig(default_age=parse_age(retention, "--retention"))
+    metrics = _start_metrics(metrics_port, metrics_addr)
     client = Client(
         url,
         schema=schema,
@@ -197,7 +255,11 @@ def worker_cmd(
         lease_ttl=ttl,
         max_reclaims=max_reclaims,
         allow_modules=allow,
+        **options,
     )
+    if metrics is not None:
+        metrics[0].watch_queues(client.store, worker_queues, client.config.logger)
+        client.observe_steps(metrics[0].observe)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -226,16 +288,34 @@ def worker_cmd(
                 break
     finally:
         client.shutdown(timeout=grace)
+        if metrics is not None:
+            metrics[1].close()
     sys.exit(0)
 
 
-def _progress_printer(enabled: bool) -> Any:
-    def on_event(event: StepEvent) -> None:
-        if enabled and event.kind in ("completed", "discarded", "retry_scheduled"):
-            extra = f": {event.error}" if event.error else ""
-            click.echo(f"  step {event.node} {event.kind.replace('_', ' ')}{extra}", err=True)
+def _poll_interval(value: str) -> tuple[float, float]:
+    """``MIN,MAX`` (or one duration for both) as seconds."""
+    parts = [p.strip() for p in value.split(",")]
+    if len(parts) not in (1, 2):
+        raise click.BadParameter("use MIN,MAX, e.g. 100ms,1s", param_hint="--poll-interval")
+    lo = _duration(parts[0], "--poll-interval")
+    hi = _duration(parts[-1], "--poll-interval")
+    return lo, hi
 
-    return on_event
+
+def _start_metrics(port: int | None, addr: str) -> tuple[Any, Any] | None:
+    """``(Metrics, MetricsServer)`` serving on ``addr:port``, or None without a port."""
+    if port is None:
+        return None
+    from cyclone_flow.metrics import Metrics, serve_metrics  # prometheus_client only here
+
+    metrics = Metrics()
+    try:
+        server = serve_metrics(metrics, port, addr)
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve metrics on {addr}:{port}: {exc}") from None
+    logging.getLogger("cyclone_flow").info("metrics on http://%s:%d/metrics", addr, server.port)
+    return metrics, server
 
 
 @click.command("run")
@@ -278,7 +358,6 @@ def run_cmd(
         schema=schema,
         worker_queues=dict.fromkeys(sorted({n.queue for n in flow.nodes.values()}), workers),
         allow_modules=AllowList(exact=modules),
-        on_step_event=_progress_printer(not as_json),
     )
     try:
         run_id = client.submit(flow, run_input)
@@ -286,7 +365,7 @@ def run_cmd(
             click.echo(f"run {run_id} of flow {flow.name} submitted", err=True)
         client.start(run_id=run_id)
         try:
-            status = client.wait(run_id)
+            status = follow_run(client, run_id, quiet=as_json)
         except KeyboardInterrupt:
             client.shutdown(timeout=0)  # releases the leases of steps still running
             click.echo(

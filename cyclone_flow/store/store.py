@@ -75,7 +75,8 @@ class Wakeups:
 class ClaimedStep:
     """A step this client claimed: the lease is identified by ``(id, lease_generation)``.
 
-    ``input`` is the node's unresolved input template; ``timeout_s`` is seconds or None.
+    ``input`` is the node's unresolved input template; ``timeout_s`` is seconds or None;
+    ``wait_s`` the seconds it waited claimable (from ``scheduled_at``) before this claim.
     """
 
     id: int
@@ -90,17 +91,20 @@ class ClaimedStep:
     lease_generation: int
     input: JSON
     timeout_s: float | None
+    wait_s: float = 0.0
 
 
 @dataclass(frozen=True)
 class Outcome:
     """What a committed transition did to the run: the step's new state, the run's new
-    state when it became terminal in the same transaction, and the wakeups to publish."""
+    state when it became terminal in the same transaction, and the wakeups to publish
+    (``queue``: the step's queue, when the transition reports it)."""
 
     step_state: StepState
     run_state: RunState | None
     wakeups: Wakeups
     cancelled: tuple[str, ...] = ()
+    queue: str | None = None
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,19 @@ class StepStatus:
     error: str | None
     error_kind: str | None
     errors: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """One queue's steps now: ``available`` (claimable: the depth), ``scheduled``
+    (available at a later ``scheduled_at``, e.g. a retry in backoff), ``running``, and
+    ``oldest_available_s``, seconds the oldest claimable step has waited (0 when none)."""
+
+    queue: str
+    available: int
+    scheduled: int
+    running: int
+    oldest_available_s: float
 
 
 def parse_run_id(run_id: str | uuid.UUID) -> str:
@@ -277,6 +294,7 @@ class Store(QueueStoreMixin):
                 lease_generation=r[9],
                 input=r[10],
                 timeout_s=r[11],
+                wait_s=r[12],
             )
             for r in rows
         ]
@@ -394,9 +412,9 @@ class Store(QueueStoreMixin):
         wakeups = Wakeups()
         if state is StepState.AVAILABLE:
             wakeups.queues.add(queue)
-            return Outcome(state, None, wakeups)
+            return Outcome(state, None, wakeups, queue=queue)
         run_state, cancelled = self._resolve_discard(conn, run_id, node, error, wakeups)
-        return Outcome(state, run_state, wakeups, cancelled)
+        return Outcome(state, run_state, wakeups, cancelled, queue=queue)
 
     def _resolve_discard(
         self, conn: Conn, run_id: str, node: str, error: str, wakeups: Wakeups
@@ -569,6 +587,36 @@ class Store(QueueStoreMixin):
                 {"max_reclaims": max_reclaims, "batch": batch},
             ).fetchall()
         return [(r[0], str(r[1]), r[2], r[3]) for r in rows]
+
+    # -- retention -----------------------------------------------------------------------
+
+    def purge_runs(self, age_s: float, batch: int) -> int:
+        """Delete up to ``batch`` terminal runs that finished more than ``age_s`` seconds
+        ago (by the database's ``now()``), with their steps and deps; return how many runs
+        were deleted. Safe from many clients at once (SKIP LOCKED)."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(
+                self.q["run_purge_terminal"],
+                {"age_us": int(age_s * 1_000_000), "batch": batch},
+            ).fetchall()
+        return len(rows)
+
+    def count_purgeable(self, age_s: float) -> tuple[int, int]:
+        """``(runs, steps)`` that a purge with ``age_s`` would delete now (a dry run)."""
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                self.q["run_count_purgeable"], {"age_us": int(age_s * 1_000_000)}
+            ).fetchone()
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    # -- observability -------------------------------------------------------------------
+
+    def queue_stats(self) -> list[QueueStats]:
+        """Per queue with available or running steps: depth, delayed, running, and the
+        age of the oldest claimable step (seconds, database clock)."""
+        with self.pool.connection() as conn:
+            rows = conn.execute(self.q["step_queue_stats"]).fetchall()
+        return [QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), float(r[4])) for r in rows]
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -11,7 +11,12 @@ from typing import Any
 @dataclass(frozen=True)
 class StepEvent:
     """One committed transition. ``kind`` is ``claimed``, ``completed``,
-    ``retry_scheduled``, ``discarded``, ``cancelled`` or ``reclaimed``."""
+    ``retry_scheduled``, ``discarded``, ``cancelled`` or ``reclaimed``.
+
+    ``queue`` is the step's queue when known; ``duration_s`` the handler's run time in
+    seconds (on the events that end an attempt the handler ran); ``wait_s`` the seconds
+    the step waited claimable (from ``scheduled_at``) before this claim (on ``claimed``).
+    """
 
     kind: str
     run_id: str
@@ -20,6 +25,9 @@ class StepEvent:
     attempt: int | None = None
     error: str | None = None
     error_kind: str | None = None
+    queue: str | None = None
+    duration_s: float | None = None
+    wait_s: float | None = None
 
 
 def call_hook(logger: logging.Logger, hook: Callable[..., Any] | None, *args: Any) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.errors import PermanentError, TemplateError
+from cyclone_flow.errors import PayloadTooLargeError, PermanentError, TemplateError
+from cyclone_flow.logs import step_extra
 from cyclone_flow.options import job_flow, run_options
 from cyclone_flow.spec.model import JSON
 from cyclone_flow.spec.template import references, render
@@ -123,6 +125,7 @@ class Executor:
         owner = self.config.client_id
         tx = _CompletionTx(self.store, self.tx_slots)
         extra = Wakeups()  # of runs the handler submits in its completion transaction
+        duration_s: float | None = None  # handler time, for StepEvent and metrics
         try:
             try:
                 handler, handler_input = self._prepare(step)
@@ -138,21 +141,24 @@ class Executor:
                     submit_in_tx=submit_in_tx,
                     enqueue_in_tx=enqueue_in_tx,
                 )
+                started = time.monotonic()
                 try:
                     output = self._call(handler, ctx, handler_input)
                 finally:
+                    duration_s = time.monotonic() - started
                     tx.check_not_ended()
                 output_json = self._encode_output(output)
-                self._complete(step, owner, tx, output_json, extra)
+                self._complete(step, owner, tx, output_json, extra, duration_s)
             except StepFailure as failure:
                 tx.rollback()
-                self._fail(step, owner, failure)
+                self._fail(step, owner, failure, duration_s)
         except BaseException:
             self.log.exception(
                 "step %s of run %s: could not record the result; the lease will lapse and "
                 "the recovery sweep reclaims it",
                 step.node,
                 step.run_id,
+                extra=_extra(step),
             )
             tx.rollback()
 
@@ -234,12 +240,10 @@ class Executor:
         size = len(text.encode("utf-8"))
         limit = self.config.payload_limits.output_bytes
         if size > limit:
+            too_large = PayloadTooLargeError("output", size, limit)
             raise StepFailure(
-                ErrorKind.PAYLOAD_TOO_LARGE,
-                f"output payload is {size} bytes, over the limit of {limit} bytes",
-                permanent=True,
-                tb=None,
-            )
+                ErrorKind.PAYLOAD_TOO_LARGE, str(too_large), permanent=True, tb=None
+            ) from too_large
         return text
 
     def _complete(
@@ -249,6 +253,7 @@ class Executor:
         tx: _CompletionTx,
         output_json: str,
         extra: Wakeups | None = None,
+        duration_s: float | None = None,
     ) -> None:
         conn = tx.open()
         with _failed_attempt_on_error("the completion transaction failed"):
@@ -259,15 +264,22 @@ class Executor:
                 "step %s of run %s: stale completion rolled back (lease lost)",
                 step.node,
                 step.run_id,
+                extra=_extra(step),
             )
             return
         with _failed_attempt_on_error("the completion transaction failed at commit"):
             tx.commit()
         if extra:
             outcome.wakeups.merge(extra)  # published with the completion's own wakeups
-        self._after_commit(step, outcome)
+        self._after_commit(step, outcome, None, duration_s)
 
-    def _fail(self, step: ClaimedStep, owner: str, failure: StepFailure) -> None:
+    def _fail(
+        self,
+        step: ClaimedStep,
+        owner: str,
+        failure: StepFailure,
+        duration_s: float | None = None,
+    ) -> None:
         with self.tx_slots, self.store.pool.connection() as conn, conn.transaction():
             outcome = self.store.fail_step(
                 conn,
@@ -281,7 +293,12 @@ class Executor:
                 permanent=failure.permanent,
             )
         if outcome is None:
-            self.log.info("step %s of run %s: stale failure ignored", step.node, step.run_id)
+            self.log.info(
+                "step %s of run %s: stale failure ignored",
+                step.node,
+                step.run_id,
+                extra=_extra(step),
+            )
             return
         self.log.warning(
             "step %s of run %s attempt %d failed (%s): %s",
@@ -290,12 +307,17 @@ class Executor:
             step.attempt,
             failure.kind,
             failure,
+            extra=_extra(step),
         )
-        event = self._after_commit(step, outcome, failure)
+        event = self._after_commit(step, outcome, failure, duration_s)
         call_hook(self.log, self.config.error_handler, event, failure)
 
     def _after_commit(
-        self, step: ClaimedStep, outcome: Outcome, failure: StepFailure | None = None
+        self,
+        step: ClaimedStep,
+        outcome: Outcome,
+        failure: StepFailure | None = None,
+        duration_s: float | None = None,
     ) -> StepEvent:
         self.publish(outcome.wakeups)
         kind = {
@@ -311,12 +333,14 @@ class Executor:
             attempt=step.attempt,
             error=str(failure) if failure else None,
             error_kind=str(failure.kind) if failure else None,
+            queue=step.queue,
+            duration_s=duration_s,
         )
         call_hook(self.log, self.config.on_step_event, event)
         emit_cancelled(self.log, self.config.on_step_event, step.run_id, outcome.cancelled)
         if outcome.run_state is not None:
             level = self.log.info if outcome.run_state is RunState.COMPLETED else self.log.warning
-            level("run %s %s", step.run_id, outcome.run_state)
+            level("run %s %s", step.run_id, outcome.run_state, extra=_extra(step))
         return event
 
 
@@ -398,6 +422,10 @@ def _failed_attempt_on_error(what: str) -> Iterator[None]:
             permanent=isinstance(exc, psycopg.DataError),
             tb=None,
         ) from exc
+
+
+def _extra(step: ClaimedStep) -> dict[str, Any]:
+    return step_extra(step.run_id, step.node, step.attempt)
 
 
 def _describe(exc: BaseException) -> str:

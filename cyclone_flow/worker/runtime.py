@@ -1,6 +1,6 @@
 """A started client's threads: worker threads that run handlers, one claim loop, one
 heartbeat loop that renews every lease of this client each ``lease_ttl / 3``, one
-maintenance loop (recovery sweep), and one LISTEN connection.
+maintenance loop (recovery sweep, retention sweep), and one LISTEN connection.
 
 Claiming follows Engine Design: The Claiming Algorithm; the claim loop polls within
 ``poll_interval = (min, max)`` and wakes at once on a ``cyclone_available`` notification
@@ -18,6 +18,7 @@ from typing import Any
 
 from cyclone_flow.config import ClientConfig
 from cyclone_flow.errors import ReclaimLimitExceeded, StepTimeoutError
+from cyclone_flow.logs import step_extra
 from cyclone_flow.states import ErrorKind, StepState
 from cyclone_flow.store.store import (
     CHANNEL_AVAILABLE,
@@ -28,6 +29,7 @@ from cyclone_flow.store.store import (
 )
 from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled
 from cyclone_flow.worker.executor import Executor
+from cyclone_flow.worker.retention import RetentionSweeper
 
 SWEEP_BATCH = 500
 
@@ -66,6 +68,12 @@ class Worker:
         # (name, task) run by the maintenance loop after each recovery sweep: the schedule
         # scanner and the sequence safety net (Engine Design: Pool Budget lists them).
         self.maintenance_tasks: list[tuple[str, Callable[[], object]]] = []
+        retention = config.retention
+        self.retention = (
+            RetentionSweeper(store, retention, self.log)
+            if retention is not None and retention.enabled
+            else None
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -157,7 +165,15 @@ class Worker:
                 call_hook(
                     self.log,
                     self.config.on_step_event,
-                    StepEvent("claimed", step.run_id, step.node, step.id, step.attempt),
+                    StepEvent(
+                        "claimed",
+                        step.run_id,
+                        step.node,
+                        step.id,
+                        step.attempt,
+                        queue=step.queue,
+                        wait_s=step.wait_s,
+                    ),
                 )
             total += len(steps)
         return total
@@ -222,6 +238,11 @@ class Worker:
                     task()
                 except Exception:
                     self.log.exception("%s failed", name)
+            if self.retention is not None:
+                try:
+                    self.retention.tick()
+                except Exception:
+                    self.log.exception("retention sweep failed")
 
     def sweep_once(self) -> dict[str, int]:
         """One pass of the recovery sweep; returns counts per action (Engine Design: Leases
@@ -241,8 +262,12 @@ class Worker:
         rescued = self.store.rescue_expired(self.config.max_reclaims, SWEEP_BATCH)
         if rescued:
             self.publish(Wakeups(queues={queue_name for _, _, queue_name, _ in rescued}))
-            for run_id, node, _, _ in rescued:
-                call_hook(self.log, self.config.on_step_event, StepEvent("reclaimed", run_id, node))
+            for run_id, node, queue_name, _ in rescued:
+                call_hook(
+                    self.log,
+                    self.config.on_step_event,
+                    StepEvent("reclaimed", run_id, node, queue=queue_name),
+                )
             self.log.info("recovery sweep reclaimed %d step(s) with expired leases", len(rescued))
         counts["rescued"] = len(rescued)
         return counts
@@ -268,7 +293,9 @@ class Worker:
         if outcome is None:
             return False
         self.publish(outcome.wakeups)
-        self.log.warning("step %s of run %s: %s", node, run_id, message)
+        self.log.warning(
+            "step %s of run %s: %s", node, run_id, message, extra=step_extra(run_id, node)
+        )
         event = StepEvent(
             "retry_scheduled" if outcome.step_state is StepState.AVAILABLE else "discarded",
             run_id,
@@ -276,6 +303,7 @@ class Worker:
             step_id,
             error=message,
             error_kind=str(kind),
+            queue=outcome.queue,
         )
         call_hook(self.log, self.config.on_step_event, event)
         emit_cancelled(self.log, self.config.on_step_event, run_id, outcome.cancelled)

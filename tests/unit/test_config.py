@@ -8,11 +8,15 @@ from typing import Any
 import pytest
 
 from cyclone_flow.config import (
+    RETENTION_BATCH_SIZE,
+    RETENTION_INTERVAL_S,
     ClientConfig,
     PayloadLimits,
+    RetentionConfig,
     build_config,
 )
 from cyclone_flow.errors import ConfigError
+from cyclone_flow.logs import DefaultHandler, default_logger
 
 MIB = 1024 * 1024
 
@@ -138,6 +142,31 @@ def test_worker_queues_then_workers_last_wins() -> None:
         ({"payload_limits": {"input_bytes": 1}}, "payload_limits"),
         ({"payload_limits": PayloadLimits(input_bytes=0)}, "payload_limits.input_bytes"),
         ({"sweep_interval": 0}, "sweep_interval"),
+        ({"lease_ttl": -1}, "lease_ttl"),
+        ({"lease_ttl": float("nan")}, "lease_ttl"),
+        ({"lease_ttl": 86_401}, "at most 86400"),
+        ({"lease_ttl": True}, "lease_ttl"),
+        ({"poll_interval": (0.1, True)}, "poll_interval max"),
+        ({"poll_interval": ("0.1", 1.0)}, "poll_interval min"),
+        ({"worker_queues": [("a", 1)]}, "worker_queues"),
+        ({"worker_queues": {"a": True}}, "worker count"),
+        ({"tx_slots": -1}, "tx_slots"),
+        ({"tx_slots": 1.5}, "tx_slots"),
+        ({"client_id": 7}, "client_id"),
+        ({"client_id": ""}, "client_id"),
+        ({"notify": 1}, "notify"),
+        ({"logger": logging.LoggerAdapter(logging.getLogger("x"))}, "logger"),
+        ({"error_handler": "print"}, "error_handler"),
+        ({"payload_limits": PayloadLimits(output_bytes=0)}, "payload_limits.output_bytes"),
+        ({"payload_limits": PayloadLimits(signal_bytes=-1)}, "payload_limits.signal_bytes"),
+        ({"payload_limits": PayloadLimits(input_bytes=1.5)}, "payload_limits.input_bytes"),
+        ({"retention": 3600}, "retention must be a RetentionConfig"),
+        ({"retention": {"default_age": 3600}}, "retention must be a RetentionConfig"),
+        ({"retention": RetentionConfig(default_age="7d")}, "retention.default_age"),
+        ({"retention": RetentionConfig(default_age=float("nan"))}, "retention.default_age"),
+        ({"retention": RetentionConfig(3600, batch_size=0)}, "retention.batch_size"),
+        ({"retention": RetentionConfig(3600, batch_size=100_001)}, "retention.batch_size"),
+        ({"retention": RetentionConfig(3600, interval=0)}, "retention.interval"),
         ({"lease_tll": 30}, "unknown option 'lease_tll'"),
         ({"database": "x"}, "unknown option"),
     ],
@@ -169,3 +198,86 @@ def test_valid_edge_values_are_accepted() -> None:
     assert cfg.poll_interval == (0.5, 0.5)
     assert cfg.workers == 64
     assert cfg.payload_limits == PayloadLimits(1, 2, 3)
+
+
+def test_default_retention_is_off(default: ClientConfig) -> None:
+    assert default.retention is None
+    assert RetentionConfig().enabled is False
+    cfg = RetentionConfig()
+    assert (cfg.default_age, cfg.batch_size, cfg.interval) == (
+        0.0,
+        RETENTION_BATCH_SIZE,
+        RETENTION_INTERVAL_S,
+    )
+    assert (RETENTION_BATCH_SIZE, RETENTION_INTERVAL_S) == (100, 60.0)
+
+
+@pytest.mark.parametrize("age", [0, -1, -3600.5])
+def test_non_positive_retention_age_is_accepted_and_disabled(age: float) -> None:
+    cfg = build_config({"retention": RetentionConfig(default_age=age)})
+    assert cfg.retention is not None and not cfg.retention.enabled
+
+
+def test_retention_is_kept_and_can_be_turned_off_again() -> None:
+    on = RetentionConfig(default_age=7 * 86400, batch_size=10, interval=5)
+    assert build_config({"retention": on}).retention == on
+    assert on.enabled
+    assert build_config({"retention": None}).retention is None
+
+
+def test_default_logger_is_cyclone_flow_with_a_stderr_handler(default: ClientConfig) -> None:
+    logger = default.logger
+    assert logger is logging.getLogger("cyclone_flow")
+    assert sum(isinstance(h, DefaultHandler) for h in logger.handlers) == 1
+    assert logger.level in (logging.INFO, logging.DEBUG)
+
+
+def test_logger_none_restores_the_default() -> None:
+    mine = logging.getLogger("my-app")
+    assert build_config({"logger": mine}).logger is mine
+    restored = build_config({"logger": None}).logger
+    assert restored is default_logger()
+    assert sum(isinstance(h, DefaultHandler) for h in restored.handlers) == 1
+
+
+@pytest.mark.parametrize(
+    ("env", "level"),
+    [(None, logging.INFO), ("1", logging.DEBUG), ("0", logging.INFO), ("yes", logging.DEBUG)],
+)
+def test_debug_env_raises_the_default_level(
+    monkeypatch: pytest.MonkeyPatch, env: str | None, level: int
+) -> None:
+    logger = logging.getLogger("cyclone_flow")
+    monkeypatch.setattr(logger, "level", logging.NOTSET)  # as in a fresh process
+    if env is None:
+        monkeypatch.delenv("DEBUG", raising=False)
+    else:
+        monkeypatch.setenv("DEBUG", env)
+    assert default_logger().level == level
+
+
+def test_default_handler_writes_to_stderr_only_when_nothing_else_would(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    handler = DefaultHandler()
+    alone = logging.getLogger("cyclone_flow_test_alone")
+    alone.propagate = False
+    record = alone.makeRecord(
+        alone.name,
+        logging.INFO,
+        __file__,
+        1,
+        "step failed",
+        (),
+        None,
+        extra={"run_id": "r-1", "node": "charge", "attempt": 2},
+    )
+    handler.handle(record)
+    err = capsys.readouterr().err
+    assert "INFO cyclone_flow_test_alone: step failed run_id=r-1 node=charge attempt=2" in err
+
+    served = logging.getLogger("cyclone_flow_test_served")
+    served.propagate = False
+    served.addHandler(logging.NullHandler())
+    handler.handle(served.makeRecord(served.name, logging.INFO, __file__, 1, "x", (), None))
+    assert capsys.readouterr().err == ""

@@ -37,7 +37,8 @@ FROM claimable c
 WHERE s.id = c.id AND s.state = 'available'
 RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_attempts,
           s.reclaims, s.lease_generation, s.input,
-          extract(epoch FROM s.timeout)::float8 AS timeout_s
+          extract(epoch FROM s.timeout)::float8 AS timeout_s,
+          greatest(extract(epoch FROM now() - s.scheduled_at), 0)::float8 AS wait_s
 
 -- name: step_heartbeat_many
 -- Renew the leases this client holds, each guarded by its own lease_generation; a step past
@@ -87,7 +88,8 @@ RETURNING s.queue
 -- A failed attempt of a running step, guarded by lease_generation (and the owner when a
 -- worker reports it): back to available at now() + backoff while attempts remain and the
 -- failure is not permanent, else discarded (dead letter). The backoff is computed in log
--- space, so no attempt number overflows it. Each attempt's error is appended to errors.
+-- space, so no attempt number overflows it (a 0s initial or max is clamped before ln()).
+-- Each attempt's error is appended to errors.
 UPDATE {schema}.cyclone_steps s
 SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
     attempt = CASE WHEN p.retry THEN s.attempt + 1 ELSE s.attempt END,
@@ -107,8 +109,8 @@ FROM (
            attempt < max_attempts AND NOT %(permanent)s::boolean AS retry,
            -- jitter first, then the cap: attempt 10,000 still waits exactly max_s
            least(coalesce((backoff->>'max_s')::float8, 300),
-                 exp(least(ln(coalesce((backoff->>'max_s')::float8, 300)
-                              / coalesce((backoff->>'initial_s')::float8, 1)),
+                 exp(least(ln(greatest(coalesce((backoff->>'max_s')::float8, 300), 1e-6)
+                              / greatest(coalesce((backoff->>'initial_s')::float8, 1), 1e-6)),
                            (attempt - 1) * ln(coalesce((backoff->>'multiplier')::float8, 2))))
                    * coalesce((backoff->>'initial_s')::float8, 1)
                    * (1 + coalesce((backoff->>'jitter')::float8, 0.1) * (2 * random() - 1))) AS delay_s

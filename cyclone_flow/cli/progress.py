@@ -1,0 +1,123 @@
+"""Live progress of one run for the CLI (``cyclone-flow run``; reusable by any command
+that waits for a run, such as ``submit --wait``).
+
+:func:`follow_run` waits for the run and reads its steps from the database every
+``interval`` seconds, so it shows the same thing whichever process executes the steps.
+On a terminal it draws a rich progress bar (steps done/total, running, failed attempts);
+otherwise it prints one plain line per step that finishes or fails an attempt, which
+reads well in CI logs and pipes. Fan-out item steps count like any other step row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from cyclone_flow.states import StepState
+from cyclone_flow.store.store import RunStatus, StepStatus
+
+if TYPE_CHECKING:
+    from cyclone_flow.client import Client
+
+_TERMINAL = (StepState.COMPLETED, StepState.DISCARDED, StepState.CANCELLED)
+
+
+@dataclass
+class StepCounts:
+    """What a progress display shows: steps ``done`` (completed, discarded or cancelled)
+    of ``total``, ``running`` now, and ``failed`` attempts so far."""
+
+    total: int = 0
+    done: int = 0
+    running: int = 0
+    failed: int = 0
+
+    @classmethod
+    def of(cls, steps: list[StepStatus]) -> StepCounts:
+        return cls(
+            total=len(steps),
+            done=sum(s.state in _TERMINAL for s in steps),
+            running=sum(s.state == StepState.RUNNING for s in steps),
+            failed=sum(len(s.errors) for s in steps),
+        )
+
+
+@dataclass
+class PlainLines:
+    """Turns successive snapshots of a run's steps into one line per change: a step that
+    finished (``completed``, ``discarded``, ``cancelled``) or failed an attempt and will
+    be retried."""
+
+    seen: dict[int, tuple[str, int]] = field(default_factory=dict)
+
+    def changes(self, steps: list[StepStatus]) -> list[str]:
+        lines = []
+        for s in steps:
+            before = self.seen.get(s.id)
+            now = (str(s.state), s.attempt)
+            self.seen[s.id] = now
+            if before == now:
+                continue
+            prev_state, prev_attempt = before if before else ("", 1)
+            if s.attempt > prev_attempt and s.state not in _TERMINAL:
+                lines.append(f"  step {s.node} attempt {s.attempt - 1} failed: {s.error}")
+            if s.state in _TERMINAL and prev_state != str(s.state):
+                why = f": {s.error}" if s.error and s.state != StepState.COMPLETED else ""
+                lines.append(f"  step {s.node} {s.state}{why}")
+        return lines
+
+
+def follow_run(
+    client: Client,
+    run_id: str,
+    *,
+    console: Console | None = None,
+    quiet: bool = False,
+    interval: float = 0.25,
+) -> RunStatus:
+    """Block until run ``run_id`` is terminal and return its final status, showing
+    progress on ``console`` (default: stderr) unless ``quiet``: a live bar when the
+    console is a terminal, plain lines otherwise. ``KeyboardInterrupt`` propagates (the
+    display is closed first). Raises RunNotFoundError for an unknown run."""
+    console = console if console is not None else Console(stderr=True, highlight=False)
+    if quiet:
+        return client.wait(run_id)
+    if console.is_terminal:
+        return _follow_bar(client, run_id, console, interval)
+    return _follow_plain(client, run_id, console, interval)
+
+
+def _follow_plain(client: Client, run_id: str, console: Console, interval: float) -> RunStatus:
+    lines = PlainLines()
+    while True:
+        status = client.wait(run_id, timeout=interval)
+        for line in lines.changes(client.list_steps(run_id)):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        if status.state.terminal:
+            return status
+
+
+def _follow_bar(client: Client, run_id: str, console: Console, interval: float) -> RunStatus:
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("steps  {task.fields[detail]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task(f"run {run_id[:8]}", total=None, detail="")
+        while True:
+            status = client.wait(run_id, timeout=interval)
+            counts = StepCounts.of(client.list_steps(run_id))
+            detail = f"{counts.running} running"
+            if counts.failed:
+                detail += f", {counts.failed} failed attempt(s)"
+            if status.state.terminal:
+                detail = str(status.state)
+            progress.update(task, total=counts.total, completed=counts.done, detail=detail)
+            if status.state.terminal:
+                return status

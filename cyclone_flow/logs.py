@@ -1,0 +1,93 @@
+"""Logging of the engine (Client Options: Observability, WithLogger).
+
+The default logger is ``logging.getLogger("cyclone_flow")`` with a stderr text handler at
+INFO; a ``DEBUG`` environment variable (any value but ``""``, ``0``, ``false``, ``no``,
+``off``) raises it to DEBUG. That handler steps aside when the application has configured
+a handler of its own on the way to the root logger, so no line is printed twice.
+
+Records about one step carry the structured fields ``run_id``, ``node`` and ``attempt``
+(through ``extra=``; :func:`step_extra`), which :class:`TextFormatter` appends as
+``key=value`` and any JSON formatter can pick up as record attributes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+LOGGER_NAME = "cyclone_flow"
+STEP_FIELDS = ("run_id", "node", "attempt")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def debug_requested() -> bool:
+    """True when the ``DEBUG`` environment variable asks for debug logging."""
+    value = os.environ.get("DEBUG", "").strip().lower()
+    return value not in ("", "0", "false", "no", "off")
+
+
+def step_extra(run_id: str, node: str, attempt: int | None = None) -> dict[str, Any]:
+    """The structured fields of a record about one step, for ``extra=``."""
+    return {"run_id": run_id, "node": node, "attempt": attempt}
+
+
+class TextFormatter(logging.Formatter):
+    """``TEXT_FORMAT`` plus `` run_id=... node=... attempt=...`` for the fields a record
+    carries."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        fields = [
+            f"{name}={getattr(record, name)}"
+            for name in STEP_FIELDS
+            if getattr(record, name, None) is not None
+        ]
+        if not fields:
+            return text
+        head, sep, tail = text.partition("\n")  # keep a traceback below the fields
+        return f"{head} {' '.join(fields)}{sep}{tail}"
+
+
+class DefaultHandler(logging.Handler):
+    """Writes to the current ``sys.stderr`` unless another handler will get the record
+    (one on the logger's way to the root, as ``logging.basicConfig`` installs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(TextFormatter())
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if _other_handler(logging.getLogger(record.name), self):
+            return
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
+
+
+def _other_handler(logger: logging.Logger, me: logging.Handler) -> bool:
+    current: logging.Logger | None = logger
+    while current is not None:
+        if any(h is not me for h in current.handlers):
+            return True
+        if not current.propagate:
+            return False
+        current = current.parent
+    return False
+
+
+def default_logger() -> logging.Logger:
+    """The ``cyclone_flow`` logger with the default stderr handler attached (once) and,
+    unless the application set a level on it, the level INFO (DEBUG with ``DEBUG`` set)."""
+    logger = logging.getLogger(LOGGER_NAME)
+    if not any(isinstance(h, DefaultHandler) for h in logger.handlers):
+        logger.addHandler(DefaultHandler())
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.DEBUG if debug_requested() else logging.INFO)
+    return logger

@@ -1,0 +1,224 @@
+"""Prometheus metrics of a worker (Client Options: Observability; ``cyclone-flow worker
+--metrics-port``).
+
+This module is the only one that imports ``prometheus_client``; the engine never does. A
+:class:`Metrics` receives the client's step events through
+:meth:`cyclone_flow.Client.observe_steps` (the same events as the ``on_step_event``
+option) and keeps counters and histograms per queue; a collector reads queue depth and the
+age of the oldest claimable step from the database at each scrape.
+
+Library users can do what the CLI does::
+
+    metrics = Metrics()
+    client.observe_steps(metrics.observe)
+    metrics.watch_queues(client.store, client.config.worker_queues)
+    server = serve_metrics(metrics, 9464)
+
+Series (``queue`` label on all; ``error_kind`` where it says so):
+
+- ``cyclone_steps_claimed_total``, ``cyclone_steps_completed_total``,
+  ``cyclone_steps_retried_total`` (failed attempts with attempts left),
+  ``cyclone_steps_failed_total{error_kind}`` (every failed attempt),
+  ``cyclone_steps_discarded_total{error_kind}`` (dead letters),
+  ``cyclone_steps_reclaimed_total`` (expired leases put back by this client's sweep)
+- ``cyclone_step_handler_duration_seconds`` histogram: the handler's run time
+- ``cyclone_step_start_latency_seconds`` histogram: claim-to-start latency, the time a
+  step waited claimable (from ``scheduled_at``) until a claim started its attempt
+- ``cyclone_queue_available_steps`` (depth), ``cyclone_queue_scheduled_steps`` (available
+  later, e.g. in backoff), ``cyclone_queue_running_steps``,
+  ``cyclone_queue_oldest_available_age_seconds``: gauges read from the database, the same
+  for every worker of a schema (aggregate them with ``max``)
+
+Counters and histograms count what this process did: sum them over the fleet.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Iterator
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from cyclone_flow.store.store import Store
+from cyclone_flow.worker.events import StepEvent
+
+DURATION_BUCKETS_S = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
+    3600.0,
+)  # fmt: skip
+LATENCY_BUCKETS_S = (
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+    3600.0,
+)  # fmt: skip
+UNKNOWN_QUEUE = "unknown"  # a cancelled step's event does not say its queue
+
+
+class Metrics:
+    """The metrics of one client, in ``registry`` (a new one by default, so several
+    clients in one process do not collide)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.claimed = Counter(
+            "cyclone_steps_claimed", "Steps claimed by this worker.", ["queue"], registry=r
+        )
+        self.completed = Counter(
+            "cyclone_steps_completed", "Steps completed by this worker.", ["queue"], registry=r
+        )
+        self.failed = Counter(
+            "cyclone_steps_failed",
+            "Failed attempts (retried or discarded).",
+            ["queue", "error_kind"],
+            registry=r,
+        )
+        self.retried = Counter(
+            "cyclone_steps_retried",
+            "Failed attempts scheduled for another attempt after backoff.",
+            ["queue"],
+            registry=r,
+        )
+        self.discarded = Counter(
+            "cyclone_steps_discarded",
+            "Steps discarded (dead letters): no attempt left, or a permanent failure.",
+            ["queue", "error_kind"],
+            registry=r,
+        )
+        self.reclaimed = Counter(
+            "cyclone_steps_reclaimed",
+            "Steps whose lease expired, put back to work by this client's recovery sweep.",
+            ["queue"],
+            registry=r,
+        )
+        self.handler_duration = Histogram(
+            "cyclone_step_handler_duration_seconds",
+            "Run time of handlers, in seconds.",
+            ["queue"],
+            buckets=DURATION_BUCKETS_S,
+            registry=r,
+        )
+        self.start_latency = Histogram(
+            "cyclone_step_start_latency_seconds",
+            "Claim-to-start latency: seconds a step waited claimable (from scheduled_at) "
+            "until a claim started its attempt.",
+            ["queue"],
+            buckets=LATENCY_BUCKETS_S,
+            registry=r,
+        )
+
+    def observe(self, event: StepEvent) -> None:
+        """Count one step event (pass this method to ``Client.observe_steps``)."""
+        queue = event.queue or UNKNOWN_QUEUE
+        kind = event.kind
+        if kind == "claimed":
+            self.claimed.labels(queue).inc()
+            if event.wait_s is not None:
+                self.start_latency.labels(queue).observe(event.wait_s)
+        elif kind == "completed":
+            self.completed.labels(queue).inc()
+        elif kind in ("retry_scheduled", "discarded"):
+            error_kind = event.error_kind or "unknown"
+            self.failed.labels(queue, error_kind).inc()
+            if kind == "retry_scheduled":
+                self.retried.labels(queue).inc()
+            else:
+                self.discarded.labels(queue, error_kind).inc()
+        elif kind == "reclaimed":
+            self.reclaimed.labels(queue).inc()
+        if event.duration_s is not None:
+            self.handler_duration.labels(queue).observe(event.duration_s)
+
+    def watch_queues(
+        self, store: Store, queues: Iterable[str] = (), logger: logging.Logger | None = None
+    ) -> None:
+        """Add the queue gauges, read from ``store`` at each scrape; ``queues`` are
+        reported even when empty (with 0)."""
+        self.registry.register(
+            QueueCollector(store, queues, logger or logging.getLogger("cyclone_flow"))
+        )
+
+
+class QueueCollector:
+    """Reads ``Store.queue_stats()`` at each scrape. A failed read is logged and leaves
+    the gauges out of that scrape; the counters are still served."""
+
+    def __init__(self, store: Store, queues: Iterable[str], logger: logging.Logger) -> None:
+        self.store = store
+        self.queues = tuple(queues)
+        self.log = logger
+
+    def describe(self) -> list[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            stats = self.store.queue_stats()
+        except Exception as exc:
+            self.log.warning("metrics: could not read the queue gauges: %s", exc)
+            return iter(())
+        available, scheduled, running, oldest = self._families()
+        seen = set()
+        for s in stats:
+            seen.add(s.queue)
+            available.add_metric([s.queue], s.available)
+            scheduled.add_metric([s.queue], s.scheduled)
+            running.add_metric([s.queue], s.running)
+            oldest.add_metric([s.queue], s.oldest_available_s)
+        for queue in self.queues:
+            if queue not in seen:
+                for family in (available, scheduled, running, oldest):
+                    family.add_metric([queue], 0)
+        return iter((available, scheduled, running, oldest))
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, ...]:
+        return (
+            GaugeMetricFamily(
+                "cyclone_queue_available_steps",
+                "Steps claimable now (queue depth).",
+                labels=["queue"],
+            ),
+            GaugeMetricFamily(
+                "cyclone_queue_scheduled_steps",
+                "Available steps scheduled later (e.g. retries in backoff).",
+                labels=["queue"],
+            ),
+            GaugeMetricFamily(
+                "cyclone_queue_running_steps",
+                "Steps running under a lease (any worker).",
+                labels=["queue"],
+            ),
+            GaugeMetricFamily(
+                "cyclone_queue_oldest_available_age_seconds",
+                "Seconds the oldest claimable step has waited (0 when none).",
+                labels=["queue"],
+            ),
+        )
+
+
+class MetricsServer:
+    """The HTTP endpoint serving ``/metrics``; :meth:`close` stops it."""
+
+    def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
+        self.server = server
+        self.thread = thread
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful with port 0)."""
+        return int(self.server.server_port)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+def serve_metrics(metrics: Metrics, port: int, addr: str = "0.0.0.0") -> MetricsServer:
+    """Serve ``metrics`` on ``http://addr:port/metrics`` from a daemon thread. Raises
+    ``OSError`` when the port cannot be bound."""
+    server, thread = start_http_server(port, addr, registry=metrics.registry)
+    return MetricsServer(server, thread)

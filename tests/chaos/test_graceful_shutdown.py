@@ -1,0 +1,121 @@
+"""Graceful shutdown of real ``cyclone-flow worker`` processes (Client Options: Graceful
+Shutdown; Engine Design: Leases and Heartbeats): on SIGTERM/SIGINT a worker stops
+claiming, lets running handlers finish within --shutdown-timeout, then tells the rest to
+stop and releases their leases, so another worker claims them at once instead of after
+the lease TTL; it exits 0."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cyclone_test_handlers.harness import WorkerProcess, step_row, wait_until
+
+from cyclone_flow import Client
+from cyclone_flow.spec import load_flow_text
+
+TTL_S = 60.0  # long, so a claim long before it can only come from a released lease
+
+
+def _flow(call: str) -> Any:
+    return load_flow_text(
+        f"name: graceful\nnodes:\n  s: {{call: 'cyclone_test_handlers.ops:{call}'}}\n"
+    )
+
+
+def _owned_by(worker: WorkerProcess) -> Callable[[dict[str, Any]], bool]:
+    return lambda row: row["state"] == "running" and f"/{worker.pid}/" in (row["lease_owner"] or "")
+
+
+def test_sigterm_mid_handler_releases_the_step_to_another_worker_at_once(
+    make_client: Callable[..., Client],
+    db: Any,
+    database_url: str,
+    schema: str,
+    tmp_path: Path,
+) -> None:
+    submitter = make_client()
+    marker = tmp_path / "entered"
+    first = WorkerProcess(
+        database_url,
+        schema,
+        tmp_path / "first.log",
+        lease_ttl="60s",
+        extra_args=["--shutdown-timeout", "1s"],
+    )
+    second: WorkerProcess | None = None
+    try:
+        run_id = submitter.submit(_flow("cooperative_once"), {"marker": str(marker)})
+        held = wait_until(
+            lambda: marker.exists() and _owned_by(first)(row := step_row(db, run_id)) and row,
+            timeout=30,
+            what="the first worker to run the handler",
+        )
+        assert (held["lease_expiry"] - held["db_now"]).total_seconds() > TTL_S - 10
+        second = WorkerProcess(database_url, schema, tmp_path / "second.log", lease_ttl="60s")
+        wait_until(lambda: "started" in second.log(), timeout=30, what="the second worker")
+        sigterm_at = db.execute("SELECT now()").fetchone()[0]
+
+        assert first.terminate(timeout=30) == 0, first.log()
+
+        row = wait_until(
+            lambda: (r := step_row(db, run_id))["state"] == "completed" and r,
+            timeout=30,
+            what="the second worker to finish the released step",
+        )
+        assert f"/{second.pid}/" in row["lease_owner"]
+        assert row["output"] == {"pid": second.pid, "cancelled": False}
+        waited = (row["started_at"] - sigterm_at).total_seconds()
+        print(f"released step claimed by another worker {waited:.2f}s after SIGTERM")
+        assert 0 < waited < 15, f"claimed {waited:.1f}s after SIGTERM; the TTL is {TTL_S}s"
+        # released, not reclaimed: no reclaim counted, no attempt charged
+        assert (row["reclaims"], row["attempt"], row["lease_generation"]) == (0, 1, 2)
+        assert submitter.get_run(run_id).state == "completed"
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_handler_that_ends_within_the_grace_period_completes_and_nothing_new_is_claimed(
+    make_client: Callable[..., Client],
+    db: Any,
+    database_url: str,
+    schema: str,
+    tmp_path: Path,
+    signum: signal.Signals,
+) -> None:
+    submitter = make_client()
+    marker = tmp_path / "running"
+    worker = WorkerProcess(
+        database_url,
+        schema,
+        tmp_path / "worker.log",
+        lease_ttl="60s",
+        extra_args=["--shutdown-timeout", "30s"],
+    )
+    try:
+        running = submitter.submit(_flow("short_sleep"), {"marker": str(marker), "seconds": 2})
+        waiting = submitter.submit(_flow("short_sleep"), {"marker": str(marker), "seconds": 0})
+        wait_until(
+            lambda: marker.exists() and _owned_by(worker)(step_row(db, running)),
+            timeout=30,
+            what="the worker to run the first handler",
+        )
+        worker.proc.send_signal(signum)
+        assert worker.proc.wait(timeout=40) == 0, worker.log()
+        worker.wait()
+
+        row = step_row(db, running)
+        assert (row["state"], row["attempt"], row["lease_generation"]) == ("completed", 1, 1)
+        assert row["output"] == {"pid": worker.pid}
+        other = step_row(db, waiting, "s")
+        assert (other["state"], other["lease_generation"]) == ("available", 0), (
+            "a stopping worker must not claim new work"
+        )
+    finally:
+        worker.kill()

@@ -1,0 +1,81 @@
+"""The CLI's live run progress (cyclone_flow/cli/progress.py) on a real run: a rich bar
+with steps done/total on a terminal, one plain line per finished step otherwise."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+
+import pytest
+from rich.console import Console
+
+from cyclone_flow import Client
+from cyclone_flow.cli.progress import follow_run
+from cyclone_flow.spec import load_flow_text
+
+FLOW = load_flow_text(
+    """
+name: progress
+nodes:
+  a: {call: 'cyclone_test_handlers.basic:echo'}
+  b:
+    call: cyclone_test_handlers.ops:flaky
+    needs: [a]
+    retry: {max_attempts: 2, backoff: {initial: 0s}}
+  c: {call: 'cyclone_test_handlers.ops:always_fails', needs: [a]}
+  d: {call: 'cyclone_test_handlers.basic:echo', needs: [b]}
+"""
+)
+
+
+def _run(make_client: Callable[..., Client]) -> tuple[Client, str]:
+    client = make_client(workers=2, allow_modules=["cyclone_test_handlers"])
+    run_id = client.submit(FLOW, {"succeed_on": 2})
+    client.start()
+    return client, run_id
+
+
+def test_terminal_shows_a_bar_of_steps_done_over_total(
+    make_client: Callable[..., Client],
+) -> None:
+    client, run_id = _run(make_client)
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=120, color_system=None)
+    status = follow_run(client, run_id, console=console, interval=0.05)
+    assert status.state == "failed"  # c is discarded and fails the run
+    text = out.getvalue()
+    assert f"run {run_id[:8]}" in text
+    assert "4/4" in text
+    assert "failed" in text
+
+
+def test_not_a_terminal_prints_plain_lines(make_client: Callable[..., Client]) -> None:
+    client, run_id = _run(make_client)
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=False, width=200)
+    status = follow_run(client, run_id, console=console, interval=0.05)
+    lines = out.getvalue().splitlines()
+    assert "  step a completed" in lines
+    assert "  step c discarded: RuntimeError: always fails" in lines
+    assert "\x1b[" not in out.getvalue(), "no terminal escapes in plain output"
+    # every step that ended is reported once
+    ended = [line for line in lines if line.startswith("  step ") and "attempt" not in line]
+    assert len(ended) == len({line.split()[1] for line in ended})
+    assert status.state == "failed"
+
+
+def test_quiet_only_waits(make_client: Callable[..., Client]) -> None:
+    client, run_id = _run(make_client)
+    out = io.StringIO()
+    status = follow_run(client, run_id, console=Console(file=out), quiet=True)
+    assert status.state.terminal and out.getvalue() == ""
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_unknown_run_is_an_error(make_client: Callable[..., Client], terminal: bool) -> None:
+    from cyclone_flow import RunNotFoundError
+
+    client = make_client()
+    console = Console(file=io.StringIO(), force_terminal=terminal)
+    with pytest.raises(RunNotFoundError):
+        follow_run(client, "00000000-0000-0000-0000-000000000000", console=console)
