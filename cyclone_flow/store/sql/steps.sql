@@ -86,8 +86,11 @@ RETURNING s.queue
 -- name: step_fail_attempt
 -- A failed attempt of a running step, guarded by lease_generation (and the owner when a
 -- worker reports it): back to available at now() + backoff while attempts remain and the
--- failure is not permanent, else discarded (dead letter). The backoff is computed in log
--- space, so no attempt number overflows it. Each attempt's error is appended to errors.
+-- failure is not permanent, else discarded (dead letter). Each attempt's error is appended
+-- to errors. The backoff is min(max, initial * multiplier^(attempt - 1) * (1 +/- jitter)),
+-- with the power computed in log space and bounded by max/initial first, so no attempt
+-- number overflows it (attempt 10,000 waits max) and the jitter never pushes it past max;
+-- an initial or max of 0 means no wait.
 UPDATE {schema}.cyclone_steps s
 SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
     attempt = CASE WHEN p.retry THEN s.attempt + 1 ELSE s.attempt END,
@@ -103,17 +106,24 @@ SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
         'attempt', s.attempt, 'error', %(error)s::text, 'error_kind', %(error_kind)s::text,
         'traceback', %(traceback)s::text, 'at', statement_timestamp()))
 FROM (
-    SELECT id,
-           attempt < max_attempts AND NOT %(permanent)s::boolean AS retry,
-           -- jitter first, then the cap: attempt 10,000 still waits exactly max_s
-           least(coalesce((backoff->>'max_s')::float8, 300),
-                 exp(least(ln(coalesce((backoff->>'max_s')::float8, 300)
-                              / coalesce((backoff->>'initial_s')::float8, 1)),
-                           (attempt - 1) * ln(coalesce((backoff->>'multiplier')::float8, 2))))
-                   * coalesce((backoff->>'initial_s')::float8, 1)
-                   * (1 + coalesce((backoff->>'jitter')::float8, 0.1) * (2 * random() - 1))) AS delay_s
-    FROM {schema}.cyclone_steps
-    WHERE id = %(id)s
+    SELECT b.id, b.retry,
+           CASE WHEN b.initial_s <= 0 OR b.max_s <= 0 THEN 0
+                ELSE least(b.max_s,
+                           b.initial_s
+                           * exp(least(ln(greatest(b.max_s, b.initial_s) / b.initial_s),
+                                       (b.attempt - 1) * ln(b.multiplier)))
+                           * (1 + b.jitter * (2 * random() - 1)))
+           END AS delay_s
+    FROM (
+        SELECT id, attempt,
+               attempt < max_attempts AND NOT %(permanent)s::boolean AS retry,
+               coalesce((backoff->>'initial_s')::float8, 1) AS initial_s,
+               coalesce((backoff->>'max_s')::float8, 300) AS max_s,
+               greatest(coalesce((backoff->>'multiplier')::float8, 2), 1) AS multiplier,
+               least(greatest(coalesce((backoff->>'jitter')::float8, 0.1), 0), 1) AS jitter
+        FROM {schema}.cyclone_steps
+        WHERE id = %(id)s
+    ) b
 ) p
 WHERE s.id = p.id
   AND s.state = 'running'
