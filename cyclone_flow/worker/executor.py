@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.errors import PermanentError, TemplateError
+from cyclone_flow.errors import CycloneError, PayloadTooLargeError, PermanentError, TemplateError
 from cyclone_flow.spec.model import JSON
 from cyclone_flow.spec.template import references, render
 from cyclone_flow.states import ErrorKind, RunState, StepState
@@ -29,7 +29,8 @@ from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled
 from cyclone_flow.worker.imports import HandlerImportError, HandlerResolver
 
 Conn = psycopg.Connection[Any]
-_TRACEBACK_LIMIT = 8_000  # characters of traceback kept per attempt
+_TRACEBACK_LIMIT = 8_000  # characters of traceback kept per attempt (the last ones)
+_ERROR_LIMIT = 4_000  # characters of error message kept per attempt (the first ones)
 
 
 class StepFailure(Exception):
@@ -196,12 +197,10 @@ class Executor:
         size = len(text.encode("utf-8"))
         limit = self.config.payload_limits.output_bytes
         if size > limit:
+            too_large = PayloadTooLargeError("output", size, limit)
             raise StepFailure(
-                ErrorKind.PAYLOAD_TOO_LARGE,
-                f"output payload is {size} bytes, over the limit of {limit} bytes",
-                permanent=True,
-                tb=None,
-            )
+                ErrorKind.PAYLOAD_TOO_LARGE, str(too_large), permanent=True, tb=None
+            ) from too_large
         return text
 
     def _complete(self, step: ClaimedStep, owner: str, tx: _CompletionTx, output_json: str) -> None:
@@ -245,7 +244,11 @@ class Executor:
             failure,
         )
         event = self._after_commit(step, outcome, failure)
-        call_hook(self.log, self.config.error_handler, event, failure)
+        # the handler's own exception (or the engine's typed error), never the internal
+        # StepFailure wrapper
+        cause = failure.__cause__
+        error = cause if cause is not None else CycloneError(str(failure))
+        call_hook(self.log, self.config.error_handler, event, error)
 
     def _after_commit(
         self, step: ClaimedStep, outcome: Outcome, failure: StepFailure | None = None
@@ -355,6 +358,8 @@ def _failed_attempt_on_error(what: str) -> Iterator[None]:
 
 def _describe(exc: BaseException) -> str:
     text = str(exc)
+    if len(text) > _ERROR_LIMIT:
+        text = f"{text[:_ERROR_LIMIT]}... ({len(text) - _ERROR_LIMIT} more characters cut)"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
