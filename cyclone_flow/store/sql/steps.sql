@@ -56,12 +56,16 @@ WHERE s.id = h.id
 RETURNING s.id, s.lease_generation
 
 -- name: step_complete_if_leased
--- running -> completed with the output, guarded by the claim's owner and lease_generation;
--- zero rows means stale (CAS State Transitions).
+-- running -> completed with the output, guarded by the claim's owner and lease_generation,
+-- and by the step's timeout: a completion after started_at + timeout is late even before
+-- the sweep took the step (the timeout is durable); zero rows means stale (CAS State
+-- Transitions). statement_timestamp(), not now(): the completion transaction may have been
+-- opened early in the handler.
 UPDATE {schema}.cyclone_steps
 SET state = 'completed', output = %(output)s, finished_at = statement_timestamp(), lease_expiry = NULL
 WHERE id = %(id)s AND state = 'running'
   AND lease_owner = %(owner)s AND lease_generation = %(generation)s
+  AND (timeout IS NULL OR started_at + timeout > statement_timestamp())
 RETURNING run_id
 
 -- name: step_release_ready
@@ -84,13 +88,15 @@ WHERE s.run_id = %(run_id)s
 RETURNING s.queue
 
 -- name: step_fail_attempt
--- A failed attempt of a running step, guarded by lease_generation (and the owner when a
--- worker reports it): back to available at now() + backoff while attempts remain and the
--- failure is not permanent, else discarded (dead letter). Each attempt's error is appended
--- to errors. The backoff is min(max, initial * multiplier^(attempt - 1) * (1 +/- jitter)),
--- with the power computed in log space and bounded by max/initial first, so no attempt
--- number overflows it (attempt 10,000 waits max) and the jitter never pushes it past max;
--- an initial or max of 0 means no wait.
+-- A failed attempt of a running step, guarded by lease_generation (and, when a worker
+-- reports it, by the owner and the timeout: past started_at + timeout the attempt is the
+-- sweep's to fail with kind timeout): back to available at now() + backoff while attempts
+-- remain and the failure is not permanent, else discarded (dead letter). Each attempt's
+-- error is appended to errors. The backoff is
+-- min(max, initial * multiplier^(attempt - 1) * (1 +/- jitter)), with the power computed in
+-- log space and bounded by max/initial first, so no attempt number overflows it (attempt
+-- 10,000 waits max) and the jitter never pushes it past max; an initial or max of 0 means
+-- no wait.
 UPDATE {schema}.cyclone_steps s
 SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
     attempt = CASE WHEN p.retry THEN s.attempt + 1 ELSE s.attempt END,
@@ -128,7 +134,9 @@ FROM (
 WHERE s.id = p.id
   AND s.state = 'running'
   AND s.lease_generation = %(generation)s
-  AND (%(owner)s::text IS NULL OR s.lease_owner = %(owner)s)
+  AND (%(owner)s::text IS NULL
+       OR (s.lease_owner = %(owner)s
+           AND (s.timeout IS NULL OR s.started_at + s.timeout > statement_timestamp())))
 RETURNING s.run_id, s.node, s.state, s.queue, s.attempt
 
 -- name: step_cancel_remaining

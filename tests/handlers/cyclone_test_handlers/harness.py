@@ -91,6 +91,7 @@ class WorkerProcess:
         lease_ttl: str = "1s",
         allow: Sequence[str] = ("cyclone_test_handlers",),
         env: dict[str, str] | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         args = [
             str(CLI),
@@ -108,6 +109,7 @@ class WorkerProcess:
         ]
         for module in allow:
             args += ["--allow-module", module]
+        args += list(extra_args)
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("CYCLONE_")}
         full_env.update(env or {})
         self.log_path = log_path

@@ -1,0 +1,206 @@
+"""The failure rules of issue 3 that other test files do not pin down: a durable timeout
+(the heartbeat stops renewing, the handler is told, a late completion is ignored even
+before the sweep, the attempt fails with kind timeout and is retried), the reclaim limit
+with real worker processes that a handler kills on every call, and the containment of
+``cancel_branch`` (Engine Design: Leases and Heartbeats, Failure Propagation; Client
+Options: WithMaxReclaims)."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cyclone_test_handlers import engine
+from cyclone_test_handlers.harness import (
+    WorkerProcess,
+    create_ledger,
+    ledger_rows,
+    step_row,
+    wait_until,
+)
+
+from cyclone_flow import Client, ConfigError, StepEvent, StepTimeoutError
+from cyclone_flow.spec import load_flow_text
+
+TIMEOUT_FLOW = """
+name: timeouts
+nodes:
+  s:
+    call: cyclone_test_handlers.engine:until_cancelled
+    timeout: 1s
+    retry: {max_attempts: 2, backoff: {initial: 0}}
+"""
+
+
+def test_timeout_is_durable_handler_told_late_completion_ignored_attempt_retried(
+    make_client: Callable[..., Client], db: Any, schema: str
+) -> None:
+    """The heartbeat stops renewing at started_at + timeout, which tells the handler; the
+    handler returns at once, but its completion (and ledger row) is late and rolls back
+    although no sweep ran yet; the sweep then fails attempt 1 with kind timeout, and
+    attempt 2 completes."""
+    create_ledger(db)
+    key = uuid.uuid4().hex
+    events: list[StepEvent] = []
+    errors: list[BaseException] = []
+    client = make_client(
+        workers=1,
+        lease_ttl=0.9,
+        sweep_interval=3600,  # the sweep runs only when the test says so
+        on_step_event=events.append,
+        error_handler=lambda _event, error: errors.append(error),
+    )
+    client.start()
+    assert client.worker is not None
+    run_id = client.submit(load_flow_text(TIMEOUT_FLOW), {"schema": schema, "key": key})
+    assert engine.event(key, "entered").wait(10)
+    wait_until(lambda: engine.observed(key), timeout=10, what="the handler to be told")
+    assert engine.observed(key) == [{"call": 1, "cancelled": True}]
+    wait_until(lambda: client.worker.in_flight() == 0, what="its completion to be tried")
+
+    row = step_row(db, run_id)
+    assert (row["state"], row["attempt"], row["lease_generation"]) == ("running", 1, 1)
+    assert row["heartbeat_at"] <= row["started_at"] + row["timeout"], "renewed after timeout"
+    assert row["output"] is None and ledger_rows(db, run_id) == []
+    assert not any(e.kind == "completed" for e in events)
+
+    assert client.worker.sweep_once() == {"timed_out": 1, "reclaim_limit": 0, "rescued": 0}
+    status = client.wait(run_id, timeout=10)
+    assert status.state == "completed", client.list_steps(run_id)
+    assert status.output == {"s": {"call": 2, "cancelled": False}}
+    row = step_row(db, run_id)
+    assert (row["attempt"], row["reclaims"], row["lease_generation"]) == (2, 0, 2)
+    assert [(e["attempt"], e["error_kind"]) for e in row["errors"]] == [(1, "timeout")]
+    assert ledger_rows(db, run_id) == [(run_id, "s", "call2", os.getpid())]
+    assert [type(e) for e in errors] == [StepTimeoutError]
+    wait_until(lambda: any(e.kind == "completed" for e in events), what="completed event")
+    timeouts = [e for e in events if e.kind == "retry_scheduled"]
+    assert [(e.node, e.error_kind) for e in timeouts] == [("s", "timeout")]
+
+
+def test_reclaim_limit_stops_a_handler_that_kills_its_worker_every_time(
+    make_client: Callable[..., Client], database_url: str, schema: str, tmp_path: Path
+) -> None:
+    """Real ``cyclone-flow worker --max-reclaims 2`` processes, each SIGKILLed by the
+    handler: the step runs 3 times (the first claim and 2 reclaims), then the next expiry
+    discards it with reclaim_limit, no attempt charged although 3 were allowed."""
+    calls = tmp_path / "calls"
+    flow = load_flow_text(
+        "name: dies\nnodes:\n  d:\n    call: cyclone_test_handlers.failures:die\n"
+        "    retry: {max_attempts: 3}\n"
+    )
+    client = make_client()
+    run_id = client.submit(flow, {"log": str(calls)})
+    spawned: list[WorkerProcess] = []
+
+    def spawn() -> WorkerProcess:
+        proc = WorkerProcess(
+            database_url,
+            schema,
+            tmp_path / f"worker-{len(spawned)}.log",
+            lease_ttl="1s",
+            extra_args=["--max-reclaims", "2"],
+        )
+        spawned.append(proc)
+        return proc
+
+    worker = spawn()
+    deadline = time.monotonic() + 60
+    try:
+        while not client.get_run(run_id).state.terminal:
+            assert time.monotonic() < deadline, "the run never ended"
+            if not worker.alive():
+                worker.wait()
+                worker = spawn()  # the replacement's sweep reclaims or discards the step
+            time.sleep(0.05)
+    finally:
+        for proc in spawned:
+            proc.terminate()
+    (step,) = client.list_steps(run_id)
+    assert (step.state, step.error_kind, step.attempt, step.reclaims) == (
+        "discarded",
+        "reclaim_limit",
+        1,
+        2,
+    ), step
+    assert [e["error_kind"] for e in step.errors] == ["reclaim_limit"]
+    assert [line.split()[0] for line in calls.read_text().splitlines()] == ["1", "1", "1"]
+    assert client.get_run(run_id).state == "failed"
+    logs = "".join(p.log() for p in spawned)
+    assert "lease expired after 2 reclaims" in logs, logs
+
+
+def test_negative_max_reclaims_is_rejected_at_construction(database_url: str) -> None:
+    with pytest.raises(ConfigError, match="max_reclaims must be an integer >= 0"):
+        Client(database_url, max_reclaims=-1)
+
+
+CONTAINED = """
+name: contained
+nodes:
+  a: {call: "cyclone_test_handlers.basic:boom"}
+  b: {call: "cyclone_test_handlers.basic:echo", needs: [a], on_dep_failure: cancel_branch}
+  c: {call: "cyclone_test_handlers.basic:echo", needs: [b], on_dep_failure: cancel_branch}
+  e: {call: "cyclone_test_handlers.basic:echo"}
+  join: {call: "cyclone_test_handlers.basic:echo", needs: [c, e], on_dep_failure: cancel_branch}
+  f: {call: "cyclone_test_handlers.basic:echo", needs: [e]}
+"""
+
+# b contains the failure for itself, but c (downstream of a through b) says fail_run
+NOT_CONTAINED_DEEP = """
+name: deep
+nodes:
+  a: {call: "cyclone_test_handlers.basic:boom"}
+  b: {call: "cyclone_test_handlers.basic:echo", needs: [a], on_dep_failure: cancel_branch}
+  c: {call: "cyclone_test_handlers.basic:echo", needs: [b]}
+  e: {call: "cyclone_test_handlers.basic:echo"}
+"""
+
+NOT_CONTAINED_SIBLING = """
+name: sibling
+nodes:
+  a: {call: "cyclone_test_handlers.basic:boom"}
+  b: {call: "cyclone_test_handlers.basic:echo", needs: [a], on_dep_failure: cancel_branch}
+  c: {call: "cyclone_test_handlers.basic:echo", needs: [a], on_dep_failure: fail_run}
+"""
+
+
+def test_cancel_branch_on_every_downstream_node_contains_a_deep_branch(
+    make_client: Callable[..., Client],
+) -> None:
+    client = make_client(workers=2)
+    client.start()
+    run_id = client.submit(load_flow_text(CONTAINED), {"v": 1})
+    status = client.wait(run_id, timeout=15)
+    assert (status.state, status.error) == ("completed", None)
+    assert status.output == {"f": {"v": 1}}
+    steps = {s.node: s for s in client.list_steps(run_id)}
+    assert {n: s.state for n, s in steps.items()} == {
+        "a": "discarded",
+        "b": "cancelled",
+        "c": "cancelled",
+        "e": "completed",
+        "join": "cancelled",
+        "f": "completed",
+    }
+    assert all(steps[n].started_at is None for n in ("b", "c", "join"))
+
+
+@pytest.mark.parametrize("flow", [NOT_CONTAINED_DEEP, NOT_CONTAINED_SIBLING], ids=["deep", "sib"])
+def test_one_fail_run_node_downstream_makes_the_discard_fatal(
+    make_client: Callable[..., Client], flow: str
+) -> None:
+    client = make_client(workers=2)
+    client.start()
+    run_id = client.submit(load_flow_text(flow), {"v": 1})
+    status = client.wait(run_id, timeout=15)
+    assert (status.state, status.error_kind) == ("failed", "step_discarded")
+    assert "step a discarded" in (status.error or "")
+    steps = {s.node: s.state for s in client.list_steps(run_id)}
+    assert steps["a"] == "discarded"
+    assert steps["b"] == "cancelled" and steps["c"] == "cancelled"
