@@ -53,7 +53,8 @@ class CommitChecker:
         where = COMMITTED[event.kind]
         with self.lock:
             row = self.conn.execute(
-                f"SELECT ({where}) FROM cyclone_steps WHERE run_id = %(run_id)s AND node = %(node)s",
+                f"SELECT ({where}) FROM cyclone_steps"
+                " WHERE run_id = %(run_id)s AND node = %(node)s",
                 {"run_id": event.run_id, "node": event.node, "attempt": event.attempt or 1},
             ).fetchone()
             self.seen.append((event.kind, event.node, bool(row and row[0])))
