@@ -15,3 +15,11 @@ def die(ctx: Any, input: Any) -> Any:
         fh.write(f"{ctx.attempt} {os.getpid()}\n")
     os.kill(os.getpid(), signal.SIGKILL)
     raise AssertionError("unreachable")
+
+
+def fails_while_flag(ctx: Any, input: Any) -> Any:
+    """Raise while the file ``input["flag"]`` exists; return ``{"attempt": n}`` once it is
+    gone (an outage an operator fixes before ``retry``)."""
+    if os.path.exists(input["flag"]):
+        raise RuntimeError(f"outage: {os.path.basename(input['flag'])} is present")
+    return {"attempt": ctx.attempt}
