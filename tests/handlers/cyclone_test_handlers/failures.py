@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from typing import Any
+
+from cyclone_test_handlers import engine
+
+_lock = threading.Lock()
+_barriers: dict[str, threading.Barrier] = {}
+
+
+def barrier(key: str) -> threading.Barrier:
+    """The two-party barrier of ``key`` (created on first use): the handler and the test
+    meet there, then race."""
+    with _lock:
+        return _barriers.setdefault(key, threading.Barrier(2))
 
 
 def die(ctx: Any, input: Any) -> Any:
@@ -23,3 +36,16 @@ def fails_while_flag(ctx: Any, input: Any) -> Any:
     if os.path.exists(input["flag"]):
         raise RuntimeError(f"outage: {os.path.basename(input['flag'])} is present")
     return {"attempt": ctx.attempt}
+
+
+def ledger_then_race(ctx: Any, input: Any) -> Any:
+    """Write a ledger row through the completion transaction, set ``written``, meet the
+    test at the barrier of ``key``, then return (``input["fail"]`` false) or raise: the
+    completion (or the failed attempt) then races whatever the test does after the
+    barrier."""
+    engine.write_ledger(ctx, input["schema"], "race")
+    engine.event(input["key"], "written").set()
+    barrier(input["key"]).wait(timeout=20)
+    if input.get("fail"):
+        raise RuntimeError("failing attempt racing a cancel")
+    return {"ok": True}
