@@ -364,5 +364,11 @@ def _describe(exc: BaseException) -> str:
 
 
 def _tb(exc: BaseException) -> str:
-    text = "".join(traceback.format_exception(exc))
-    return text[-_TRACEBACK_LIMIT:]
+    """The traceback of ``exc``: every line cut at 500 characters (a long message must not
+    push the frames out), then its last ``_TRACEBACK_LIMIT`` characters (the innermost
+    frames and the exception)."""
+    lines = []
+    for chunk in traceback.format_exception(exc):
+        for line in chunk.splitlines(keepends=True):
+            lines.append(line if len(line) <= 500 else f"{line[:500]}...\n")
+    return "".join(lines)[-_TRACEBACK_LIMIT:]

@@ -24,7 +24,14 @@ from cyclone_test_handlers.harness import (
     wait_until,
 )
 
-from cyclone_flow import Client, ConfigError, StepEvent, StepTimeoutError
+from cyclone_flow import (
+    Client,
+    ConfigError,
+    PayloadLimits,
+    PayloadTooLargeError,
+    StepEvent,
+    StepTimeoutError,
+)
 from cyclone_flow.spec import load_flow_text
 
 TIMEOUT_FLOW = """
@@ -204,3 +211,54 @@ def test_one_fail_run_node_downstream_makes_the_discard_fatal(
     steps = {s.node: s.state for s in client.list_steps(run_id)}
     assert steps["a"] == "discarded"
     assert steps["b"] == "cancelled" and steps["c"] == "cancelled"
+
+
+def test_each_attempt_keeps_its_error_and_a_trimmed_traceback(
+    make_client: Callable[..., Client],
+) -> None:
+    client = make_client()
+    flow = load_flow_text(
+        "name: huge\nnodes:\n  h:\n    call: cyclone_test_handlers.failures:huge_error\n"
+        "    retry: {max_attempts: 2, backoff: {initial: 0}}\n"
+    )
+    run_id = client.submit(flow, None)
+    client.start()
+    assert client.wait(run_id, timeout=15).state == "failed"
+    (step,) = client.list_steps(run_id)
+    assert [e["attempt"] for e in step.errors] == [1, 2]
+    for entry in step.errors:
+        assert entry["error_kind"] == "handler_error"
+        assert entry["error"].startswith("ValueError: EEEE")
+        assert entry["error"].endswith("(96000 more characters cut)")
+        assert len(entry["error"]) < 4_100
+        tb = entry["traceback"]
+        assert len(tb) == 8_000  # the end of the traceback: where it was raised
+        assert 'in huge_error\n    raise ValueError("E" * 100_000) from exc' in tb
+        assert "IndexError: level 60" in tb and "KeyError" not in tb  # the last links
+        assert tb.splitlines()[-1] == "ValueError: " + "E" * 488 + "..."
+        assert entry["at"]
+    assert step.error == step.errors[-1]["error"]
+
+
+def test_too_large_output_discards_at_once_with_payload_too_large(
+    make_client: Callable[..., Client],
+) -> None:
+    errors: list[BaseException] = []
+    client = make_client(
+        payload_limits=PayloadLimits(output_bytes=100),
+        error_handler=lambda _event, error: errors.append(error),
+    )
+    flow = load_flow_text(
+        "name: big\nnodes:\n  b:\n    call: cyclone_test_handlers.basic:echo\n"
+        "    retry: {max_attempts: 3}\n"
+    )
+    run_id = client.submit(flow, {"text": "x" * 200})
+    client.start()
+    assert client.wait(run_id, timeout=15).state == "failed"
+    (step,) = client.list_steps(run_id)
+    assert (step.state, step.attempt, step.error_kind) == ("discarded", 1, "payload_too_large")
+    assert step.output is None
+    wait_until(lambda: errors, what="the error handler call")
+    (error,) = errors
+    assert isinstance(error, PayloadTooLargeError)
+    assert (error.kind, error.size, error.limit) == ("output", 211, 100)

@@ -49,3 +49,22 @@ def ledger_then_race(ctx: Any, input: Any) -> Any:
     if input.get("fail"):
         raise RuntimeError("failing attempt racing a cancel")
     return {"ok": True}
+
+
+def huge_error(ctx: Any, input: Any) -> Any:
+    """Raise a ``ValueError`` whose message is 100,000 characters, caused by a chain of 60
+    exceptions raised 60 calls deep (a traceback far longer than what is kept)."""
+
+    def down(n: int) -> None:
+        if n == 0:
+            raise KeyError("bottom")
+        try:
+            down(n - 1)
+        except LookupError as exc:
+            raise IndexError(f"level {n}") from exc
+
+    try:
+        down(60)
+    except LookupError as exc:
+        raise ValueError("E" * 100_000) from exc
+    return None
