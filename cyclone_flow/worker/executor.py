@@ -18,7 +18,13 @@ from typing import Any
 import psycopg
 
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.errors import CycloneError, PayloadTooLargeError, PermanentError, TemplateError
+from cyclone_flow.errors import (
+    CycloneError,
+    PayloadTooLargeError,
+    PermanentError,
+    StepTimeoutError,
+    TemplateError,
+)
 from cyclone_flow.spec.model import JSON
 from cyclone_flow.spec.template import references, render
 from cyclone_flow.states import ErrorKind, RunState, StepState
@@ -114,9 +120,20 @@ class Executor:
         Database trouble on the connection itself (``OperationalError``) leaves the step
         to its lease: the recovery sweep reclaims it. Every other error becomes a failed
         attempt, so a step can never loop on an error that repeats.
+
+        A step with a ``timeout`` has its handler told (``cancel_event``) when that many
+        seconds have passed since the claim returned, which is never before the database's
+        ``started_at + timeout``; a result that arrives after that deadline is stale, and
+        this worker then records the attempt as failed with kind ``timeout`` itself instead
+        of leaving it to the next sweep (Engine Design: Leases and Heartbeats).
         """
         owner = self.config.client_id
         tx = _CompletionTx(self.store, self.tx_slots)
+        timer = None
+        if step.timeout_s is not None:
+            timer = threading.Timer(step.timeout_s, cancel_event.set)
+            timer.daemon = True
+            timer.start()
         try:
             try:
                 handler, handler_input = self._prepare(step)
@@ -146,6 +163,9 @@ class Executor:
                 step.run_id,
             )
             tx.rollback()
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def _prepare(self, step: ClaimedStep) -> tuple[Callable[..., Any], JSON]:
         if step.type != "action" or not step.call:  # submit refuses these already
@@ -210,16 +230,33 @@ class Executor:
         if outcome is None:
             tx.rollback()
             self.log.info(
-                "step %s of run %s: stale completion rolled back (lease lost)",
+                "step %s of run %s: stale completion rolled back (lease lost or timed out)",
                 step.node,
                 step.run_id,
             )
+            self._fail_timed_out(step)
             return
         with _failed_attempt_on_error("the completion transaction failed at commit"):
             tx.commit()
         self._after_commit(step, outcome)
 
-    def _fail(self, step: ClaimedStep, owner: str, failure: StepFailure) -> None:
+    def _fail_timed_out(self, step: ClaimedStep) -> None:
+        """After a stale result of a step with a timeout: fail the attempt with kind
+        ``timeout`` when its deadline passed under this very lease (else nothing)."""
+        if step.timeout_s is None:
+            return
+        timeout = StepTimeoutError(step.run_id, step.node)
+        failure = StepFailure(
+            ErrorKind.TIMEOUT,
+            "step timed out (started_at + timeout passed)",
+            permanent=False,
+            tb=None,
+        )
+        failure.__cause__ = timeout
+        self._fail(step, None, failure)
+
+    def _fail(self, step: ClaimedStep, owner: str | None, failure: StepFailure) -> None:
+        timed_out = failure.kind is ErrorKind.TIMEOUT
         with self.tx_slots, self.store.pool.connection() as conn, conn.transaction():
             outcome = self.store.fail_step(
                 conn,
@@ -231,9 +268,12 @@ class Executor:
                 error_kind=failure.kind,
                 traceback=failure.tb,
                 permanent=failure.permanent,
+                timed_out=timed_out,
             )
         if outcome is None:
             self.log.info("step %s of run %s: stale failure ignored", step.node, step.run_id)
+            if not timed_out:
+                self._fail_timed_out(step)
             return
         self.log.warning(
             "step %s of run %s attempt %d failed (%s): %s",

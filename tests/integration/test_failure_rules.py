@@ -44,50 +44,81 @@ nodes:
 """
 
 
-def test_timeout_is_durable_handler_told_late_completion_ignored_attempt_retried(
+def test_timeout_tells_the_handler_and_its_worker_fails_the_attempt_at_once(
     make_client: Callable[..., Client], db: Any, schema: str
 ) -> None:
-    """The heartbeat stops renewing at started_at + timeout, which tells the handler; the
-    handler returns at once, but its completion (and ledger row) is late and rolls back
-    although no sweep ran yet; the sweep then fails attempt 1 with kind timeout, and
-    attempt 2 completes."""
+    """At started_at + timeout the handler is told; it returns at once, but its completion
+    (and ledger row) is late and rolls back, and its own worker records the attempt as
+    failed with kind timeout without waiting for the sweep; attempt 2 completes."""
     create_ledger(db)
     key = uuid.uuid4().hex
     events: list[StepEvent] = []
     errors: list[BaseException] = []
     client = make_client(
         workers=1,
-        lease_ttl=0.9,
-        sweep_interval=3600,  # the sweep runs only when the test says so
+        lease_ttl=30.0,  # neither the heartbeat (every 10 s) nor a sweep tells it
+        sweep_interval=3600,
         on_step_event=events.append,
         error_handler=lambda _event, error: errors.append(error),
     )
     client.start()
-    assert client.worker is not None
     run_id = client.submit(load_flow_text(TIMEOUT_FLOW), {"schema": schema, "key": key})
-    assert engine.event(key, "entered").wait(10)
-    wait_until(lambda: engine.observed(key), timeout=10, what="the handler to be told")
-    assert engine.observed(key) == [{"call": 1, "cancelled": True}]
-    wait_until(lambda: client.worker.in_flight() == 0, what="its completion to be tried")
-
-    row = step_row(db, run_id)
-    assert (row["state"], row["attempt"], row["lease_generation"]) == ("running", 1, 1)
-    assert row["heartbeat_at"] <= row["started_at"] + row["timeout"], "renewed after timeout"
-    assert row["output"] is None and ledger_rows(db, run_id) == []
-    assert not any(e.kind == "completed" for e in events)
-
-    assert client.worker.sweep_once() == {"timed_out": 1, "reclaim_limit": 0, "rescued": 0}
-    status = client.wait(run_id, timeout=10)
+    status = client.wait(run_id, timeout=8)
     assert status.state == "completed", client.list_steps(run_id)
     assert status.output == {"s": {"call": 2, "cancelled": False}}
+    assert engine.observed(key) == [
+        {"call": 1, "cancelled": True},
+        {"call": 2, "cancelled": False},
+    ]
     row = step_row(db, run_id)
     assert (row["attempt"], row["reclaims"], row["lease_generation"]) == (2, 0, 2)
-    assert [(e["attempt"], e["error_kind"]) for e in row["errors"]] == [(1, "timeout")]
+    (error,) = row["errors"]
+    assert (error["attempt"], error["error_kind"]) == (1, "timeout")
     assert ledger_rows(db, run_id) == [(run_id, "s", "call2", os.getpid())]
     assert [type(e) for e in errors] == [StepTimeoutError]
     wait_until(lambda: any(e.kind == "completed" for e in events), what="completed event")
     timeouts = [e for e in events if e.kind == "retry_scheduled"]
     assert [(e.node, e.error_kind) for e in timeouts] == [("s", "timeout")]
+
+
+def test_a_handler_raising_after_its_timeout_fails_with_kind_timeout(
+    make_client: Callable[..., Client],
+) -> None:
+    client = make_client(workers=1, lease_ttl=30.0, sweep_interval=3600)
+    client.start()
+    flow = load_flow_text(
+        "name: t\nnodes:\n  s:\n    call: cyclone_test_handlers.failures:raise_when_cancelled\n"
+        "    timeout: 1s\n"
+    )
+    run_id = client.submit(flow, None)
+    assert client.wait(run_id, timeout=8).state == "failed"
+    (step,) = client.list_steps(run_id)
+    assert (step.state, step.error_kind, step.attempt) == ("discarded", "timeout", 1)
+    assert [e["error_kind"] for e in step.errors] == ["timeout"]  # not its handler_error
+
+
+def test_heartbeat_stops_renewing_a_lease_past_its_timeout(
+    make_client: Callable[..., Client], db: Any
+) -> None:
+    """The guard that makes the timeout durable: past started_at + timeout the heartbeat
+    renews nothing, so the handler is told even where no local timer runs."""
+    client = make_client()
+    run_id = client.submit(
+        load_flow_text("name: t\nnodes:\n  s: {call: 'x.y:z', timeout: 1s}\n"), None
+    )
+    (step,) = client.store.claim("hb", 30.0, ["default"], 1)
+    lease = (step.id, step.lease_generation)
+    assert client.store.heartbeat("hb", 30.0, [lease]) == {lease}  # before the deadline
+    before = step_row(db, run_id)
+
+    def past_deadline() -> bool:
+        row = step_row(db, run_id)
+        return bool(row["started_at"] + row["timeout"] <= row["db_now"])
+
+    wait_until(past_deadline, timeout=5, what="started_at + timeout to pass")
+    assert client.store.heartbeat("hb", 30.0, [lease]) == set()
+    after = step_row(db, run_id)
+    assert (after["state"], after["lease_expiry"]) == ("running", before["lease_expiry"])
 
 
 def test_reclaim_limit_stops_a_handler_that_kills_its_worker_every_time(

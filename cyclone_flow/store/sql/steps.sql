@@ -89,14 +89,14 @@ RETURNING s.queue
 
 -- name: step_fail_attempt
 -- A failed attempt of a running step, guarded by lease_generation (and, when a worker
--- reports it, by the owner and the timeout: past started_at + timeout the attempt is the
--- sweep's to fail with kind timeout): back to available at now() + backoff while attempts
--- remain and the failure is not permanent, else discarded (dead letter). Each attempt's
--- error is appended to errors. The backoff is
--- min(max, initial * multiplier^(attempt - 1) * (1 +/- jitter)), with the power computed in
--- log space and bounded by max/initial first, so no attempt number overflows it (attempt
--- 10,000 waits max) and the jitter never pushes it past max; an initial or max of 0 means
--- no wait.
+-- reports it, by the owner and the timeout: past started_at + timeout only a timeout
+-- failure counts, which timed_out marks and requires the deadline to have passed): back
+-- to available at now() + backoff while attempts remain and the failure is not permanent,
+-- else discarded (dead letter). Each attempt's error is appended to errors. The backoff
+-- is min(max, initial * multiplier^(attempt - 1) * (1 +/- jitter)), with the power
+-- computed in log space and bounded by max/initial first, so no attempt number overflows
+-- it (attempt 10,000 waits max) and the jitter never pushes it past max; an initial or max
+-- of 0 means no wait (Engine Design: Failure Propagation, Leases and Heartbeats).
 UPDATE {schema}.cyclone_steps s
 SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
     attempt = CASE WHEN p.retry THEN s.attempt + 1 ELSE s.attempt END,
@@ -137,6 +137,8 @@ WHERE s.id = p.id
   AND (%(owner)s::text IS NULL
        OR (s.lease_owner = %(owner)s
            AND (s.timeout IS NULL OR s.started_at + s.timeout > statement_timestamp())))
+  AND (NOT %(timed_out)s::boolean
+       OR (s.timeout IS NOT NULL AND s.started_at + s.timeout <= statement_timestamp()))
 RETURNING s.run_id, s.node, s.state, s.queue, s.attempt
 
 -- name: step_cancel_remaining

@@ -68,3 +68,9 @@ def huge_error(ctx: Any, input: Any) -> Any:
     except LookupError as exc:
         raise ValueError("E" * 100_000) from exc
     return None
+
+
+def raise_when_cancelled(ctx: Any, input: Any) -> Any:
+    """Wait (up to 20 s) until told to stop, then raise, as cooperative code does."""
+    ctx.wait_cancelled(20)
+    raise RuntimeError("gave up: cancelled")
