@@ -105,9 +105,9 @@ def latest_prices(ctx: Context, input: Any) -> dict[str, Any]:
     Input ``{"series": <fetch_prices series>, "hang_first": true}``; output ``{"attempt",
     "latest": {symbol: {"month", "price", "change_12m_pct"}}}``.
     """
-    if require(input, "hang_first") and ctx.attempt == 1:
-        if ctx.wait_cancelled(HANG_LIMIT_S):  # cooperative: stop when told
-            raise TimeoutError("quote service did not answer before the step's timeout")
+    hangs = bool(require(input, "hang_first")) and ctx.attempt == 1
+    if hangs and ctx.wait_cancelled(HANG_LIMIT_S):  # cooperative: stop when told
+        raise TimeoutError("quote service did not answer before the step's timeout")
     return {"attempt": ctx.attempt, "latest": latest_by_symbol(require(input, "series"))}
 
 
