@@ -238,6 +238,7 @@ def test_sigkill_chaos_exactly_one_ledger_row_per_step(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_sigkill_chaos_soak(
     make_client: Any, db: Any, schema: str, database_url: str, tmp_path: Path
 ) -> None:
@@ -250,9 +251,9 @@ def test_sigkill_chaos_soak(
         Plan(
             runs=2000,
             processes=4,
-            kill_p=0.005,
-            kill_every=(0.5, 2.0),
-            chaos_for=400.0,
+            kill_p=0.003,
+            kill_every=(1.0, 3.0),
+            chaos_for=900.0,
             settle_for=120.0,
         ),
     )
