@@ -403,6 +403,7 @@ def _run_dict(run: RunStatus, steps: list[StepStatus] | None = None) -> dict[str
                 "finished_at": s.finished_at,
                 "error": s.error,
                 "error_kind": s.error_kind,
+                "errors": s.errors,  # one entry per failed attempt, with its traceback
             }
             for s in steps
         ]

@@ -385,11 +385,13 @@ class Store(QueueStoreMixin):
         error_kind: ErrorKind,
         traceback: str | None = None,
         permanent: bool = False,
+        timed_out: bool = False,
     ) -> Outcome | None:
         """A failed attempt, in the caller's transaction under the run row lock: retry
         after backoff while attempts remain (and not ``permanent``), else discard and
         resolve the run (Engine Design: Failure Propagation). ``owner`` None lets the
         recovery sweep fail a step it does not own; the generation still guards it.
+        ``timed_out``: only when ``started_at + timeout`` has passed (a timeout failure).
         Returns None when stale."""
         error = printable(error) or ""
         traceback = printable(traceback)
@@ -404,6 +406,7 @@ class Store(QueueStoreMixin):
                 "error_kind": str(error_kind),
                 "traceback": traceback,
                 "permanent": permanent,
+                "timed_out": timed_out,
             },
         ).fetchone()
         if row is None:

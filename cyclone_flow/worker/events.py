@@ -31,12 +31,17 @@ class StepEvent:
 
 
 def call_hook(logger: logging.Logger, hook: Callable[..., Any] | None, *args: Any) -> None:
-    """Call a user hook; an exception inside it is logged, never raised."""
+    """Call a user hook (``on_step_event`` or ``error_handler``); whatever it raises, even
+    ``SystemExit``, is logged and never raised, so a hook cannot stop the engine thread
+    that calls it (Client Options: Observability). ``KeyboardInterrupt`` still propagates.
+    """
     if hook is None:
         return
     try:
         hook(*args)
-    except Exception:
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
         logger.exception("hook %s raised; ignored", getattr(hook, "__name__", hook))
 
 

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.errors import PayloadTooLargeError, PermanentError, TemplateError
+from cyclone_flow.errors import (
+    CycloneError,
+    PayloadTooLargeError,
+    PermanentError,
+    StepTimeoutError,
+    TemplateError,
+)
 from cyclone_flow.logs import step_extra
 from cyclone_flow.options import job_flow, run_options
 from cyclone_flow.spec.model import JSON
@@ -35,7 +41,8 @@ if TYPE_CHECKING:
     from cyclone_flow.producer import Producer
 
 Conn = psycopg.Connection[Any]
-_TRACEBACK_LIMIT = 8_000  # characters of traceback kept per attempt
+_TRACEBACK_LIMIT = 8_000  # characters of traceback kept per attempt (the last ones)
+_ERROR_LIMIT = 4_000  # characters of error message kept per attempt (the first ones)
 
 
 class StepFailure(Exception):
@@ -121,11 +128,22 @@ class Executor:
         Database trouble on the connection itself (``OperationalError``) leaves the step
         to its lease: the recovery sweep reclaims it. Every other error becomes a failed
         attempt, so a step can never loop on an error that repeats.
+
+        A step with a ``timeout`` has its handler told (``cancel_event``) when that many
+        seconds have passed since the claim returned, which is never before the database's
+        ``started_at + timeout``; a result that arrives after that deadline is stale, and
+        this worker then records the attempt as failed with kind ``timeout`` itself instead
+        of leaving it to the next sweep (Engine Design: Leases and Heartbeats).
         """
         owner = self.config.client_id
         tx = _CompletionTx(self.store, self.tx_slots)
         extra = Wakeups()  # of runs the handler submits in its completion transaction
         duration_s: float | None = None  # handler time, for StepEvent and metrics
+        timer = None
+        if step.timeout_s is not None:
+            timer = threading.Timer(step.timeout_s, cancel_event.set)
+            timer.daemon = True
+            timer.start()
         try:
             try:
                 handler, handler_input = self._prepare(step)
@@ -161,6 +179,9 @@ class Executor:
                 extra=_extra(step),
             )
             tx.rollback()
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def _completion_producers(
         self, tx: _CompletionTx, extra: Wakeups
@@ -261,11 +282,12 @@ class Executor:
         if outcome is None:
             tx.rollback()
             self.log.info(
-                "step %s of run %s: stale completion rolled back (lease lost)",
+                "step %s of run %s: stale completion rolled back (lease lost or timed out)",
                 step.node,
                 step.run_id,
                 extra=_extra(step),
             )
+            self._fail_timed_out(step)
             return
         with _failed_attempt_on_error("the completion transaction failed at commit"):
             tx.commit()
@@ -273,13 +295,29 @@ class Executor:
             outcome.wakeups.merge(extra)  # published with the completion's own wakeups
         self._after_commit(step, outcome, None, duration_s)
 
+    def _fail_timed_out(self, step: ClaimedStep) -> None:
+        """After a stale result of a step with a timeout: fail the attempt with kind
+        ``timeout`` when its deadline passed under this very lease (else nothing)."""
+        if step.timeout_s is None:
+            return
+        timeout = StepTimeoutError(step.run_id, step.node)
+        failure = StepFailure(
+            ErrorKind.TIMEOUT,
+            "step timed out (started_at + timeout passed)",
+            permanent=False,
+            tb=None,
+        )
+        failure.__cause__ = timeout
+        self._fail(step, None, failure)
+
     def _fail(
         self,
         step: ClaimedStep,
-        owner: str,
+        owner: str | None,
         failure: StepFailure,
         duration_s: float | None = None,
     ) -> None:
+        timed_out = failure.kind is ErrorKind.TIMEOUT
         with self.tx_slots, self.store.pool.connection() as conn, conn.transaction():
             outcome = self.store.fail_step(
                 conn,
@@ -291,6 +329,7 @@ class Executor:
                 error_kind=failure.kind,
                 traceback=failure.tb,
                 permanent=failure.permanent,
+                timed_out=timed_out,
             )
         if outcome is None:
             self.log.info(
@@ -299,6 +338,8 @@ class Executor:
                 step.run_id,
                 extra=_extra(step),
             )
+            if not timed_out:
+                self._fail_timed_out(step)
             return
         self.log.warning(
             "step %s of run %s attempt %d failed (%s): %s",
@@ -310,7 +351,11 @@ class Executor:
             extra=_extra(step),
         )
         event = self._after_commit(step, outcome, failure, duration_s)
-        call_hook(self.log, self.config.error_handler, event, failure)
+        # the handler's own exception (or the engine's typed error), never the internal
+        # StepFailure wrapper
+        cause = failure.__cause__
+        error = cause if cause is not None else CycloneError(str(failure))
+        call_hook(self.log, self.config.error_handler, event, error)
 
     def _after_commit(
         self,
@@ -430,9 +475,17 @@ def _extra(step: ClaimedStep) -> dict[str, Any]:
 
 def _describe(exc: BaseException) -> str:
     text = str(exc)
+    if len(text) > _ERROR_LIMIT:
+        text = f"{text[:_ERROR_LIMIT]}... ({len(text) - _ERROR_LIMIT} more characters cut)"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _tb(exc: BaseException) -> str:
-    text = "".join(traceback.format_exception(exc))
-    return text[-_TRACEBACK_LIMIT:]
+    """The traceback of ``exc``: every line cut at 500 characters (a long message must not
+    push the frames out), then its last ``_TRACEBACK_LIMIT`` characters (the innermost
+    frames and the exception)."""
+    lines = []
+    for chunk in traceback.format_exception(exc):
+        for line in chunk.splitlines(keepends=True):
+            lines.append(line if len(line) <= 500 else f"{line[:500]}...\n")
+    return "".join(lines)[-_TRACEBACK_LIMIT:]

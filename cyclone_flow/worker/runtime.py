@@ -289,6 +289,7 @@ class Worker:
                 error=message,
                 error_kind=kind,
                 permanent=permanent,
+                timed_out=kind is ErrorKind.TIMEOUT,
             )
         if outcome is None:
             return False

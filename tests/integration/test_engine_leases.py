@@ -56,13 +56,14 @@ def test_heartbeat_keeps_long_handler_lease_beyond_ttl(make_client, db) -> None:
 
 
 def test_timeout_fails_step_with_fresh_lease_and_cancels_handler(make_client, db, schema) -> None:
+    """A handler that ignores cancellation keeps running past its timeout: the sweep fails
+    the attempt although the lease is fresh; the handler is told, and its late completion
+    (and its ledger row) is ignored."""
     create_ledger(db)
     key = uuid.uuid4().hex
     client = make_client(workers=1, lease_ttl=3.0, sweep_interval=60.0)
     client.start()
-    run_id = client.submit(
-        _flow("until_cancelled", "    timeout: 1s\n"), {"schema": schema, "key": key}
-    )
+    run_id = client.submit(_flow("gate", "    timeout: 1s\n"), {"schema": schema, "key": key})
     assert engine.event(key, "entered").wait(10)
 
     def timed_out() -> dict[str, Any] | None:
@@ -78,8 +79,9 @@ def test_timeout_fails_step_with_fresh_lease_and_cancels_handler(make_client, db
     assert (row["state"], row["error_kind"], row["reclaims"]) == ("discarded", "timeout", 0)
     status = client.get_run(run_id)
     assert (status.state, status.error_kind) == ("failed", "step_discarded")
-    wait_until(lambda: engine.observed(key), timeout=5, what="the handler to see the cancel")
-    assert engine.observed(key) == [{"call": 1, "cancelled": True}]
+    engine.event(key, "release").set()
+    wait_until(lambda: engine.observed(key), timeout=5, what="the handler to return")
+    assert engine.observed(key) == [{"call": 1, "released": True, "cancelled": True}]
     wait_until(lambda: client.worker.in_flight() == 0, what="the handler to finish")
     assert step_row(db, run_id)["state"] == "discarded"  # the late completion was ignored
     assert ledger_rows(db, run_id) == []

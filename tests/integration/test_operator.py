@@ -173,12 +173,17 @@ def test_reclaim_limit_discards_without_charging_an_attempt(
     """max_reclaims=1: the first expiry reclaims, the next discards with reclaim_limit (no
     attempt charged) and the error handler gets ReclaimLimitExceeded."""
     errors: list[tuple[Any, BaseException]] = []
+    events: list[Any] = []
     client = make_client()
-    flow = load_flow_text("name: rl\nnodes:\n  a: {call: 'cyclone_test_handlers.basic:echo'}\n")
+    flow = load_flow_text(
+        "name: rl\nnodes:\n"
+        "  a: {call: 'cyclone_test_handlers.basic:echo', retry: {max_attempts: 3}}\n"
+    )
     run_id = client.submit(flow, None)
     sweeper = make_client(
         max_reclaims=1,
         error_handler=lambda s, e: errors.append((s, e)),
+        on_step_event=events.append,
         worker_queues={"elsewhere": 1},  # claims nothing of this flow
         sweep_interval=3600,  # sweeps only when the test says so
     )
@@ -200,6 +205,10 @@ def test_reclaim_limit_discards_without_charging_an_attempt(
     assert (s.state, s.error_kind, s.attempt) == ("discarded", "reclaim_limit", 1)
     assert client.get_run(run_id).state == "failed"
     assert [type(e).__name__ for _, e in errors] == ["ReclaimLimitExceeded"]
+    assert [(e.kind, e.error_kind) for e in events] == [
+        ("reclaimed", None),
+        ("discarded", "reclaim_limit"),
+    ]
 
     client.retry(run_id)
     (s,) = client.list_steps(run_id)

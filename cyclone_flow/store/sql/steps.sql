@@ -57,12 +57,16 @@ WHERE s.id = h.id
 RETURNING s.id, s.lease_generation
 
 -- name: step_complete_if_leased
--- running -> completed with the output, guarded by the claim's owner and lease_generation;
--- zero rows means stale (CAS State Transitions).
+-- running -> completed with the output, guarded by the claim's owner and lease_generation,
+-- and by the step's timeout: a completion after started_at + timeout is late even before
+-- the sweep took the step (the timeout is durable); zero rows means stale (CAS State
+-- Transitions). statement_timestamp(), not now(): the completion transaction may have been
+-- opened early in the handler.
 UPDATE {schema}.cyclone_steps
 SET state = 'completed', output = %(output)s, finished_at = statement_timestamp(), lease_expiry = NULL
 WHERE id = %(id)s AND state = 'running'
   AND lease_owner = %(owner)s AND lease_generation = %(generation)s
+  AND (timeout IS NULL OR started_at + timeout > statement_timestamp())
 RETURNING run_id
 
 -- name: step_release_ready
@@ -85,11 +89,15 @@ WHERE s.run_id = %(run_id)s
 RETURNING s.queue
 
 -- name: step_fail_attempt
--- A failed attempt of a running step, guarded by lease_generation (and the owner when a
--- worker reports it): back to available at now() + backoff while attempts remain and the
--- failure is not permanent, else discarded (dead letter). The backoff is computed in log
--- space, so no attempt number overflows it (a 0s initial or max is clamped before ln()).
--- Each attempt's error is appended to errors.
+-- A failed attempt of a running step, guarded by lease_generation (and, when a worker
+-- reports it, by the owner and the timeout: past started_at + timeout only a timeout
+-- failure counts, which timed_out marks and requires the deadline to have passed): back
+-- to available at now() + backoff while attempts remain and the failure is not permanent,
+-- else discarded (dead letter). Each attempt's error is appended to errors. The backoff
+-- is min(max, initial * multiplier^(attempt - 1) * (1 +/- jitter)), with the power
+-- computed in log space and bounded by max/initial first, so no attempt number overflows
+-- it (attempt 10,000 waits max) and the jitter never pushes it past max; an initial or max
+-- of 0 means no wait (Engine Design: Failure Propagation, Leases and Heartbeats).
 UPDATE {schema}.cyclone_steps s
 SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
     attempt = CASE WHEN p.retry THEN s.attempt + 1 ELSE s.attempt END,
@@ -105,22 +113,33 @@ SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
         'attempt', s.attempt, 'error', %(error)s::text, 'error_kind', %(error_kind)s::text,
         'traceback', %(traceback)s::text, 'at', statement_timestamp()))
 FROM (
-    SELECT id,
-           attempt < max_attempts AND NOT %(permanent)s::boolean AS retry,
-           -- jitter first, then the cap: attempt 10,000 still waits exactly max_s
-           least(coalesce((backoff->>'max_s')::float8, 300),
-                 exp(least(ln(greatest(coalesce((backoff->>'max_s')::float8, 300), 1e-6)
-                              / greatest(coalesce((backoff->>'initial_s')::float8, 1), 1e-6)),
-                           (attempt - 1) * ln(coalesce((backoff->>'multiplier')::float8, 2))))
-                   * coalesce((backoff->>'initial_s')::float8, 1)
-                   * (1 + coalesce((backoff->>'jitter')::float8, 0.1) * (2 * random() - 1))) AS delay_s
-    FROM {schema}.cyclone_steps
-    WHERE id = %(id)s
+    SELECT b.id, b.retry,
+           CASE WHEN b.initial_s <= 0 OR b.max_s <= 0 THEN 0
+                ELSE least(b.max_s,
+                           b.initial_s
+                           * exp(least(ln(greatest(b.max_s, b.initial_s) / b.initial_s),
+                                       (b.attempt - 1) * ln(b.multiplier)))
+                           * (1 + b.jitter * (2 * random() - 1)))
+           END AS delay_s
+    FROM (
+        SELECT id, attempt,
+               attempt < max_attempts AND NOT %(permanent)s::boolean AS retry,
+               coalesce((backoff->>'initial_s')::float8, 1) AS initial_s,
+               coalesce((backoff->>'max_s')::float8, 300) AS max_s,
+               greatest(coalesce((backoff->>'multiplier')::float8, 2), 1) AS multiplier,
+               least(greatest(coalesce((backoff->>'jitter')::float8, 0.1), 0), 1) AS jitter
+        FROM {schema}.cyclone_steps
+        WHERE id = %(id)s
+    ) b
 ) p
 WHERE s.id = p.id
   AND s.state = 'running'
   AND s.lease_generation = %(generation)s
-  AND (%(owner)s::text IS NULL OR s.lease_owner = %(owner)s)
+  AND (%(owner)s::text IS NULL
+       OR (s.lease_owner = %(owner)s
+           AND (s.timeout IS NULL OR s.started_at + s.timeout > statement_timestamp())))
+  AND (NOT %(timed_out)s::boolean
+       OR (s.timeout IS NOT NULL AND s.started_at + s.timeout <= statement_timestamp()))
 RETURNING s.run_id, s.node, s.state, s.queue, s.attempt
 
 -- name: step_cancel_remaining

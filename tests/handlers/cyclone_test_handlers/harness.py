@@ -146,3 +146,26 @@ class WorkerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+
+class ModuleWorkerProcess(WorkerProcess):
+    """A worker process running ``python -m MODULE`` (e.g. one that builds its own
+    ``Client`` with hooks, which ``cyclone-flow worker`` cannot take), with the test
+    handlers importable and ``env`` added to a clean environment."""
+
+    def __init__(self, module: str, log_path: Path, env: dict[str, str] | None = None) -> None:
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("CYCLONE_")}
+        full_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(HANDLERS_PATH), os.environ.get("PYTHONPATH", "")) if p
+        )
+        full_env.update(env or {})
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in wait()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", module],
+            cwd=REPO,
+            env=full_env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.pid = self.proc.pid
