@@ -20,8 +20,11 @@ from cyclone_flow.errors import (
     SchemaOutdatedError,
     StepTimeoutError,
     TemplateError,
+    TransactionOpenError,
     UnsupportedNodeTypeError,
+    WaitTimeoutError,
 )
+from cyclone_flow.notify import WakeupTracker
 from cyclone_flow.spec import load_flow
 from cyclone_flow.spec.model import Flow, Node
 from cyclone_flow.states import ErrorKind, RunState, StepState
@@ -57,7 +60,10 @@ __all__ = [
     "StepStatus",
     "StepTimeoutError",
     "TemplateError",
+    "TransactionOpenError",
     "UnsupportedNodeTypeError",
+    "WaitTimeoutError",
+    "WakeupTracker",
     "load_flow",
     "migrate",
 ]

@@ -4,7 +4,8 @@
 pool by the pool budget rule) or a ``psycopg_pool.ConnectionPool`` (checked against the
 rule: ``max_size >= tx_slots + 6``; Engine Design: Pool Budget). Options are the seeds'
 Client Options in snake_case, validated at construction (see :mod:`cyclone_flow.config`).
-A client that only submits starts no thread.
+A client that only submits starts no thread (unless it has a ``notify_coalesce`` window, or
+calls :meth:`Client.wait`, which starts its listener); call :meth:`Client.shutdown` anyway.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ from cyclone_flow.errors import (
     InputValidationError,
     PayloadTooLargeError,
     RunStateError,
+    TransactionOpenError,
     UnsupportedNodeTypeError,
+    WaitTimeoutError,
 )
+from cyclone_flow.notify import Listener, Publisher, WakeupTracker, WakeupTracking
 from cyclone_flow.spec import load_flow
 from cyclone_flow.spec.model import JSON, Flow
 from cyclone_flow.store.migrate import check_schema_version
@@ -59,8 +63,9 @@ class Client:
     **options:
         See :class:`cyclone_flow.config.ClientConfig` (``schema``, ``workers``,
         ``worker_queues``, ``tx_slots``, ``client_id``, ``lease_ttl`` seconds,
-        ``max_reclaims``, ``poll_interval`` (min, max) seconds, ``notify``, ``logger``,
-        ``on_step_event``, ``error_handler``, ``payload_limits``, ``allow_modules`` ...).
+        ``max_reclaims``, ``poll_interval`` (min, max) seconds, ``notify``,
+        ``notify_coalesce`` seconds, ``logger``, ``on_step_event``, ``error_handler``,
+        ``payload_limits``, ``allow_modules`` ...).
 
     Raises
     ------
@@ -119,6 +124,11 @@ class Client:
         self._waiters: dict[str, set[threading.Event]] = {}
         self._waiters_lock = threading.Lock()
         self._closed = False
+        self.publisher = Publisher(self.store, coalesce=cfg.notify_coalesce, logger=cfg.logger)
+        """Publishes this client's wakeups after each commit (:mod:`cyclone_flow.notify`)."""
+        self._listener: Listener | None = None
+        self._listener_lock = threading.Lock()
+        self._tracking = WakeupTracking()
 
     # -- schema ----------------------------------------------------------------------------
 
@@ -140,20 +150,77 @@ class Client:
         spec, input_json = self._prepare(flow, input)
         with self.pool.connection() as conn, conn.transaction():
             run_id = self.store.insert_run(conn, spec, input_json)
-        self._publish(Wakeups(queues={n.queue for n in spec.nodes.values() if not n.needs}))
+        self._publish(_root_wakeups(spec))
         return run_id
 
     def submit_tx(self, conn: psycopg.Connection[Any], flow: FlowLike, input: JSON = None) -> str:
         """Like :meth:`submit`, inside the caller's transaction on ``conn``: committed or
         rolled back with it (an autocommit ``conn`` commits at once). Publishes nothing:
-        workers find the run within one poll interval."""
+        workers find the run within one poll interval, or at once when ``conn`` is tracked
+        (:meth:`track_wakeups`) and the caller calls :meth:`publish_wakeups` after the
+        commit."""
         spec, input_json = self._prepare(flow, input)
         if conn.autocommit:  # no caller transaction to join: be atomic on our own
             with conn.transaction():
-                return self.store.insert_run(conn, spec, input_json)
-        # Inside (or implicitly opening) the caller's transaction: the caller commits or
-        # rolls back. (conn.transaction() here would commit an idle connection's work.)
-        return self.store.insert_run(conn, spec, input_json)
+                run_id = self.store.insert_run(conn, spec, input_json)
+        else:
+            # Inside (or implicitly opening) the caller's transaction: the caller commits or
+            # rolls back. (conn.transaction() here would commit an idle connection's work.)
+            run_id = self.store.insert_run(conn, spec, input_json)
+        self._record_wakeups(conn, _root_wakeups(spec))
+        return run_id
+
+    # -- wakeups of caller-owned transactions ----------------------------------------------
+
+    def track_wakeups(self, conn: psycopg.Connection[Any]) -> WakeupTracker:
+        """Record the wakeups of the caller-owned-transaction calls made on ``conn`` from
+        now on (:meth:`submit_tx`, and every other ``*_tx`` call), so that
+        :meth:`publish_wakeups` can send them after the caller's commit (Engine Design:
+        LISTEN/NOTIFY and the Polling Floor, "TrackWakeups").
+
+        Returns a :class:`~cyclone_flow.notify.WakeupTracker`; as a context manager it
+        publishes on a clean exit and discards on an exception::
+
+            with client.track_wakeups(conn):
+                with conn.transaction():
+                    client.submit_tx(conn, flow, {"order_id": 42})
+
+        or with explicit calls::
+
+            client.track_wakeups(conn)
+            client.submit_tx(conn, flow, {"order_id": 42})
+            conn.commit()
+            client.publish_wakeups(conn)
+
+        Tracking an already tracked connection keeps its record. Untracked, a
+        caller-owned transaction's work waits for the next poll (``poll_interval`` max at
+        worst)."""
+        self._tracking.track(conn)
+        return WakeupTracker(conn, self._tracking, self.publish_wakeups)
+
+    def publish_wakeups(self, conn: psycopg.Connection[Any]) -> None:
+        """Publish the wakeups recorded on ``conn`` since :meth:`track_wakeups` and stop
+        tracking it; call it after the caller's transaction committed (a no-op for an
+        untracked connection). Publication is best-effort like every wakeup: a failure is
+        logged at error level, never raised.
+
+        Raises
+        ------
+        TransactionOpenError
+            ``conn`` is still inside a transaction (not committed yet); nothing is
+            published and the record is kept.
+        """
+        status = conn.info.transaction_status
+        if status in (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR):
+            raise TransactionOpenError(status.name)
+        wakeups = self._tracking.take(conn)
+        if wakeups:
+            self._publish(wakeups)
+
+    def _record_wakeups(self, conn: psycopg.Connection[Any], wakeups: Wakeups) -> None:
+        """Caller-owned-transaction calls record their wakeups here (kept only when
+        ``conn`` is tracked; never published by the call itself)."""
+        self._tracking.record(conn, wakeups)
 
     def _prepare(self, flow: FlowLike, run_input: JSON) -> tuple[Flow, str]:
         spec = flow if isinstance(flow, Flow) else load_flow(flow)
@@ -183,7 +250,8 @@ class Client:
     # -- workers ---------------------------------------------------------------------------
 
     def start(self, *, run_id: str | None = None) -> None:
-        """Start the worker threads, claim loop, heartbeat, maintenance and listener.
+        """Start the worker threads, claim loop, heartbeat, maintenance and (unless
+        ``notify=False``) the listener.
 
         ``run_id``: claim only the steps of that run (``cyclone-flow run`` works on its own
         run and leaves the others alone); the recovery sweep still serves everyone.
@@ -203,10 +271,11 @@ class Client:
             self.config,
             executor,
             self._publish,
-            self._run_done,
             only_run=parse_run_id(run_id) if run_id is not None else None,
         )
         self._worker.start()
+        if self.config.notify:
+            self._ensure_listener()
 
     @property
     def worker(self) -> Worker | None:
@@ -215,13 +284,23 @@ class Client:
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop claiming, let in-flight handlers finish for up to ``timeout`` seconds, tell
-        the rest to stop and release their leases; then close the pool if this client
-        opened it. Safe to call twice."""
+        the rest to stop and release their leases; stop the listener; seal the wakeup
+        buffer, wait for a publication in flight and publish what is left; then close the
+        pool if this client opened it. Safe to call twice.
+
+        Required even for a producer-only client that never called :meth:`start` when it
+        has a ``notify_coalesce`` window: its last wakeups may still be buffered (Client
+        Options: "Producer-only clients must be shut down")."""
         if self._closed:
             return
         self._closed = True
         if self._worker is not None:
             self._worker.shutdown(timeout)
+        with self._listener_lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop()
+        self.publisher.shutdown(timeout)
         if self._owns_pool:
             self.pool.close()
 
@@ -287,29 +366,52 @@ class Client:
         return retried
 
     def wait(self, run_id: str, timeout: float | None = None) -> RunStatus:
-        """Block until the run is terminal or ``timeout`` seconds pass; return its status
-        (still ``running`` on timeout). Woken by ``cyclone_run_done`` when this client's
-        listener runs, otherwise polling within ``poll_interval``."""
+        """Block until the run is terminal (completed, failed or cancelled) and return its
+        status; ``timeout`` in seconds (None: no limit).
+
+        Woken by ``cyclone_run_done`` through this client's listener (started on first use
+        unless ``notify=False``), and polling the run within ``poll_interval`` all the
+        same, so a lost notification delays the answer by at most ``poll_interval`` max
+        (Engine Design: LISTEN/NOTIFY and the Polling Floor).
+
+        Raises
+        ------
+        RunNotFoundError
+            No such run (or ``run_id`` is not a UUID).
+        WaitTimeoutError
+            ``timeout`` seconds passed first (also a ``TimeoutError``); the run goes on.
+        ValueError
+            ``timeout`` is negative or not a number.
+        """
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0
+        ):
+            raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         rid = parse_run_id(run_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
         event = threading.Event()
         with self._waiters_lock:
             self._waiters.setdefault(rid, set()).add(event)
         try:
-            deadline = None if timeout is None else time.monotonic() + timeout
+            listener = self._ensure_listener() if self.config.notify else None
+            if listener is not None:  # listen before the first look: no wakeup slips by
+                ready_for = (
+                    _LISTENER_READY_S
+                    if deadline is None
+                    else min(_LISTENER_READY_S, max(0.0, deadline - time.monotonic()))
+                )
+                listener.ready.wait(ready_for)
             lo, hi = self.config.poll_interval
             interval = lo
             while True:
                 status = self.store.get_run(rid)
                 if status.state.terminal:
                     return status
-                if deadline is not None and time.monotonic() >= deadline:
-                    return status
-                wait_for = (
-                    interval
-                    if deadline is None
-                    else min(interval, max(0.0, deadline - time.monotonic()))
-                )
-                if event.wait(wait_for):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    assert timeout is not None
+                    raise WaitTimeoutError(rid, timeout, str(status.state))
+                if event.wait(interval if left is None else min(interval, left)):
                     event.clear()
                 else:
                     interval = min(interval * 2, hi)
@@ -321,22 +423,71 @@ class Client:
                     if not events:
                         del self._waiters[rid]
 
+    # -- wakeups -----------------------------------------------------------------------------
+
+    def _ensure_listener(self) -> Listener | None:
+        """This client's one LISTEN connection, started on first need; None once shut
+        down."""
+        with self._listener_lock:
+            if self._closed:
+                return None
+            if self._listener is None:
+                self._listener = Listener(
+                    self.store,
+                    self.config.logger,
+                    on_available=self._on_available,
+                    on_run_done=self._on_runs_done,
+                    on_connected=self._on_listening,
+                )
+                self._listener.start()
+            return self._listener
+
+    @property
+    def listener(self) -> Listener | None:
+        """The running listener, or None (``notify=False``, not needed yet, or shut
+        down)."""
+        return self._listener
+
+    def _on_available(self, queues: list[str]) -> None:
+        worker = self._worker
+        if worker is not None:
+            worker.notice_available(queues)
+
+    def _on_runs_done(self, run_ids: list[str]) -> None:
+        for run_id in run_ids:
+            self._run_done(run_id)
+
+    def _on_listening(self) -> None:
+        # Wakeups published while nobody listened are lost: look again now.
+        worker = self._worker
+        if worker is not None:
+            worker.wake()
+        with self._waiters_lock:
+            for events in self._waiters.values():
+                for event in events:
+                    event.set()
+
     def _run_done(self, run_id: str) -> None:
         with self._waiters_lock:
             for event in self._waiters.get(run_id, ()):
                 event.set()
 
     def _publish(self, wakeups: Wakeups) -> None:
-        """Publish after a commit; a failure is logged at error level and loses no work
-        (the polling floor finds it)."""
+        """Publish after a commit (waiters of this client are told at once); a failure is
+        logged at error level and loses no work (the polling floor finds it)."""
         if not wakeups:
             return
         for run_id in wakeups.runs_done:
             self._run_done(run_id)
-        try:
-            self.store.publish(wakeups)
-        except Exception:
-            self.config.logger.exception("could not publish wakeups; polling will find the work")
+        self.publisher.publish(wakeups)
+
+
+_LISTENER_READY_S = 2.0  # how long wait() lets a starting listener connect before polling
+
+
+def _root_wakeups(spec: Flow) -> Wakeups:
+    """The queues of a new run's root steps (available at once)."""
+    return Wakeups(queues={n.queue for n in spec.nodes.values() if not n.needs})
 
 
 def migrate(database: str, /, *, schema: str = "public") -> list[int]:

@@ -596,28 +596,40 @@ class Store:
 
     # -- notifications -------------------------------------------------------------------
 
-    def publish(self, wakeups: Wakeups) -> None:
-        """Send the wakeups of a committed transaction: one ``cyclone_available`` per queue
-        and one ``cyclone_run_done`` per finished run, JSON payloads naming the schema."""
-        if not wakeups:
+    def notify(self, conn: Conn | None, notes: Sequence[tuple[str, str]]) -> None:
+        """Send ``(channel, payload)`` notifications in one statement that commits at once,
+        on ``conn`` (an idle connection whose last transaction has committed; it is
+        switched to autocommit for the statement and back) or, when None, on a pool
+        connection. Call it only after the commit of the work it announces (Engine
+        Design: LISTEN/NOTIFY and the Polling Floor). Raises psycopg errors."""
+        if not notes:
             return
-        with self.pool.connection() as conn:
-            for queue in sorted(wakeups.queues):
-                conn.execute(
-                    self.q["notify_publish"],
-                    {
-                        "channel": CHANNEL_AVAILABLE,
-                        "payload": dumps({"schema": self.schema, "queue": queue}),
-                    },
-                )
-            for run_id in sorted(wakeups.runs_done):
-                conn.execute(
-                    self.q["notify_publish"],
-                    {
-                        "channel": CHANNEL_RUN_DONE,
-                        "payload": dumps({"schema": self.schema, "run_id": run_id}),
-                    },
-                )
+        params = {"channels": [n[0] for n in notes], "payloads": [n[1] for n in notes]}
+        if conn is None:
+            with self.pool.connection() as pooled:
+                self._notify_autocommit(pooled, params)
+        else:
+            self._notify_autocommit(conn, params)
+
+    def _notify_autocommit(self, conn: Conn, params: dict[str, list[str]]) -> None:
+        if conn.autocommit:
+            conn.execute(self.q["notify_publish"], params)
+            return
+        conn.autocommit = True  # one round trip: no BEGIN/COMMIT around the pg_notify
+        try:
+            conn.execute(self.q["notify_publish"], params)
+        finally:
+            if not conn.closed:
+                conn.autocommit = False
+
+    def listen(self, conn: Conn) -> None:
+        """LISTEN on ``cyclone_available`` and ``cyclone_run_done`` on an autocommit
+        ``conn`` (the listener's, held for the client's life)."""
+        conn.execute(self.q["notify_listen"])
+
+    def unlisten(self, conn: Conn) -> None:
+        """UNLISTEN every channel on ``conn`` before it goes back to the pool."""
+        conn.execute(self.q["notify_unlisten"])
 
 
 def _run_status(row: dict[str, Any]) -> RunStatus:
