@@ -148,9 +148,11 @@ class Client:
         Raises FlowError (a bad flow file), InputValidationError, PayloadTooLargeError.
         """
         spec, input_json = self._prepare(flow, input)
-        with self.pool.connection() as conn, conn.transaction():
-            run_id = self.store.insert_run(conn, spec, input_json)
-        self._publish(_root_wakeups(spec))
+        with self.pool.connection() as conn:
+            with conn.transaction():
+                run_id = self.store.insert_run(conn, spec, input_json)
+            # committed: publish on the same connection (no second pool checkout)
+            self._publish(_root_wakeups(spec), conn)
         return run_id
 
     def submit_tx(self, conn: psycopg.Connection[Any], flow: FlowLike, input: JSON = None) -> str:
@@ -472,14 +474,15 @@ class Client:
             for event in self._waiters.get(run_id, ()):
                 event.set()
 
-    def _publish(self, wakeups: Wakeups) -> None:
-        """Publish after a commit (waiters of this client are told at once); a failure is
-        logged at error level and loses no work (the polling floor finds it)."""
+    def _publish(self, wakeups: Wakeups, conn: psycopg.Connection[Any] | None = None) -> None:
+        """Publish after a commit (waiters of this client are told at once), on ``conn``
+        when given (idle, just committed); a failure is logged at error level and loses
+        no work (the polling floor finds it)."""
         if not wakeups:
             return
         for run_id in wakeups.runs_done:
             self._run_done(run_id)
-        self.publisher.publish(wakeups)
+        self.publisher.publish(wakeups, conn)
 
 
 _LISTENER_READY_S = 2.0  # how long wait() lets a starting listener connect before polling
