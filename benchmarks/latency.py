@@ -47,6 +47,7 @@ import sys
 import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -230,10 +231,15 @@ def _table(result: Mapping[str, Any]) -> str:
 
 @contextmanager
 def _embedded() -> Iterator[str]:
-    import pgserver  # type: ignore[import-not-found,unused-ignore]
+    with warnings.catch_warnings():  # pgserver's noise about XDG_RUNTIME_DIR
+        warnings.simplefilter("ignore")
+        import pgserver
 
-    with tempfile.TemporaryDirectory(prefix="cyclone-bench-pg-") as tmp:
-        server = pgserver.get_server(Path(tmp) / "pgdata", cleanup_mode="stop")
+    with tempfile.TemporaryDirectory(prefix="cyclone-bench-pg-") as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server = pgserver.get_server(  # type: ignore[attr-defined]
+            Path(tmp) / "pgdata", cleanup_mode="stop"
+        )
         try:
             yield str(server.get_uri())
         finally:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -236,8 +237,9 @@ class Store:
     ) -> list[ClaimedStep]:
         """Claim up to ``limit`` available steps of ``queues`` (of run ``run_id`` only, when
         given) (Engine Design: The Claiming Algorithm); ``ttl_s`` is the lease TTL in
-        seconds."""
-        with self.pool.connection() as conn:
+        seconds. One statement in autocommit: one round trip, no BEGIN/COMMIT around it
+        (the claim is as atomic; the enqueue-to-claim latency is shorter)."""
+        with self.pool.connection() as conn, _autocommit(conn):
             rows = conn.execute(
                 self.q["step_claim"],
                 {
@@ -612,15 +614,8 @@ class Store:
             self._notify_autocommit(conn, params)
 
     def _notify_autocommit(self, conn: Conn, params: dict[str, list[str]]) -> None:
-        if conn.autocommit:
+        with _autocommit(conn):  # one round trip: no BEGIN/COMMIT around the pg_notify
             conn.execute(self.q["notify_publish"], params)
-            return
-        conn.autocommit = True  # one round trip: no BEGIN/COMMIT around the pg_notify
-        try:
-            conn.execute(self.q["notify_publish"], params)
-        finally:
-            if not conn.closed:
-                conn.autocommit = False
 
     def listen(self, conn: Conn) -> None:
         """LISTEN on ``cyclone_available`` and ``cyclone_run_done`` on an autocommit
@@ -630,6 +625,20 @@ class Store:
     def unlisten(self, conn: Conn) -> None:
         """UNLISTEN every channel on ``conn`` before it goes back to the pool."""
         conn.execute(self.q["notify_unlisten"])
+
+
+@contextmanager
+def _autocommit(conn: Conn) -> Iterator[None]:
+    """Run the block's single statement in autocommit on an idle ``conn``, then restore."""
+    if conn.autocommit:
+        yield
+        return
+    conn.autocommit = True
+    try:
+        yield
+    finally:
+        if not conn.closed:
+            conn.autocommit = False
 
 
 def _run_status(row: dict[str, Any]) -> RunStatus:
