@@ -51,6 +51,7 @@ from cyclone_flow.worker.imports import AllowList, HandlerResolver
 from cyclone_flow.worker.runtime import Worker
 
 FlowLike = Flow | str | os.PathLike[str]
+_LISTENER_READY_S = 2.0  # how long wait() lets a starting listener connect before polling
 
 
 class Client:
@@ -483,9 +484,6 @@ class Client:
         for run_id in wakeups.runs_done:
             self._run_done(run_id)
         self.publisher.publish(wakeups, conn)
-
-
-_LISTENER_READY_S = 2.0  # how long wait() lets a starting listener connect before polling
 
 
 def _root_wakeups(spec: Flow) -> Wakeups:
