@@ -25,6 +25,7 @@ from psycopg_pool import ConnectionPool
 from cyclone_flow import Client, RunNotFoundError, TransactionOpenError, WaitTimeoutError
 from cyclone_flow.notify import Listener, Publisher
 from cyclone_flow.spec import load_flow_text
+from cyclone_flow.store.store import Wakeups
 
 Conn = psycopg.Connection[Any]
 
@@ -255,6 +256,33 @@ def test_coalescing_window_publishes_without_shutdown(make_client, listen, schem
         ("cyclone_available", {"schema": schema, "queues": ["q0"]}),
         ("cyclone_available", {"schema": schema, "queues": ["q1", "q2"]}),
     ]
+
+
+def test_coalescing_loses_nothing_under_concurrent_publishers(make_client, listen, schema) -> None:
+    producer = make_client(notify=False, notify_coalesce=0.05)
+    names = [f"q{t}-{i}" for t in range(4) for i in range(25)]
+
+    def publish(thread: int) -> None:
+        for i in range(25):
+            producer.publisher.publish(Wakeups(queues={f"q{thread}-{i}"}))
+
+    threads = [threading.Thread(target=publish, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    producer.shutdown()
+    seen: list[str] = []
+    notes = 0
+    deadline = time.monotonic() + 10
+    while len(seen) < len(names) and time.monotonic() < deadline:
+        for note in listen.notifies(timeout=1, stop_after=1):
+            data = _ours(note, schema)
+            if data is not None:
+                notes += 1
+                seen.extend(data["queues"])
+    assert sorted(seen) == sorted(names)  # every wakeup published exactly once
+    assert notes == producer.publisher.notifications < len(names)
 
 
 # --- publication failures -----------------------------------------------------------------
