@@ -191,6 +191,7 @@ def run(
         raise ValueError(f"unknown mode(s) {unknown}; choose from {sorted(MODES)}")
     with psycopg.connect(database_url) as conn:
         row = conn.execute("SHOW server_version").fetchone()
+    load_before = os.getloadavg()[0]
     results = {m: _measure(database_url, m, samples, warmup) for m in modes}
     return {
         "benchmark": "enqueue_to_claim_latency",
@@ -201,7 +202,8 @@ def run(
             "python": platform.python_version(),
             "postgres": row[0] if row else "?",
             "cpus": os.cpu_count(),
-            "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
+            "loadavg_1m_before": round(load_before, 2),
+            "loadavg_1m_after": round(os.getloadavg()[0], 2),
         },
         "modes": results,
     }
@@ -224,7 +226,8 @@ def _table(result: Mapping[str, Any]) -> str:
     n = next(iter(result["modes"].values()))["samples"] if result["modes"] else 0
     lines.append(
         f"milliseconds; {n} samples per mode; Postgres {env['postgres']}, Python "
-        f"{env['python']}, {env['cpus']} CPUs, load {env['loadavg_1m_at_start']}"
+        f"{env['python']}, {env['cpus']} CPUs, 1-min load "
+        f"{env['loadavg_1m_before']} before, {env['loadavg_1m_after']} after"
     )
     return "\n".join(lines)
 
