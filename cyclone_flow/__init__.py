@@ -22,8 +22,11 @@ from cyclone_flow.errors import (
     StepTimeoutError,
     SubmitOptionError,
     TemplateError,
+    TransactionOpenError,
     UnsupportedNodeTypeError,
+    WaitTimeoutError,
 )
+from cyclone_flow.notify import WakeupTracker
 from cyclone_flow.producer import RunId
 from cyclone_flow.spec import load_flow
 from cyclone_flow.spec.model import Flow, Node
@@ -64,7 +67,10 @@ __all__ = [
     "StepTimeoutError",
     "SubmitOptionError",
     "TemplateError",
+    "TransactionOpenError",
     "UnsupportedNodeTypeError",
+    "WaitTimeoutError",
+    "WakeupTracker",
     "load_flow",
     "migrate",
 ]

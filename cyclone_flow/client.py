@@ -4,7 +4,8 @@
 pool by the pool budget rule) or a ``psycopg_pool.ConnectionPool`` (checked against the
 rule: ``max_size >= tx_slots + 6``; Engine Design: Pool Budget). Options are the seeds'
 Client Options in snake_case, validated at construction (see :mod:`cyclone_flow.config`).
-A client that only submits starts no thread.
+A client that only submits starts no thread (unless it has a ``notify_coalesce`` window, or
+calls :meth:`Client.wait`, which starts its listener); call :meth:`Client.shutdown` anyway.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ from cyclone_flow.errors import (
     RunStateError,
     ScheduleNotFoundError,
     SubmitOptionError,
+    TransactionOpenError,
+    WaitTimeoutError,
 )
+from cyclone_flow.notify import Listener, Publisher, WakeupTracker, WakeupTracking
 from cyclone_flow.options import JobOptions, RunOptions, SubmitOptions, job_flow, run_options
 from cyclone_flow.producer import FlowLike, Producer, RunId
 from cyclone_flow.schedules import (
@@ -64,6 +68,7 @@ from cyclone_flow.worker.retention import RetentionSweeper
 from cyclone_flow.worker.runtime import Worker
 
 __all__ = ["Client", "FlowLike", "RunId", "migrate"]
+_LISTENER_READY_S = 2.0  # how long wait() lets a starting listener connect before polling
 
 
 class Client:
@@ -76,7 +81,8 @@ class Client:
     **options:
         See :class:`cyclone_flow.config.ClientConfig` (``schema``, ``workers``,
         ``worker_queues``, ``tx_slots``, ``client_id``, ``lease_ttl`` seconds,
-        ``max_reclaims``, ``poll_interval`` (min, max) seconds, ``notify``, ``logger``,
+        ``max_reclaims``, ``poll_interval`` (min, max) seconds, ``notify``, ``notify_coalesce``
+        seconds, ``logger``,
         ``on_step_event``, ``error_handler``, ``payload_limits``, ``retention``,
         ``allow_modules`` ...); docs/options.md has the full table.
 
@@ -140,6 +146,11 @@ class Client:
         self._waiters_lock = threading.Lock()
         self._closed = False
         self._observers: list[Callable[[StepEvent], None]] = []
+        self.publisher = Publisher(self.store, coalesce=cfg.notify_coalesce, logger=cfg.logger)
+        """Publishes this client's wakeups after each commit (:mod:`cyclone_flow.notify`)."""
+        self._listener: Listener | None = None
+        self._listener_lock = threading.Lock()
+        self._tracking = WakeupTracking()
 
     # -- schema ----------------------------------------------------------------------------
 
@@ -166,9 +177,11 @@ class Client:
         """
         opts = run_options(**options)
         spec, input_json = self.producer.prepare(flow, input)
-        with self.pool.connection() as conn, conn.transaction():
-            run_id, wakeups = self.producer.insert(conn, spec, input_json, opts)
-        self._publish(wakeups)
+        with self.pool.connection() as conn:
+            with conn.transaction():
+                run_id, wakeups = self.producer.insert(conn, spec, input_json, opts)
+            # committed: publish on the same connection (no second pool checkout)
+            self._publish(wakeups, conn)
         return run_id
 
     def submit_tx(
@@ -180,8 +193,9 @@ class Client:
     ) -> RunId:
         """Like :meth:`submit`, inside the caller's transaction on ``conn``: committed or
         rolled back with it (an autocommit ``conn`` commits at once). Publishes nothing:
-        workers find the run within one poll interval (Engine Design: LISTEN/NOTIFY and
-        the Polling Floor)."""
+        workers find the run within one poll interval, or at once when ``conn`` is tracked
+        (:meth:`track_wakeups`) and the caller calls :meth:`publish_wakeups` after the
+        commit."""
         opts = run_options(**options)
         spec, input_json = self.producer.prepare(flow, input)
         return self._insert_tx(conn, spec, input_json, opts)
@@ -198,9 +212,10 @@ class Client:
         """
         flow, opts = self._job(callable, options)
         spec, input_json = self.producer.prepare(flow, args)
-        with self.pool.connection() as conn, conn.transaction():
-            run_id, wakeups = self.producer.insert(conn, spec, input_json, opts)
-        self._publish(wakeups)
+        with self.pool.connection() as conn:
+            with conn.transaction():
+                run_id, wakeups = self.producer.insert(conn, spec, input_json, opts)
+            self._publish(wakeups, conn)  # committed: publish on the same connection
         return run_id
 
     def enqueue_tx(
@@ -228,10 +243,65 @@ class Client:
     ) -> RunId:
         if conn.autocommit:  # no caller transaction to join: be atomic on our own
             with conn.transaction():
-                return self.producer.insert(conn, spec, input_json, opts)[0]
-        # Inside (or implicitly opening) the caller's transaction: the caller commits or
-        # rolls back. (conn.transaction() here would commit an idle connection's work.)
-        return self.producer.insert(conn, spec, input_json, opts)[0]
+                run_id, wakeups = self.producer.insert(conn, spec, input_json, opts)
+        else:
+            # Inside (or implicitly opening) the caller's transaction: the caller commits or
+            # rolls back. (conn.transaction() here would commit an idle connection's work.)
+            run_id, wakeups = self.producer.insert(conn, spec, input_json, opts)
+        self._record_wakeups(conn, wakeups)
+        return run_id
+
+    # -- wakeups of caller-owned transactions ----------------------------------------------
+
+    def track_wakeups(self, conn: psycopg.Connection[Any]) -> WakeupTracker:
+        """Record the wakeups of the caller-owned-transaction calls made on ``conn`` from
+        now on (:meth:`submit_tx`, and every other ``*_tx`` call), so that
+        :meth:`publish_wakeups` can send them after the caller's commit (Engine Design:
+        LISTEN/NOTIFY and the Polling Floor, "TrackWakeups").
+
+        Returns a :class:`~cyclone_flow.notify.WakeupTracker`; as a context manager it
+        publishes on a clean exit and discards on an exception::
+
+            with client.track_wakeups(conn):
+                with conn.transaction():
+                    client.submit_tx(conn, flow, {"order_id": 42})
+
+        or with explicit calls::
+
+            client.track_wakeups(conn)
+            client.submit_tx(conn, flow, {"order_id": 42})
+            conn.commit()
+            client.publish_wakeups(conn)
+
+        Tracking an already tracked connection keeps its record. Untracked, a
+        caller-owned transaction's work waits for the next poll (``poll_interval`` max at
+        worst)."""
+        self._tracking.track(conn)
+        return WakeupTracker(conn, self._tracking, self.publish_wakeups)
+
+    def publish_wakeups(self, conn: psycopg.Connection[Any]) -> None:
+        """Publish the wakeups recorded on ``conn`` since :meth:`track_wakeups` and stop
+        tracking it; call it after the caller's transaction committed (a no-op for an
+        untracked connection). Publication is best-effort like every wakeup: a failure is
+        logged at error level, never raised.
+
+        Raises
+        ------
+        TransactionOpenError
+            ``conn`` is still inside a transaction (not committed yet); nothing is
+            published and the record is kept.
+        """
+        status = conn.info.transaction_status
+        if status in (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR):
+            raise TransactionOpenError(status.name)
+        wakeups = self._tracking.take(conn)
+        if wakeups:
+            self._publish(wakeups)
+
+    def _record_wakeups(self, conn: psycopg.Connection[Any], wakeups: Wakeups) -> None:
+        """Caller-owned-transaction calls record their wakeups here (kept only when
+        ``conn`` is tracked; never published by the call itself)."""
+        self._tracking.record(conn, wakeups)
 
     # -- schedules -------------------------------------------------------------------------
 
@@ -343,7 +413,8 @@ class Client:
     # -- workers ---------------------------------------------------------------------------
 
     def start(self, *, run_id: str | None = None) -> None:
-        """Start the worker threads, claim loop, heartbeat, maintenance and listener.
+        """Start the worker threads, claim loop, heartbeat, maintenance and (unless
+        ``notify=False``) the listener.
 
         ``run_id``: claim only the steps of that run (``cyclone-flow run`` works on its own
         run and leaves the others alone); the recovery sweep still serves everyone.
@@ -371,12 +442,13 @@ class Client:
             config,
             executor,
             self._publish,
-            self._run_done,
             only_run=parse_run_id(run_id) if run_id is not None else None,
         )
         self._worker.maintenance_tasks.append(("schedule scanner", self._scanner.run_once))
         self._worker.maintenance_tasks.append(("sequence release", self._release_sequences))
         self._worker.start()
+        if self.config.notify:
+            self._ensure_listener()
 
     def _release_sequences(self) -> int:
         """Maintenance safety net of sequences (see ``docs/queues.md``)."""
@@ -405,13 +477,23 @@ class Client:
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop claiming, let in-flight handlers finish for up to ``timeout`` seconds, tell
-        the rest to stop and release their leases; then close the pool if this client
-        opened it. Safe to call twice."""
+        the rest to stop and release their leases; stop the listener; seal the wakeup
+        buffer, wait for a publication in flight and publish what is left; then close the
+        pool if this client opened it. Safe to call twice.
+
+        Required even for a producer-only client that never called :meth:`start` when it
+        has a ``notify_coalesce`` window: its last wakeups may still be buffered (Client
+        Options: "Producer-only clients must be shut down")."""
         if self._closed:
             return
         self._closed = True
         if self._worker is not None:
             self._worker.shutdown(timeout)
+        with self._listener_lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.stop()
+        self.publisher.shutdown(timeout)
         if self._owns_pool:
             self.pool.close()
 
@@ -445,9 +527,10 @@ class Client:
         completions are ignored. Returns False when the run was already terminal (a
         racing completion won: exactly one wins). Raises RunNotFoundError."""
         rid = parse_run_id(run_id)
-        done, cancelled = self.store.cancel_run(rid, reason)
+        wakeups = Wakeups(runs_done={rid})
+        done, cancelled = self.store.cancel_run(rid, reason, wakeups)
         if done:
-            self._publish(Wakeups(runs_done={rid}))
+            self._publish(wakeups)
             for node in cancelled:
                 self._emit(
                     StepEvent("cancelled", rid, node, error=reason, error_kind="cancelled"),
@@ -489,29 +572,52 @@ class Client:
         return self.store.count_purgeable(older_than)
 
     def wait(self, run_id: str, timeout: float | None = None) -> RunStatus:
-        """Block until the run is terminal or ``timeout`` seconds pass; return its status
-        (still ``running`` on timeout). Woken by ``cyclone_run_done`` when this client's
-        listener runs, otherwise polling within ``poll_interval``."""
+        """Block until the run is terminal (completed, failed or cancelled) and return its
+        status; ``timeout`` in seconds (None: no limit).
+
+        Woken by ``cyclone_run_done`` through this client's listener (started on first use
+        unless ``notify=False``), and polling the run within ``poll_interval`` all the
+        same, so a lost notification delays the answer by at most ``poll_interval`` max
+        (Engine Design: LISTEN/NOTIFY and the Polling Floor).
+
+        Raises
+        ------
+        RunNotFoundError
+            No such run (or ``run_id`` is not a UUID).
+        WaitTimeoutError
+            ``timeout`` seconds passed first (also a ``TimeoutError``); the run goes on.
+        ValueError
+            ``timeout`` is negative or not a number.
+        """
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0
+        ):
+            raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         rid = parse_run_id(run_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
         event = threading.Event()
         with self._waiters_lock:
             self._waiters.setdefault(rid, set()).add(event)
         try:
-            deadline = None if timeout is None else time.monotonic() + timeout
+            listener = self._ensure_listener() if self.config.notify else None
+            if listener is not None:  # listen before the first look: no wakeup slips by
+                ready_for = (
+                    _LISTENER_READY_S
+                    if deadline is None
+                    else min(_LISTENER_READY_S, max(0.0, deadline - time.monotonic()))
+                )
+                listener.ready.wait(ready_for)
             lo, hi = self.config.poll_interval
             interval = lo
             while True:
                 status = self.store.get_run(rid)
                 if status.state.terminal:
                     return status
-                if deadline is not None and time.monotonic() >= deadline:
-                    return status
-                wait_for = (
-                    interval
-                    if deadline is None
-                    else min(interval, max(0.0, deadline - time.monotonic()))
-                )
-                if event.wait(wait_for):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    assert timeout is not None
+                    raise WaitTimeoutError(rid, timeout, str(status.state))
+                if event.wait(interval if left is None else min(interval, left)):
                     event.clear()
                 else:
                     interval = min(interval * 2, hi)
@@ -523,22 +629,69 @@ class Client:
                     if not events:
                         del self._waiters[rid]
 
+    # -- wakeups -----------------------------------------------------------------------------
+
+    def _ensure_listener(self) -> Listener | None:
+        """This client's one LISTEN connection, started on first need; None once shut
+        down."""
+        with self._listener_lock:
+            if self._closed:
+                return None
+            if self._listener is None:
+                self._listener = Listener(
+                    self.store,
+                    self.config.logger,
+                    on_available=self._on_available,
+                    on_run_done=self._on_runs_done,
+                    on_connected=self._on_listening,
+                )
+                self._listener.start()
+            return self._listener
+
+    @property
+    def listener(self) -> Listener | None:
+        """The running listener, or None (``notify=False``, not needed yet, or shut
+        down)."""
+        return self._listener
+
+    def _on_available(self, queues: list[str]) -> None:
+        worker = self._worker
+        if worker is not None:
+            worker.notice_available(queues)
+
+    def _on_runs_done(self, run_ids: list[str]) -> None:
+        for run_id in run_ids:
+            self._run_done(run_id)
+
+    def _on_listening(self) -> None:
+        # Wakeups published while nobody listened are lost: look again now.
+        worker = self._worker
+        if worker is not None:
+            worker.wake()
+        with self._waiters_lock:
+            for events in self._waiters.values():
+                for event in events:
+                    event.set()
+
     def _run_done(self, run_id: str) -> None:
         with self._waiters_lock:
             for event in self._waiters.get(run_id, ()):
                 event.set()
 
-    def _publish(self, wakeups: Wakeups) -> None:
-        """Publish after a commit; a failure is logged at error level and loses no work
-        (the polling floor finds it)."""
+    def _publish(self, wakeups: Wakeups, conn: psycopg.Connection[Any] | None = None) -> None:
+        """Publish after a commit (waiters of this client are told at once), on ``conn``
+        when given (idle, just committed); a failure is logged at error level and loses
+        no work (the polling floor finds it)."""
         if not wakeups:
             return
         for run_id in wakeups.runs_done:
             self._run_done(run_id)
-        try:
-            self.store.publish(wakeups)
-        except Exception:
-            self.config.logger.exception("could not publish wakeups; polling will find the work")
+        self.publisher.publish(wakeups, conn)
+
+
+def _root_wakeups(spec: Flow) -> Wakeups:
+    """The queues of a new run's root steps (available at once)."""
+    return Wakeups(queues={n.queue for n in spec.nodes.values() if not n.needs})
 
 
 def migrate(database: str, /, *, schema: str = "public") -> list[int]:

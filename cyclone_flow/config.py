@@ -27,6 +27,7 @@ DEFAULT_QUEUE = "default"
 POOL_RESERVE = 6  # Engine Design: Pool Budget, MaxConns >= txSlots + 6
 MAX_LEASE_TTL_S = 86_400.0  # a day: the TTL bounds crash detection, not handler length
 MAX_POLL_S = 3_600.0
+MAX_NOTIFY_COALESCE_S = 60.0  # a longer window only delays what polling would find anyway
 
 # The seeds' Client Options one for one: keyword option -> the seed's option. docs/options.md
 # lists exactly these (tests/unit/test_options_doc.py keeps the table, this mapping and the
@@ -97,6 +98,7 @@ class ClientOptions(TypedDict, total=False):
     max_reclaims: int
     poll_interval: tuple[float, float]
     notify: bool
+    notify_coalesce: float
     logger: logging.Logger | None
     on_step_event: Callable[[Any], None] | None
     error_handler: Callable[[Any, BaseException], None] | None
@@ -125,6 +127,10 @@ class ClientConfig:
       (``DEBUG`` env: debug); ``None`` restores it (see :mod:`cyclone_flow.logs`)
     - ``payload_limits``: inputs 1 MiB, outputs 1 MiB, signals 256 KiB
     - ``retention``: None (off); see :class:`RetentionConfig`
+    - ``notify``: True; False turns off listening only (claims on poll ticks, ``wait``
+      polls); wakeups are still published
+    - ``notify_coalesce``: 0 s = publish every wakeup at once; a window in seconds (at most
+      60) batches the wakeups published inside it (Client Options: WithNotifyCoalesce)
     - ``sweep_interval``: how often the recovery sweep runs (default ``lease_ttl / 3``,
       at most 10 s)
 
@@ -139,6 +145,7 @@ class ClientConfig:
     max_reclaims: int = 0
     poll_interval: tuple[float, float] = (0.1, 1.0)
     notify: bool = True
+    notify_coalesce: float = 0.0
     logger: logging.Logger = field(default_factory=default_logger)
     on_step_event: Callable[[Any], None] | None = None
     error_handler: Callable[[Any, BaseException], None] | None = None
@@ -245,6 +252,17 @@ def build_config(options: Mapping[str, Any]) -> ClientConfig:
             if not isinstance(value, bool):
                 raise ConfigError(f"notify must be True or False, got {value!r}")
             values["notify"] = value
+        elif name == "notify_coalesce":
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 <= value <= MAX_NOTIFY_COALESCE_S
+            ):
+                raise ConfigError(
+                    f"notify_coalesce must be a number of seconds from 0 (off) to "
+                    f"{MAX_NOTIFY_COALESCE_S:g}, got {value!r}"
+                )
+            values["notify_coalesce"] = float(value)
         elif name == "logger":
             if value is not None and not isinstance(value, logging.Logger):
                 raise ConfigError(f"logger must be a logging.Logger or None, got {value!r}")

@@ -170,3 +170,31 @@ class ScheduleNotFoundError(CycloneError):
     def __init__(self, name: str) -> None:
         self.name = name
         super().__init__(f"schedule {name!r} not found")
+
+
+class WaitTimeoutError(CycloneError, TimeoutError):
+    """``Client.wait`` gave up: the run was still not terminal after ``timeout`` seconds.
+
+    ``state`` is the run's state at the last check (``running``); the run goes on.
+    """
+
+    def __init__(self, run_id: str, timeout: float, state: str) -> None:
+        self.run_id = run_id
+        self.timeout = timeout
+        self.state = state
+        super().__init__(f"run {run_id} is still {state} after waiting {timeout:g} s")
+
+
+class TransactionOpenError(CycloneError):
+    """``Client.publish_wakeups(conn)`` was called while ``conn`` is still inside a
+    transaction: commit first, then publish (a wakeup sent before the commit wakes workers
+    that cannot see the work yet). Nothing was published; the wakeups stay recorded."""
+
+    exit_code = 2
+
+    def __init__(self, status: str) -> None:
+        self.status = status
+        super().__init__(
+            f"publish_wakeups: the connection's transaction is still open ({status}); "
+            "commit (or roll back and discard) before publishing its wakeups"
+        )

@@ -29,8 +29,8 @@ from cyclone_flow.cli.queue_cmds import queue_info_lines, queue_options, submiss
 from cyclone_flow.cli.retention_cmds import parse_age
 from cyclone_flow.client import Client, migrate
 from cyclone_flow.config import DEFAULT_QUEUE, MAX_LEASE_TTL_S, RetentionConfig, validate_queue
-from cyclone_flow.durations import parse_duration
-from cyclone_flow.errors import ConfigError
+from cyclone_flow.durations import MAX_FLOW_DURATION_S, parse_duration
+from cyclone_flow.errors import ConfigError, WaitTimeoutError
 from cyclone_flow.spec import load_flow
 from cyclone_flow.store.store import RunStatus, StepStatus
 from cyclone_flow.worker.imports import AllowList
@@ -64,7 +64,24 @@ def migrate_cmd(database_url: str | None, schema: str) -> None:
 @click.argument("file", type=click.Path(dir_okay=False, exists=True))
 @input_options
 @queue_options
-@click.option("--json", "as_json", is_flag=True, help='Print {"run_id": ..., "duplicate": ...}.')
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"run_id": ..., "duplicate": ...} (with --wait: the run).',
+)
+@click.option(
+    "--wait",
+    "wait",
+    is_flag=True,
+    help="Wait until the run ends (workers elsewhere run it); exit 0 when it completed, "
+    "1 when it failed or was cancelled.",
+)
+@click.option(
+    "--timeout",
+    default=None,
+    help="With --wait: give up after this long, e.g. 30s or 5m (exit 1; the run goes on).",
+)
 @database_options
 @handle_errors
 def submit_cmd(
@@ -72,12 +89,23 @@ def submit_cmd(
     input_json: str | None,
     input_file: str | None,
     as_json: bool,
+    wait: bool,
+    timeout: str | None,
     database_url: str | None,
     schema: str,
     **queue_values: Any,
 ) -> None:
-    """Lint FILE, then write a run of it (definition, run, steps, deps) in one transaction.
-    Queue options: docs/queues.md."""
+    """Lint FILE, then write a run of it (definition, run, steps, deps) in one transaction;
+    print its id. Queue options: docs/queues.md. With --wait, then wait for the run to end
+    (Client.wait: woken by cyclone_run_done, polling as the floor)."""
+    if timeout is not None and not wait:
+        raise click.UsageError("--timeout goes with --wait")
+    wait_s = None
+    if timeout is not None:
+        try:
+            wait_s = parse_duration(timeout, max_s=MAX_FLOW_DURATION_S)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--timeout") from None
     setup_logging()
     run_input = read_input(input_json, input_file)
     options = submission_kwargs(queue_values)
@@ -86,14 +114,36 @@ def submit_cmd(
     client = Client(url, schema=schema)
     try:
         run_id = client.submit(flow, run_input, **options)
+        if not wait:
+            if as_json:
+                echo_json({"run_id": str(run_id), "duplicate": run_id.duplicate})
+            else:
+                click.echo(run_id)
+                if run_id.duplicate:
+                    click.echo("duplicate: an existing run holds this unique key", err=True)
+            return
+        if not as_json:
+            click.echo(run_id)
+            click.echo(f"waiting for run {run_id} of flow {flow.name} ...", err=True)
+        try:
+            status = client.wait(run_id, timeout=wait_s)
+        except WaitTimeoutError as exc:
+            if as_json:
+                echo_json({"run_id": run_id, "state": exc.state, "timed_out": True})
+            click.echo(f"error: {exc}; it goes on (see `cyclone-flow status {run_id}`)", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            click.echo(f"\ninterrupted: run {run_id} goes on", err=True)
+            sys.exit(130)
     finally:
         client.shutdown()
     if as_json:
-        echo_json({"run_id": str(run_id), "duplicate": run_id.duplicate})
+        echo_json(_run_dict(status))
+    elif status.state == "completed":
+        click.echo(f"run {run_id} completed", err=True)
     else:
-        click.echo(run_id)
-        if run_id.duplicate:
-            click.echo("duplicate: an existing run holds this unique key", err=True)
+        click.echo(f"run {run_id} {status.state}: {status.error}", err=True)
+    sys.exit(0 if status.state == "completed" else 1)
 
 
 def _parse_queues(specs: tuple[str, ...], workers: int) -> dict[str, int]:

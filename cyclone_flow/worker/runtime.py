@@ -1,6 +1,8 @@
 """A started client's threads: worker threads that run handlers, one claim loop, one
-heartbeat loop that renews every lease of this client each ``lease_ttl / 3``, one
-maintenance loop (recovery sweep, retention sweep), and one LISTEN connection.
+heartbeat loop that renews every lease of this client each ``lease_ttl / 3`` and one
+maintenance loop (recovery sweep, schedule scanner, retention sweep). The client's LISTEN
+connection (:class:`cyclone_flow.notify.Listener`) forwards wakeups through
+:meth:`Worker.notice_available`.
 
 Claiming follows Engine Design: The Claiming Algorithm; the claim loop polls within
 ``poll_interval = (min, max)`` and wakes at once on a ``cyclone_available`` notification
@@ -9,24 +11,16 @@ for a queue it serves (Engine Design: LISTEN/NOTIFY and the Polling Floor).
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from cyclone_flow.config import ClientConfig
 from cyclone_flow.errors import ReclaimLimitExceeded, StepTimeoutError
 from cyclone_flow.logs import step_extra
 from cyclone_flow.states import ErrorKind, StepState
-from cyclone_flow.store.store import (
-    CHANNEL_AVAILABLE,
-    CHANNEL_RUN_DONE,
-    ClaimedStep,
-    Store,
-    Wakeups,
-)
+from cyclone_flow.store.store import ClaimedStep, Store, Wakeups
 from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled
 from cyclone_flow.worker.executor import Executor
 from cyclone_flow.worker.retention import RetentionSweeper
@@ -35,7 +29,13 @@ SWEEP_BATCH = 500
 
 
 class Worker:
-    """The background machinery of :meth:`cyclone_flow.Client.start`."""
+    """The background machinery of :meth:`cyclone_flow.Client.start`.
+
+    Counters for observability and tests (read them, never write them):
+    ``claim_queries`` (claim statements run), ``wakeups_forwarded`` (``cyclone_available``
+    notifications for a served queue, each waking the claim loop) and ``wakeups_ignored``
+    (notifications for queues this worker does not serve: no claim follows them).
+    """
 
     def __init__(
         self,
@@ -43,17 +43,19 @@ class Worker:
         config: ClientConfig,
         executor: Executor,
         publish: Callable[[Wakeups], None],
-        on_run_done: Callable[[str], None],
         only_run: str | None = None,
     ) -> None:
         self.store = store
         self.config = config
         self.executor = executor
         self.publish = publish
-        self.on_run_done = on_run_done
         self.only_run = only_run
+        self.served = frozenset(config.worker_queues)
+        self.claim_queries = 0
+        self.wakeups_forwarded = 0
+        self.wakeups_ignored = 0
         self.log = config.logger
-        self._stop = threading.Event()  # stops claiming, the sweep and the listener
+        self._stop = threading.Event()  # stops claiming and the sweep
         self._stop_heartbeat = threading.Event()  # later: leases live until released
         self._wake = threading.Event()
         self._lock = threading.Lock()
@@ -84,8 +86,6 @@ class Worker:
             ("heartbeat", self._heartbeat_loop),
             ("maintenance", self._maintenance_loop),
         ]
-        if self.config.notify:
-            targets.append(("listener", self._listen_loop))
         for i in range(self.config.workers):
             targets.append((f"worker-{i}", self._work_loop))
         for name, target in targets:
@@ -125,6 +125,23 @@ class Worker:
         for thread in self._threads:
             thread.join(timeout=0.5 if thread.name.startswith("cyclone-worker") else 5.0)
 
+    # -- wakeups -----------------------------------------------------------------------
+
+    def notice_available(self, queues: list[str]) -> None:
+        """A ``cyclone_available`` notification named ``queues``: wake the claim loop at
+        once when this worker serves one of them, else ignore it (Engine Design: each
+        worker forwards only the wakeups for the queues it serves)."""
+        if self.served.isdisjoint(queues):
+            self.wakeups_ignored += 1
+            return
+        self.wakeups_forwarded += 1
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Make the claim loop claim now (e.g. after the listener reconnected: wakeups sent
+        while it was not listening are lost)."""
+        self._wake.set()
+
     # -- claim loop --------------------------------------------------------------------
 
     def _claim_loop(self) -> None:
@@ -153,6 +170,7 @@ class Worker:
                 free = size - self._busy[queue_name]
             if free <= 0 or self._stop.is_set():
                 continue
+            self.claim_queries += 1
             steps = self.store.claim(
                 self.config.client_id, self.config.lease_ttl, [queue_name], free, self.only_run
             )
@@ -315,52 +333,3 @@ class Worker:
         )
         call_hook(self.log, self.config.error_handler, event, error)
         return True
-
-    # -- LISTEN ----------------------------------------------------------------------------
-
-    def _listen_loop(self) -> None:
-        backoff = 0.1
-        served = set(self.config.worker_queues)
-        while not self._stop.is_set():
-            try:
-                conn = self.store.pool.getconn()
-            except Exception:
-                self.log.exception("listener: no connection; polling meanwhile")
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-                continue
-            try:
-                conn.autocommit = True
-                conn.execute(f"LISTEN {CHANNEL_AVAILABLE}")
-                conn.execute(f"LISTEN {CHANNEL_RUN_DONE}")
-                backoff = 0.1
-                self._wake.set()  # anything published while we were not listening
-                while not self._stop.is_set():
-                    for note in conn.notifies(timeout=0.25):
-                        self._dispatch(note.channel, note.payload, served)
-            except Exception as exc:
-                if not self._stop.is_set():
-                    self.log.warning("listener connection lost (%s); reconnecting", exc)
-                    self._stop.wait(backoff)
-                    backoff = min(backoff * 2, 5.0)
-            finally:
-                try:
-                    if not conn.closed:
-                        conn.execute(f"UNLISTEN {CHANNEL_AVAILABLE}")
-                        conn.execute(f"UNLISTEN {CHANNEL_RUN_DONE}")
-                        conn.autocommit = False
-                except Exception:
-                    pass
-                self.store.pool.putconn(conn)
-
-    def _dispatch(self, channel: str, payload: str, served: set[str]) -> None:
-        try:
-            data: dict[str, Any] = json.loads(payload)
-        except ValueError:
-            return
-        if data.get("schema") != self.store.schema:
-            return
-        if channel == CHANNEL_AVAILABLE and data.get("queue") in served:
-            self._wake.set()
-        elif channel == CHANNEL_RUN_DONE and isinstance(data.get("run_id"), str):
-            self.on_run_done(data["run_id"])

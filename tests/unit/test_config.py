@@ -44,6 +44,13 @@ def test_default_lease_and_reclaims(default: ClientConfig) -> None:
 def test_default_poll_interval_and_notify(default: ClientConfig) -> None:
     assert default.poll_interval == (0.1, 1.0)
     assert default.notify is True
+    assert default.notify_coalesce == 0.0
+
+
+def test_notify_coalesce_accepts_zero_and_seconds() -> None:
+    assert build_config({"notify_coalesce": 0}).notify_coalesce == 0.0
+    assert build_config({"notify_coalesce": 0.001}).notify_coalesce == 0.001
+    assert build_config({"notify_coalesce": 60}).notify_coalesce == 60.0
 
 
 def test_default_payload_limits(default: ClientConfig) -> None:
@@ -133,7 +140,11 @@ def test_worker_queues_then_workers_last_wins() -> None:
         ({"lease_ttl": "30s"}, "lease_ttl"),
         ({"tx_slots": 0}, "tx_slots"),
         ({"notify": "yes"}, "notify"),
-        ({"notify_coalesce": 0.01}, "unknown option 'notify_coalesce'"),
+        ({"notify_coalesce": -0.001}, "notify_coalesce"),
+        ({"notify_coalesce": 61}, "notify_coalesce"),
+        ({"notify_coalesce": True}, "notify_coalesce"),
+        ({"notify_coalesce": "1ms"}, "notify_coalesce"),
+        ({"notify_coalesce": float("nan")}, "notify_coalesce"),
         ({"schema": "Bad-Schema"}, "invalid schema name"),
         ({"schema": "1abc"}, "invalid schema name"),
         ({"client_id": "  "}, "client_id"),

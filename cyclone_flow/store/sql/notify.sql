@@ -1,4 +1,16 @@
 -- name: notify_publish
--- Publish one wakeup after the commit that produced it (never inside a core transaction;
--- Engine Design: LISTEN/NOTIFY and the Polling Floor).
-SELECT pg_notify(%(channel)s, %(payload)s)
+-- Publish a batch of wakeups, one pg_notify per (channel, payload) pair, after the commit
+-- that produced them (never inside a core transaction; Engine Design: LISTEN/NOTIFY and
+-- the Polling Floor).
+SELECT pg_notify(n.channel, n.payload)
+FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS n(channel, payload)
+
+-- name: notify_listen
+-- Subscribe the listener's connection to both wakeup channels, cyclone_available and
+-- cyclone_run_done (Engine Design: LISTEN/NOTIFY and the Polling Floor).
+LISTEN cyclone_available;
+LISTEN cyclone_run_done
+
+-- name: notify_unlisten
+-- Unsubscribe a listener's connection before it goes back to the pool.
+UNLISTEN *

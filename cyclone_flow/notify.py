@@ -1,0 +1,430 @@
+"""Wakeups: publishing them after the commit, and listening for them (Engine Design:
+LISTEN/NOTIFY and the Polling Floor; Client Options: Notifications, WithNotify,
+WithNotifyCoalesce).
+
+Two channels, shared by every schema and queue (a channel per queue would put queue names
+into Postgres' channel namespace and force a new LISTEN per queue):
+
+- ``cyclone_available``: ``{"schema": "<schema>", "queues": ["<queue>", ...]}`` — work
+  became claimable in those queues (submit, a released dependent, a retry, a reclaim, a
+  released lease, :meth:`Client.publish_wakeups <cyclone_flow.Client.publish_wakeups>`).
+- ``cyclone_run_done``: ``{"schema": "<schema>", "run_ids": ["<uuid>", ...]}`` — those runs
+  became terminal (completed, failed or cancelled); :meth:`Client.wait
+  <cyclone_flow.Client.wait>` listens for it.
+
+One notification can name several queues or runs (a batch); a batch whose payload would pass
+Postgres' 8000-byte limit is split. Wakeups are latency hints only: publication is
+best-effort, every failure is logged at error level and loses no work, because the claim
+loop polls at least every ``poll_interval`` max seconds (the polling floor).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from logging import Logger
+from typing import Any
+
+import psycopg
+
+from cyclone_flow.store.store import CHANNEL_AVAILABLE, CHANNEL_RUN_DONE, Store, Wakeups, dumps
+
+Conn = psycopg.Connection[Any]
+
+# Postgres rejects a payload of 8000 bytes or more; stay clear of it.
+MAX_PAYLOAD_BYTES = 7_900
+_LISTEN_POLL_S = 0.25  # how often the listener looks at its stop flag while idle
+_RECONNECT_MIN_S = 0.1
+_RECONNECT_MAX_S = 5.0
+
+
+def encode(schema: str, wakeups: Wakeups) -> list[tuple[str, str]]:
+    """The ``(channel, payload)`` notifications announcing ``wakeups`` of ``schema``: one
+    per channel, split when a payload would pass :data:`MAX_PAYLOAD_BYTES`."""
+    notes: list[tuple[str, str]] = []
+    for channel, key, values in (
+        (CHANNEL_AVAILABLE, "queues", sorted(wakeups.queues)),
+        (CHANNEL_RUN_DONE, "run_ids", sorted(wakeups.runs_done)),
+    ):
+        batch: list[str] = []
+        for value in values:
+            if batch and _payload_size(schema, key, [*batch, value]) > MAX_PAYLOAD_BYTES:
+                notes.append((channel, dumps({"schema": schema, key: batch})))
+                batch = []
+            batch.append(value)
+        if batch:
+            notes.append((channel, dumps({"schema": schema, key: batch})))
+    return notes
+
+
+def _payload_size(schema: str, key: str, values: list[str]) -> int:
+    return len(dumps({"schema": schema, key: values}).encode("utf-8"))
+
+
+def decode(channel: str, payload: str, schema: str) -> list[str] | None:
+    """The queues (``cyclone_available``) or run ids (``cyclone_run_done``) a notification
+    names for ``schema``; None for another schema, another channel or a payload that is not
+    ours."""
+    key = {CHANNEL_AVAILABLE: "queues", CHANNEL_RUN_DONE: "run_ids"}.get(channel)
+    if key is None:
+        return None
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("schema") != schema:
+        return None
+    values = data.get(key)
+    if not isinstance(values, list):
+        return None
+    return [v for v in values if isinstance(v, str)]
+
+
+class Publisher:
+    """Publishes the wakeups of committed transactions for one client (Client Options:
+    WithNotifyCoalesce, "Producer-only clients must be shut down").
+
+    ``coalesce`` is the window in seconds. With 0 every :meth:`publish` sends at once, on the
+    caller's thread, and no thread is ever started. With a window, the first wakeup after a
+    quiet period is still sent inline (an idle publisher never waits) and opens a window of
+    ``coalesce`` seconds; wakeups that arrive inside an active window are merged in a buffer
+    that one background thread (started on first use) sends as one batch when the window
+    ends, which opens the next window. A buffered wakeup therefore waits at most
+    ``coalesce`` seconds. :meth:`shutdown` seals the buffer, waits for a send in flight and
+    sends what is left.
+
+    Every failure to send is logged at error level on ``logger`` and counted in
+    :attr:`failures`; it loses no work (the polling floor finds it).
+
+    Counters (read them, never write them): :attr:`notifications` (pg_notify calls sent),
+    :attr:`batches` (sends), :attr:`failures` (sends that failed).
+
+    Test hook: setting the private attribute ``_drop_for_tests = True`` makes :meth:`publish`
+    discard every wakeup silently, to simulate a lost notification. Never set it otherwise.
+    """
+
+    THREAD_NAME = "cyclone-notify-coalesce"
+
+    def __init__(self, store: Store, *, coalesce: float, logger: Logger) -> None:
+        self._store = store
+        self._coalesce = coalesce
+        self._log = logger
+        self._cond = threading.Condition()
+        self._buffer = Wakeups()
+        self._window_end: float | None = None  # monotonic end of the active window
+        self._in_flight = 0
+        self._sealed = False
+        self._thread: threading.Thread | None = None
+        self._drop_for_tests = False
+        self.notifications = 0
+        self.batches = 0
+        self.failures = 0
+
+    @property
+    def coalesce(self) -> float:
+        """The coalesce window in seconds (0: publish every wakeup at once)."""
+        return self._coalesce
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The coalescing thread, or None when none was needed (always None without a
+        window)."""
+        return self._thread
+
+    def publish(self, wakeups: Wakeups, conn: Conn | None = None) -> None:
+        """Announce ``wakeups`` of a transaction that has committed. ``conn``: an idle
+        connection the caller just committed on, used for an inline send instead of a pool
+        connection. Never raises for a failed send (logged at error level)."""
+        if not wakeups or self._drop_for_tests:
+            return
+        if self._coalesce > 0:
+            with self._cond:
+                now = time.monotonic()
+                active = self._window_end is not None and (
+                    now < self._window_end or bool(self._buffer)
+                )
+                if active and not self._sealed:
+                    self._buffer.merge(wakeups)
+                    self._ensure_thread()
+                    self._cond.notify_all()
+                    return
+                if not self._sealed:
+                    self._window_end = now + self._coalesce
+                self._in_flight += 1
+            try:
+                self._send(wakeups, conn)
+            finally:
+                with self._cond:
+                    self._in_flight -= 1
+                    self._cond.notify_all()
+            return
+        self._send(wakeups, conn)
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Seal the buffer (later wakeups are sent inline), wait up to ``timeout`` seconds
+        for a send in flight, then send what is buffered and stop the thread. Safe to call
+        twice."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        with self._cond:
+            self._sealed = True
+            self._cond.notify_all()
+            while self._in_flight and time.monotonic() < deadline:
+                self._cond.wait(max(0.0, deadline - time.monotonic()))
+            batch, self._buffer = self._buffer, Wakeups()
+            self._window_end = None
+        if batch:
+            self._send(batch, None)
+        thread = self._thread
+        if thread is not None:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None:  # called under self._cond
+            self._thread = threading.Thread(
+                target=self._flush_loop, name=self.THREAD_NAME, daemon=True
+            )
+            self._thread.start()
+
+    def _flush_loop(self) -> None:
+        with self._cond:
+            while not self._sealed:
+                if not self._buffer or self._window_end is None:
+                    self._cond.wait()
+                    continue
+                delay = self._window_end - time.monotonic()
+                if delay > 0:
+                    self._cond.wait(delay)
+                    continue
+                batch, self._buffer = self._buffer, Wakeups()
+                self._window_end = time.monotonic() + self._coalesce  # we publish now
+                self._in_flight += 1
+                self._cond.release()
+                try:
+                    self._send(batch, None)
+                finally:
+                    self._cond.acquire()
+                    self._in_flight -= 1
+                    self._cond.notify_all()
+
+    def _send(self, wakeups: Wakeups, conn: Conn | None) -> None:
+        notes = encode(self._store.schema, wakeups)
+        try:
+            self._store.notify(conn, notes)
+        except Exception:
+            with self._cond:
+                self.failures += 1
+            self._log.error(
+                "could not publish wakeups (queues %s, %d finished run(s)); polling finds "
+                "the work within poll_interval max",
+                sorted(wakeups.queues),
+                len(wakeups.runs_done),
+                exc_info=True,
+            )
+            return
+        with self._cond:
+            self.notifications += len(notes)
+            self.batches += 1
+
+
+class Listener:
+    """One LISTEN connection for a client, held from the pool for the client's life (Engine
+    Design: Pool Budget), on both wakeup channels; notifications for other schemas are
+    ignored.
+
+    ``on_available(queues)`` gets the queue names of each ``cyclone_available``
+    notification, ``on_run_done(run_ids)`` the run ids of each ``cyclone_run_done`` one;
+    ``on_connected()`` is called each time LISTEN is (re)established, since whatever was
+    published while not listening is lost: callers re-check then. A dead connection (e.g.
+    ``pg_terminate_backend``) is replaced by itself after a backoff of 0.1 s doubling to 5 s;
+    the claim loop keeps polling meanwhile. Callbacks run on the listener's thread and must
+    be quick.
+
+    Counters: :attr:`received` (notifications seen, any schema), :attr:`connects`.
+    """
+
+    THREAD_NAME = "cyclone-listener"
+
+    def __init__(
+        self,
+        store: Store,
+        logger: Logger,
+        *,
+        on_available: Callable[[list[str]], None],
+        on_run_done: Callable[[list[str]], None],
+        on_connected: Callable[[], None],
+    ) -> None:
+        self._store = store
+        self._log = logger
+        self._on_available = on_available
+        self._on_run_done = on_run_done
+        self._on_connected = on_connected
+        self._stop = threading.Event()
+        self.ready = threading.Event()
+        """Set while the connection is LISTENing."""
+        self.backend_pid: int | None = None
+        """The Postgres backend pid of the LISTEN connection while connected."""
+        self.received = 0
+        self.connects = 0
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the listener thread; returns at once (see :attr:`ready`)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=self.THREAD_NAME, daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop listening and give the connection back to the pool (at most ``timeout``
+        seconds)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        backoff = _RECONNECT_MIN_S
+        pool = self._store.pool
+        while not self._stop.is_set():
+            try:
+                conn = pool.getconn(timeout=_RECONNECT_MAX_S)
+            except Exception as exc:
+                self._log.warning("listener: no connection (%s); polling meanwhile", exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, _RECONNECT_MAX_S)
+                continue
+            try:
+                conn.autocommit = True
+                self._store.listen(conn)
+                self.backend_pid = conn.info.backend_pid
+                self.connects += 1
+                self.ready.set()
+                backoff = _RECONNECT_MIN_S
+                self._on_connected()
+                while not self._stop.is_set():
+                    for note in conn.notifies(timeout=_LISTEN_POLL_S):
+                        self._dispatch(note.channel, note.payload)
+            except Exception as exc:
+                if not self._stop.is_set():
+                    self._log.warning(
+                        "listener connection lost (%s); reconnecting in %.1fs, polling meanwhile",
+                        exc,
+                        backoff,
+                    )
+            finally:
+                self.ready.clear()
+                self.backend_pid = None
+                self._release(conn)
+            if not self._stop.is_set():
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, _RECONNECT_MAX_S)
+
+    def _release(self, conn: Conn) -> None:
+        try:
+            if not conn.closed:
+                self._store.unlisten(conn)
+                conn.autocommit = False
+        except Exception:
+            pass  # a broken connection: the pool discards it
+        self._store.pool.putconn(conn)
+
+    def _dispatch(self, channel: str, payload: str) -> None:
+        self.received += 1
+        names = decode(channel, payload, self._store.schema)
+        if not names:
+            return
+        try:
+            if channel == CHANNEL_AVAILABLE:
+                self._on_available(names)
+            else:
+                self._on_run_done(names)
+        except Exception:
+            self._log.exception("listener: a wakeup callback failed")
+
+
+class WakeupTracking:
+    """The wakeups recorded per caller-owned connection between
+    :meth:`Client.track_wakeups <cyclone_flow.Client.track_wakeups>` and
+    :meth:`Client.publish_wakeups <cyclone_flow.Client.publish_wakeups>` (Engine Design:
+    "A caller-owned transaction sends no notification"). Connections are held weakly: a
+    connection closed and dropped without publishing takes its record with it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_conn: weakref.WeakKeyDictionary[Conn, Wakeups] = weakref.WeakKeyDictionary()
+
+    def track(self, conn: Conn) -> None:
+        """Start recording for ``conn`` (a no-op when it is already tracked)."""
+        with self._lock:
+            self._by_conn.setdefault(conn, Wakeups())
+
+    def record(self, conn: Conn, wakeups: Wakeups) -> bool:
+        """Add ``wakeups`` to ``conn``'s record; False when ``conn`` is not tracked."""
+        with self._lock:
+            recorded = self._by_conn.get(conn)
+            if recorded is None:
+                return False
+            recorded.merge(wakeups)
+            return True
+
+    def peek(self, conn: Conn) -> Wakeups | None:
+        """A copy of ``conn``'s record, or None when it is not tracked."""
+        with self._lock:
+            recorded = self._by_conn.get(conn)
+            if recorded is None:
+                return None
+            copy = Wakeups()
+            copy.merge(recorded)
+            return copy
+
+    def take(self, conn: Conn) -> Wakeups | None:
+        """Stop tracking ``conn`` and return its record (None when it was not tracked)."""
+        with self._lock:
+            return self._by_conn.pop(conn, None)
+
+
+class WakeupTracker:
+    """What :meth:`Client.track_wakeups <cyclone_flow.Client.track_wakeups>` returns: a
+    handle on one connection's recorded wakeups, usable as a context manager.
+
+    As a context manager, a clean exit publishes what was recorded (the caller's
+    transaction must have committed inside the block) and an exception discards it::
+
+        with client.track_wakeups(conn):
+            with conn.transaction():
+                client.submit_tx(conn, flow, {"order_id": 42})
+        # committed, then published here
+
+    Explicit calls work too: :meth:`publish` after the commit, :meth:`discard` after a
+    rollback.
+    """
+
+    def __init__(self, conn: Conn, tracking: WakeupTracking, publish: Callable[[Conn], None]):
+        self.conn = conn
+        self._tracking = tracking
+        self._publish = publish
+
+    @property
+    def wakeups(self) -> Wakeups:
+        """A copy of what has been recorded so far (empty once published or discarded)."""
+        return self._tracking.peek(self.conn) or Wakeups()
+
+    def publish(self) -> None:
+        """Publish the recorded wakeups now; see :meth:`Client.publish_wakeups
+        <cyclone_flow.Client.publish_wakeups>` (raises TransactionOpenError before the
+        commit)."""
+        self._publish(self.conn)
+
+    def discard(self) -> None:
+        """Stop tracking and forget the recorded wakeups (after a rollback)."""
+        self._tracking.take(self.conn)
+
+    def __enter__(self) -> WakeupTracker:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        if exc_type is None:
+            self.publish()
+        else:
+            self.discard()
