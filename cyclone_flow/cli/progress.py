@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from cyclone_flow.errors import WaitTimeoutError
 from cyclone_flow.states import StepState
 from cyclone_flow.store.store import RunStatus, StepStatus
 
@@ -90,10 +91,18 @@ def follow_run(
     return _follow_plain(client, run_id, console, interval)
 
 
+def _wait_a_little(client: Client, run_id: str, interval: float) -> RunStatus:
+    """The run's status once it is terminal or ``interval`` seconds passed."""
+    try:
+        return client.wait(run_id, timeout=interval)
+    except WaitTimeoutError:
+        return client.get_run(run_id)
+
+
 def _follow_plain(client: Client, run_id: str, console: Console, interval: float) -> RunStatus:
     lines = PlainLines()
     while True:
-        status = client.wait(run_id, timeout=interval)
+        status = _wait_a_little(client, run_id, interval)
         for line in lines.changes(client.list_steps(run_id)):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         if status.state.terminal:
@@ -111,7 +120,7 @@ def _follow_bar(client: Client, run_id: str, console: Console, interval: float) 
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(f"run {run_id[:8]}", total=None, detail="")
         while True:
-            status = client.wait(run_id, timeout=interval)
+            status = _wait_a_little(client, run_id, interval)
             counts = StepCounts.of(client.list_steps(run_id))
             detail = f"{counts.running} running"
             if counts.failed:
