@@ -10,12 +10,11 @@ A client that only submits starts no thread.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
-from collections.abc import Mapping
 from typing import Any, Unpack
 
-import jsonschema
 import psycopg
 from psycopg_pool import ConnectionPool
 
@@ -25,9 +24,9 @@ from cyclone_flow.errors import (
     InputValidationError,
     PayloadTooLargeError,
     RunStateError,
-    UnsupportedNodeTypeError,
 )
 from cyclone_flow.spec import load_flow
+from cyclone_flow.spec.inputs import validate_input
 from cyclone_flow.spec.model import JSON, Flow
 from cyclone_flow.store.migrate import check_schema_version
 from cyclone_flow.store.migrate import migrate as migrate_schema
@@ -47,6 +46,7 @@ from cyclone_flow.worker.imports import AllowList, HandlerResolver
 from cyclone_flow.worker.runtime import Worker
 
 FlowLike = Flow | str | os.PathLike[str]
+_SIGNAL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$")  # as in flow.schema.json
 
 
 class Client:
@@ -138,9 +138,10 @@ class Client:
         Raises FlowError (a bad flow file), InputValidationError, PayloadTooLargeError.
         """
         spec, input_json = self._prepare(flow, input)
+        wakeups = Wakeups()
         with self.pool.connection() as conn, conn.transaction():
-            run_id = self.store.insert_run(conn, spec, input_json)
-        self._publish(Wakeups(queues={n.queue for n in spec.nodes.values() if not n.needs}))
+            run_id = self._insert_run(conn, spec, input_json, wakeups)
+        self._publish(wakeups)
         return run_id
 
     def submit_tx(self, conn: psycopg.Connection[Any], flow: FlowLike, input: JSON = None) -> str:
@@ -150,23 +151,29 @@ class Client:
         spec, input_json = self._prepare(flow, input)
         if conn.autocommit:  # no caller transaction to join: be atomic on our own
             with conn.transaction():
-                return self.store.insert_run(conn, spec, input_json)
+                return self._insert_run(conn, spec, input_json, Wakeups())
         # Inside (or implicitly opening) the caller's transaction: the caller commits or
         # rolls back. (conn.transaction() here would commit an idle connection's work.)
-        return self.store.insert_run(conn, spec, input_json)
+        return self._insert_run(conn, spec, input_json, Wakeups())
+
+    def _insert_run(
+        self, conn: psycopg.Connection[Any], spec: Flow, input_json: str, wakeups: Wakeups
+    ) -> str:
+        """The run with this client's output limit and max_signal_wait copied onto it
+        (Client Options: Limits and Retention, WithMaxSignalWait)."""
+        max_wait = self.config.max_signal_wait
+        return self.store.insert_run(
+            conn,
+            spec,
+            input_json,
+            output_limit=self.config.payload_limits.output_bytes,
+            max_signal_wait_s=max_wait if max_wait > 0 else None,
+            wakeups=wakeups,
+        )
 
     def _prepare(self, flow: FlowLike, run_input: JSON) -> tuple[Flow, str]:
         spec = flow if isinstance(flow, Flow) else load_flow(flow)
-        for node in spec.nodes.values():
-            if node.type != "action":
-                raise UnsupportedNodeTypeError(spec.name, node.name, node.type)
-        if spec.input_schema is not None:
-            run_input = _apply_defaults(spec.input_schema, run_input)
-            validator = jsonschema.Draft202012Validator(spec.input_schema)
-            error = jsonschema.exceptions.best_match(validator.iter_errors(run_input))
-            if error is not None:
-                path = "/".join(str(p) for p in error.absolute_path)
-                raise InputValidationError(spec.name, error.message, path)
+        run_input = validate_input(spec.name, spec.input_schema, run_input)
         try:
             text = dumps(run_input)
         except (TypeError, ValueError) as exc:
@@ -237,11 +244,12 @@ class Client:
         """The run's state, input, output and error; raises RunNotFoundError."""
         return self.store.get_run(parse_run_id(run_id))
 
-    def list_steps(self, run_id: str) -> list[StepStatus]:
-        """Every step of the run; raises RunNotFoundError for an unknown run."""
+    def list_steps(self, run_id: str, *, items: bool = True) -> list[StepStatus]:
+        """Every step of the run (fan-out item steps only when ``items``); raises
+        RunNotFoundError for an unknown run."""
         rid = parse_run_id(run_id)
         self.store.get_run(rid)
-        return self.store.list_steps(rid)
+        return self.store.list_steps(rid, items=items)
 
     def list_runs(
         self, *, flow: str | None = None, state: str | None = None, limit: int = 50
@@ -250,14 +258,17 @@ class Client:
         return self.store.list_runs(flow=flow, state=state, limit=limit)
 
     def cancel(self, run_id: str, reason: str = "cancelled by operator") -> bool:
-        """Cancel a running run and every non-terminal step, in one transaction under the
-        run lock; handlers still running learn it on their next heartbeat and their late
-        completions are ignored. Returns False when the run was already terminal (a
-        racing completion won: exactly one wins). Raises RunNotFoundError."""
+        """Cancel a running run and every non-terminal step, with the whole trees of its
+        running child runs, in one transaction under the run lock; handlers still running
+        learn it on their next heartbeat and their late completions are ignored. A
+        cancelled child run discards its parent's node (kind ``child_failed``). Returns
+        False when the run was already terminal (a racing completion won: exactly one
+        wins). Raises RunNotFoundError."""
         rid = parse_run_id(run_id)
-        done, cancelled = self.store.cancel_run(rid, reason)
+        wakeups = Wakeups(runs_done={rid})
+        done, cancelled = self.store.cancel_run(rid, reason, wakeups)
         if done:
-            self._publish(Wakeups(runs_done={rid}))
+            self._publish(wakeups)
             for node in cancelled:
                 call_hook(
                     self.config.logger,
@@ -285,6 +296,52 @@ class Client:
                 continue  # retried or cancelled meanwhile by someone else
             retried.append(rid)
         return retried
+
+    def signal(self, run_id: str, name: str, payload: JSON = None) -> str | None:
+        """Send signal ``name`` with ``payload`` (any JSON value; it becomes the output of
+        the wait_signal node that consumes it) to run ``run_id``.
+
+        A wait_signal node of the run waiting for ``name`` consumes it at once and the run
+        advances in the same transaction; a signal sent before the node waits is kept and
+        consumed when the node starts waiting. One signal is consumed by one node. Returns
+        the node that consumed it, or None when it was kept.
+
+        Raises
+        ------
+        PayloadTooLargeError
+            The encoded payload is over ``payload_limits.signal_bytes`` (before any write).
+        InputValidationError
+            ``name`` is not a signal name, or ``payload`` is not JSON.
+        RunNotFoundError
+            No such run.
+        RunStateError
+            The run is finished.
+        SignalRejectedError
+            No wait_signal node of the run waits (or will wait) for ``name``, or each one
+            that does has a signal kept already.
+        """
+        rid = parse_run_id(run_id)
+        if not isinstance(name, str) or not _SIGNAL_NAME.match(name):
+            raise InputValidationError(
+                "signal",
+                f"invalid signal name {name!r}: letters, digits, '_', '.', ':', '-' "
+                "(at most 128, not starting with '.', ':' or '-')",
+            )
+        try:
+            text = dumps(payload)
+        except (TypeError, ValueError) as exc:
+            raise InputValidationError("signal", f"payload is not JSON: {exc}") from None
+        if contains_nul(payload):
+            raise InputValidationError(
+                "signal", "payload contains a NUL character (U+0000), which Postgres cannot store"
+            )
+        size = len(text.encode("utf-8"))
+        if size > self.config.payload_limits.signal_bytes:
+            raise PayloadTooLargeError("signal", size, self.config.payload_limits.signal_bytes)
+        wakeups = Wakeups()
+        node = self.store.deliver_signal(rid, name, text, wakeups)
+        self._publish(wakeups)
+        return node
 
     def wait(self, run_id: str, timeout: float | None = None) -> RunStatus:
         """Block until the run is terminal or ``timeout`` seconds pass; return its status
@@ -346,20 +403,3 @@ def migrate(database: str, /, *, schema: str = "public") -> list[int]:
     psycopg.OperationalError when the database cannot be reached."""
     with psycopg.connect(database, connect_timeout=10) as conn:
         return migrate_schema(conn, schema)
-
-
-def _apply_defaults(schema: Mapping[str, Any], value: JSON) -> JSON:
-    """Fill top-level ``properties.*.default`` of an object input schema (None input
-    counts as ``{}`` when the schema is an object schema)."""
-    props = schema.get("properties")
-    if schema.get("type") != "object" or not isinstance(props, Mapping):
-        return value
-    if value is None:
-        value = {}
-    if not isinstance(value, dict):
-        return value
-    filled = dict(value)
-    for key, sub in props.items():
-        if key not in filled and isinstance(sub, Mapping) and "default" in sub:
-            filled[key] = sub["default"]
-    return filled

@@ -135,15 +135,14 @@ class StepTimeoutError(CycloneError):
         super().__init__(f"step {node} of run {run_id} timed out")
 
 
-class UnsupportedNodeTypeError(CycloneError):
-    """A node type the schema reserves but this version cannot run yet; nothing was
-    written."""
+class SignalRejectedError(CycloneError):
+    """A signal that no node of the run can consume: no ``wait_signal`` node of the run
+    waits (or will wait) for ``name``, or every such node has a signal kept already.
+    Nothing was written. (An unknown run raises :class:`RunNotFoundError`, a finished one
+    :class:`RunStateError`.)"""
 
-    def __init__(self, flow: str, node: str, node_type: str) -> None:
-        self.flow = flow
-        self.node = node
-        self.node_type = node_type
-        super().__init__(
-            f"flow {flow!r}: node {node!r} has type {node_type!r}, which this version of "
-            "cyclone-flow reserves but cannot run yet; use type: action"
-        )
+    def __init__(self, run_id: str, name: str, reason: str) -> None:
+        self.run_id = run_id
+        self.name = name
+        self.reason = reason
+        super().__init__(f"signal {name!r} for run {run_id} rejected: {reason}")

@@ -130,7 +130,9 @@ def check_children(
             chain = " -> ".join(_show(k) for k in loop)
             out.append(
                 doc.problem(
-                    pos, "E031", f"node {name!r}: child flows include each other recursively: {chain}"
+                    pos,
+                    "E031",
+                    f"node {name!r}: child flows include each other recursively: {chain}",
                 )
             )
             continue

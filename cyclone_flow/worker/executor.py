@@ -91,8 +91,11 @@ class Executor:
         return json.loads(text or "null")
 
     def resolve_input(self, step: ClaimedStep) -> JSON:
-        """Render the node's input template; no template means the run input."""
+        """Render the node's input template; no template means the run input (for a
+        fan-out item: its list element, which ``${{ item }}`` names in a template)."""
         if step.input is None:
+            if step.parent_node is not None:
+                return step.item
             return self.run_input(step.run_id)
         needs_run = any(ref.kind == "run" for ref in references(step.input))
         run_input = self.run_input(step.run_id) if needs_run else None
@@ -103,7 +106,7 @@ class Executor:
             except KeyError as exc:
                 raise TemplateError(str(exc.args[0])) from None
 
-        return render(step.input, run_input, upstream)
+        return render(step.input, run_input, upstream, step.item)
 
     # -- one step ------------------------------------------------------------------------
 
@@ -127,6 +130,7 @@ class Executor:
                     open_tx=tx.open,
                     upstream=lambda name: self.upstream_output(step.run_id, name),
                     cancel_event=cancel_event,
+                    item_index=step.item_index,
                 )
                 try:
                     output = self._call(handler, ctx, handler_input)
@@ -147,7 +151,7 @@ class Executor:
             tx.rollback()
 
     def _prepare(self, step: ClaimedStep) -> tuple[Callable[..., Any], JSON]:
-        if step.type != "action" or not step.call:  # submit refuses these already
+        if step.type not in ("action", "fan_out_item") or not step.call:  # never claimable
             raise StepFailure(
                 ErrorKind.IMPORT_ERROR,
                 f"node type {step.type!r} cannot run in this version",

@@ -1,6 +1,7 @@
 """A started client's threads: worker threads that run handlers, one claim loop, one
 heartbeat loop that renews every lease of this client each ``lease_ttl / 3``, one
-maintenance loop (recovery sweep), and one LISTEN connection.
+maintenance loop (recovery sweep, wait scanner, deadline scanner), and one LISTEN
+connection.
 
 Claiming follows Engine Design: The Claiming Algorithm; the claim loop polls within
 ``poll_interval = (min, max)`` and wakes at once on a ``cyclone_available`` notification
@@ -28,6 +29,7 @@ from cyclone_flow.store.store import (
 )
 from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled
 from cyclone_flow.worker.executor import Executor
+from cyclone_flow.worker.scanners import DeadlineScanner, WaitScanner
 
 SWEEP_BATCH = 500
 
@@ -63,6 +65,8 @@ class Worker:
         self._tasks: queue.Queue[ClaimedStep | None] = queue.Queue()
         self._idle = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
+        self.wait_scanner = WaitScanner(store, config, publish)
+        self.deadline_scanner = DeadlineScanner(store, config, publish)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -212,6 +216,11 @@ class Worker:
                 self.sweep_once()
             except Exception:
                 self.log.exception("recovery sweep failed")
+            for scanner in (self.wait_scanner, self.deadline_scanner):
+                try:
+                    scanner.run_once()
+                except Exception:
+                    self.log.exception("%s failed", type(scanner).__name__)
 
     def sweep_once(self) -> dict[str, int]:
         """One pass of the recovery sweep; returns counts per action (Engine Design: Leases

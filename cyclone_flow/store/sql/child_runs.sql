@@ -73,3 +73,24 @@ SET state = 'failed', finished_at = statement_timestamp(), error_kind = 'deadlin
 WHERE id = %(run_id)s AND state = 'running' AND deadline_at IS NOT NULL
   AND deadline_at <= now()
 RETURNING id, parent_run_id, parent_node, error
+
+-- name: step_complete_from_child
+-- A child run completed, in its completion transaction: the child node waiting for it ->
+-- completed with the child run's output, or -> discarded with payload_too_large when that
+-- output is over the output limit of the client that submitted the run.
+UPDATE {schema}.cyclone_steps p
+SET state = CASE WHEN c.size <= coalesce(pr.output_limit, 2147483647)
+                 THEN 'completed' ELSE 'discarded' END,
+    output = CASE WHEN c.size <= coalesce(pr.output_limit, 2147483647) THEN c.output END,
+    error = CASE WHEN c.size <= coalesce(pr.output_limit, 2147483647) THEN NULL
+                 ELSE format('output of child run %%s is %%s bytes, over the limit of %%s bytes',
+                             c.id, c.size, pr.output_limit) END,
+    error_kind = CASE WHEN c.size <= coalesce(pr.output_limit, 2147483647)
+                      THEN NULL ELSE 'payload_too_large' END,
+    finished_at = statement_timestamp()
+FROM (SELECT id, output, octet_length(output::text) AS size FROM {schema}.cyclone_runs
+      WHERE id = %(child_run_id)s) c,
+     {schema}.cyclone_runs pr
+WHERE p.run_id = %(run_id)s AND p.node = %(node)s AND p.state = 'waiting'
+  AND p.child_run_id = %(child_run_id)s AND pr.id = p.run_id
+RETURNING p.state, p.error

@@ -5,7 +5,7 @@
 
 -- name: step_node_info
 -- What the engine needs to start a released fan_out, child or wait_signal node.
-SELECT s.type, s.input, s.over, s.signal, s.child_workflow_id,
+SELECT s.type, s.queue, s.input, s.over, s.signal, s.child_workflow_id,
        w.definition->'input_schema' AS child_input_schema
 FROM {schema}.cyclone_steps s
 LEFT JOIN {schema}.cyclone_workflows w ON w.id = s.child_workflow_id
@@ -86,11 +86,36 @@ WHERE s.id IN (
 RETURNING s.queue
 
 -- name: fan_out_item_done
--- Count one more completed item on its waiting fan-out node.
-UPDATE {schema}.cyclone_steps
-SET items_done = items_done + 1
-WHERE run_id = %(run_id)s AND node = %(node)s AND state = 'waiting'
-RETURNING items_done, items_total
+-- An item of a waiting fan-out node completed: count it on the node and, unless it was the
+-- last one, release the next pending items up to max_parallel (as fan_out_release_items),
+-- in one statement. Returns the node's done and total counts and the queue of the items
+-- released (NULL: none).
+WITH parent AS (
+    UPDATE {schema}.cyclone_steps
+    SET items_done = items_done + 1
+    WHERE run_id = %(run_id)s AND node = %(node)s AND state = 'waiting'
+    RETURNING run_id, node, items_done, items_total, max_parallel, queue
+), released AS (
+    UPDATE {schema}.cyclone_steps s
+    SET state = 'available', scheduled_at = statement_timestamp()
+    WHERE s.id IN (
+            SELECT i.id FROM {schema}.cyclone_steps i
+            WHERE i.run_id = %(run_id)s AND i.parent_node = %(node)s AND i.state = 'pending'
+            ORDER BY i.item_index
+            LIMIT coalesce((
+                SELECT CASE WHEN p.items_done >= p.items_total THEN 0
+                            WHEN p.max_parallel IS NULL THEN 2147483647
+                            ELSE greatest(0, p.max_parallel - (
+                                SELECT count(*) FROM {schema}.cyclone_steps a
+                                WHERE a.run_id = %(run_id)s AND a.parent_node = %(node)s
+                                  AND a.state IN ('available', 'running'))) END
+                FROM parent p), 0))
+      AND s.state = 'pending'
+    RETURNING s.id
+)
+SELECT p.items_done, p.items_total,
+       CASE WHEN EXISTS (SELECT 1 FROM released) THEN p.queue END
+FROM parent p
 
 -- name: fan_out_complete
 -- waiting -> completed with the item outputs in item order (jsonb_agg), or -> discarded

@@ -90,3 +90,10 @@ SELECT id FROM {schema}.cyclone_runs
 WHERE state = 'failed' AND (%(flow)s::text IS NULL OR flow_name = %(flow)s)
   AND parent_run_id IS NULL
 ORDER BY created_at, id
+
+-- name: run_definition_get
+-- The flow definition (the flow file as JSON) a run was submitted with (graph --run).
+SELECT w.definition
+FROM {schema}.cyclone_runs r
+JOIN {schema}.cyclone_workflows w ON w.id = r.workflow_id
+WHERE r.id = %(run_id)s

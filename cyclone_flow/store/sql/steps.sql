@@ -119,10 +119,11 @@ SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
 FROM (
     SELECT id,
            attempt < max_attempts AND NOT %(permanent)s::boolean AS retry,
-           -- jitter first, then the cap: attempt 10,000 still waits exactly max_s
+           -- jitter first, then the cap: attempt 10,000 still waits exactly max_s; a zero
+           -- initial or max (allowed: 0s) is taken as 1ns inside the logarithm
            least(coalesce((backoff->>'max_s')::float8, 300),
-                 exp(least(ln(coalesce((backoff->>'max_s')::float8, 300)
-                              / coalesce((backoff->>'initial_s')::float8, 1)),
+                 exp(least(ln(greatest(coalesce((backoff->>'max_s')::float8, 300), 1e-9)
+                              / greatest(coalesce((backoff->>'initial_s')::float8, 1), 1e-9)),
                            (attempt - 1) * ln(coalesce((backoff->>'multiplier')::float8, 2))))
                    * coalesce((backoff->>'initial_s')::float8, 1)
                    * (1 + coalesce((backoff->>'jitter')::float8, 0.1) * (2 * random() - 1))) AS delay_s

@@ -11,7 +11,8 @@ RETURNING node
 
 -- name: step_discard_waiting
 -- waiting -> discarded with an error (a bad fan-out list, a failed child or item, an
--- expired wait); the error joins the step's error history.
+-- expired wait); the error joins the step's error history. With %(child_run_id)s set,
+-- only while the node still waits for that child run.
 UPDATE {schema}.cyclone_steps
 SET state = 'discarded', finished_at = statement_timestamp(), error = %(error)s,
     error_kind = %(error_kind)s,
@@ -19,6 +20,7 @@ SET state = 'discarded', finished_at = statement_timestamp(), error = %(error)s,
         'attempt', attempt, 'error', %(error)s::text, 'error_kind', %(error_kind)s::text,
         'traceback', NULL, 'at', statement_timestamp()))
 WHERE run_id = %(run_id)s AND node = %(node)s AND state = 'waiting'
+  AND (%(child_run_id)s::uuid IS NULL OR child_run_id = %(child_run_id)s::uuid)
 RETURNING node, child_run_id
 
 -- name: step_start_wait
