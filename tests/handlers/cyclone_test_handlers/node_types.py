@@ -45,3 +45,13 @@ def fail_first_time_on(ctx: Any, input: Any) -> Any:
         _failed_once.add(key)
         raise PermanentError(f"item {input['value']} is bad this time")
     return input["value"]
+
+
+def child_step(ctx: Any, input: Any) -> Any:
+    """The last step of the test child flow: ``mode`` ok returns the input, fail raises
+    PermanentError, hang runs until cancelled."""
+    if input["mode"] == "fail":
+        raise PermanentError("the child failed on purpose")
+    if input["mode"] == "hang":
+        ctx.wait_cancelled(30)
+    return input
