@@ -21,8 +21,10 @@ from psycopg_pool import ConnectionPool
 from cyclone_flow.config import ClientConfig, ClientOptions, build_config
 from cyclone_flow.errors import (
     ConfigError,
+    FlowError,
     InputValidationError,
     PayloadTooLargeError,
+    Problem,
     RunStateError,
 )
 from cyclone_flow.spec import load_flow
@@ -40,7 +42,7 @@ from cyclone_flow.store.store import (
     parse_run_id,
 )
 from cyclone_flow.worker.cache import OutputCache
-from cyclone_flow.worker.events import StepEvent, call_hook
+from cyclone_flow.worker.events import StepEvent, call_hook, emit_engine_events
 from cyclone_flow.worker.executor import Executor
 from cyclone_flow.worker.imports import AllowList, HandlerResolver
 from cyclone_flow.worker.runtime import Worker
@@ -173,6 +175,22 @@ class Client:
 
     def _prepare(self, flow: FlowLike, run_input: JSON) -> tuple[Flow, str]:
         spec = flow if isinstance(flow, Flow) else load_flow(flow)
+        for part in spec.tree():
+            for node in part.nodes.values():
+                if node.type == "child" and node.name not in part.children:
+                    raise FlowError(
+                        [
+                            Problem(
+                                part.path or "<string>",
+                                1,
+                                1,
+                                "E030",
+                                f"node {node.name!r}: its child flow is not loaded (build "
+                                "flows with load_flow or load_flow_text, which load child "
+                                "flows)",
+                            )
+                        ]
+                    )
         run_input = validate_input(spec.name, spec.input_schema, run_input)
         try:
             text = dumps(run_input)
@@ -250,6 +268,11 @@ class Client:
         rid = parse_run_id(run_id)
         self.store.get_run(rid)
         return self.store.list_steps(rid, items=items)
+
+    def item_progress(self, run_id: str) -> dict[str, dict[str, int]]:
+        """Item counts of each started fan-out node of the run: node -> step state ->
+        count (e.g. ``{"ship_each": {"completed": 40, "running": 8, "pending": 52}}``)."""
+        return self.store.fan_out_progress(parse_run_id(run_id))
 
     def list_runs(
         self, *, flow: str | None = None, state: str | None = None, limit: int = 50
@@ -338,9 +361,9 @@ class Client:
         size = len(text.encode("utf-8"))
         if size > self.config.payload_limits.signal_bytes:
             raise PayloadTooLargeError("signal", size, self.config.payload_limits.signal_bytes)
-        wakeups = Wakeups()
-        node = self.store.deliver_signal(rid, name, text, wakeups)
-        self._publish(wakeups)
+        node, acc = self.store.deliver_signal(rid, name, text)
+        self._publish(acc.wakeups)
+        emit_engine_events(self.config.logger, self.config.on_step_event, acc.events)
         return node
 
     def wait(self, run_id: str, timeout: float | None = None) -> RunStatus:

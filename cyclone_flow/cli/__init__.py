@@ -15,6 +15,7 @@ from cyclone_flow.cli.engine_cmds import (
     worker_cmd,
 )
 from cyclone_flow.cli.lint_cmds import graph, lint
+from cyclone_flow.cli.node_cmds import signal_cmd
 
 
 @click.group()
@@ -33,5 +34,6 @@ for _command in (
     runs_cmd,
     cancel_cmd,
     retry_cmd,
+    signal_cmd,
 ):
     main.add_command(_command)

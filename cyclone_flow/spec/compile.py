@@ -62,7 +62,8 @@ def build_flow(
 ) -> Flow:
     """Return the :class:`Flow` of a valid ``document`` (plain JSON data).
 
-    ``children`` maps each ``type: child`` node to its loaded flow. The digest covers the
+    ``children`` maps each ``type: child`` node to its loaded flow (a flow without them can
+    be shown and inspected, not submitted). The digest covers the
     document and, when there are child flows, their digests: a changed child file makes
     a new definition of the parent too.
 
@@ -89,9 +90,6 @@ def build_flow(
             options={k: spec[k] for k in OPTION_KEYS if k in spec},
         )
     children = dict(children or {})
-    missing = [n.name for n in nodes.values() if n.type == "child" and n.name not in children]
-    if missing:
-        raise ValueError(f"child node(s) {', '.join(missing)} without a loaded child flow")
     digest = document_digest(document)
     if children:
         digest = document_digest(

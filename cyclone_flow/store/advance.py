@@ -68,11 +68,14 @@ node with error_kind ``fan_out_too_large``."""
 class Advance:
     """What one transaction did to runs: ``wakeups`` to publish after the commit,
     ``finished`` runs (run id -> new terminal state), ``cancelled`` steps as
-    ``(run_id, node)``."""
+    ``(run_id, node)``, ``events`` of nodes the engine decided."""
 
     wakeups: Any  # store.Wakeups (kept untyped here to avoid an import cycle)
     finished: dict[str, RunState] = field(default_factory=dict)
     cancelled: list[tuple[str, str]] = field(default_factory=list)
+    events: list[tuple[str, str, str, str | None, str | None]] = field(default_factory=list)
+    """Nodes the engine completed or discarded (fan-out, child and wait_signal nodes):
+    ``(kind, run_id, node, error, error_kind)``, kind ``completed`` or ``discarded``."""
 
     def cancelled_in(self, run_id: str) -> tuple[str, ...]:
         """The nodes of ``run_id`` this transaction cancelled."""
@@ -82,9 +85,15 @@ class Advance:
 def flow_plan(flow: Flow, child_ids: dict[str, int]) -> dict[str, Any]:
     """The compiled rows of ``flow`` stored in ``cyclone_workflows.plan``: what
     ``step_insert_plan`` and ``dep_insert_plan`` insert for each run of it.
-    ``child_ids`` maps each child node to the id of its stored child definition."""
+    ``child_ids`` maps each child node to the id of its stored child definition; raises
+    ValueError when a child node has none."""
     nodes = []
     for n in flow.nodes.values():
+        if n.type == "child" and n.name not in child_ids:
+            raise ValueError(
+                f"flow {flow.name!r}: child node {n.name!r} has no loaded child flow "
+                "(load flows from files with load_flow, which loads child flows too)"
+            )
         max_wait = n.options.get("max_wait")
         nodes.append(
             {
@@ -131,18 +140,22 @@ class RunAdvance:
 
     # -- signals (Client.signal) ---------------------------------------------------------
 
-    def deliver_signal(self, run_id: str, name: str, payload_json: str, wakeups: Any) -> str | None:
+    def deliver_signal(
+        self, run_id: str, name: str, payload_json: str
+    ) -> tuple[str | None, Advance]:
         """Keep signal ``name`` with ``payload_json`` for run ``run_id`` and, when a
         wait_signal node of the run waits for it, consume it at once: the node completes
         with the payload and the run advances, in one transaction under the run lock.
-        Returns the node that consumed it (None: kept until a node starts waiting for it);
-        the wakeups to publish go to ``wakeups``.
+        Returns the node that consumed it (None: kept until a node starts waiting for it)
+        and the transaction's effects (wakeups to publish, events).
 
         Raises RunNotFoundError (no such run), RunStateError (the run is finished),
         SignalRejectedError (no node of the run awaits ``name``, or every such node has a
         signal kept already); nothing is written then.
         """
-        acc = Advance(wakeups)
+        from cyclone_flow.store.store import Wakeups
+
+        acc = Advance(Wakeups())
         with self.pool.connection() as conn, conn.transaction():
             state = self.lock_run(conn, run_id)
             if state is None:
@@ -167,9 +180,10 @@ class RunAdvance:
             row = conn.execute(
                 self.q["step_find_signal_waiter"], {"run_id": run_id, "name": name}
             ).fetchone()
+            consumed = None
             if row is not None and self._consume_signal(conn, run_id, row[0], name, acc):
-                return str(row[0])
-        return None
+                consumed = str(row[0])
+        return consumed, acc
 
     # -- wait scanner --------------------------------------------------------------------
 
@@ -346,8 +360,20 @@ class RunAdvance:
         ).fetchone()
         if row is None:
             return False
-        self._resolve_discard(conn, run_id, node, error, acc)
+        self._engine_discarded(conn, run_id, node, error, str(kind), acc)
         return True
+
+    def _engine_completed(self, conn: Conn, run_id: str, node: str, acc: Advance) -> None:
+        """A node the engine completed (not a worker): note the event, advance the run."""
+        acc.events.append(("completed", run_id, node, None, None))
+        self._node_completed(conn, run_id, node, acc)
+
+    def _engine_discarded(
+        self, conn: Conn, run_id: str, node: str, error: str, kind: str, acc: Advance
+    ) -> None:
+        """A node the engine discarded: note the event, apply the dependents' policy."""
+        acc.events.append(("discarded", run_id, node, error, kind))
+        self._resolve_discard(conn, run_id, node, error, acc)
 
     # -- fan-out -------------------------------------------------------------------------
 
@@ -421,9 +447,11 @@ class RunAdvance:
         if row is None:
             return
         if row[0] == StepState.COMPLETED:
-            self._node_completed(conn, run_id, node, acc)
+            self._engine_completed(conn, run_id, node, acc)
         else:
-            self._resolve_discard(conn, run_id, node, row[1], acc)
+            self._engine_discarded(
+                conn, run_id, node, row[1], str(ErrorKind.PAYLOAD_TOO_LARGE), acc
+            )
 
     def _item_completed(self, conn: Conn, run_id: str, parent: str, acc: Advance) -> None:
         """An item of ``parent`` completed: count it and release the next pending item
@@ -462,7 +490,7 @@ class RunAdvance:
             {"run_id": run_id, "node": parent, "error": f"fan-out node {parent} was discarded"},
         ).fetchall()
         acc.cancelled.extend((run_id, r[0]) for r in cancelled)
-        self._resolve_discard(conn, run_id, parent, message, acc)
+        self._engine_discarded(conn, run_id, parent, message, str(ErrorKind.ITEM_FAILED), acc)
 
     # -- child runs ----------------------------------------------------------------------
 
@@ -510,9 +538,11 @@ class RunAdvance:
         if row is None:
             return  # the node stopped waiting for this child (timeout, cancel, retry)
         if row[0] == StepState.COMPLETED:
-            self._node_completed(conn, run_id, node, acc)
+            self._engine_completed(conn, run_id, node, acc)
         else:
-            self._resolve_discard(conn, run_id, node, row[1], acc)
+            self._engine_discarded(
+                conn, run_id, node, row[1], str(ErrorKind.PAYLOAD_TOO_LARGE), acc
+            )
 
     def _run_ended(
         self,
@@ -619,7 +649,7 @@ class RunAdvance:
             self.q["step_complete_waiting"], {"run_id": run_id, "node": node, "output": row[0]}
         ).fetchone()
         if done is not None:
-            self._node_completed(conn, run_id, node, acc)
+            self._engine_completed(conn, run_id, node, acc)
         return True
 
 

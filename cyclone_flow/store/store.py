@@ -105,6 +105,7 @@ class Outcome:
     run_state: RunState | None
     wakeups: Wakeups
     cancelled: tuple[str, ...] = ()
+    engine_events: tuple[tuple[str, str, str, str | None, str | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -372,6 +373,7 @@ class Store(RunAdvance):
             acc.finished.get(step.run_id),
             acc.wakeups,
             acc.cancelled_in(step.run_id),
+            tuple(acc.events),
         )
 
     def fail_step(
@@ -419,7 +421,9 @@ class Store(RunAdvance):
             self._item_discarded(conn, run_id, node, parent, error, acc)
         else:
             self._resolve_discard(conn, run_id, node, error, acc)
-        return Outcome(state, acc.finished.get(run_id), wakeups, acc.cancelled_in(run_id))
+        return Outcome(
+            state, acc.finished.get(run_id), wakeups, acc.cancelled_in(run_id), tuple(acc.events)
+        )
 
     # -- operator actions ----------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from cyclone_flow.states import ErrorKind, RunState, StepState
 from cyclone_flow.store.store import ClaimedStep, Outcome, Store, Wakeups, contains_nul, dumps
 from cyclone_flow.worker.cache import OutputCache
 from cyclone_flow.worker.context import Context
-from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled
+from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled, emit_engine_events
 from cyclone_flow.worker.imports import HandlerImportError, HandlerResolver
 
 Conn = psycopg.Connection[Any]
@@ -271,6 +271,7 @@ class Executor:
         )
         call_hook(self.log, self.config.on_step_event, event)
         emit_cancelled(self.log, self.config.on_step_event, step.run_id, outcome.cancelled)
+        emit_engine_events(self.log, self.config.on_step_event, outcome.engine_events)
         if outcome.run_state is not None:
             level = self.log.info if outcome.run_state is RunState.COMPLETED else self.log.warning
             level("run %s %s", step.run_id, outcome.run_state)

@@ -19,13 +19,19 @@ from cyclone_flow.errors import StepTimeoutError
 from cyclone_flow.states import ErrorKind
 from cyclone_flow.store.advance import Advance
 from cyclone_flow.store.store import Store, Wakeups
-from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled
+from cyclone_flow.worker.events import (
+    StepEvent,
+    call_hook,
+    emit_cancelled,
+    emit_engine_events,
+)
 
 SCAN_BATCH = 500
 """Rows each scanner looks at per pass."""
 
 
 def _report(config: ClientConfig, acc: Advance) -> None:
+    emit_engine_events(config.logger, config.on_step_event, acc.events)
     for run_id in sorted({rid for rid, _ in acc.cancelled}):
         emit_cancelled(config.logger, config.on_step_event, run_id, acc.cancelled_in(run_id))
 

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from cyclone_test_handlers.harness import wait_until
 
 from cyclone_flow import MAX_FAN_OUT_ITEMS, Client, PayloadLimits
 from cyclone_flow.spec import load_flow_text
