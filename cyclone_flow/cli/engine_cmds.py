@@ -290,11 +290,12 @@ def run_cmd(
                 err=True,
             )
             sys.exit(130)
-        steps = client.list_steps(run_id) if as_json else None
+        steps = client.list_steps(run_id, items=False) if as_json else None
+        progress = client.item_progress(run_id) if as_json else None
     finally:
         client.shutdown()
     if as_json:
-        echo_json(_run_dict(status, steps))
+        echo_json(_run_dict(status, steps, progress))
     else:
         if status.state == "completed":
             echo_json(status.output)

@@ -5,6 +5,7 @@ wait_signal nodes."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -67,21 +68,41 @@ def step_fields(step: StepStatus, progress: dict[str, dict[str, int]]) -> dict[s
 @click.argument("run_id")
 @click.argument("name")
 @click.option("--payload", default=None, help="The signal's payload as JSON (default null).")
+@click.option(
+    "--payload-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Read the payload (JSON) from a file.",
+)
 @database_options
 @handle_errors
 def signal_cmd(
-    run_id: str, name: str, payload: str | None, database_url: str | None, schema: str
+    run_id: str,
+    name: str,
+    payload: str | None,
+    payload_file: str | None,
+    database_url: str | None,
+    schema: str,
 ) -> None:
     """Send signal NAME to run RUN_ID: a wait_signal node of the run waiting for NAME
     completes with the payload as its output (a signal sent before the node waits is kept
     until it does). Exit 1 for an unknown or finished run, a signal no node awaits, or a
-    payload over the signal size limit (256 KiB)."""
-    value: Any = None
-    if payload is not None:
+    payload over the signal size limit (256 KiB); exit 2 for a payload that is not JSON."""
+    if payload is not None and payload_file is not None:
+        raise click.UsageError("give --payload or --payload-file, not both")
+    text, source = payload, "--payload"
+    if payload_file is not None:
         try:
-            value = json.loads(payload)
+            text = Path(payload_file).read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--payload-file") from None
+        source = "--payload-file"
+    value: Any = None
+    if text is not None:
+        try:
+            value = json.loads(text)
         except ValueError as exc:
-            raise click.BadParameter(f"not valid JSON: {exc}", param_hint="--payload") from None
+            raise click.BadParameter(f"not valid JSON: {exc}", param_hint=source) from None
     setup_logging()
     url = resolve_database(database_url)
     with Client(url, schema=schema) as client:
