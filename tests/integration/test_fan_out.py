@@ -51,7 +51,8 @@ def _items(db: psycopg.Connection[Any], run_id: str, node: str) -> dict[str, int
 
 
 def test_small_fan_out_passes_items_in_order_and_runs_dependents(make_client, db) -> None:
-    client = make_client(workers=3)
+    events: list[Any] = []
+    client = make_client(workers=3, on_step_event=events.append)
     run_id = client.submit(SQUARES, {"n": 7})
     client.start()
     status = client.wait(run_id, timeout=20)
@@ -64,6 +65,9 @@ def test_small_fan_out_passes_items_in_order_and_runs_dependents(make_client, db
     assert steps["each[3]"].parent_node == "each" and steps["each[3]"].item_index == 3
     assert steps["each[3]"].type == "fan_out_item"
     assert _items(db, run_id, "each") == {"completed": 7}
+    # the engine's completion of the fan-out node is an event too
+    completed = [e.node for e in events if e.kind == "completed"]
+    assert completed.count("each") == 1 and completed.index("each") > completed.index("each[6]")
     # items never count as leaves of the run, and status can hide them
     assert [s.node for s in client.list_steps(run_id, items=False)] == ["make", "each", "total"]
 
