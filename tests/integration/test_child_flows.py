@@ -5,6 +5,7 @@ the node; its output becomes the node's output; failure, cancellation and max_wa
 from __future__ import annotations
 
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,27 @@ def test_a_failed_child_discards_the_node_and_fails_the_parent(make_client, db, 
     assert child_state == "failed"
     with pytest.raises(RunStateError, match="child run of run"):
         client.retry(child_id)
+
+
+def test_retry_of_the_parent_starts_a_new_child_run(make_client, db, tmp_path) -> None:
+    client = make_client(workers=2)
+    client.start()
+    mode = f"fail_once_{uuid.uuid4().hex}"
+    run_id = client.submit(load_flow(_write(tmp_path)), {"a": 1, "mode": mode})
+    assert client.wait(run_id, timeout=20).state == "failed"
+    first_child = _child_run(db, run_id)[0]
+    assert set(client.retry(run_id)) == {"sub", "after"}
+    status = client.wait(run_id, timeout=20)
+    assert status.state == "completed", client.list_steps(run_id)
+    assert status.output == {"after": {"got": {"maybe": {"sum": 4, "mode": mode}}}}
+    children = db.execute(
+        "SELECT id::text, state FROM cyclone_runs WHERE parent_run_id = %s ORDER BY created_at",
+        (run_id,),
+    ).fetchall()
+    assert children[0] == (first_child, "failed")
+    assert len(children) == 2 and children[1][1] == "completed"
+    sub = next(s for s in client.list_steps(run_id) if s.node == "sub")
+    assert sub.child_run_id == children[1][0]
 
 
 def test_child_input_must_match_the_child_input_schema(make_client, tmp_path) -> None:

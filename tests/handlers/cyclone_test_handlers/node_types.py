@@ -49,9 +49,13 @@ def fail_first_time_on(ctx: Any, input: Any) -> Any:
 
 def child_step(ctx: Any, input: Any) -> Any:
     """The last step of the test child flow: ``mode`` ok returns the input, fail raises
-    PermanentError, hang runs until cancelled."""
+    PermanentError (``fail_once...``: only the first time that exact mode is seen), hang
+    runs until cancelled."""
     if input["mode"] == "fail":
         raise PermanentError("the child failed on purpose")
+    if input["mode"].startswith("fail_once") and input["mode"] not in _failed_once:
+        _failed_once.add(input["mode"])
+        raise PermanentError("the child failed on purpose, once")
     if input["mode"] == "hang":
         ctx.wait_cancelled(30)
     return input
