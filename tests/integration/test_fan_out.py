@@ -7,9 +7,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
+from cyclone_test_handlers.harness import WorkerProcess
 
 from cyclone_flow import MAX_FAN_OUT_ITEMS, Client, PayloadLimits
 from cyclone_flow.spec import load_flow_text
@@ -273,12 +275,14 @@ def test_retry_of_a_failed_fan_out_keeps_completed_items(make_client, db) -> Non
 
 
 def test_ten_thousand_items_ordered_and_never_above_max_parallel(
-    make_client: Callable[..., Client], database_url: str, schema: str
+    make_client: Callable[..., Client], database_url: str, schema: str, tmp_path: Path
 ) -> None:
+    """10,000 items on two real worker processes (4 threads each), max_parallel 8: the
+    database never shows more than 8 items available or running at once."""
     n, max_parallel = 10_000, 8
     flow = _flow(_big_flow(max_parallel))
-    clients = [make_client(workers=4, poll_interval=(0.01, 0.1)) for _ in range(2)]
-    run_id = clients[0].submit(flow, {"n": n})
+    client = make_client()
+    run_id = client.submit(flow, {"n": n})
     peaks: list[int] = []
     stop = threading.Event()
 
@@ -298,17 +302,31 @@ def test_ten_thousand_items_ordered_and_never_above_max_parallel(
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     started = time.monotonic()
-    for client in clients:
-        client.start()
-    status = clients[0].wait(run_id, timeout=240)
-    elapsed = time.monotonic() - started
-    stop.set()
-    sampler.join(5)
+    workers = [
+        WorkerProcess(database_url, schema, tmp_path / f"worker{i}.log", workers=4, lease_ttl="5s")
+        for i in range(2)
+    ]
+    try:
+        status = client.wait(run_id, timeout=240)
+    finally:
+        elapsed = time.monotonic() - started
+        stop.set()
+        sampler.join(5)
+        for worker in workers:
+            worker.terminate()
     assert status.state == "completed", status
     assert status.output == {"total": {"count": [i * i for i in range(n)]}}
     assert len(peaks) > 50, "the sampler must have watched the run"
     assert max(peaks) <= max_parallel
     assert max(peaks) > 1  # items really ran in parallel
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        owners = conn.execute(
+            f'SELECT DISTINCT lease_owner FROM "{schema}".cyclone_steps'
+            " WHERE run_id = %s AND parent_node = 'each'",
+            (run_id,),
+        ).fetchall()
+    claimed_by = {r[0] for r in owners}
+    assert len(claimed_by) == 2  # both worker processes took items
     print(f"10,000 items in {elapsed:.1f}s, {len(peaks)} samples, peak {max(peaks)}")
 
 
