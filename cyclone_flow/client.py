@@ -61,8 +61,9 @@ class Client:
     **options:
         See :class:`cyclone_flow.config.ClientConfig` (``schema``, ``workers``,
         ``worker_queues``, ``tx_slots``, ``client_id``, ``lease_ttl`` seconds,
-        ``max_reclaims``, ``poll_interval`` (min, max) seconds, ``notify``, ``logger``,
-        ``on_step_event``, ``error_handler``, ``payload_limits``, ``allow_modules`` ...).
+        ``max_reclaims``, ``poll_interval`` (min, max) seconds, ``max_signal_wait``
+        seconds, ``notify``, ``logger``, ``on_step_event``, ``error_handler``,
+        ``payload_limits``, ``allow_modules`` ...).
 
     Raises
     ------

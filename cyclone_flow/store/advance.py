@@ -404,7 +404,7 @@ class RunAdvance:
             what = (
                 "nothing (a key or index on its path is missing)"
                 if kind is None
-                else (f"a JSON {kind}")
+                else f"a JSON {kind}"
             )
             self._discard_waiting(
                 conn,
