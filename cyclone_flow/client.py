@@ -457,9 +457,10 @@ class Client:
         """Cancel a running run and every non-terminal step, with the whole trees of its
         running child runs, in one transaction under the run lock; handlers still running
         learn it on their next heartbeat and their late completions are ignored. A
-        cancelled child run discards its parent's node (kind ``child_failed``). Returns
-        False when the run was already terminal (a racing completion won: exactly one
-        wins). Raises RunNotFoundError."""
+        cancelled child run discards its parent's node (kind ``child_failed``). A failed
+        run of a sequence can be cancelled too, which releases the run held behind it.
+        Returns False when the run was already terminal (a racing completion won: exactly
+        one wins). Raises RunNotFoundError."""
         rid = parse_run_id(run_id)
         wakeups = Wakeups(runs_done={rid})
         done, cancelled = self.store.cancel_run(rid, reason, wakeups)

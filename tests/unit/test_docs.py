@@ -18,9 +18,9 @@ from cyclone_flow.cli import main
 
 SCHEMA = json.loads((REPO / "schemas" / "flow.schema.json").read_text("utf-8"))
 DB_FLAGS = {"--database-url", "--schema"}
-# merge: these pages are written by other helpers' branches (wakeups, node types, queues,
-# failures); once they are merged, remove this set so a dangling link fails.
-PENDING_DOCS = {"wakeups.md", "node-types.md", "queues.md", "failures.md"}
+# merge: these pages are written by other helpers' branches (wakeups); once they are
+# merged, remove this set so a dangling link fails.
+PENDING_DOCS = {"wakeups.md"}
 
 
 # -- flow reference -----------------------------------------------------------------------

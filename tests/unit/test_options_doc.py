@@ -25,10 +25,10 @@ from cyclone_flow.logs import DefaultHandler
 OPTIONS_MD = REPO / "docs" / "options.md"
 # Defaults that are computed, not literal: the doc describes them in words.
 COMPUTED = {"tx_slots", "client_id", "logger"}
-# merge: notify_coalesce (wakeup helper) and max_signal_wait (node-types helper) land in
-# other branches; until the merge they are documented here but not yet in ClientOptions.
-# Remove this set (and its use below) once both are in config.py.
-NOT_YET_IMPLEMENTED = {"notify_coalesce", "max_signal_wait"}
+# merge: notify_coalesce (wakeup helper) lands in another branch; until the merge it is
+# documented here but not yet in ClientOptions.
+# Remove this set (and its use below) once it is in config.py.
+NOT_YET_IMPLEMENTED = {"notify_coalesce"}
 
 
 def _tables() -> tuple[list[dict[str, str]], list[dict[str, str]]]:
