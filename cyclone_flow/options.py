@@ -56,7 +56,7 @@ class RunOptions:
     """Validated options of one submission (build with :func:`run_options`).
 
     - ``queue`` / ``priority``: override every node that does not set its own.
-    - ``run_at`` (aware datetime) or ``delay_s`` (seconds): when the root steps become
+    - ``run_at`` (aware datetime) or ``delay_s`` (seconds): when the run's steps become
       claimable; the database computes ``now() + delay``.
     - ``unique_key``, ``unique_window_s`` (seconds), ``unique_states`` (run states the key
       covers; always includes ``running``).
@@ -77,7 +77,7 @@ class RunOptions:
 
     @property
     def delayed(self) -> bool:
-        """True when the root steps wait for ``run_at`` or ``delay_s``."""
+        """True when the run's steps wait for ``run_at`` or ``delay_s``."""
         return self.run_at is not None or bool(self.delay_s)
 
 
