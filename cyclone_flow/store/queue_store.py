@@ -1,5 +1,7 @@
 """Store methods of the queue features (seeds: Queues and Priority, Unique Jobs, Sequences,
-schedule options): the named statements of ``sql/queue.sql`` and ``sql/schedules.sql``.
+schedule options): the named statements of ``sql/queue.sql`` and ``sql/schedules.sql``,
+and :meth:`QueueStoreMixin.insert_run`, the one insert path of a new top run (its steps
+come from the definition's plan through :class:`cyclone_flow.store.advance.RunAdvance`).
 
 :class:`QueueStoreMixin` is part of :class:`cyclone_flow.store.store.Store` (its base
 class), kept in its own module so the concern reads as one piece; like the rest of the
