@@ -19,11 +19,11 @@ from cyclone_flow.errors import (
     RunStateError,
     ScheduleNotFoundError,
     SchemaOutdatedError,
+    SignalRejectedError,
     StepTimeoutError,
     SubmitOptionError,
     TemplateError,
     TransactionOpenError,
-    UnsupportedNodeTypeError,
     WaitTimeoutError,
 )
 from cyclone_flow.notify import WakeupTracker
@@ -31,12 +31,14 @@ from cyclone_flow.producer import RunId
 from cyclone_flow.spec import load_flow
 from cyclone_flow.spec.model import Flow, Node
 from cyclone_flow.states import ErrorKind, RunState, StepState
+from cyclone_flow.store.advance import MAX_FAN_OUT_ITEMS
 from cyclone_flow.store.store import RunStatus, StepStatus
 from cyclone_flow.worker.context import Context
 from cyclone_flow.worker.events import StepEvent
 from cyclone_flow.worker.imports import AllowList
 
 __all__ = [
+    "MAX_FAN_OUT_ITEMS",
     "AllowList",
     "Client",
     "ClientConfig",
@@ -61,6 +63,7 @@ __all__ = [
     "RunStatus",
     "ScheduleNotFoundError",
     "SchemaOutdatedError",
+    "SignalRejectedError",
     "StepEvent",
     "StepState",
     "StepStatus",
@@ -68,7 +71,6 @@ __all__ = [
     "SubmitOptionError",
     "TemplateError",
     "TransactionOpenError",
-    "UnsupportedNodeTypeError",
     "WaitTimeoutError",
     "WakeupTracker",
     "load_flow",

@@ -11,6 +11,7 @@ calls :meth:`Client.wait`, which starts its listener); call :meth:`Client.shutdo
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,8 @@ from cyclone_flow.config import (
 )
 from cyclone_flow.errors import (
     ConfigError,
+    InputValidationError,
+    PayloadTooLargeError,
     RunStateError,
     ScheduleNotFoundError,
     SubmitOptionError,
@@ -58,10 +61,12 @@ from cyclone_flow.store.store import (
     StepStatus,
     Store,
     Wakeups,
+    contains_nul,
+    dumps,
     parse_run_id,
 )
 from cyclone_flow.worker.cache import OutputCache
-from cyclone_flow.worker.events import StepEvent, call_hook
+from cyclone_flow.worker.events import StepEvent, call_hook, emit_engine_events
 from cyclone_flow.worker.executor import Executor
 from cyclone_flow.worker.imports import AllowList, HandlerResolver
 from cyclone_flow.worker.retention import RetentionSweeper
@@ -69,6 +74,8 @@ from cyclone_flow.worker.runtime import Worker
 
 __all__ = ["Client", "FlowLike", "RunId", "migrate"]
 _LISTENER_READY_S = 2.0  # how long wait() lets a starting listener connect before polling
+
+_SIGNAL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$")  # as in flow.schema.json
 
 
 class Client:
@@ -81,10 +88,10 @@ class Client:
     **options:
         See :class:`cyclone_flow.config.ClientConfig` (``schema``, ``workers``,
         ``worker_queues``, ``tx_slots``, ``client_id``, ``lease_ttl`` seconds,
-        ``max_reclaims``, ``poll_interval`` (min, max) seconds, ``notify``, ``notify_coalesce``
-        seconds, ``logger``,
-        ``on_step_event``, ``error_handler``, ``payload_limits``, ``retention``,
-        ``allow_modules`` ...); docs/options.md has the full table.
+        ``max_reclaims``, ``poll_interval`` (min, max) seconds, ``max_signal_wait``
+        seconds, ``notify``, ``notify_coalesce`` seconds, ``logger``, ``on_step_event``,
+        ``error_handler``, ``payload_limits``, ``retention``, ``allow_modules`` ...);
+        docs/options.md has the full table.
 
     Raises
     ------
@@ -509,11 +516,17 @@ class Client:
         """The run's state, input, output and error; raises RunNotFoundError."""
         return self.store.get_run(parse_run_id(run_id))
 
-    def list_steps(self, run_id: str) -> list[StepStatus]:
-        """Every step of the run; raises RunNotFoundError for an unknown run."""
+    def list_steps(self, run_id: str, *, items: bool = True) -> list[StepStatus]:
+        """Every step of the run (fan-out item steps only when ``items``); raises
+        RunNotFoundError for an unknown run."""
         rid = parse_run_id(run_id)
         self.store.get_run(rid)
-        return self.store.list_steps(rid)
+        return self.store.list_steps(rid, items=items)
+
+    def item_progress(self, run_id: str) -> dict[str, dict[str, int]]:
+        """Item counts of each started fan-out node of the run: node -> step state ->
+        count (e.g. ``{"ship_each": {"completed": 40, "running": 8, "pending": 52}}``)."""
+        return self.store.fan_out_progress(parse_run_id(run_id))
 
     def list_runs(
         self, *, flow: str | None = None, state: str | None = None, limit: int = 50
@@ -522,10 +535,13 @@ class Client:
         return self.store.list_runs(flow=flow, state=state, limit=limit)
 
     def cancel(self, run_id: str, reason: str = "cancelled by operator") -> bool:
-        """Cancel a running run and every non-terminal step, in one transaction under the
-        run lock; handlers still running learn it on their next heartbeat and their late
-        completions are ignored. Returns False when the run was already terminal (a
-        racing completion won: exactly one wins). Raises RunNotFoundError."""
+        """Cancel a running run and every non-terminal step, with the whole trees of its
+        running child runs, in one transaction under the run lock; handlers still running
+        learn it on their next heartbeat and their late completions are ignored. A
+        cancelled child run discards its parent's node (kind ``child_failed``). A failed
+        run of a sequence can be cancelled too, which releases the run held behind it.
+        Returns False when the run was already terminal (a racing completion won: exactly
+        one wins). Raises RunNotFoundError."""
         rid = parse_run_id(run_id)
         wakeups = Wakeups(runs_done={rid})
         done, cancelled = self.store.cancel_run(rid, reason, wakeups)
@@ -570,6 +586,52 @@ class Client:
         """``(runs, steps)`` that :meth:`purge` with ``older_than`` would delete now."""
         _purge_config(older_than, RETENTION_BATCH_SIZE)
         return self.store.count_purgeable(older_than)
+
+    def signal(self, run_id: str, name: str, payload: JSON = None) -> str | None:
+        """Send signal ``name`` with ``payload`` (any JSON value; it becomes the output of
+        the wait_signal node that consumes it) to run ``run_id``.
+
+        A wait_signal node of the run waiting for ``name`` consumes it at once and the run
+        advances in the same transaction; a signal sent before the node waits is kept and
+        consumed when the node starts waiting. One signal is consumed by one node. Returns
+        the node that consumed it, or None when it was kept.
+
+        Raises
+        ------
+        PayloadTooLargeError
+            The encoded payload is over ``payload_limits.signal_bytes`` (before any write).
+        InputValidationError
+            ``name`` is not a signal name, or ``payload`` is not JSON.
+        RunNotFoundError
+            No such run.
+        RunStateError
+            The run is finished.
+        SignalRejectedError
+            No wait_signal node of the run waits (or will wait) for ``name``, or each one
+            that does has a signal kept already.
+        """
+        rid = parse_run_id(run_id)
+        if not isinstance(name, str) or not _SIGNAL_NAME.match(name):
+            raise InputValidationError(
+                "signal",
+                f"invalid signal name {name!r}: letters, digits, '_', '.', ':', '-' "
+                "(at most 128, not starting with '.', ':' or '-')",
+            )
+        try:
+            text = dumps(payload)
+        except (TypeError, ValueError) as exc:
+            raise InputValidationError("signal", f"payload is not JSON: {exc}") from None
+        if contains_nul(payload):
+            raise InputValidationError(
+                "signal", "payload contains a NUL character (U+0000), which Postgres cannot store"
+            )
+        size = len(text.encode("utf-8"))
+        if size > self.config.payload_limits.signal_bytes:
+            raise PayloadTooLargeError("signal", size, self.config.payload_limits.signal_bytes)
+        node, acc = self.store.deliver_signal(rid, name, text)
+        self._publish(acc.wakeups)
+        emit_engine_events(self.config.logger, self._emit, acc.events)
+        return node
 
     def wait(self, run_id: str, timeout: float | None = None) -> RunStatus:
         """Block until the run is terminal (completed, failed or cancelled) and return its
@@ -711,4 +773,3 @@ def _purge_config(older_than: float, batch_size: int) -> RetentionConfig:
     config = validate_retention(RetentionConfig(default_age=older_than, batch_size=batch_size))
     assert config is not None
     return config
-

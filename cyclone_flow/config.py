@@ -28,6 +28,7 @@ POOL_RESERVE = 6  # Engine Design: Pool Budget, MaxConns >= txSlots + 6
 MAX_LEASE_TTL_S = 86_400.0  # a day: the TTL bounds crash detection, not handler length
 MAX_POLL_S = 3_600.0
 MAX_NOTIFY_COALESCE_S = 60.0  # a longer window only delays what polling would find anyway
+MAX_SIGNAL_WAIT_S = 366 * 86_400.0  # the longest duration a flow file may give
 
 # The seeds' Client Options one for one: keyword option -> the seed's option. docs/options.md
 # lists exactly these (tests/unit/test_options_doc.py keeps the table, this mapping and the
@@ -107,6 +108,7 @@ class ClientOptions(TypedDict, total=False):
     allow_modules: Any
     sweep_interval: float
     check_schema: bool
+    max_signal_wait: float
 
 
 def _default_client_id() -> str:
@@ -131,8 +133,12 @@ class ClientConfig:
       polls); wakeups are still published
     - ``notify_coalesce``: 0 s = publish every wakeup at once; a window in seconds (at most
       60) batches the wakeups published inside it (Client Options: WithNotifyCoalesce)
-    - ``sweep_interval``: how often the recovery sweep runs (default ``lease_ttl / 3``,
-      at most 10 s)
+    - ``sweep_interval``: how often the recovery sweep (and the wait and deadline
+      scanners) run (default ``lease_ttl / 3``, at most 10 s)
+    - ``max_signal_wait``: 0 s = no cap; the default bound of the wait of a wait_signal
+      node without ``max_wait`` (Client Options: WithMaxSignalWait). Submit copies it onto
+      the run: the value of the client that submits a run applies to it (and to its child
+      runs). A zero or negative value leaves such waits uncapped.
 
     docs/options.md has the table of every option with the seeds' names.
     """
@@ -154,6 +160,7 @@ class ClientConfig:
     allow_modules: Any = None
     sweep_interval: float = 10.0
     check_schema: bool = True
+    max_signal_wait: float = 0.0
 
     @property
     def workers(self) -> int:
@@ -287,6 +294,15 @@ def build_config(options: Mapping[str, Any]) -> ClientConfig:
             sweep_interval = _seconds(name, value, MAX_POLL_S)
         elif name == "check_schema":
             values["check_schema"] = bool(value)
+        elif name == "max_signal_wait":
+            if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+                raise ConfigError(f"max_signal_wait must be a number of seconds, got {value!r}")
+            if value > MAX_SIGNAL_WAIT_S:
+                raise ConfigError(
+                    f"max_signal_wait must be at most {MAX_SIGNAL_WAIT_S:g} seconds (366 days), "
+                    f"got {value!r}"
+                )
+            values["max_signal_wait"] = max(0.0, float(value))
         else:
             raise ConfigError(f"unknown option {name!r}")
     workers = sum(values.get("worker_queues", {DEFAULT_QUEUE: 4}).values())

@@ -61,15 +61,26 @@ class InputValidationError(CycloneError):
 
 
 class SchemaOutdatedError(CycloneError):
-    """The database schema is older than this code; run ``cyclone-flow migrate``."""
+    """The database schema is older than this code; run ``cyclone-flow migrate``.
 
-    def __init__(self, schema: str, found: int, needed: int) -> None:
+    ``found`` is the highest applied version, ``needed`` the highest shipped one, and
+    ``missing`` every shipped version not applied (it can name one below ``found``: a
+    schema migrated by a build that did not ship that migration)."""
+
+    def __init__(self, schema: str, found: int, needed: int, missing: tuple[int, ...] = ()) -> None:
         self.schema = schema
         self.found = found
         self.needed = needed
+        self.missing = missing
+        lacks = (
+            f" (missing migration{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(f'{v:04d}' for v in missing)})"
+            if missing and found >= needed
+            else ""
+        )
         super().__init__(
-            f"database schema {schema!r} is at version {found}, this cyclone-flow needs "
-            f"version {needed}: run `cyclone-flow migrate` first"
+            f"database schema {schema!r} is at version {found}{lacks}, this cyclone-flow "
+            f"needs version {needed}: run `cyclone-flow migrate` first"
         )
 
 
@@ -135,18 +146,17 @@ class StepTimeoutError(CycloneError):
         super().__init__(f"step {node} of run {run_id} timed out")
 
 
-class UnsupportedNodeTypeError(CycloneError):
-    """A node type the schema reserves but this version cannot run yet; nothing was
-    written."""
+class SignalRejectedError(CycloneError):
+    """A signal that no node of the run can consume: no ``wait_signal`` node of the run
+    waits (or will wait) for ``name``, or every such node has a signal kept already.
+    Nothing was written. (An unknown run raises :class:`RunNotFoundError`, a finished one
+    :class:`RunStateError`.)"""
 
-    def __init__(self, flow: str, node: str, node_type: str) -> None:
-        self.flow = flow
-        self.node = node
-        self.node_type = node_type
-        super().__init__(
-            f"flow {flow!r}: node {node!r} has type {node_type!r}, which this version of "
-            "cyclone-flow reserves but cannot run yet; use type: action"
-        )
+    def __init__(self, run_id: str, name: str, reason: str) -> None:
+        self.run_id = run_id
+        self.name = name
+        self.reason = reason
+        super().__init__(f"signal {name!r} for run {run_id} rejected: {reason}")
 
 
 class SubmitOptionError(ConfigError):

@@ -5,6 +5,9 @@ one-node flow of a standalone job. Pure: no database.
 Precedence of ``queue`` and ``priority``: a node's own ``queue:``/``priority:`` in the flow
 file wins, then the submission's ``queue=``/``priority=``, then the flow's ``defaults:``,
 then ``default`` / 0. A lower priority number is claimed first (as in River and Oban).
+The override is applied when the run's steps are inserted from the definition's plan
+(``step_insert_plan``); it covers the submitted flow's nodes (and the items of its fan-out
+nodes), not the runs its ``child`` nodes start, which use their own flow's queues.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
@@ -30,7 +33,6 @@ __all__ = [
     "JobOptions",
     "RunOptions",
     "SubmitOptions",
-    "apply_overrides",
     "job_flow",
     "run_options",
     "validate_callable",
@@ -54,7 +56,7 @@ class RunOptions:
     """Validated options of one submission (build with :func:`run_options`).
 
     - ``queue`` / ``priority``: override every node that does not set its own.
-    - ``run_at`` (aware datetime) or ``delay_s`` (seconds): when the root steps become
+    - ``run_at`` (aware datetime) or ``delay_s`` (seconds): when the run's steps become
       claimable; the database computes ``now() + delay``.
     - ``unique_key``, ``unique_window_s`` (seconds), ``unique_states`` (run states the key
       covers; always includes ``running``).
@@ -75,7 +77,7 @@ class RunOptions:
 
     @property
     def delayed(self) -> bool:
-        """True when the root steps wait for ``run_at`` or ``delay_s``."""
+        """True when the run's steps wait for ``run_at`` or ``delay_s``."""
         return self.run_at is not None or bool(self.delay_s)
 
 
@@ -226,25 +228,6 @@ def run_options(
         unique_states=states,
         sequence=seq,
     )
-
-
-def apply_overrides(flow: Flow, options: RunOptions) -> Flow:
-    """``flow`` with the submission's ``queue``/``priority`` on every node that does not set
-    its own in the flow file (the definition and digest are unchanged: overrides belong to
-    the run, not to the flow)."""
-    if options.queue is None and options.priority is None:
-        return flow
-    doc_nodes: Mapping[str, Any] = flow.document.get("nodes", {})
-    nodes = {}
-    for name, node in flow.nodes.items():
-        own = doc_nodes.get(name, {})
-        changes: dict[str, Any] = {}
-        if options.queue is not None and "queue" not in own:
-            changes["queue"] = options.queue
-        if options.priority is not None and "priority" not in own:
-            changes["priority"] = options.priority
-        nodes[name] = replace(node, **changes) if changes else node
-    return replace(flow, nodes=nodes)
 
 
 def validate_callable(call: Any) -> str:

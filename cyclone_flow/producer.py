@@ -11,16 +11,14 @@ caller-owned transaction: workers then find the run within one poll interval).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
-
-import jsonschema
 
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.errors import InputValidationError, PayloadTooLargeError, UnsupportedNodeTypeError
-from cyclone_flow.options import RunOptions, apply_overrides
+from cyclone_flow.errors import FlowError, InputValidationError, PayloadTooLargeError, Problem
+from cyclone_flow.options import RunOptions
 from cyclone_flow.spec import load_flow
+from cyclone_flow.spec.inputs import validate_input
 from cyclone_flow.spec.model import JSON, Flow
+from cyclone_flow.store.advance import Advance
 from cyclone_flow.store.store import Conn, Store, Wakeups, contains_nul, dumps
 
 FlowLike = Flow | str | os.PathLike[str]
@@ -40,30 +38,39 @@ class RunId(str):
 
 
 class Producer:
-    """Prepares and inserts runs for one client (its store and payload limits)."""
+    """Prepares and inserts runs for one client (its store, payload limits and
+    ``max_signal_wait``): the one path every submission takes."""
 
     def __init__(self, store: Store, config: ClientConfig) -> None:
         self.store = store
         self.config = config
 
     def prepare(self, flow: FlowLike, run_input: JSON) -> tuple[Flow, str]:
-        """Load ``flow`` if it is a path, refuse reserved node types, fill the top-level
-        ``default`` values of its ``input_schema`` into ``run_input``, validate and encode it.
+        """Load ``flow`` if it is a path (with its child flows), check that every child
+        flow is loaded, fill the top-level ``default`` values of its ``input_schema`` into
+        ``run_input``, validate and encode it.
 
-        Raises FlowError, UnsupportedNodeTypeError, InputValidationError,
-        PayloadTooLargeError; nothing is written.
+        Raises FlowError (a bad flow file, or a ``child`` node whose flow is not loaded:
+        E030), InputValidationError, PayloadTooLargeError; nothing is written.
         """
         spec = flow if isinstance(flow, Flow) else load_flow(flow)
-        for node in spec.nodes.values():
-            if node.type != "action":
-                raise UnsupportedNodeTypeError(spec.name, node.name, node.type)
-        if spec.input_schema is not None:
-            run_input = apply_input_defaults(spec.input_schema, run_input)
-            validator = jsonschema.Draft202012Validator(spec.input_schema)
-            error = jsonschema.exceptions.best_match(validator.iter_errors(run_input))
-            if error is not None:
-                path = "/".join(str(p) for p in error.absolute_path)
-                raise InputValidationError(spec.name, error.message, path)
+        for part in spec.tree():
+            for node in part.nodes.values():
+                if node.type == "child" and node.name not in part.children:
+                    raise FlowError(
+                        [
+                            Problem(
+                                part.path or "<string>",
+                                1,
+                                1,
+                                "E030",
+                                f"node {node.name!r}: its child flow is not loaded (build "
+                                "flows with load_flow or load_flow_text, which load child "
+                                "flows)",
+                            )
+                        ]
+                    )
+        run_input = validate_input(spec.name, spec.input_schema, run_input)
         try:
             text = dumps(run_input)
         except (TypeError, ValueError) as exc:
@@ -80,29 +87,34 @@ class Producer:
     def insert(
         self, conn: Conn, flow: Flow, input_json: str, options: RunOptions
     ) -> tuple[RunId, Wakeups]:
-        """Insert a prepared run with ``options`` in the caller's transaction on ``conn``;
-        return its id and the wakeups to publish after the commit (none for a duplicate,
-        a held run of a sequence, or a delayed run)."""
-        spec = apply_overrides(flow, options)
-        inserted = self.store.insert_queued_run(conn, spec, input_json, options)
-        wakeups = Wakeups()
-        if inserted.created and not inserted.held and not options.delayed:
-            wakeups.queues.update(n.queue for n in spec.nodes.values() if not n.needs)
+        """Store the definition of a prepared run (with its child flows and plan) and insert
+        the run with ``options`` in the caller's transaction on ``conn``; return its id and
+        the wakeups to publish after the commit (none for a duplicate, a held run of a
+        sequence, or a delayed run)."""
+        workflow_id = self.store.store_definition(conn, flow)
+        return self.insert_stored(conn, workflow_id, input_json, options)
+
+    def insert_stored(
+        self, conn: Conn, workflow_id: int, input_json: str, options: RunOptions
+    ) -> tuple[RunId, Wakeups]:
+        """Like :meth:`insert`, for a definition stored already (a schedule's tick): the
+        run is inserted from its plan with this client's output limit and
+        ``max_signal_wait`` recorded on it (Client Options: Limits and Retention,
+        WithMaxSignalWait), and the queue options applied (see
+        :meth:`Store.insert_run <cyclone_flow.store.queue_store.QueueStoreMixin.insert_run>`).
+        """
+        max_wait = self.config.max_signal_wait
+        acc = Advance(Wakeups())
+        inserted = self.store.insert_run(
+            conn,
+            workflow_id,
+            input_json,
+            options,
+            acc,
+            output_limit=self.config.payload_limits.output_bytes,
+            max_signal_wait_s=max_wait if max_wait > 0 else None,
+        )
+        wakeups: Wakeups = acc.wakeups
+        if options.delayed:  # nothing is claimable before run_at: the poll finds it then
+            wakeups.queues.clear()
         return RunId(inserted.run_id, duplicate=not inserted.created), wakeups
-
-
-def apply_input_defaults(schema: Mapping[str, Any], value: JSON) -> JSON:
-    """Fill top-level ``properties.*.default`` of an object input schema (None input
-    counts as ``{}`` when the schema is an object schema)."""
-    props = schema.get("properties")
-    if schema.get("type") != "object" or not isinstance(props, Mapping):
-        return value
-    if value is None:
-        value = {}
-    if not isinstance(value, dict):
-        return value
-    filled = dict(value)
-    for key, sub in props.items():
-        if key not in filled and isinstance(sub, Mapping) and "default" in sub:
-            filled[key] = sub["default"]
-    return filled

@@ -228,12 +228,14 @@ class ScheduleScanner:
                 self.log.error("schedule %s cannot tick: %s", due.name, exc)
                 return False
             tick = max(ticks.at_or_before(now), due.next_run_at)
-            run_id, wakeups = self.producer.insert(
-                conn,
-                build_flow(due.definition),
-                due.input_json,
-                RunOptions(schedule_id=due.id, scheduled_for=tick),
-            )
+            options = RunOptions(schedule_id=due.id, scheduled_for=tick)
+            if due.no_plan:  # stored before plans (so without child nodes): store its plan
+                flow = build_flow(due.definition)
+                run_id, wakeups = self.producer.insert(conn, flow, due.input_json, options)
+            else:  # the definition as stored, with the child flows it was stored with
+                run_id, wakeups = self.producer.insert_stored(
+                    conn, due.workflow_id, due.input_json, options
+                )
             if not self.store.advance_schedule(
                 conn,
                 schedule_id=due.id,

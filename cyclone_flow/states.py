@@ -3,7 +3,9 @@
 Step states (Engine Design: The Claiming Algorithm, Leases and Heartbeats, Failure
 Propagation) and who moves rows in and out of each:
 
-- ``pending``: written by submit for a node with dependencies; the completion
+- ``pending``: written by submit for a node with dependencies (and for a root that is
+  not an action, which submit then starts) and for fan-out items beyond
+  ``max_parallel`` (each item's terminal transition releases the next); the completion
   transaction of its last dependency moves it to ``available``; a fatal discard moves it
   to ``cancelled``.
 - ``available``: written by submit (roots) or by the completion that released it, and by
@@ -11,7 +13,13 @@ Propagation) and who moves rows in and out of each:
   ``scheduled_at``); the claim moves it to ``running``.
 - ``running``: only the claim writes it; completion, failure, the recovery sweep and
   cancellation move it out. Every move out is guarded by ``lease_generation``.
-- ``waiting``: a wait-signal or child node waiting for its event.
+- ``waiting``: a ``fan_out``, ``child`` or ``wait_signal`` node, never claimed. The
+  transaction that releases it moves it in (instead of ``available``) and starts it: a
+  fan-out inserts its items, a child node its child run, a wait_signal node consumes a
+  signal stored earlier. It moves out in the transaction of the event that decides it:
+  the last item's completion, the child run's completion or failure, a signal
+  (``Client.signal``), the wait scanner after ``wait_until`` (``timeout``), or a fatal
+  discard or cancel of the run.
 - ``completed``, ``discarded`` (dead letter), ``cancelled``: terminal; ``finished_at`` is set.
 
 Run states: ``running`` (from submit) until no non-terminal step remains
@@ -65,6 +73,11 @@ class ErrorKind(StrEnum):
     PAYLOAD_TOO_LARGE = "payload_too_large"
     DEP_FAILED = "dep_failed"
     CANCELLED = "cancelled"
+    STEP_DISCARDED = "step_discarded"
+    FAN_OUT_TOO_LARGE = "fan_out_too_large"
+    ITEM_FAILED = "item_failed"
+    CHILD_FAILED = "child_failed"
+    DEADLINE = "deadline"
 
 
 _TERMINAL_STEP = frozenset({StepState.COMPLETED, StepState.DISCARDED, StepState.CANCELLED})

@@ -15,6 +15,7 @@ from cyclone_flow.cli.engine_cmds import (
     worker_cmd,
 )
 from cyclone_flow.cli.lint_cmds import graph, lint
+from cyclone_flow.cli.node_cmds import signal_cmd
 from cyclone_flow.cli.queue_cmds import enqueue_cmd, schedule_group
 from cyclone_flow.cli.retention_cmds import purge_cmd
 
@@ -38,5 +39,6 @@ for _command in (
     enqueue_cmd,
     schedule_group,
     purge_cmd,
+    signal_cmd,
 ):
     main.add_command(_command)

@@ -24,6 +24,7 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
+from cyclone_flow.cli.node_cmds import step_detail, step_fields
 from cyclone_flow.cli.progress import follow_run
 from cyclone_flow.cli.queue_cmds import queue_info_lines, queue_options, submission_kwargs
 from cyclone_flow.cli.retention_cmds import parse_age
@@ -397,7 +398,8 @@ def run_cmd(
     setup_logging()
     run_input = read_input(input_json, input_file)
     flow = load_flow(file)
-    modules = {n.call.partition(":")[0] for n in flow.nodes.values() if n.call}
+    nodes = [n for part in flow.tree() for n in part.nodes.values()]  # with child flows
+    modules = {n.call.partition(":")[0] for n in nodes if n.call}
     add_import_paths(import_path)
     url = resolve_database(database_url)
     migrate(url, schema=schema)
@@ -406,7 +408,7 @@ def run_cmd(
     client = Client(
         url,
         schema=schema,
-        worker_queues=dict.fromkeys(sorted({n.queue for n in flow.nodes.values()}), workers),
+        worker_queues=dict.fromkeys(sorted({n.queue for n in nodes}), workers),
         allow_modules=AllowList(exact=modules),
     )
     try:
@@ -424,11 +426,12 @@ def run_cmd(
                 err=True,
             )
             sys.exit(130)
-        steps = client.list_steps(run_id) if as_json else None
+        steps = client.list_steps(run_id, items=False) if as_json else None
+        progress = client.item_progress(run_id) if as_json else None
     finally:
         client.shutdown()
     if as_json:
-        echo_json(_run_dict(status, steps))
+        echo_json(_run_dict(status, steps, progress))
     else:
         if status.state == "completed":
             echo_json(status.output)
@@ -437,7 +440,11 @@ def run_cmd(
     sys.exit(0 if status.state == "completed" else 1)
 
 
-def _run_dict(run: RunStatus, steps: list[StepStatus] | None = None) -> dict[str, Any]:
+def _run_dict(
+    run: RunStatus,
+    steps: list[StepStatus] | None = None,
+    progress: dict[str, dict[str, int]] | None = None,
+) -> dict[str, Any]:
     data = asdict(run)
     data["state"] = str(run.state)
     if steps is not None:
@@ -454,6 +461,7 @@ def _run_dict(run: RunStatus, steps: list[StepStatus] | None = None) -> dict[str
                 "error": s.error,
                 "error_kind": s.error_kind,
                 "errors": s.errors,  # one entry per failed attempt, with its traceback
+                **step_fields(s, progress or {}),
             }
             for s in steps
         ]
@@ -463,26 +471,38 @@ def _run_dict(run: RunStatus, steps: list[StepStatus] | None = None) -> dict[str
 @click.command("status")
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--items", is_flag=True, help="Also list every fan-out item step.")
 @database_options
 @handle_errors
-def status_cmd(run_id: str, as_json: bool, database_url: str | None, schema: str) -> None:
-    """Show a run's state and each step's state, attempt, reclaims and error."""
+def status_cmd(
+    run_id: str, as_json: bool, items: bool, database_url: str | None, schema: str
+) -> None:
+    """Show a run's state and each step's state, attempt, reclaims and error; fan-out
+    nodes with their item progress, child nodes with their child run, wait_signal nodes
+    with the awaited signal."""
     setup_logging()
     url = resolve_database(database_url)
     with Client(url, schema=schema) as client:
         run = client.get_run(run_id)
-        steps = client.list_steps(run_id)
+        steps = client.list_steps(run_id, items=items)
+        progress = client.item_progress(run_id)
         queue_info = client.store.queue_info(run.id) or {}
     if as_json:
-        echo_json({**_run_dict(run, steps), "queue_features": queue_info})
+        echo_json({**_run_dict(run, steps, progress), "queue_features": queue_info})
         return
     console = Console(highlight=False)
     console.print(Text.assemble(f"run {run.id}  flow {run.flow_name}  ", (run.state, "bold")))
     for line in queue_info_lines(queue_info):
         console.print(Text(line))
+    if run.parent_run_id:
+        console.print(Text(f"child run of run {run.parent_run_id} (node {run.parent_node})"))
+    if run.deadline_at and run.state == "running":
+        console.print(Text(f"deadline: {run.deadline_at.isoformat(timespec='seconds')}"))
     if run.error:
         console.print(Text(f"error: {run.error}"))
-    table = Table("node", "state", "attempt", "reclaims", "queue", "error")
+    table = Table("node", "state", "attempt", "reclaims", "queue")
+    table.add_column("detail", overflow="fold")  # run ids are copied: never cut them
+    table.add_column("error")
     for s in steps:
         # a completed step may keep the error of an earlier attempt: --json shows them all
         table.add_row(  # Text cells: error messages are never read as rich markup
@@ -491,6 +511,7 @@ def status_cmd(run_id: str, as_json: bool, database_url: str | None, schema: str
             f"{s.attempt}/{s.max_attempts}",
             str(s.reclaims),
             Text(s.queue),
+            Text(step_detail(s, progress)),
             Text(f"[{s.error_kind}] {s.error}" if s.error and s.state != "completed" else ""),
         )
     console.print(table)

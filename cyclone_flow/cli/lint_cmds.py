@@ -12,10 +12,13 @@ import sys
 
 import click
 
+from cyclone_flow.cli.common import database_options, handle_errors, resolve_database, setup_logging
 from cyclone_flow.errors import FlowError, Problem
+from cyclone_flow.spec.compile import build_flow
 from cyclone_flow.spec.graph import to_dot, to_mermaid
 from cyclone_flow.spec.lint import LintPathError, NoFlowFilesError, lint_paths
 from cyclone_flow.spec.load import load_flow
+from cyclone_flow.spec.model import Flow
 
 __all__ = ["format_problems", "graph", "lint"]
 
@@ -90,7 +93,7 @@ def lint(paths: tuple[str, ...], fmt: str, check_imports: bool) -> None:
 
 
 @click.command("graph")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file", type=click.Path(dir_okay=False), required=False)
 @click.option(
     "--format",
     "fmt",
@@ -99,8 +102,26 @@ def lint(paths: tuple[str, ...], fmt: str, check_imports: bool) -> None:
     show_default=True,
     help="Graph language.",
 )
-def graph(file: str, fmt: str) -> None:
-    """Print the dependency graph of a flow file (an invalid file: its problems, exit 1)."""
+@click.option(
+    "--run",
+    "run_id",
+    default=None,
+    help="Instead of FILE: the graph of a run (its stored definition), each node with its "
+    "state, fan-out item progress, child run or awaited signal.",
+)
+@database_options
+def graph(
+    file: str | None, fmt: str, run_id: str | None, database_url: str | None, schema: str
+) -> None:
+    """Print the dependency graph of a flow file (an invalid file: its problems, exit 1),
+    or with --run that of a run with the state of each node."""
+    if (file is None) == (run_id is None):
+        raise click.UsageError("give a FILE or --run RUN_ID (not both)")
+    if run_id is not None:
+        flow, notes = run_graph(run_id, database_url, schema)
+        click.echo(to_mermaid(flow, notes) if fmt == "mermaid" else to_dot(flow, notes), nl=False)
+        return
+    assert file is not None
     if not os.path.exists(file):
         raise click.BadParameter(f"file {file!r} does not exist.", param_hint="'FILE'")
     try:
@@ -109,3 +130,27 @@ def graph(file: str, fmt: str) -> None:
         click.echo(format_problems(exc.problems, "text"), err=True)
         raise SystemExit(1) from None
     click.echo(to_mermaid(flow) if fmt == "mermaid" else to_dot(flow), nl=False)
+
+
+@handle_errors
+def run_graph(run_id: str, database_url: str | None, schema: str) -> tuple[Flow, dict[str, str]]:
+    """The flow a run was submitted with and a note per node: its state and detail."""
+    from cyclone_flow.cli.node_cmds import step_detail
+    from cyclone_flow.client import Client
+
+    setup_logging()
+    url = resolve_database(database_url)
+    with Client(url, schema=schema) as client:
+        run = client.get_run(run_id)
+        definition = client.store.run_definition(run.id)
+        steps = client.list_steps(run.id, items=False)
+        progress = client.item_progress(run.id)
+    nodes = definition.get("nodes", {})
+    # jsonb keeps no key order: show the nodes in file order, which is the steps' order
+    definition["nodes"] = {s.node: nodes[s.node] for s in steps if s.node in nodes}
+    flow = build_flow(definition)
+    notes = {}
+    for step in steps:
+        detail = step_detail(step, progress)
+        notes[step.node] = f"{step.state}: {detail}" if detail else str(step.state)
+    return flow, notes

@@ -6,8 +6,10 @@ is wrong (the schema reports those), so one run reports as much as possible.
 Codes: E007 (duration or backoff out of range: zero, longer than 366 days, backoff
 initial > max), E010 (dependency cycle), E011 (unknown ``needs``), E012 (a node needs
 itself), E013 (reference to a node that is not an ancestor), E014 (reference to an
-unknown node), E016 (malformed ``${{`` expression), E050 (invalid cron expression), E051
-(unknown time zone), E052 (two schedules with one name).
+unknown node), E016 (malformed ``${{`` expression), E017 (``${{ item }}`` outside the
+``input`` of a fan_out node), E050 (invalid cron expression), E051 (unknown time zone),
+E052 (two schedules with one name). Child-flow checks (E030-E032) live in
+:mod:`cyclone_flow.spec.children`.
 """
 
 from __future__ import annotations
@@ -134,6 +136,17 @@ def _check_refs(
                 except TemplateError as exc:
                     out.append(doc.problem(doc.value_pos(path), "E016", str(exc)))
                     continue
+                if ref is not None and ref.kind == "item":
+                    if key != "input" or node.get("type") != "fan_out":
+                        out.append(
+                            doc.problem(
+                                doc.value_pos(path),
+                                "E017",
+                                f"{text!r}: an item reference is only allowed in the input "
+                                "of a fan_out node (each item step receives its list element)",
+                            )
+                        )
+                    continue
                 if ref is None or ref.node is None:
                     continue
                 if ref.node not in nodes:
@@ -239,10 +252,11 @@ def _check_durations(doc: Document, nodes: dict[str, dict[str, Any]]) -> list[Pr
     data = doc.data if isinstance(doc.data, dict) else {}
     holders: list[tuple[JsonPath, Any]] = [(("defaults",), data.get("defaults"))]
     holders += [(("nodes", name), node) for name, node in nodes.items()]
+    holders.append(((), {"deadline": data["deadline"]} if "deadline" in data else {}))
     for where, holder in holders:
         if not isinstance(holder, dict):
             continue
-        for key in ("timeout", "max_wait"):
+        for key in ("timeout", "max_wait", "deadline"):
             if key in holder and isinstance(holder[key], str):
                 if (too_long := _too_long(doc, (*where, key), holder[key])) is not None:
                     out.append(too_long)

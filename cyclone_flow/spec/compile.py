@@ -55,8 +55,17 @@ def _retry(defaults: Mapping[str, Any], node: Mapping[str, Any]) -> Retry:
     )
 
 
-def build_flow(document: Mapping[str, Any], path: str | None = None) -> Flow:
+def build_flow(
+    document: Mapping[str, Any],
+    path: str | None = None,
+    children: Mapping[str, Flow] | None = None,
+) -> Flow:
     """Return the :class:`Flow` of a valid ``document`` (plain JSON data).
+
+    ``children`` maps each ``type: child`` node to its loaded flow (a flow without them can
+    be shown and inspected, not submitted). The digest covers the
+    document and, when there are child flows, their digests: a changed child file makes
+    a new definition of the parent too.
 
     The caller must have validated and checked ``document``; a document that is not valid
     may raise ``KeyError``, ``TypeError`` or ``ValueError`` here.
@@ -80,12 +89,21 @@ def build_flow(document: Mapping[str, Any], path: str | None = None) -> Flow:
             ),
             options={k: spec[k] for k in OPTION_KEYS if k in spec},
         )
+    children = dict(children or {})
+    digest = document_digest(document)
+    if children:
+        digest = document_digest(
+            {"document": digest, "children": {k: c.digest for k, c in sorted(children.items())}}
+        )
+    deadline = document.get("deadline")
     return Flow(
         name=document["name"],
         nodes=nodes,
         document=document,
-        digest=document_digest(document),
+        digest=digest,
         description=document.get("description"),
         input_schema=document.get("input_schema"),
         path=path,
+        deadline_s=None if deadline is None else parse_duration(deadline),
+        children=children,
     )

@@ -11,6 +11,7 @@ import os
 
 from cyclone_flow.errors import FlowError, Problem
 from cyclone_flow.spec.check import check_document
+from cyclone_flow.spec.children import check_children, child_path, child_refs
 from cyclone_flow.spec.compile import build_flow
 from cyclone_flow.spec.model import Flow
 from cyclone_flow.spec.schema import check_input_schema, validate_document
@@ -33,6 +34,7 @@ def analyse_text(text: str, path: str = "<string>") -> tuple[Document | None, li
     if doc is None:
         return None, _sort(problems)
     problems = validate_document(doc) + check_input_schema(doc) + check_document(doc)
+    problems += check_children(doc)
     return doc, _sort(problems)
 
 
@@ -49,7 +51,11 @@ def load_flow_text(text: str, path: str = "<string>") -> Flow:
     text
         The flow file's content.
     path
-        Named in problems and kept as :attr:`Flow.path`.
+        Named in problems and kept as :attr:`Flow.path`; ``flow:`` files of child nodes
+        are relative to its folder (to the current folder for ``<string>``).
+
+    Child flows are loaded too (:attr:`Flow.children`), so the whole topology is fixed
+    when the flow is submitted.
 
     Raises
     ------
@@ -59,8 +65,10 @@ def load_flow_text(text: str, path: str = "<string>") -> Flow:
     doc, problems = analyse_text(text, path)
     if problems or doc is None:
         raise FlowError(problems)
+    # check_children found every child file readable, valid and free of recursion
+    children = {name: load_flow(child_path(path, ref)) for name, ref in child_refs(doc.data)}
     try:
-        return build_flow(doc.data, path)
+        return build_flow(doc.data, path, children)
     except (KeyError, TypeError, ValueError) as exc:  # a gap between schema and builder
         raise FlowError([Problem(path, 1, 1, "E003", f"invalid flow: {exc}")]) from exc
 

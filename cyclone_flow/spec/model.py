@@ -46,6 +46,13 @@ class Node:
     ``input`` is the JSON template (``None`` when the file gives none: the handler then
     receives the run input). ``options`` holds the type-specific keys as written
     (``over``, ``max_parallel``, ``flow``, ``signal``, ``max_wait``).
+
+    Node types (Engine Design: Why Static DAGs): ``action`` calls ``call`` once;
+    ``fan_out`` calls ``call`` once per element of the list ``over`` (one item step each,
+    at most ``max_parallel`` at once) and outputs the list of item outputs; ``child``
+    runs the flow ``flow`` as a separate child run and outputs its output; ``wait_signal``
+    waits for the signal ``signal`` and outputs its payload. ``max_wait`` bounds the
+    wait of the last two.
     """
 
     name: str
@@ -72,6 +79,23 @@ class Flow:
     description: str | None = None
     input_schema: Mapping[str, JSON] | None = None
     path: str | None = None
+    deadline_s: float | None = None
+    children: Mapping[str, Flow] = field(default_factory=dict)
+    """The loaded flow of each ``type: child`` node, by node name."""
+
+    def tree(self) -> list[Flow]:
+        """This flow and every child flow below it (depth first, each once)."""
+        out: list[Flow] = []
+        seen: set[int] = set()
+        stack: list[Flow] = [self]
+        while stack:
+            flow = stack.pop()
+            if id(flow) in seen:
+                continue
+            seen.add(id(flow))
+            out.append(flow)
+            stack.extend(reversed(list(flow.children.values())))
+        return out
 
     def dependents(self, name: str) -> list[str]:
         """Names of the nodes that list ``name`` in ``needs``, in file order."""

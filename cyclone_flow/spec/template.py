@@ -9,6 +9,8 @@ Grammar (whitespace allowed inside the braces)::
 
     ${{ run.input[.SEG]* }}                 the run input, or a part of it
     ${{ nodes.NAME.output[.SEG]* }}         the output of ancestor NAME, or a part of it
+    ${{ item[.SEG]* }}                      in a fan_out node's input: the list element of
+                                            the item step, or a part of it
 
 ``SEG`` is a key (letters, digits, ``_``, ``-``); an all-digit ``SEG`` indexes a list (and
 is a key when the value is a mapping).
@@ -38,18 +40,21 @@ _WHOLE = re.compile(r"^\$\{\{\s*(?P<expr>[^{}]*?)\s*\}\}$")
 _SEG = r"[A-Za-z0-9_-]+"
 _RUN = re.compile(rf"^run\.input(?P<path>(\.{_SEG})*)$")
 _NODES = re.compile(rf"^nodes\.(?P<node>[A-Za-z_][A-Za-z0-9_]*)\.output(?P<path>(\.{_SEG})*)$")
+_ITEM = re.compile(rf"^item(?P<path>(\.{_SEG})*)$")
+_HEADS = {"run": "run.input", "item": "item"}
 
 
 @dataclass(frozen=True)
 class Ref:
     """One parsed reference.
 
-    ``kind`` is ``"run"`` (the run input) or ``"nodes"`` (an upstream output); ``node`` is
-    the upstream node's name (``None`` for ``"run"``); ``path`` the keys and list indexes
+    ``kind`` is ``"run"`` (the run input), ``"nodes"`` (an upstream output) or ``"item"``
+    (a fan-out item's list element); ``node`` is the upstream node's name (``None`` for
+    ``"run"`` and ``"item"``); ``path`` the keys and list indexes
     below it (digit strings stay strings); ``text`` the whole string as written.
     """
 
-    kind: Literal["run", "nodes"]
+    kind: Literal["run", "nodes", "item"]
     node: str | None
     path: tuple[str, ...]
     text: str
@@ -57,8 +62,7 @@ class Ref:
     @property
     def expression(self) -> str:
         """The normalised expression, e.g. ``nodes.fetch.output.items.0``."""
-        head = "run.input" if self.kind == "run" else f"nodes.{self.node}.output"
-        return ".".join((head, *self.path))
+        return ".".join((_head(self), *self.path))
 
 
 def parse_ref(text: str) -> Ref | None:
@@ -90,10 +94,17 @@ def parse_ref(text: str) -> Ref | None:
     nodes = _NODES.match(expr)
     if nodes is not None:
         return Ref("nodes", nodes.group("node"), _split(nodes.group("path")), text)
+    item = _ITEM.match(expr)
+    if item is not None:
+        return Ref("item", None, _split(item.group("path")), text)
     raise TemplateError(
-        f"malformed expression {text!r}: expected 'run.input[.key...]' or "
-        "'nodes.NAME.output[.key...]' (keys: letters, digits, '_', '-')"
+        f"malformed expression {text!r}: expected 'run.input[.key...]', "
+        "'nodes.NAME.output[.key...]' or 'item[.key...]' (keys: letters, digits, '_', '-')"
     )
+
+
+def _head(ref: Ref) -> str:
+    return _HEADS.get(ref.kind) or f"nodes.{ref.node}.output"
 
 
 def _split(path: str) -> tuple[str, ...]:
@@ -135,7 +146,9 @@ def references(template: JSON) -> list[Ref]:
     return refs
 
 
-def render(template: JSON, run_input: JSON, upstream: Callable[[str], JSON]) -> JSON:
+def render(
+    template: JSON, run_input: JSON, upstream: Callable[[str], JSON], item: JSON = None
+) -> JSON:
     """Return a copy of ``template`` with every reference replaced by its value.
 
     Parameters
@@ -146,6 +159,8 @@ def render(template: JSON, run_input: JSON, upstream: Callable[[str], JSON]) -> 
         The run's input.
     upstream
         ``upstream(name)`` returns node ``name``'s output; called once per reference.
+    item
+        The list element of a fan-out item step (``${{ item... }}``).
 
     Raises
     ------
@@ -157,17 +172,22 @@ def render(template: JSON, run_input: JSON, upstream: Callable[[str], JSON]) -> 
         ref = parse_ref(template)
         if ref is None:
             return template
-        root = run_input if ref.kind == "run" else upstream(ref.node or "")
+        if ref.kind == "run":
+            root = run_input
+        elif ref.kind == "item":
+            root = item
+        else:
+            root = upstream(ref.node or "")
         return _walk(root, ref)
     if isinstance(template, dict):
-        return {k: render(v, run_input, upstream) for k, v in template.items()}
+        return {k: render(v, run_input, upstream, item) for k, v in template.items()}
     if isinstance(template, list):
-        return [render(v, run_input, upstream) for v in template]
+        return [render(v, run_input, upstream, item) for v in template]
     return template
 
 
 def _walk(value: JSON, ref: Ref) -> JSON:
-    head = "run.input" if ref.kind == "run" else f"nodes.{ref.node}.output"
+    head = _head(ref)
     for depth, seg in enumerate(ref.path):
         where = ".".join((head, *ref.path[:depth]))
         if isinstance(value, dict):

@@ -111,8 +111,20 @@ def schema_version(conn: psycopg.Connection[Any], schema: str = "public") -> int
     return int(got[0]) if got else 0
 
 
+def applied_versions(conn: psycopg.Connection[Any], schema: str = "public") -> set[int]:
+    """Every version applied to ``schema`` (empty when it was never migrated)."""
+    if schema_version(conn, schema) == 0:
+        return set()
+    q = sql.SQL("SELECT version FROM {}.cyclone_schema_version").format(sql.Identifier(schema))
+    return {int(row[0]) for row in conn.execute(q)}
+
+
 def check_schema_version(conn: psycopg.Connection[Any], schema: str = "public") -> None:
-    """Raise :class:`SchemaOutdatedError` when ``schema`` is older than this code."""
+    """Raise :class:`SchemaOutdatedError` when a shipped migration is not applied to
+    ``schema``: the highest one, or one below it (migrations developed in parallel land
+    in any order; :func:`migrate` applies every missing one)."""
     found = schema_version(conn, schema)
-    if found < latest_version():
-        raise SchemaOutdatedError(schema, found, latest_version())
+    applied = applied_versions(conn, schema)
+    missing = tuple(m.version for m in migrations() if m.version not in applied)
+    if found < latest_version() or missing:
+        raise SchemaOutdatedError(schema, found, latest_version(), missing)

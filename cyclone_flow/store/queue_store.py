@@ -1,5 +1,7 @@
 """Store methods of the queue features (seeds: Queues and Priority, Unique Jobs, Sequences,
-schedule options): the named statements of ``sql/queue.sql`` and ``sql/schedules.sql``.
+schedule options): the named statements of ``sql/queue.sql`` and ``sql/schedules.sql``,
+and :meth:`QueueStoreMixin.insert_run`, the one insert path of a new top run (its steps
+come from the definition's plan through :class:`cyclone_flow.store.advance.RunAdvance`).
 
 :class:`QueueStoreMixin` is part of :class:`cyclone_flow.store.store.Store` (its base
 class), kept in its own module so the concern reads as one piece; like the rest of the
@@ -25,6 +27,7 @@ from cyclone_flow.options import RunOptions
 from cyclone_flow.spec.model import Flow
 
 if TYPE_CHECKING:
+    from cyclone_flow.store.advance import Advance
     from cyclone_flow.store.store import Wakeups
 
 Conn = psycopg.Connection[Any]
@@ -60,7 +63,9 @@ class ScheduleRow:
 
 @dataclass(frozen=True)
 class DueSchedule:
-    """A due schedule locked by the scanner's transaction, with its flow definition."""
+    """A due schedule locked by the scanner's transaction, with its flow definition (the
+    flow file as JSON) and the id of that stored definition (``no_plan``: stored before
+    compiled plans existed)."""
 
     id: int
     name: str
@@ -69,6 +74,8 @@ class DueSchedule:
     input_json: str
     next_run_at: datetime
     definition: dict[str, Any]
+    workflow_id: int = 0
+    no_plan: bool = False
 
 
 class QueueStoreMixin:
@@ -82,26 +89,61 @@ class QueueStoreMixin:
 
         def store_definition(self, conn: Conn, flow: Flow) -> int: ...
 
-        def insert_steps(
-            self, conn: Conn, run_id: str, flow: Flow, *, hold_roots: bool = False
+        def _insert_run_steps(
+            self,
+            conn: Conn,
+            run_id: str,
+            workflow_id: int,
+            root_run_id: str | None,
+            acc: Advance,
+            *,
+            queue: str | None = None,
+            priority: int | None = None,
+            hold: bool = False,
+            run_at: datetime | None = None,
+            delay_us: int | None = None,
         ) -> None: ...
 
-    # -- queued runs ---------------------------------------------------------------------
+        def _release(self, conn: Conn, run_id: str, node: str | None, acc: Advance) -> bool: ...
 
-    def insert_queued_run(
-        self, conn: Conn, flow: Flow, input_json: str, options: RunOptions
+    # -- runs ----------------------------------------------------------------------------
+
+    def insert_run(
+        self,
+        conn: Conn,
+        workflow_id: int,
+        input_json: str,
+        options: RunOptions,
+        acc: Advance,
+        *,
+        output_limit: int | None = None,
+        max_signal_wait_s: float | None = None,
     ) -> InsertedRun:
-        """Write a run with its options inside the caller's transaction.
+        """Write a new top run of the stored definition ``workflow_id`` with its
+        per-submission ``options``, its steps and its deps, inside the caller's transaction:
+        the one insert path of submit, enqueue, their ``_tx`` forms, ``ctx.submit_completion``
+        / ``ctx.enqueue_completion`` and schedule ticks (child runs are inserted by the
+        engine: :meth:`RunAdvance._start_child`).
 
-        With a ``unique_key``: ``INSERT ... ON CONFLICT DO NOTHING`` on the partial unique
-        index of ``unique_slot``, then the winner is read (race-free: a concurrent insert of
-        the same key waits for the other transaction and then conflicts or succeeds). With a
-        ``sequence``: the sequence's row lock is taken first and the run is held (root steps
-        ``pending``) while an earlier run of the sequence is neither completed nor
-        cancelled. With ``run_at``/``delay_s`` the root steps' ``scheduled_at`` is set from
-        the database clock.
+        - The run row records ``output_limit`` (bytes) and ``max_signal_wait_s`` (seconds,
+          None: no cap), the submitting client's, and the flow's ``deadline`` (counted from
+          ``run_at`` for a delayed run) (Client Options: Limits and Retention,
+          WithMaxSignalWait).
+        - With a ``unique_key``: ``INSERT ... ON CONFLICT DO NOTHING`` on the partial unique
+          index of ``unique_slot``, then the winner is read (race-free: a concurrent insert
+          of the same key waits for the other transaction and then conflicts or succeeds);
+          nothing else is written for a duplicate.
+        - With a ``sequence``: the sequence's row lock is taken first and the run is held
+          (every step ``pending``, no node started) while an earlier run of the sequence is
+          neither completed nor cancelled.
+        - Steps and deps come from the definition's plan in SQL, with ``queue``/``priority``
+          overriding the nodes that do not set their own; with ``run_at``/``delay_s`` no
+          step of the run is claimable before that instant (database clock). Roots that are
+          not actions (fan_out, child, wait_signal) are started in this transaction unless
+          the run is held.
+
+        The wakeups and engine events go to ``acc``.
         """
-        workflow_id = self.store_definition(conn, flow)
         seq_pos: int | None = None
         held = False
         if options.sequence is not None:
@@ -112,9 +154,9 @@ class QueueStoreMixin:
                 self.q["sequence_has_open_run"], {"key": options.sequence}
             ).fetchone()
             held = bool(got and got[0])
+        delay_us = round(options.delay_s * 1_000_000) if options.delay_s else None
         params = {
             "workflow_id": workflow_id,
-            "flow_name": flow.name,
             "input": input_json,
             "unique_key": options.unique_key,
             "unique_window_s": options.unique_window_s,
@@ -124,6 +166,10 @@ class QueueStoreMixin:
             "sequence_held": held,
             "schedule_id": options.schedule_id,
             "scheduled_for": options.scheduled_for,
+            "output_limit": output_limit,
+            "max_signal_wait_s": max_signal_wait_s,
+            "run_at": options.run_at,
+            "delay_us": delay_us,
         }
         for _ in range(100):
             inserted = conn.execute(self.q["run_insert_queued"], params).fetchone()
@@ -135,43 +181,51 @@ class QueueStoreMixin:
             ).fetchone()
             if holder is not None:
                 return InsertedRun(str(holder[0]), created=False)
+            if options.unique_key is None:  # no conflict possible: the definition is gone
+                raise RuntimeError(f"definition {workflow_id} of the run is not stored")
             # the holder left its covered states between our insert and our read: again
         else:  # pragma: no cover - would need 100 runs finishing in between
             raise RuntimeError(f"unique key {options.unique_key!r} keeps changing hands")
         run_id = str(inserted[0])
-        self.insert_steps(conn, run_id, flow, hold_roots=held)
-        if options.delayed:
-            roots = [n.name for n in flow.nodes.values() if not n.needs]
-            conn.execute(
-                self.q["step_schedule_roots"],
-                {
-                    "run_id": run_id,
-                    "nodes": roots,
-                    "run_at": options.run_at,
-                    "delay_us": round((options.delay_s or 0) * 1_000_000),
-                },
-            )
+        self._insert_run_steps(
+            conn,
+            run_id,
+            workflow_id,
+            None,
+            acc,
+            queue=options.queue,
+            priority=options.priority,
+            hold=held,
+            run_at=options.run_at,
+            delay_us=delay_us,
+        )
         return InsertedRun(run_id, created=True, held=held)
 
     # -- sequences -----------------------------------------------------------------------
 
-    def release_sequence_after(self, conn: Conn, run_id: str, wakeups: Wakeups) -> None:
+    def release_sequence_after(self, conn: Conn, run_id: str, acc: Advance) -> None:
         """After run ``run_id`` became completed or cancelled, under its row lock in the
         same transaction: release the next held run of its sequence (no-op outside one)."""
         row = conn.execute(self.q["run_get_sequence"], {"run_id": run_id}).fetchone()
         if row is None or row[0] is None:
             return
-        self._release_sequence(conn, str(row[0]), wakeups)
+        self._release_sequence(conn, str(row[0]), acc)
 
-    def _release_sequence(self, conn: Conn, key: str, wakeups: Wakeups) -> None:
+    def _release_sequence(self, conn: Conn, key: str, acc: Advance) -> bool:
+        """Unhold the head run of sequence ``key`` when it is held, and release its roots
+        as at submit: actions become available (a delay it was given is kept), other node
+        types start. Returns whether a run was released."""
         conn.execute(self.q["sequence_lock"], {"key": key})
         rows = conn.execute(self.q["sequence_release_next"], {"key": key}).fetchall()
-        wakeups.queues.update(r[0] for r in rows)
+        for (run_id,) in rows:
+            self._release(conn, str(run_id), None, acc)
+        return bool(rows)
 
     def release_stalled_sequences(self, batch: int = 100) -> tuple[int, Wakeups]:
         """Maintenance safety net: release the first open run of every sequence whose
         predecessors all finished but which is still held. Returns (sequences released,
         wakeups to publish)."""
+        from cyclone_flow.store.advance import Advance
         from cyclone_flow.store.store import Wakeups
 
         wakeups = Wakeups()
@@ -179,12 +233,12 @@ class QueueStoreMixin:
             keys = [r[0] for r in conn.execute(self.q["sequence_list_stalled"], {"batch": batch})]
         released = 0
         for key in keys:
-            found = Wakeups()
+            acc = Advance(Wakeups())
             with self.pool.connection() as conn, conn.transaction():
-                self._release_sequence(conn, key, found)
-            if found:
+                done = self._release_sequence(conn, key, acc)
+            if done:
                 released += 1
-                wakeups.merge(found)
+            wakeups.merge(acc.wakeups)
         return released, wakeups
 
     def cancel_failed_in_sequence(self, conn: Conn, run_id: str, reason: str) -> bool:
@@ -315,6 +369,8 @@ class QueueStoreMixin:
             input_json=row["input"],
             next_run_at=row["next_run_at"],
             definition=row["definition"],
+            workflow_id=row["workflow_id"],
+            no_plan=row["no_plan"],
         )
 
     def advance_schedule(

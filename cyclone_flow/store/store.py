@@ -26,6 +26,7 @@ from cyclone_flow.errors import RunNotFoundError, RunStateError
 from cyclone_flow.spec.model import JSON, Flow
 from cyclone_flow.states import ErrorKind, RunState, StepState
 from cyclone_flow.store import queries
+from cyclone_flow.store.advance import Advance, RunAdvance, flow_plan
 from cyclone_flow.store.queue_store import QueueStoreMixin
 
 Conn = psycopg.Connection[Any]
@@ -77,6 +78,8 @@ class ClaimedStep:
 
     ``input`` is the node's unresolved input template; ``timeout_s`` is seconds or None;
     ``wait_s`` the seconds it waited claimable (from ``scheduled_at``) before this claim.
+    A fan-out item also has ``parent_node`` (its fan-out node), ``item_index`` (0-based)
+    and ``item`` (its list element).
     """
 
     id: int
@@ -92,6 +95,9 @@ class ClaimedStep:
     input: JSON
     timeout_s: float | None
     wait_s: float = 0.0
+    parent_node: str | None = None
+    item_index: int | None = None
+    item: JSON = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,7 @@ class Outcome:
     wakeups: Wakeups
     cancelled: tuple[str, ...] = ()
     queue: str | None = None
+    engine_events: tuple[tuple[str, str, str, str | None, str | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -121,11 +128,20 @@ class RunStatus:
     created_at: datetime
     finished_at: datetime | None
     digest: str
+    parent_run_id: str | None = None
+    parent_node: str | None = None
+    deadline_at: datetime | None = None
 
 
 @dataclass(frozen=True)
 class StepStatus:
-    """One row of ``cyclone_steps`` as reported by ``status`` and ``list_steps``."""
+    """One row of ``cyclone_steps`` as reported by ``status`` and ``list_steps``.
+
+    Node-type fields: ``parent_node`` and ``item_index`` (a fan-out item), ``items_total``
+    and ``items_done`` (a started fan-out node), ``signal`` (a wait_signal node),
+    ``child_run_id`` (a started child node), ``wait_until`` (when a child or signal wait
+    expires; None: no bound).
+    """
 
     id: int
     node: str
@@ -147,6 +163,13 @@ class StepStatus:
     error: str | None
     error_kind: str | None
     errors: list[dict[str, Any]]
+    parent_node: str | None = None
+    item_index: int | None = None
+    items_total: int | None = None
+    items_done: int | None = None
+    signal: str | None = None
+    wait_until: datetime | None = None
+    child_run_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -170,10 +193,12 @@ def parse_run_id(run_id: str | uuid.UUID) -> str:
         raise RunNotFoundError(str(run_id)) from None
 
 
-class Store(QueueStoreMixin):
+class Store(RunAdvance, QueueStoreMixin):
     """Typed access to the engine's tables in one Postgres schema.
 
-    ``pool`` provides connections; ``schema`` must be a validated identifier.
+    ``pool`` provides connections; ``schema`` must be a validated identifier. The
+    in-transaction advance of runs (release, node types, completion, failure
+    propagation) is in :class:`cyclone_flow.store.advance.RunAdvance`.
     """
 
     def __init__(self, pool: ConnectionPool[Any], schema: str) -> None:
@@ -183,78 +208,32 @@ class Store(QueueStoreMixin):
 
     # -- submit --------------------------------------------------------------------------
 
-    def insert_run(self, conn: Conn, flow: Flow, input_json: str) -> str:
-        """Write the definition (once per digest), the run, its steps and ``cyclone_deps``
-        inside the caller's transaction; return the run id. Roots start ``available``.
-        ``input_json`` is the run input, already validated and encoded."""
-        workflow_id = self.store_definition(conn, flow)
-        got = conn.execute(
-            self.q["run_insert"],
-            {"workflow_id": workflow_id, "flow_name": flow.name, "input": input_json},
-        ).fetchone()
-        assert got is not None
-        run_id = str(got[0])
-        self.insert_steps(conn, run_id, flow)
-        return run_id
-
     def store_definition(self, conn: Conn, flow: Flow) -> int:
-        """Store the flow's definition once per ``(name, digest)``; return its id."""
+        """Store ``flow`` once per ``(name, digest)`` with its compiled plan (child flows
+        first: the plan names their stored definitions) in the caller's transaction; return
+        its id. Runs are inserted from the plan (:meth:`insert_run`)."""
+        child_ids = {
+            node: self.store_definition(conn, child) for node, child in flow.children.items()
+        }
+        plan = dumps(flow_plan(flow, child_ids))
         row = None
         for _ in range(2):  # a concurrent first insert of the same digest: read it back
             row = conn.execute(
                 self.q["workflow_upsert"],
-                {"name": flow.name, "digest": flow.digest, "definition": dumps(flow.document)},
+                {
+                    "name": flow.name,
+                    "digest": flow.digest,
+                    "definition": dumps(flow.document),
+                    "plan": plan,
+                },
             ).fetchone()
             if row:
                 break
         if row is None:
             raise RuntimeError(f"could not store the definition of flow {flow.name!r}")
+        if row[1]:
+            conn.execute(self.q["workflow_fill_plan"], {"id": row[0], "plan": plan})
         return int(row[0])
-
-    def insert_steps(
-        self, conn: Conn, run_id: str, flow: Flow, *, hold_roots: bool = False
-    ) -> None:
-        """Insert one step per node and the graph of a new run: roots ``available`` (or
-        ``pending`` with ``hold_roots``: a held run of a sequence), the others ``pending``."""
-        root_state = StepState.PENDING if hold_roots else StepState.AVAILABLE
-        nodes = list(flow.nodes.values())
-        conn.execute(
-            self.q["step_insert_many"],
-            {
-                "run_id": run_id,
-                "nodes": [n.name for n in nodes],
-                "types": [n.type for n in nodes],
-                "calls": [n.call for n in nodes],
-                "states": [StepState.PENDING if n.needs else root_state for n in nodes],
-                "queues": [n.queue for n in nodes],
-                "priorities": [n.priority for n in nodes],
-                "max_attempts": [n.retry.max_attempts for n in nodes],
-                "backoffs": [
-                    dumps(
-                        {
-                            "initial_s": n.retry.backoff.initial_s,
-                            "max_s": n.retry.backoff.max_s,
-                            "multiplier": n.retry.backoff.multiplier,
-                            "jitter": n.retry.backoff.jitter,
-                        }
-                    )
-                    for n in nodes
-                ],
-                "on_dep_failures": [n.on_dep_failure for n in nodes],
-                "timeouts_s": [n.timeout_s for n in nodes],
-                "inputs": [None if n.input is None else dumps(n.input) for n in nodes],
-            },
-        )
-        edges = [(n.name, d) for n in nodes for d in n.needs]
-        if edges:
-            conn.execute(
-                self.q["dep_insert_many"],
-                {
-                    "run_id": run_id,
-                    "nodes": [e[0] for e in edges],
-                    "depends_on": [e[1] for e in edges],
-                },
-            )
 
     # -- claim and lease -----------------------------------------------------------------
 
@@ -296,6 +275,9 @@ class Store(QueueStoreMixin):
                 input=r[10],
                 timeout_s=r[11],
                 wait_s=r[12],
+                parent_node=r[13],
+                item_index=r[14],
+                item=r[15],
             )
             for r in rows
         ]
@@ -341,16 +323,20 @@ class Store(QueueStoreMixin):
     # -- completion and failure (run under the run row lock) ----------------------------
 
     def lock_run(self, conn: Conn, run_id: str) -> RunState | None:
-        """Take the run row lock for the rest of the caller's transaction; return the
-        run's state (None when the run no longer exists)."""
-        row = conn.execute(self.q["run_lock"], {"run_id": run_id}).fetchone()
-        return RunState(row[0]) if row else None
+        """Take the run row lock for the rest of the caller's transaction (for a child
+        run: the top run's lock first); return the run's state (None when the run no
+        longer exists)."""
+        rows = conn.execute(self.q["run_lock"], {"run_id": run_id}).fetchall()
+        own = [r[1] for r in rows if r[0]]
+        return RunState(own[0]) if own else None
 
     def complete_step(
         self, conn: Conn, step: ClaimedStep, owner: str, output_json: str
     ) -> Outcome | None:
         """running -> completed and advance the run, in the caller's transaction: release
-        dependents whose deps all completed, complete the run when nothing is left.
+        dependents whose deps all completed (starting fan-out, child and wait_signal
+        nodes), complete the run when nothing is left (and a parent's child node with
+        it); a fan-out item releases the next item or completes its fan-out node.
         Returns None when stale (the caller must roll back, business writes included)."""
         self.lock_run(conn, step.run_id)
         row = conn.execute(
@@ -364,15 +350,18 @@ class Store(QueueStoreMixin):
         ).fetchone()
         if row is None:
             return None
-        wakeups = Wakeups()
-        released = conn.execute(
-            self.q["step_release_ready"], {"run_id": step.run_id, "node": step.node}
-        ).fetchall()
-        wakeups.queues.update(r[0] for r in released)
-        run_state = None
-        if not released:
-            run_state = self._complete_run_if_done(conn, step.run_id, wakeups)
-        return Outcome(StepState.COMPLETED, run_state, wakeups)
+        acc = Advance(Wakeups())
+        if row[1] is not None:  # a fan-out item
+            self._item_completed(conn, step.run_id, row[1], acc)
+        else:
+            self._node_completed(conn, step.run_id, step.node, acc)
+        return Outcome(
+            StepState.COMPLETED,
+            acc.finished.get(step.run_id),
+            acc.wakeups,
+            acc.cancelled_in(step.run_id),
+            engine_events=tuple(acc.events),
+        )
 
     def fail_step(
         self,
@@ -412,63 +401,39 @@ class Store(QueueStoreMixin):
         ).fetchone()
         if row is None:
             return None
-        node, state, queue = row[1], StepState(row[2]), row[3]
+        node, state, queue, parent = row[1], StepState(row[2]), row[3], row[5]
         wakeups = Wakeups()
         if state is StepState.AVAILABLE:
             wakeups.queues.add(queue)
             return Outcome(state, None, wakeups, queue=queue)
-        run_state, cancelled = self._resolve_discard(conn, run_id, node, error, wakeups)
-        return Outcome(state, run_state, wakeups, cancelled, queue=queue)
-
-    def _resolve_discard(
-        self, conn: Conn, run_id: str, node: str, error: str, wakeups: Wakeups
-    ) -> tuple[RunState | None, tuple[str, ...]]:
-        """Apply the dependents' ``on_dep_failure``: fatal (a ``fail_run`` dependent, or a
-        leaf) fails the run and cancels its other steps; else only the branch is cancelled
-        (Engine Design: Failure Propagation)."""
-        downstream = conn.execute(
-            self.q["dep_downstream"], {"run_id": run_id, "node": node}
-        ).fetchall()
-        fatal = not downstream or any(r[1] == "fail_run" for r in downstream)
-        if fatal:
-            failed = conn.execute(
-                self.q["run_fail_if_running"],
-                {
-                    "run_id": run_id,
-                    "error": f"step {node} discarded: {error}",
-                    "error_kind": "step_discarded",
-                },
-            ).fetchone()
-            if failed is None:
-                return None, ()  # already terminal: a run fails fast only once
-            rows = conn.execute(
-                self.q["step_cancel_remaining"],
-                {"run_id": run_id, "error": f"run failed: step {node} was discarded"},
-            ).fetchall()
-            wakeups.runs_done.add(run_id)
-            return RunState.FAILED, tuple(r[0] for r in rows)
-        rows = conn.execute(
-            self.q["step_cancel_nodes"],
-            {
-                "run_id": run_id,
-                "nodes": [r[0] for r in downstream],
-                "error": f"branch cancelled: upstream step {node} was discarded",
-            },
-        ).fetchall()
-        cancelled = tuple(r[0] for r in rows)
-        return self._complete_run_if_done(conn, run_id, wakeups), cancelled
+        acc = Advance(wakeups)
+        if parent is not None:  # a fan-out item: its fan-out node is discarded
+            self._item_discarded(conn, run_id, node, parent, error, acc)
+        else:
+            self._resolve_discard(conn, run_id, node, error, acc)
+        return Outcome(
+            state,
+            acc.finished.get(run_id),
+            wakeups,
+            acc.cancelled_in(run_id),
+            queue=queue,
+            engine_events=tuple(acc.events),
+        )
 
     # -- operator actions ----------------------------------------------------------------
 
     def cancel_run(
-        self, run_id: str, reason: str, wakeups: Wakeups
+        self, run_id: str, reason: str, wakeups: Wakeups | None = None
     ) -> tuple[bool, tuple[str, ...]]:
         """running -> cancelled and every non-terminal step -> cancelled, under the run
-        lock; returns ``(False, ())`` when the run was already terminal (a racing
-        completion won), else ``(True, cancelled nodes)``. A failed run of a sequence can
-        be cancelled too, which lets the runs held behind it go on (the release is in the
-        same transaction; its wakeups are added to ``wakeups``, for the caller to publish
-        after the commit). Raises RunNotFoundError."""
+        lock, with the trees of its child runs; a cancelled child run discards the node of
+        its parent that waited for it (kind ``child_failed``). A failed run of a sequence
+        can be cancelled too, which lets the runs held behind it go on (released in the
+        same transaction). Returns ``(False, ())`` when the run was already terminal (a
+        racing completion won), else ``(True, cancelled nodes)``; the wakeups of every run
+        this ended or released go to ``wakeups``, which the caller publishes after the
+        commit. Raises RunNotFoundError."""
+        acc = Advance(wakeups if wakeups is not None else Wakeups())
         with self.pool.connection() as conn, conn.transaction():
             state = self.lock_run(conn, run_id)
             if state is None:
@@ -481,7 +446,9 @@ class Store(QueueStoreMixin):
             rows = conn.execute(
                 self.q["step_cancel_remaining"], {"run_id": run_id, "error": reason}
             ).fetchall()
-            self.release_sequence_after(conn, run_id, wakeups)
+            parent = (str(done[1]), done[2]) if done is not None and done[1] is not None else None
+            self._run_ended(conn, run_id, RunState.CANCELLED, parent, reason, acc)
+            self.release_sequence_after(conn, run_id, acc)  # Sequences: the next run goes
         return True, tuple(r[0] for r in rows)
 
     def retry_run(self, run_id: str, node: str | None = None) -> tuple[list[str], Wakeups]:
@@ -494,6 +461,14 @@ class Store(QueueStoreMixin):
             state = self.lock_run(conn, run_id)
             if state is None:
                 raise RunNotFoundError(run_id)
+            parent = conn.execute(self.q["run_get"], {"run_id": run_id}).fetchone()
+            if parent is not None and parent[10] is not None:
+                raise RunStateError(
+                    run_id,
+                    state,
+                    f"it is a child run of run {parent[10]} (node {parent[11]}): retry the "
+                    "parent run, which starts a new child run",
+                )
             if state is RunState.RUNNING or (
                 state is RunState.COMPLETED
                 and not conn.execute(self.q["step_list_discarded"], {"run_id": run_id}).fetchone()
@@ -517,6 +492,12 @@ class Store(QueueStoreMixin):
                 ).fetchone()
                 if row is None:
                     raise RunStateError(run_id, state, f"it has no node {node!r}")
+                if row[1] is not None:
+                    raise RunStateError(
+                        run_id,
+                        state,
+                        f"{node!r} is an item of fan-out node {row[1]!r}: retry that node",
+                    )
                 if row[0] not in (StepState.DISCARDED, StepState.CANCELLED):
                     raise RunStateError(
                         run_id, state, f"node {node!r} is {row[0]}, not discarded or cancelled"
@@ -541,27 +522,18 @@ class Store(QueueStoreMixin):
                         f"node {node!r} is downstream of the discarded node {blocker!r}: "
                         f"retry {blocker!r} or the whole run",
                     )
-            ready = conn.execute(
-                self.q["step_release_ready"], {"run_id": run_id, "node": None}
-            ).fetchall()
-            wakeups = Wakeups(queues={r[0] for r in ready})
+            wakeups = Wakeups()
+            acc = Advance(wakeups)
+            self._release(conn, run_id, None, acc)
             # nothing to redo (e.g. every step had completed): finish the run again
-            self._complete_run_if_done(conn, run_id, wakeups)
-        return [r[0] for r in reset], wakeups
+            self._complete_run_if_done(conn, run_id, acc)
+        return [r[0] for r in reset if r[1] is None], wakeups
 
     def list_failed_runs(self, flow: str | None = None) -> list[str]:
         """Ids of every failed run (optionally of one flow), oldest first."""
         with self.pool.connection() as conn:
             rows = conn.execute(self.q["run_list_failed"], {"flow": flow}).fetchall()
         return [str(r[0]) for r in rows]
-
-    def _complete_run_if_done(self, conn: Conn, run_id: str, wakeups: Wakeups) -> RunState | None:
-        done = conn.execute(self.q["run_complete_if_done"], {"run_id": run_id}).fetchone()
-        if done is None:
-            return None
-        wakeups.runs_done.add(run_id)
-        self.release_sequence_after(conn, run_id, wakeups)  # Sequences: the next run goes
-        return RunState.COMPLETED
 
     # -- recovery sweep ------------------------------------------------------------------
 
@@ -668,12 +640,22 @@ class Store(QueueStoreMixin):
             ).fetchall()
         return [_run_status(r) for r in rows]
 
-    def list_steps(self, run_id: str) -> list[StepStatus]:
-        """Every step of a run, in creation order (empty for an unknown run)."""
+    def list_steps(self, run_id: str, *, items: bool = True) -> list[StepStatus]:
+        """Every step of a run, in creation order (empty for an unknown run); fan-out
+        item steps only when ``items``."""
         with self.pool.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
-            rows = cur.execute(self.q["step_list"], {"run_id": run_id}).fetchall()
-        return [StepStatus(**{**r, "state": StepState(r["state"])}) for r in rows]
+            rows = cur.execute(self.q["step_list"], {"run_id": run_id, "items": items}).fetchall()
+        return [
+            StepStatus(
+                **{
+                    **r,
+                    "state": StepState(r["state"]),
+                    "child_run_id": None if r["child_run_id"] is None else str(r["child_run_id"]),
+                }
+            )
+            for r in rows
+        ]
 
     # -- notifications -------------------------------------------------------------------
 
@@ -732,4 +714,7 @@ def _run_status(row: dict[str, Any]) -> RunStatus:
         created_at=row["created_at"],
         finished_at=row["finished_at"],
         digest=row["digest"],
+        parent_run_id=None if row["parent_run_id"] is None else str(row["parent_run_id"]),
+        parent_node=row["parent_node"],
+        deadline_at=row["deadline_at"],
     )

@@ -17,8 +17,10 @@ Conn = psycopg.Connection[Any]
 class Context:
     """Passed to every handler as ``handler(ctx, input)``.
 
-    Attributes: ``run_id`` (str UUID), ``node`` (str), ``attempt`` (1-based; a reclaim
-    after a crash keeps the number), ``step_id`` (int).
+    Attributes: ``run_id`` (str UUID), ``node`` (str; ``NODE[i]`` for item ``i`` of a
+    fan-out node), ``attempt`` (1-based; a reclaim after a crash keeps the number),
+    ``step_id`` (int), ``item_index`` (0-based index of a fan-out item in its list, else
+    None).
     """
 
     def __init__(
@@ -33,6 +35,7 @@ class Context:
         cancel_event: threading.Event,
         submit_in_tx: Callable[..., str] | None = None,
         enqueue_in_tx: Callable[..., str] | None = None,
+        item_index: int | None = None,
     ) -> None:
         self.run_id = run_id
         self.node = node
@@ -43,6 +46,7 @@ class Context:
         self._cancel_event = cancel_event
         self._submit_in_tx = submit_in_tx
         self._enqueue_in_tx = enqueue_in_tx
+        self.item_index = item_index
 
     def completion_tx(self) -> Conn:
         """The psycopg connection of this step's completion transaction, already inside it.

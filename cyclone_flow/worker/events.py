@@ -45,6 +45,18 @@ def call_hook(logger: logging.Logger, hook: Callable[..., Any] | None, *args: An
         logger.exception("hook %s raised; ignored", getattr(hook, "__name__", hook))
 
 
+def emit_engine_events(
+    logger: logging.Logger,
+    hook: Callable[..., Any] | None,
+    events: Iterable[tuple[str, str, str, str | None, str | None]],
+) -> None:
+    """Send the ``completed`` / ``discarded`` events of nodes the engine decided in a
+    committed transaction (fan-out, child and wait_signal nodes): ``(kind, run_id, node,
+    error, error_kind)`` tuples."""
+    for kind, run_id, node, error, error_kind in events:
+        call_hook(logger, hook, StepEvent(kind, run_id, node, error=error, error_kind=error_kind))
+
+
 def emit_cancelled(
     logger: logging.Logger,
     hook: Callable[..., Any] | None,

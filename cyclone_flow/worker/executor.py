@@ -34,7 +34,7 @@ from cyclone_flow.states import ErrorKind, RunState, StepState
 from cyclone_flow.store.store import ClaimedStep, Outcome, Store, Wakeups, contains_nul, dumps
 from cyclone_flow.worker.cache import OutputCache
 from cyclone_flow.worker.context import Context
-from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled
+from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled, emit_engine_events
 from cyclone_flow.worker.imports import HandlerImportError, HandlerResolver
 
 if TYPE_CHECKING:
@@ -106,8 +106,11 @@ class Executor:
         return json.loads(text or "null")
 
     def resolve_input(self, step: ClaimedStep) -> JSON:
-        """Render the node's input template; no template means the run input."""
+        """Render the node's input template; no template means the run input (for a
+        fan-out item: its list element, which ``${{ item }}`` names in a template)."""
         if step.input is None:
+            if step.parent_node is not None:
+                return step.item
             return self.run_input(step.run_id)
         needs_run = any(ref.kind == "run" for ref in references(step.input))
         run_input = self.run_input(step.run_id) if needs_run else None
@@ -118,7 +121,7 @@ class Executor:
             except KeyError as exc:
                 raise TemplateError(str(exc.args[0])) from None
 
-        return render(step.input, run_input, upstream)
+        return render(step.input, run_input, upstream, step.item)
 
     # -- one step ------------------------------------------------------------------------
 
@@ -158,6 +161,7 @@ class Executor:
                     cancel_event=cancel_event,
                     submit_in_tx=submit_in_tx,
                     enqueue_in_tx=enqueue_in_tx,
+                    item_index=step.item_index,
                 )
                 started = time.monotonic()
                 try:
@@ -212,7 +216,7 @@ class Executor:
         return submit_in_tx, enqueue_in_tx
 
     def _prepare(self, step: ClaimedStep) -> tuple[Callable[..., Any], JSON]:
-        if step.type != "action" or not step.call:  # submit refuses these already
+        if step.type not in ("action", "fan_out_item") or not step.call:  # never claimable
             raise StepFailure(
                 ErrorKind.IMPORT_ERROR,
                 f"node type {step.type!r} cannot run in this version",
@@ -383,6 +387,7 @@ class Executor:
         )
         call_hook(self.log, self.config.on_step_event, event)
         emit_cancelled(self.log, self.config.on_step_event, step.run_id, outcome.cancelled)
+        emit_engine_events(self.log, self.config.on_step_event, outcome.engine_events)
         if outcome.run_state is not None:
             level = self.log.info if outcome.run_state is RunState.COMPLETED else self.log.warning
             level("run %s %s", step.run_id, outcome.run_state, extra=_extra(step))

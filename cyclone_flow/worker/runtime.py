@@ -1,8 +1,8 @@
 """A started client's threads: worker threads that run handlers, one claim loop, one
 heartbeat loop that renews every lease of this client each ``lease_ttl / 3`` and one
-maintenance loop (recovery sweep, schedule scanner, retention sweep). The client's LISTEN
-connection (:class:`cyclone_flow.notify.Listener`) forwards wakeups through
-:meth:`Worker.notice_available`.
+maintenance loop (recovery sweep, wait scanner, deadline scanner, schedule scanner,
+retention sweep). The client's LISTEN connection (:class:`cyclone_flow.notify.Listener`)
+forwards wakeups through :meth:`Worker.notice_available`.
 
 Claiming follows Engine Design: The Claiming Algorithm; the claim loop polls within
 ``poll_interval = (min, max)`` and wakes at once on a ``cyclone_available`` notification
@@ -21,9 +21,10 @@ from cyclone_flow.errors import ReclaimLimitExceeded, StepTimeoutError
 from cyclone_flow.logs import step_extra
 from cyclone_flow.states import ErrorKind, StepState
 from cyclone_flow.store.store import ClaimedStep, Store, Wakeups
-from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled
+from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled, emit_engine_events
 from cyclone_flow.worker.executor import Executor
 from cyclone_flow.worker.retention import RetentionSweeper
+from cyclone_flow.worker.scanners import DeadlineScanner, WaitScanner
 
 SWEEP_BATCH = 500
 
@@ -76,6 +77,8 @@ class Worker:
             if retention is not None and retention.enabled
             else None
         )
+        self.wait_scanner = WaitScanner(store, config, publish)
+        self.deadline_scanner = DeadlineScanner(store, config, publish)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -261,6 +264,11 @@ class Worker:
                     self.retention.tick()
                 except Exception:
                     self.log.exception("retention sweep failed")
+            for scanner in (self.wait_scanner, self.deadline_scanner):
+                try:
+                    scanner.run_once()
+                except Exception:
+                    self.log.exception("%s failed", type(scanner).__name__)
 
     def sweep_once(self) -> dict[str, int]:
         """One pass of the recovery sweep; returns counts per action (Engine Design: Leases
@@ -326,6 +334,7 @@ class Worker:
         )
         call_hook(self.log, self.config.on_step_event, event)
         emit_cancelled(self.log, self.config.on_step_event, run_id, outcome.cancelled)
+        emit_engine_events(self.log, self.config.on_step_event, outcome.engine_events)
         error: Exception = (
             StepTimeoutError(run_id, node)
             if kind is ErrorKind.TIMEOUT

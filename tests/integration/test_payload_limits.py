@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from cyclone_test_handlers.harness import step_row
+from cyclone_test_handlers.harness import step_row, wait_until
 
 from cyclone_flow import Client, PayloadLimits, PayloadTooLargeError
 from cyclone_flow.spec import load_flow_text
@@ -101,6 +101,8 @@ def test_output_over_the_limit_fails_the_step_permanently(
     assert (row["attempt"], row["max_attempts"]) == (1, 3), "no retry: the output would repeat"
     assert row["output"] is None
     assert row["error"] == f"output payload is {LIMIT + 1} bytes, over the limit of {LIMIT} bytes"
+    # the hook runs after the commit that the run's wait may see first
+    wait_until(lambda: failures, what="the error_handler call")
     assert len(failures) == 1
     event, exc = failures[0]
     assert (event.kind, event.error_kind) == ("discarded", "payload_too_large")

@@ -13,7 +13,6 @@ from cyclone_flow import (
     InputValidationError,
     PayloadLimits,
     PayloadTooLargeError,
-    UnsupportedNodeTypeError,
 )
 from cyclone_flow.spec import load_flow_text
 
@@ -83,20 +82,3 @@ def test_submit_tx_rolls_back_with_the_caller(
         run_id = client.submit_tx(conn, FLOW, {"n": 1})
         conn.commit()
     assert client.get_run(run_id).state == "running"
-
-
-@pytest.mark.parametrize(
-    "node",
-    [
-        "{type: fan_out, call: 'm:f', over: '${{ run.input.items }}'}",
-        "{type: wait_signal, signal: go}",
-    ],
-)
-def test_reserved_node_types_are_refused_before_any_write(
-    make_client: Callable[..., Client], db: Any, node: str
-) -> None:
-    client = make_client()
-    flow = load_flow_text(f"name: reserved\nnodes:\n  x: {node}\n")
-    with pytest.raises(UnsupportedNodeTypeError, match="node 'x' has type"):
-        client.submit(flow, {"items": [1]})
-    assert _counts(db) == (0, 0, 0, 0)

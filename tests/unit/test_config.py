@@ -292,3 +292,15 @@ def test_default_handler_writes_to_stderr_only_when_nothing_else_would(
     served.addHandler(logging.NullHandler())
     handler.handle(served.makeRecord(served.name, logging.INFO, __file__, 1, "x", (), None))
     assert capsys.readouterr().err == ""
+
+
+def test_max_signal_wait_defaults_to_no_cap_and_clamps_negative_to_zero() -> None:
+    assert build_config({}).max_signal_wait == 0.0
+    assert build_config({"max_signal_wait": 90}).max_signal_wait == 90.0
+    assert build_config({"max_signal_wait": -5}).max_signal_wait == 0.0  # no cap
+
+
+@pytest.mark.parametrize("value", [True, "1h", None, float("nan"), 366 * 86_400 + 1])
+def test_max_signal_wait_rejects_non_numbers_and_too_long(value: Any) -> None:
+    with pytest.raises(ConfigError, match="max_signal_wait"):
+        build_config({"max_signal_wait": value})

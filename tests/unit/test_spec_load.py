@@ -56,7 +56,9 @@ def test_good_flow_loads_with_defaults_applied() -> None:
 
 
 def test_digest_is_sha256_of_canonical_document() -> None:
-    flow = load_flow(GOOD)
+    document = dict(load_flow(GOOD).document)
+    document["nodes"] = {k: v for k, v in document["nodes"].items() if k != "notify"}
+    flow = load_flow_text(json.dumps(document))  # without its child node
     assert "defaults" in flow.document  # defaults are not applied to the document
     assert flow.digest == document_digest(flow.document)
     import hashlib
@@ -66,6 +68,23 @@ def test_digest_is_sha256_of_canonical_document() -> None:
     # the digest ignores formatting and comments
     again = load_flow_text("# c\n" + json.dumps(flow.document))
     assert again.digest == flow.digest
+
+
+def test_child_flows_are_loaded_and_covered_by_the_digest(tmp_path: Path) -> None:
+    parent = tmp_path / "parent.yaml"
+    parent.write_text("name: parent\nnodes:\n  sub: {type: child, flow: sub/child.yaml}\n")
+    (tmp_path / "sub").mkdir()
+    child = tmp_path / "sub" / "child.yaml"
+    child.write_text("name: child\nnodes:\n  a: {call: 'm:f'}\n")
+    flow = load_flow(parent)
+    assert flow.children["sub"].name == "child"
+    assert flow.children["sub"].path == str(child)
+    assert [f.name for f in flow.tree()] == ["parent", "child"]
+    assert flow.digest != document_digest(flow.document)
+    child.write_text("name: child\nnodes:\n  a: {call: 'm:g'}\n")
+    changed = load_flow(parent)
+    assert changed.document == flow.document
+    assert changed.digest != flow.digest  # a changed child is a new parent definition
 
 
 def test_retry_merges_defaults_key_by_key() -> None:

@@ -66,3 +66,18 @@ def test_references_lists_every_reference_in_order() -> None:
     ]
     assert refs[0].expression == "run.input.x.0"
     assert parse_ref("plain") is None
+
+
+def test_item_references_render_the_fan_out_element() -> None:
+    template = {"whole": "${{ item }}", "part": "${{ item.files.1 }}", "run": "${{ run.input.x }}"}
+    item = {"files": ["a.csv", "b.csv"]}
+    assert render(template, {"x": 1}, upstream, item) == {
+        "whole": item,
+        "part": "b.csv",
+        "run": 1,
+    }
+    assert parse_ref("${{ item.a }}") == Ref("item", None, ("a",), "${{ item.a }}")
+    whole = parse_ref("${{ item }}")
+    assert whole is not None and whole.expression == "item"
+    with pytest.raises(TemplateError, match="index 5 is out of range"):
+        render("${{ item.files.5 }}", None, upstream, item)

@@ -1,8 +1,12 @@
--- name: dep_insert_many
--- Write the run's graph as data: one row per (node, depends_on) edge.
+-- name: dep_insert_plan
+-- Write the run's graph as data from its definition's compiled plan: one row per
+-- (node, depends_on) edge.
 INSERT INTO {schema}.cyclone_deps (run_id, node, depends_on)
-SELECT %(run_id)s, t.node, t.depends_on
-FROM unnest(%(nodes)s::text[], %(depends_on)s::text[]) AS t(node, depends_on)
+SELECT %(run_id)s, e.value->>'node', n.depends_on
+FROM {schema}.cyclone_workflows w
+CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') AS e(value)
+CROSS JOIN LATERAL jsonb_array_elements_text(e.value->'needs') AS n(depends_on)
+WHERE w.id = %(workflow_id)s
 
 -- name: dep_downstream
 -- Every node downstream of %(node)s (transitively) with its on_dep_failure policy.

@@ -1,12 +1,15 @@
 -- name: run_insert_queued
--- Insert a new run with its queue options (seeds: Unique Jobs, Sequences): with a unique
--- key the unique_slot (key, plus the window bucket of the database's now()) conflicts with
--- a run still holding it, and the insert does nothing (the caller then reads the winner).
+-- Insert a new top run of a stored definition with its queue options (seeds: Unique Jobs,
+-- Sequences) and the limits of the submitting client (Client Options: Limits and
+-- Retention, WithMaxSignalWait): with a unique key the unique_slot (key, plus the window
+-- bucket of the database's now()) conflicts with a run still holding it, and the insert
+-- does nothing (the caller then reads the winner). The flow's deadline counts from the
+-- run's start: run_at, or now() plus a delay in microseconds, or now().
 INSERT INTO {schema}.cyclone_runs
     (workflow_id, flow_name, input, unique_key, unique_slot, unique_states,
-     sequence_key, sequence_pos, sequence_held, schedule_id, scheduled_for)
-VALUES (
-    %(workflow_id)s, %(flow_name)s, %(input)s, %(unique_key)s::text,
+     sequence_key, sequence_pos, sequence_held, schedule_id, scheduled_for,
+     output_limit, max_signal_wait, deadline, deadline_at)
+SELECT w.id, w.name, %(input)s::jsonb, %(unique_key)s::text,
     CASE WHEN %(unique_key)s::text IS NULL THEN NULL
          WHEN %(unique_window_s)s::float8 IS NULL THEN %(unique_key)s::text
          ELSE %(unique_key)s::text || '@'
@@ -14,7 +17,16 @@ VALUES (
     END,
     coalesce(%(unique_states)s::text[], ARRAY['running']),
     %(sequence_key)s::text, %(sequence_pos)s::bigint, %(sequence_held)s::boolean,
-    %(schedule_id)s::bigint, %(scheduled_for)s::timestamptz)
+    %(schedule_id)s::bigint, %(scheduled_for)s::timestamptz,
+    %(output_limit)s::integer, make_interval(secs => %(max_signal_wait_s)s::float8),
+    make_interval(secs => (w.plan->>'deadline_s')::float8),
+    greatest(statement_timestamp(),
+             coalesce(%(run_at)s::timestamptz,
+                      statement_timestamp()
+                          + (%(delay_us)s::bigint * interval '1 microsecond')))
+        + make_interval(secs => (w.plan->>'deadline_s')::float8)
+FROM {schema}.cyclone_workflows w
+WHERE w.id = %(workflow_id)s
 ON CONFLICT (unique_slot) WHERE unique_slot IS NOT NULL DO NOTHING
 RETURNING id
 
@@ -26,14 +38,6 @@ WHERE unique_slot = CASE WHEN %(unique_window_s)s::float8 IS NULL THEN %(unique_
                               || floor(extract(epoch FROM now())
                                        / %(unique_window_s)s::float8)::bigint::text
                     END
-
--- name: step_schedule_roots
--- Delayed run: its root steps become claimable at the given instant, or at the database's
--- now() plus a delay in microseconds (Engine Design: The Claiming Algorithm, scheduled_at).
-UPDATE {schema}.cyclone_steps
-SET scheduled_at = coalesce(%(run_at)s::timestamptz,
-                            now() + (%(delay_us)s::bigint * interval '1 microsecond'))
-WHERE run_id = %(run_id)s AND node = ANY(%(nodes)s::text[])
 
 -- name: sequence_next_pos
 -- Take the sequence's row lock for the rest of the transaction and hand out the next
@@ -61,9 +65,9 @@ SELECT sequence_key FROM {schema}.cyclone_runs WHERE id = %(run_id)s
 
 -- name: sequence_release_next
 -- The first run of the sequence that is neither completed nor cancelled, when it is held:
--- held -> released and its root steps pending -> available (a delay it was given is kept).
--- A held run locked by another transaction (its own cancel) is skipped: that transaction
--- releases after it. Returns the queues of the released steps.
+-- held -> released (its roots are then released as at submit, by step_release_ready in
+-- the same transaction). A held run locked by another transaction (its own cancel) is
+-- skipped: that transaction releases after it. Returns the released run.
 WITH head AS (
     SELECT id FROM {schema}.cyclone_runs
     WHERE sequence_key = %(key)s AND state NOT IN ('completed', 'cancelled')
@@ -73,18 +77,10 @@ WITH head AS (
     SELECT r.id FROM {schema}.cyclone_runs r
     WHERE r.id = (SELECT id FROM head) AND r.sequence_held AND r.state = 'running'
     FOR NO KEY UPDATE SKIP LOCKED
-), released AS (
-    UPDATE {schema}.cyclone_runs r SET sequence_held = false
-    FROM held WHERE r.id = held.id AND r.sequence_held AND r.state = 'running'
-    RETURNING r.id
 )
-UPDATE {schema}.cyclone_steps s
-SET state = 'available', scheduled_at = greatest(s.scheduled_at, statement_timestamp())
-FROM released
-WHERE s.run_id = released.id AND s.state = 'pending'
-  AND NOT EXISTS (SELECT 1 FROM {schema}.cyclone_deps d
-                  WHERE d.run_id = s.run_id AND d.node = s.node)
-RETURNING s.queue
+UPDATE {schema}.cyclone_runs r SET sequence_held = false
+FROM held WHERE r.id = held.id AND r.sequence_held AND r.state = 'running'
+RETURNING r.id
 
 -- name: sequence_list_stalled
 -- Maintenance safety net: sequences whose first open run is still held (its predecessor

@@ -1,24 +1,26 @@
--- name: run_insert
--- Insert a new run in state running (submit; Engine Design: Why Static DAGs).
-INSERT INTO {schema}.cyclone_runs (workflow_id, flow_name, input)
-VALUES (%(workflow_id)s, %(flow_name)s, %(input)s)
-RETURNING id
-
 -- name: run_lock
 -- Take the run row lock that serialises every transition which can change the run's state
--- (Engine Design: Failure Propagation); returns the run's state.
-SELECT state FROM {schema}.cyclone_runs WHERE id = %(run_id)s FOR NO KEY UPDATE
+-- (Engine Design: Failure Propagation); returns the run's state. A child run locks the top
+-- run of its tree first (ORDER BY: rows are locked in that order), so a transition that
+-- crosses runs (a child completing its parent's node, a parent cancelling its children)
+-- always takes the locks in one order and cannot deadlock.
+SELECT id = %(run_id)s AS own, state
+FROM {schema}.cyclone_runs
+WHERE id = %(run_id)s
+   OR id = (SELECT root_run_id FROM {schema}.cyclone_runs WHERE id = %(run_id)s)
+ORDER BY own
+FOR NO KEY UPDATE
 
 -- name: run_complete_if_done
 -- running -> completed when no non-terminal step remains; the output maps each completed
--- leaf node to its output.
+-- leaf node (never a fan-out item) to its output. Returns the parent of a child run.
 UPDATE {schema}.cyclone_runs r
 SET state = 'completed',
     finished_at = statement_timestamp(),
     output = (
         SELECT coalesce(jsonb_object_agg(s.node, s.output ORDER BY s.id), '{{}}'::jsonb)
         FROM {schema}.cyclone_steps s
-        WHERE s.run_id = r.id AND s.state = 'completed'
+        WHERE s.run_id = r.id AND s.state = 'completed' AND s.parent_node IS NULL
           AND NOT EXISTS (SELECT 1 FROM {schema}.cyclone_deps d
                           WHERE d.run_id = r.id AND d.depends_on = s.node))
 WHERE r.id = %(run_id)s
@@ -26,19 +28,19 @@ WHERE r.id = %(run_id)s
   AND NOT EXISTS (SELECT 1 FROM {schema}.cyclone_steps s
                   WHERE s.run_id = r.id
                     AND s.state NOT IN ('completed', 'discarded', 'cancelled'))
-RETURNING r.id
+RETURNING r.id, r.parent_run_id, r.parent_node
 
 -- name: run_fail_if_running
 -- running -> failed, once: a later discard finds the run terminal and changes nothing.
 UPDATE {schema}.cyclone_runs
 SET state = 'failed', finished_at = statement_timestamp(), error = %(error)s, error_kind = %(error_kind)s
 WHERE id = %(run_id)s AND state = 'running'
-RETURNING id
+RETURNING id, parent_run_id, parent_node
 
 -- name: run_get
 -- One run with its flow name and timestamps.
 SELECT r.id, r.flow_name, r.state, r.input, r.output, r.error, r.error_kind,
-       r.created_at, r.finished_at, w.digest
+       r.created_at, r.finished_at, w.digest, r.parent_run_id, r.parent_node, r.deadline_at
 FROM {schema}.cyclone_runs r
 JOIN {schema}.cyclone_workflows w ON w.id = r.workflow_id
 WHERE r.id = %(run_id)s
@@ -50,7 +52,7 @@ SELECT input::text FROM {schema}.cyclone_runs WHERE id = %(run_id)s
 -- name: run_list
 -- The most recent runs, newest first, optionally of one flow and/or one state.
 SELECT r.id, r.flow_name, r.state, r.input, r.output, r.error, r.error_kind,
-       r.created_at, r.finished_at, w.digest
+       r.created_at, r.finished_at, w.digest, r.parent_run_id, r.parent_node, r.deadline_at
 FROM {schema}.cyclone_runs r
 JOIN {schema}.cyclone_workflows w ON w.id = r.workflow_id
 WHERE (%(flow)s::text IS NULL OR r.flow_name = %(flow)s)
@@ -64,17 +66,28 @@ LIMIT %(limit)s
 UPDATE {schema}.cyclone_runs
 SET state = 'cancelled', finished_at = statement_timestamp(), error = %(error)s, error_kind = 'cancelled'
 WHERE id = %(run_id)s AND state = 'running'
-RETURNING id
+RETURNING id, parent_run_id, parent_node
 
 -- name: run_reopen
--- failed | cancelled | completed (with a contained discard) -> running (operator retry).
+-- failed | cancelled | completed (with a contained discard) -> running (operator retry);
+-- a flow deadline starts again from now.
 UPDATE {schema}.cyclone_runs
-SET state = 'running', finished_at = NULL, error = NULL, error_kind = NULL, output = NULL
+SET state = 'running', finished_at = NULL, error = NULL, error_kind = NULL, output = NULL,
+    deadline_at = statement_timestamp() + deadline
 WHERE id = %(run_id)s AND state IN ('failed', 'cancelled', 'completed')
 RETURNING id
 
 -- name: run_list_failed
--- Ids of failed runs, optionally of one flow, oldest first (operator retry --all-failed).
+-- Ids of failed top runs (a child run is retried through its parent), optionally of one
+-- flow, oldest first (operator retry --all-failed).
 SELECT id FROM {schema}.cyclone_runs
 WHERE state = 'failed' AND (%(flow)s::text IS NULL OR flow_name = %(flow)s)
+  AND parent_run_id IS NULL
 ORDER BY created_at, id
+
+-- name: run_definition_get
+-- The flow definition (the flow file as JSON) a run was submitted with (graph --run).
+SELECT w.definition
+FROM {schema}.cyclone_runs r
+JOIN {schema}.cyclone_workflows w ON w.id = r.workflow_id
+WHERE r.id = %(run_id)s

@@ -64,9 +64,10 @@ LIMIT %(batch)s
 
 -- name: schedule_lock_due
 -- Scanner: lock one due schedule for the tick's transaction; SKIP LOCKED leaves it to the
--- client that already holds it. Returns the definition to submit.
+-- client that already holds it. Returns the stored definition to submit (and whether it
+-- lacks its compiled plan: stored before plans existed).
 SELECT s.id, s.name, s.cron, s.timezone, s.input::text AS input, s.next_run_at,
-       w.definition
+       w.definition, w.id AS workflow_id, w.plan IS NULL AS no_plan
 FROM {schema}.cyclone_schedules s
 JOIN {schema}.cyclone_workflows w ON w.id = s.workflow_id
 WHERE s.id = %(id)s AND NOT s.paused AND s.next_run_at <= %(now)s

@@ -1,27 +1,49 @@
--- name: step_insert_many
--- Insert one step per node of a new run: roots available, the rest pending.
+-- name: step_insert_plan
+-- Insert one step per node of a new run from its definition's compiled plan, in file order
+-- (submit, or the start of a child run; Engine Design: Why Static DAGs): action roots
+-- available, every other node pending; every step pending when %(hold)s (a held run of a
+-- sequence). The submission's %(queue)s / %(priority)s replace those of the nodes that do
+-- not set their own (Queues and Priority). No step is claimable before %(run_at)s, or
+-- now() plus %(delay_us)s microseconds (a delayed run). Returns each step's queue, state,
+-- and whether it is claimable now.
 INSERT INTO {schema}.cyclone_steps
-    (run_id, node, type, call, state, queue, priority, max_attempts, backoff,
-     on_dep_failure, timeout, input)
-SELECT %(run_id)s, t.node, t.type, t.call, t.state, t.queue, t.priority, t.max_attempts,
-       t.backoff, t.on_dep_failure, make_interval(secs => t.timeout_s), t.input
-FROM unnest(%(nodes)s::text[], %(types)s::text[], %(calls)s::text[], %(states)s::text[],
-            %(queues)s::text[], %(priorities)s::int[], %(max_attempts)s::int[],
-            %(backoffs)s::jsonb[], %(on_dep_failures)s::text[], %(timeouts_s)s::float8[],
-            %(inputs)s::jsonb[])
-    AS t(node, type, call, state, queue, priority, max_attempts, backoff, on_dep_failure,
-         timeout_s, input)
+    (run_id, root_run_id, node, type, call, state, queue, priority, max_attempts, backoff,
+     on_dep_failure, timeout, input, over, max_parallel, signal, max_wait, child_workflow_id,
+     scheduled_at)
+SELECT %(run_id)s, %(root_run_id)s, p.node, p.type, p.call,
+       CASE WHEN p.type = 'action' AND jsonb_array_length(p.needs) = 0
+                 AND NOT %(hold)s::boolean
+            THEN 'available' ELSE 'pending' END,
+       CASE WHEN %(queue)s::text IS NULL OR coalesce(p.queue_own, false) THEN p.queue
+            ELSE %(queue)s::text END,
+       CASE WHEN %(priority)s::int IS NULL OR coalesce(p.priority_own, false) THEN p.priority
+            ELSE %(priority)s::int END,
+       p.max_attempts, p.backoff, p.on_dep_failure,
+       make_interval(secs => p.timeout_s), p.input, p.over, p.max_parallel, p.signal,
+       make_interval(secs => p.max_wait_s), p.child_workflow_id,
+       coalesce(%(run_at)s::timestamptz,
+                now() + (%(delay_us)s::bigint * interval '1 microsecond'), now())
+FROM {schema}.cyclone_workflows w
+CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') WITH ORDINALITY AS e(value, ord)
+CROSS JOIN LATERAL jsonb_to_record(e.value) AS p(
+    node text, type text, call text, needs jsonb, queue text, queue_own boolean,
+    priority int, priority_own boolean, max_attempts int, backoff jsonb,
+    on_dep_failure text, timeout_s float8, input jsonb, over jsonb, max_parallel int,
+    signal text, max_wait_s float8, child_workflow_id bigint)
+WHERE w.id = %(workflow_id)s
+ORDER BY e.ord
+RETURNING queue, state, scheduled_at <= statement_timestamp() AS due
 
 -- name: step_claim
--- available -> running for up to %(limit)s steps of the served queues (of one run when
--- %(run_id)s is set: cyclone-flow run): SKIP LOCKED, then the CAS that takes the lease
+-- available -> running for up to %(limit)s steps of the served queues (of one run and its
+-- child runs when %(run_id)s is set: cyclone-flow run): SKIP LOCKED, then the CAS that takes the lease
 -- with the database's now() and a TTL in microseconds
 -- (Engine Design: The Claiming Algorithm, CAS State Transitions).
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps
     WHERE state = 'available' AND queue = ANY(%(queues)s::text[]) AND scheduled_at <= now()
-      AND (%(run_id)s::uuid IS NULL OR run_id = %(run_id)s::uuid)
+      AND (%(run_id)s::uuid IS NULL OR coalesce(root_run_id, run_id) = %(run_id)s::uuid)
     ORDER BY priority, scheduled_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -38,7 +60,8 @@ WHERE s.id = c.id AND s.state = 'available'
 RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_attempts,
           s.reclaims, s.lease_generation, s.input,
           extract(epoch FROM s.timeout)::float8 AS timeout_s,
-          greatest(extract(epoch FROM now() - s.scheduled_at), 0)::float8 AS wait_s
+          greatest(extract(epoch FROM now() - s.scheduled_at), 0)::float8 AS wait_s,
+          s.parent_node, s.item_index, s.item
 
 -- name: step_heartbeat_many
 -- Renew the leases this client holds, each guarded by its own lease_generation; a step past
@@ -67,17 +90,23 @@ SET state = 'completed', output = %(output)s, finished_at = statement_timestamp(
 WHERE id = %(id)s AND state = 'running'
   AND lease_owner = %(owner)s AND lease_generation = %(generation)s
   AND (timeout IS NULL OR started_at + timeout > statement_timestamp())
-RETURNING run_id
+RETURNING run_id, parent_node
 
 -- name: step_release_ready
--- pending -> available for the steps of a run whose every dependency completed: the
--- dependents of %(node)s after its completion, or (node NULL) every pending step after an
--- operator retry. Runs under the run row lock, so two fan-in completions cannot both miss
--- each other.
+-- pending -> available (action nodes) or waiting (fan_out, child and wait_signal nodes,
+-- which the engine starts in the same transaction) for the steps of a run whose every
+-- dependency completed: the dependents of %(node)s after its completion, or (node NULL)
+-- every pending node after a submit, the release of a held run of a sequence, or an
+-- operator retry. A later scheduled_at (a delayed run) is kept. Fan-out items are released
+-- by fan_out_release_items instead. Runs under the run row lock, so two fan-in completions
+-- cannot both miss each other.
 UPDATE {schema}.cyclone_steps s
-SET state = 'available', scheduled_at = statement_timestamp()
+SET state = CASE WHEN s.type = 'action' THEN 'available' ELSE 'waiting' END,
+    scheduled_at = greatest(s.scheduled_at, statement_timestamp()),
+    started_at = CASE WHEN s.type = 'action' THEN s.started_at ELSE statement_timestamp() END
 WHERE s.run_id = %(run_id)s
   AND s.state = 'pending'
+  AND s.parent_node IS NULL
   AND (%(node)s::text IS NULL
        OR s.node IN (SELECT d.node FROM {schema}.cyclone_deps d
                      WHERE d.run_id = %(run_id)s AND d.depends_on = %(node)s))
@@ -86,7 +115,7 @@ WHERE s.run_id = %(run_id)s
       FROM {schema}.cyclone_deps d
       JOIN {schema}.cyclone_steps u ON u.run_id = d.run_id AND u.node = d.depends_on
       WHERE d.run_id = %(run_id)s AND d.node = s.node AND u.state <> 'completed')
-RETURNING s.queue
+RETURNING s.queue, s.node, s.type
 
 -- name: step_fail_attempt
 -- A failed attempt of a running step, guarded by lease_generation (and, when a worker
@@ -140,7 +169,7 @@ WHERE s.id = p.id
            AND (s.timeout IS NULL OR s.started_at + s.timeout > statement_timestamp())))
   AND (NOT %(timed_out)s::boolean
        OR (s.timeout IS NOT NULL AND s.started_at + s.timeout <= statement_timestamp()))
-RETURNING s.run_id, s.node, s.state, s.queue, s.attempt
+RETURNING s.run_id, s.node, s.state, s.queue, s.attempt, s.parent_node
 
 -- name: step_cancel_remaining
 -- Every non-terminal step of a failed or cancelled run -> cancelled (a second UPDATE in the
@@ -202,12 +231,13 @@ LIMIT %(batch)s
 SELECT output::text, state FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND node = %(node)s
 
 -- name: step_list
--- Every step of a run in creation order.
+-- Every step of a run in creation order (fan-out items only when %(items)s).
 SELECT id, node, type, call, state, queue, priority, attempt, max_attempts, reclaims,
        lease_owner, lease_expiry, lease_generation, started_at, finished_at, scheduled_at,
-       output, error, error_kind, errors
+       output, error, error_kind, errors, parent_node, item_index, items_total, items_done,
+       signal, wait_until, child_run_id
 FROM {schema}.cyclone_steps
-WHERE run_id = %(run_id)s
+WHERE run_id = %(run_id)s AND (%(items)s OR parent_node IS NULL)
 ORDER BY id
 
 -- name: step_release_leases
@@ -227,21 +257,24 @@ SELECT count(*) FROM {schema}.cyclone_steps
 WHERE state IN ('available', 'running') AND queue = ANY(%(queues)s::text[])
 
 -- name: step_reset_for_retry
--- Operator retry: discarded steps (all, or only %(node)s) and every cancelled step of the
--- run -> pending with attempts and reclaims reset; step_release_ready then releases those
--- whose dependencies completed. The per-attempt error history is kept.
+-- Operator retry: discarded steps (all, or only %(node)s and its fan-out items) and every
+-- cancelled step of the run -> pending with attempts and reclaims reset; step_release_ready
+-- then releases those whose dependencies completed (a fan-out node releases its reset
+-- items again; a child node starts a new child run). The per-attempt error history is kept.
 UPDATE {schema}.cyclone_steps
 SET state = 'pending', attempt = 1, reclaims = 0, error = NULL, error_kind = NULL,
     finished_at = NULL, lease_owner = NULL, lease_expiry = NULL, heartbeat_at = NULL,
-    started_at = NULL, output = NULL, scheduled_at = statement_timestamp()
+    started_at = NULL, output = NULL, scheduled_at = statement_timestamp(),
+    wait_until = NULL, child_run_id = NULL
 WHERE run_id = %(run_id)s
   AND (state = 'cancelled'
-       OR (state = 'discarded' AND (%(node)s::text IS NULL OR node = %(node)s)))
-RETURNING node
+       OR (state = 'discarded'
+           AND (%(node)s::text IS NULL OR node = %(node)s OR parent_node = %(node)s)))
+RETURNING node, parent_node
 
 -- name: step_get_state
--- The state of one node of a run.
-SELECT state FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND node = %(node)s
+-- The state of one node of a run, and its fan-out node when it is an item.
+SELECT state, parent_node FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND node = %(node)s
 
 -- name: step_list_discarded
 -- The discarded nodes of a run.

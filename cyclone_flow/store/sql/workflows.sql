@@ -1,12 +1,17 @@
 -- name: workflow_upsert
--- Store a flow definition once per (name, digest) and return its id (content-addressed).
+-- Store a flow definition and its compiled plan once per (name, digest) and return its id
+-- (content-addressed), and whether the stored row lacks a plan (written before plans).
 WITH ins AS (
-    INSERT INTO {schema}.cyclone_workflows (name, digest, definition)
-    VALUES (%(name)s, %(digest)s, %(definition)s)
+    INSERT INTO {schema}.cyclone_workflows (name, digest, definition, plan)
+    VALUES (%(name)s, %(digest)s, %(definition)s, %(plan)s)
     ON CONFLICT (name, digest) DO NOTHING
-    RETURNING id
+    RETURNING id, false AS no_plan
 )
-SELECT id FROM ins
+SELECT id, no_plan FROM ins
 UNION ALL
-SELECT id FROM {schema}.cyclone_workflows WHERE name = %(name)s AND digest = %(digest)s
+SELECT id, plan IS NULL FROM {schema}.cyclone_workflows WHERE name = %(name)s AND digest = %(digest)s
 LIMIT 1
+
+-- name: workflow_fill_plan
+-- Give a definition stored before plans existed its compiled plan (same digest, same plan).
+UPDATE {schema}.cyclone_workflows SET plan = %(plan)s WHERE id = %(id)s AND plan IS NULL
