@@ -18,7 +18,7 @@ Modes (all with the same number of connections as the engine benchmark's workers
   statements).
 
 Sizes: 5,000 jobs for ``1/tx`` (its claim sorts the whole backlog), 10,000 for the other
-``1/tx`` modes, 20,000 for the ``batch50`` modes; ``--quick``: 300.
+``1/tx`` modes, 20,000 for the ``batch50`` modes; ``--quick``: 100.
 """
 
 from __future__ import annotations
@@ -133,13 +133,13 @@ def measure(env: Env, mode: str, connections: int, jobs: int) -> Result:
 
 
 def run(env: Env, *, quick: bool, connections: tuple[int, ...] = CONNECTIONS) -> list[Result]:
-    """Every mode at every connection count (sizes in the module docstring; quick: 300)."""
+    """Every mode at every connection count (sizes in the module docstring; quick: 100)."""
     results = []
     for mode in MODES:
         if mode == "1/tx":  # its claim sorts the whole backlog: smaller, or it takes minutes
-            jobs = pick((5_000, 300), quick)
+            jobs = pick((5_000, 100), quick)
         else:
-            jobs = pick((20_000 if mode.startswith("batch50") else 10_000, 300), quick)
+            jobs = pick((20_000 if mode.startswith("batch50") else 10_000, 100), quick)
         for n in connections:
             results.append(measure(env, mode, n, jobs))
     return results

@@ -1,5 +1,5 @@
 """A 3-node chain ``a -> b -> c`` (``flows/chain.yaml``; each node reads its upstream's
-output): runs/s with 8 workers from a backlog of 5,000 (``--quick``: 50) runs."""
+output): runs/s with 8 workers from a backlog of 5,000 (``--quick``: 20) runs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ WORKERS = 8
 
 def run(env: Env, *, quick: bool) -> list[Result]:
     """One result: runs/s (``extra.steps_per_s`` is three times that, give or take)."""
-    runs = pick((5_000, 50), quick)
+    runs = pick((5_000, 20), quick)
     result, _ = measure(
         env,
         name="3-node chain",

@@ -1,6 +1,6 @@
 """The exactly-once path: a handler that writes one business row through
 ``ctx.completion_tx()`` (``flows/exactly_once.yaml``), so each step commits its row with
-its completion. Steps/s with 8 workers from a backlog of 20,000 (``--quick``: 200); the
+its completion. Steps/s with 8 workers from a backlog of 20,000 (``--quick``: 100); the
 row count is checked."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ WORKERS = 8
 
 def run(env: Env, *, quick: bool) -> list[Result]:
     """One result: steps/s; its ratio to the ``1/tx`` ceiling is the target's figure."""
-    runs = pick((20_000, 200), quick)
+    runs = pick((20_000, 100), quick)
 
     def setup(schema: str) -> None:
         with psycopg.connect(env.url, autocommit=True) as conn:

@@ -1,5 +1,5 @@
 """No-op single-step runs: steps/s with 1, 4 and 8 workers from a backlog of 20,000
-(``--quick``: 200) runs of ``flows/noop.yaml``, submitted before the worker starts."""
+(``--quick``: 100) runs of ``flows/noop.yaml``, submitted before the worker starts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ WORKERS = (1, 4, 8)
 
 def run(env: Env, *, quick: bool, workers: tuple[int, ...] = WORKERS) -> list[Result]:
     """One result per worker count."""
-    runs = pick((20_000, 200), quick)
+    runs = pick((20_000, 100), quick)
     flow = load("noop")
     results = []
     for n in workers:
