@@ -2,7 +2,8 @@
 noop|chain|exactly_once] [--workers 8] [--runs N] [--database-url URL] [--no-pyspy]
 [--json]``.
 
-Two passes over the same backlog size, each in a fresh schema:
+First the latency of one round trip (``SELECT 1``), then two passes over the same
+backlog size, each in a fresh schema:
 
 1. **Timing pass**: the worker process runs under py-spy (sampling at 250 Hz; samples of
    threads blocked on the network, a lock or the GIL are left out, so a sample is CPU time
@@ -250,6 +251,19 @@ def parse_log(text: str, schema: str) -> tuple[Counter[str], dict[str, float]]:
 # -- the passes ------------------------------------------------------------------------------
 
 
+def round_trip_ms(env: Env, count: int = 2000) -> dict[str, float]:
+    """Median and p90 milliseconds of one round trip (a prepared ``SELECT 1`` on one
+    autocommit connection, one thread): the floor under every statement of a step."""
+    times = []
+    with psycopg.connect(env.url, autocommit=True) as conn:
+        for _ in range(count):
+            t0 = time.perf_counter()
+            conn.execute("SELECT 1", prepare=True).fetchone()
+            times.append(1000 * (time.perf_counter() - t0))
+    times.sort()
+    return {"p50": round(times[len(times) // 2], 4), "p90": round(times[len(times) * 9 // 10], 4)}
+
+
 def _backlog(env: Env, schema: str, scenario: str, runs: int) -> None:
     flow_name, _, _ = SCENARIOS[scenario]
     if scenario == "exactly_once":
@@ -375,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         print("py-spy not found next to python: pip install py-spy", file=sys.stderr)
     t0 = time.perf_counter()
     with database(args.database_url) as env:
+        trip = round_trip_ms(env)
         timing = timing_pass(env, args.scenario, args.workers, runs, pyspy)
         statements = None
         if not args.skip_statements:
@@ -383,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         "scenario": args.scenario,
         "workers": args.workers,
         "runs": runs,
+        "round_trip_ms": trip,
         "timing": timing,
         "statements": statements,
         "duration_s": round(time.perf_counter() - t0, 1),
