@@ -1,5 +1,5 @@
-"""Run the benchmark suite: ``python -m benchmarks [--json] [--quick] [--database-url URL]
-[--only NAME ...] [--soak [--soak-steps N]]``.
+"""Run the benchmark suite: ``python -m benchmarks [--json | --markdown] [--quick]
+[--database-url URL] [--only NAME ...] [--soak [--soak-steps N]]``.
 
 Without a URL it starts an embedded Postgres (pgserver) in a temporary folder with fsync,
 synchronous_commit and full_page_writes on, and prints the settings it read back. Every
@@ -155,6 +155,25 @@ def print_report(info: dict[str, Any], results: list[Result], goals: list[dict[s
         console.print(gt)
 
 
+def markdown(info: dict[str, Any], results: list[Result]) -> str:
+    """The results as a Markdown table (for README.md), headed by the machine."""
+    lines = [
+        f"{info['cores']} cores ({info['cpu']}), {info['ram_gib']} GiB RAM, load "
+        f"{info['load_avg_1m_at_start']} at start, {info['postgres']}, "
+        + ", ".join(f"{k}={v}" for k, v in info["durability"].items()),
+        "",
+        "| benchmark | workers | result | ÷ 1/tx ceiling | ÷ batch50 ceiling | peak RSS MiB |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        shown = r.note if r.value is None else f"{r.value:,.1f} {r.unit}"
+        cells = [f"{r.ratios[m]:.3f}" if m in r.ratios else "" for m in ("1/tx", "batch50")]
+        rss = "" if r.peak_rss_mib is None else f"{r.peak_rss_mib:.0f}"
+        workers = r.workers or ""
+        lines.append(f"| {r.name} | {workers} | {shown} | {cells[0]} | {cells[1]} | {rss} |")
+    return "\n".join(lines)
+
+
 def _brief(r: Result) -> str:
     """Per step: commits, CPU ms of the worker process and of the Postgres server."""
     e = r.extra
@@ -172,6 +191,7 @@ def _brief(r: Result) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run")
     parser.add_argument("--database-url", help="use this Postgres instead of an embedded one")
     parser.add_argument("--only", nargs="+", choices=NAMES, metavar="NAME",
@@ -234,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
             "targets": goals,
         }
         print(json.dumps(doc, indent=2))
+    elif args.markdown:
+        print(markdown(info, results))
     else:
         print_report(info, results, goals)
     return 0
