@@ -1,4 +1,8 @@
-"""cyclone-flow benchmarks: runnable modules (``python -m benchmarks.<name>``), each with a
-``run(database_url, *, samples) -> dict`` function that other tooling can call.
-Benchmarks are measurements, not tests: they assert nothing and live outside the suite.
+"""cyclone-flow's benchmark suite: ``python -m benchmarks`` (see README: Benchmarks).
+
+One module per benchmark (``ceiling``, ``noop``, ``chain``, ``fanout``, ``exactly_once``,
+``soak``; ``latency`` when present), the shared plumbing in ``common``, the handlers the
+benchmark flows call in ``handlers``, the flows in ``flows/`` and the suite's own SQL
+(reads of the benchmark's results and the raw-SQL ceiling's batched completion) in
+``sql/bench.sql``. Findings from profiling the engine are in ``FINDINGS.md``.
 """

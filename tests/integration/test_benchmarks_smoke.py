@@ -1,0 +1,47 @@
+"""The benchmark suite still runs: ``python -m benchmarks --quick`` (tiny sizes, one
+worker count) against the test database, every benchmark, JSON output. Figures are not
+checked (benchmarks are read, not asserted); only that each benchmark produced one."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.__main__ import main  # noqa: E402
+
+
+def test_quick_suite_runs_every_benchmark(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["--quick", "--json", "--database-url", database_url, "--soak", "--soak-steps", "50"]
+    )
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    by_name = {r["name"]: r for r in doc["results"]}
+    ceilings = [r for r in doc["results"] if r["name"].startswith("ceiling ")]
+    assert {r["name"] for r in ceilings} == {
+        "ceiling 1/tx", "ceiling 1/tx idx", "ceiling 1/tx full idx",
+        "ceiling batch50", "ceiling batch50 idx", "ceiling batch50 full idx",
+    }  # fmt: skip
+    assert all(r["value"] > 0 and r["workers"] == 2 for r in ceilings)
+    for name in ("no-op steps", "3-node chain", "exactly-once steps"):
+        result = by_name[name]
+        assert result["value"] > 0, result
+        assert result["peak_rss_mib"] > 0
+        assert set(result["ratios"]) == {"1/tx", "batch50", "1/tx idx", "batch50 idx"}
+        assert result["extra"]["commits_per_step"] > 0
+    assert by_name["3-node chain"]["extra"]["steps"] == 3 * by_name["3-node chain"]["extra"]["runs"]
+    fan = by_name["fan-out 100 items"]
+    assert fan["value"] > 0 and fan["extra"]["items_per_s"] > 0
+    soak = by_name["soak 50 no-op steps"]
+    assert soak["extra"]["rss_end_mib"] > 0 and soak["extra"]["steps"] == 50
+    assert {t["target"] for t in doc["targets"]} >= {"3-node chain >= 1,000 runs/s"}
+    assert doc["machine"]["cores"] >= 1 and doc["machine"]["postgres"].startswith("PostgreSQL")

@@ -1,0 +1,69 @@
+"""The profiler's parsers (benchmarks/profile.py): the Postgres statement log and py-spy's
+collapsed stacks, on small inputs written here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.profile import parse_log, parse_pyspy  # noqa: E402
+
+RUN_INPUT = 'SELECT input::text FROM "s1".cyclone_runs WHERE id = $1'
+RUN_LOCK = 'SELECT state FROM "s1".cyclone_runs WHERE id = $1 FOR NO KEY UPDATE'
+
+
+def _entry(pid: int, ms: float, what: str) -> str:
+    return f"2026-01-01 10:00:00.001 UTC [{pid}] LOG:  duration: {ms:.3f} ms  {what}"
+
+
+LOG = "\n".join(
+    [
+        _entry(11, 0.02, "statement: BEGIN"),
+        _entry(11, 0.01, f"parse <unnamed>: {RUN_INPUT}"),
+        _entry(11, 0.01, f"bind <unnamed>: {RUN_INPUT}"),
+        _entry(11, 0.10, f"execute <unnamed>: {RUN_INPUT}"),
+        _entry(12, 0.03, "statement: BEGIN"),
+        _entry(12, 0.20, f"execute _pg3_1: {RUN_LOCK}"),
+        _entry(11, 0.05, "statement: COMMIT"),
+        _entry(12, 4.00, "statement: COMMIT"),
+    ]
+)
+
+
+def test_statement_log_counts_round_trips_and_names_commits_by_transaction() -> None:
+    trips, server_ms = parse_log(LOG, "s1")
+    assert trips == {
+        "BEGIN": 2,
+        "run_input_get": 1,
+        "run_lock": 1,
+        "COMMIT (run_input_get)": 1,
+        "COMMIT (run_lock)": 1,
+    }
+    assert abs(server_ms["run_input_get"] - 0.120) < 1e-9  # parse + bind + execute
+    assert server_ms["COMMIT (run_lock)"] == 4.0
+
+
+def test_pyspy_stacks_by_thread_role_function_and_leaf_module(tmp_path: Path) -> None:
+    raw = tmp_path / "raw.txt"
+    raw.write_text(
+        "Thread._bootstrap (threading.py:1);Worker._work_loop (cyclone_flow/worker/runtime.py:"
+        "1);Executor.execute (cyclone_flow/worker/executor.py:2);Store.publish (cyclone_flow/"
+        "store/store.py:3);Connection.execute (site-packages/psycopg/connection.py:4) 3\n"
+        "Thread._bootstrap (threading.py:1);Worker._claim_loop (cyclone_flow/worker/runtime.py"
+        ":5);Store.claim (cyclone_flow/store/store.py:6) 1\n"
+        "<module> (x.py:1);_find_and_load (<frozen importlib._bootstrap>:1) 2\n"
+    )
+    roles, inclusive, leaf, total = parse_pyspy(raw)
+    assert total == 6
+    assert roles == {
+        "worker threads": 3,
+        "claim loop": 1,
+        "startup imports (not per step)": 2,
+    }
+    assert inclusive["Executor.execute"] == 3 and inclusive["Store.publish"] == 3
+    assert inclusive["Store.claim"] == 1 and inclusive["Connection.execute"] == 3
+    assert leaf["psycopg/connection"] == 3
