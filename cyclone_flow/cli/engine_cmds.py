@@ -127,7 +127,7 @@ def submit_cmd(
             click.echo(run_id)
             click.echo(f"waiting for run {run_id} of flow {flow.name} ...", err=True)
         try:
-            status = client.wait(run_id, timeout=wait_s)
+            status = follow_run(client, run_id, quiet=as_json, timeout=wait_s)
         except WaitTimeoutError as exc:
             if as_json:
                 echo_json({"run_id": run_id, "state": exc.state, "timed_out": True})

@@ -10,6 +10,7 @@ reads well in CI logs and pipes. Fan-out item steps count like any other step ro
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -78,38 +79,55 @@ def follow_run(
     console: Console | None = None,
     quiet: bool = False,
     interval: float = 0.25,
+    timeout: float | None = None,
 ) -> RunStatus:
     """Block until run ``run_id`` is terminal and return its final status, showing
     progress on ``console`` (default: stderr) unless ``quiet``: a live bar when the
     console is a terminal, plain lines otherwise. ``KeyboardInterrupt`` propagates (the
-    display is closed first). Raises RunNotFoundError for an unknown run."""
+    display is closed first). Raises RunNotFoundError for an unknown run, and
+    WaitTimeoutError when ``timeout`` seconds (None: no limit) pass first."""
     console = console if console is not None else Console(stderr=True, highlight=False)
     if quiet:
-        return client.wait(run_id)
+        return client.wait(run_id, timeout=timeout)
+    waiter = _Waiter(client, run_id, interval, timeout)
     if console.is_terminal:
-        return _follow_bar(client, run_id, console, interval)
-    return _follow_plain(client, run_id, console, interval)
+        return _follow_bar(client, run_id, console, waiter)
+    return _follow_plain(client, run_id, console, waiter)
 
 
-def _wait_a_little(client: Client, run_id: str, interval: float) -> RunStatus:
-    """The run's status once it is terminal or ``interval`` seconds passed."""
-    try:
-        return client.wait(run_id, timeout=interval)
-    except WaitTimeoutError:
-        return client.get_run(run_id)
+class _Waiter:
+    """Waits a little at a time: the run's status once it is terminal or ``interval``
+    seconds passed; raises WaitTimeoutError past ``timeout``."""
+
+    def __init__(self, client: Client, run_id: str, interval: float, timeout: float | None):
+        self.client, self.run_id, self.interval, self.timeout = client, run_id, interval, timeout
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+
+    def next(self) -> RunStatus:
+        step = self.interval
+        if self.deadline is not None:
+            step = max(0.0, min(step, self.deadline - time.monotonic()))
+        try:
+            return self.client.wait(self.run_id, timeout=step)
+        except WaitTimeoutError:
+            status = self.client.get_run(self.run_id)
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                assert self.timeout is not None
+                raise WaitTimeoutError(self.run_id, self.timeout, str(status.state)) from None
+            return status
 
 
-def _follow_plain(client: Client, run_id: str, console: Console, interval: float) -> RunStatus:
+def _follow_plain(client: Client, run_id: str, console: Console, waiter: _Waiter) -> RunStatus:
     lines = PlainLines()
     while True:
-        status = _wait_a_little(client, run_id, interval)
+        status = waiter.next()
         for line in lines.changes(client.list_steps(run_id)):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         if status.state.terminal:
             return status
 
 
-def _follow_bar(client: Client, run_id: str, console: Console, interval: float) -> RunStatus:
+def _follow_bar(client: Client, run_id: str, console: Console, waiter: _Waiter) -> RunStatus:
     columns = (
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -120,7 +138,7 @@ def _follow_bar(client: Client, run_id: str, console: Console, interval: float) 
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task(f"run {run_id[:8]}", total=None, detail="")
         while True:
-            status = _wait_a_little(client, run_id, interval)
+            status = waiter.next()
             counts = StepCounts.of(client.list_steps(run_id))
             detail = f"{counts.running} running"
             if counts.failed:

@@ -32,6 +32,7 @@ def test_submit_wait_exits_0_when_the_run_completes(cli: Runner, make_client, tm
     run_id = proc.stdout.strip()
     assert len(run_id) == 36
     assert f"run {run_id} completed" in proc.stderr
+    assert "  step only completed" in proc.stderr  # progress lines (not a terminal)
 
 
 def test_submit_wait_json_prints_the_finished_run(cli: Runner, make_client, tmp_path) -> None:
