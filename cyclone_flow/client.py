@@ -75,7 +75,7 @@ from cyclone_flow.worker.runtime import Worker
 __all__ = ["Client", "FlowLike", "RunId", "migrate"]
 _LISTENER_READY_S = 2.0  # how long wait() lets a starting listener connect before polling
 
-_SIGNAL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$")  # as in flow.schema.json
+SIGNAL_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$")  # as in flow.schema.json
 
 
 class Client:
@@ -611,7 +611,7 @@ class Client:
             that does has a signal kept already.
         """
         rid = parse_run_id(run_id)
-        if not isinstance(name, str) or not _SIGNAL_NAME.match(name):
+        if not isinstance(name, str) or not SIGNAL_NAME_RE.match(name):
             raise InputValidationError(
                 "signal",
                 f"invalid signal name {name!r}: letters, digits, '_', '.', ':', '-' "

@@ -125,10 +125,18 @@ def read_input(input_json: str | None, input_file: str | None) -> JSON:
         source = input_file
     if text is None:
         return None
+    return parse_json(text, source)
+
+
+def parse_json(text: str, source: str) -> JSON:
+    """``text`` decoded as JSON; a click usage error (exit 2) naming ``source`` when it is
+    not JSON or is nested too deeply for the decoder."""
     try:
         return json.loads(text)
     except ValueError as exc:
         raise click.BadParameter(f"{source} is not valid JSON: {exc}", param_hint=source) from None
+    except RecursionError:
+        raise click.BadParameter(f"{source} is nested too deeply", param_hint=source) from None
 
 
 def add_import_paths(paths: tuple[str, ...]) -> None:

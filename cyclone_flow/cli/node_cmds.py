@@ -4,14 +4,19 @@ wait_signal nodes."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
-from cyclone_flow.cli.common import database_options, handle_errors, resolve_database, setup_logging
-from cyclone_flow.client import Client
+from cyclone_flow.cli.common import (
+    database_options,
+    handle_errors,
+    parse_json,
+    resolve_database,
+    setup_logging,
+)
+from cyclone_flow.client import SIGNAL_NAME_RE, Client
 from cyclone_flow.store.store import StepStatus
 
 __all__ = ["signal_cmd", "step_detail", "step_fields"]
@@ -87,7 +92,14 @@ def signal_cmd(
     """Send signal NAME to run RUN_ID: a wait_signal node of the run waiting for NAME
     completes with the payload as its output (a signal sent before the node waits is kept
     until it does). Exit 1 for an unknown or finished run, a signal no node awaits, or a
-    payload over the signal size limit (256 KiB); exit 2 for a payload that is not JSON."""
+    payload over the signal size limit (256 KiB); exit 2 for a bad signal name or a
+    payload that is not JSON."""
+    if not SIGNAL_NAME_RE.match(name):
+        raise click.BadParameter(
+            f"invalid signal name {name!r}: letters, digits, '_', '.', ':', '-' (at most 128, "
+            "not starting with '.', ':' or '-')",
+            param_hint="NAME",
+        )
     if payload is not None and payload_file is not None:
         raise click.UsageError("give --payload or --payload-file, not both")
     text, source = payload, "--payload"
@@ -99,10 +111,7 @@ def signal_cmd(
         source = "--payload-file"
     value: Any = None
     if text is not None:
-        try:
-            value = json.loads(text)
-        except ValueError as exc:
-            raise click.BadParameter(f"not valid JSON: {exc}", param_hint=source) from None
+        value = parse_json(text, source)
     setup_logging()
     url = resolve_database(database_url)
     with Client(url, schema=schema) as client:

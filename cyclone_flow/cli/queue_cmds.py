@@ -5,7 +5,6 @@ and the submission options shared with ``submit`` (``--queue``, ``--priority``, 
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -19,6 +18,7 @@ from cyclone_flow.cli.common import (
     database_options,
     echo_json,
     handle_errors,
+    parse_json,
     resolve_database,
     setup_logging,
 )
@@ -148,10 +148,7 @@ def queue_info_lines(info: dict[str, Any]) -> list[str]:
 def _json_arg(text: str | None, option: str) -> JSON:
     if text is None:
         return None
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=option) from None
+    return parse_json(text, option)
 
 
 @click.command("enqueue")

@@ -36,18 +36,29 @@ CHANNEL_RUN_DONE = "cyclone_run_done"
 
 
 def dumps(value: JSON) -> str:
-    """Encode a JSON value the way the engine stores it (compact, UTF-8 kept)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """Encode a JSON value the way the engine stores it (compact, UTF-8 kept). Raises
+    TypeError / ValueError for a value that is not JSON, including one nested too deeply
+    for the encoder (about a thousand levels)."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except RecursionError:
+        raise ValueError("the value is nested too deeply") from None
 
 
 def contains_nul(value: JSON) -> bool:
-    """True when a string (or key) inside ``value`` holds U+0000, which jsonb cannot store."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(contains_nul(k) or contains_nul(v) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return any(contains_nul(v) for v in value)
+    """True when a string (or key) inside ``value`` holds U+0000, which jsonb cannot store.
+    Iterative, so any nesting depth is safe."""
+    stack: list[object] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
     return False
 
 

@@ -114,13 +114,17 @@ def test_status_shows_the_awaited_signal_and_signal_errors(cli: Runner, tmp_path
     assert "awaits signal 'go' until" in status.stdout
     big = tmp_path / "big.json"
     big.write_text(json.dumps("x" * 300_000))
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
     cases: list[tuple[tuple[str | Path, ...], int, str]] = [
         ((str(uuid.uuid4()), "go"), 1, "not found"),
         (("not-a-uuid", "go"), 1, "not found"),
         ((run_id, "other"), 1, "no wait_signal node of the run waits for it"),
         ((run_id, "go", "--payload", "{nope"), 2, "not valid JSON"),
         ((run_id, "go", "--payload-file", big), 1, "signal payload is 300002 bytes, over"),
-        ((run_id, "bad name"), 1, "invalid signal name"),
+        ((run_id, "bad name"), 2, "invalid signal name"),
+        ((run_id, ""), 2, "invalid signal name"),
+        ((run_id, "go", "--payload-file", deep), 2, "nested too deeply"),
     ]
     for args, code, message in cases:
         proc = cli("signal", *args)

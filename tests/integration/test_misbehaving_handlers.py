@@ -27,18 +27,20 @@ def _one(call: str, **node: Any) -> Any:
         ("cyclone_test_handlers.misbehave:nul_output", "NUL character", 1),
         ("cyclone_test_handlers.misbehave:nul_error", "bad byte \\x00 here", 2),
         ("cyclone_test_handlers.misbehave:swallow_sql_error", "completion transaction failed", 2),
+        ("cyclone_test_handlers.misbehave:deep_output", "nested too deeply", 1),
     ],
 )
 def test_bad_results_fail_the_attempt_instead_of_looping(
     make_client: Callable[..., Client], call: str, needle: str, attempts: int
 ) -> None:
     client = make_client(lease_ttl=1.0)
-    run_id = client.submit(_one(call, retry="{max_attempts: 2, backoff: {initial: 10ms}}"), {})
+    flow = _one(call, retry="{max_attempts: 2, backoff: {initial: 10ms}}")
+    run_id = client.submit(flow, {"depth": 5000})
     client.start()
     assert client.wait(run_id, timeout=20).state == "failed"
     (step,) = client.list_steps(run_id)
     assert step.state == "discarded" and step.reclaims == 0
-    assert step.attempt == attempts  # a NUL output is permanent; the others are retried
+    assert step.attempt == attempts  # NUL and too deep outputs are permanent; others retried
     assert needle in (step.error or "")
 
 

@@ -3,6 +3,7 @@ collapsed stacks, on small inputs written here."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -11,9 +12,11 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks.profile import parse_log, parse_pyspy  # noqa: E402
+from cyclone_flow.store.queries import render  # noqa: E402
 
 RUN_INPUT = 'SELECT input::text FROM "s1".cyclone_runs WHERE id = $1'
-RUN_LOCK = 'SELECT state FROM "s1".cyclone_runs WHERE id = $1 FOR NO KEY UPDATE'
+# the engine's own run_lock, as the server logs it (placeholders as $n)
+RUN_LOCK = re.sub(r"%\(\w+\)s", "$1", render("s1")["run_lock"])
 
 
 def _entry(pid: int, ms: float, what: str) -> str:

@@ -60,3 +60,11 @@ def twice(ctx: Any, input: Any) -> Any:
     engine.event(key, "entered2").set()
     time.sleep(float(input["second_s"]))
     return {"call": n, "pid": os.getpid()}
+
+
+def deep_output(ctx: Any, input: Any) -> Any:
+    """Returns a list nested ``input["depth"]`` levels deep."""
+    value: Any = []
+    for _ in range(int(input["depth"])):
+        value = [value]
+    return value
