@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import click
 
-from cyclone_flow.cli.common import database_options, handle_errors, resolve_database, setup_logging
+from cyclone_flow.cli.common import (
+    add_import_paths,
+    database_options,
+    handle_errors,
+    resolve_database,
+    setup_logging,
+)
 from cyclone_flow.errors import FlowError, Problem
 from cyclone_flow.spec.compile import build_flow
 from cyclone_flow.spec.graph import to_dot, to_mermaid
@@ -64,14 +69,23 @@ def format_problems(problems: list[Problem], fmt: str) -> str:
     is_flag=True,
     help="Import each node's call (from the current folder too) and check its signature.",
 )
-def lint(paths: tuple[str, ...], fmt: str, check_imports: bool) -> None:
+@click.option(
+    "--import-path",
+    "import_paths",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="With --check-imports: also import handlers from this folder (repeatable).",
+)
+def lint(
+    paths: tuple[str, ...], fmt: str, check_imports: bool, import_paths: tuple[str, ...]
+) -> None:
     """Check flow files (folders: every *.yaml / *.yml inside) and report every problem.
 
     Exit status: 0 no problems, 1 problems found, 2 usage error (a missing path, a
     folder without any *.yaml / *.yml file).
     """
-    if check_imports and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    if check_imports:
+        add_import_paths(import_paths)  # the current folder first, then each --import-path
     try:
         problems = lint_paths(list(paths), check_imports=check_imports)
     except NoFlowFilesError as exc:

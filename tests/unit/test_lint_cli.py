@@ -113,3 +113,17 @@ def test_lint_folder_without_flow_files_is_usage_error(tmp_path: Path) -> None:
     code, _, err = run("lint", GOOD, str(empty))
     assert code == 2
     assert str(empty) in err
+
+
+def test_check_imports_with_an_import_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "cli_lint_elsewhere", raising=False)
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "cli_lint_elsewhere.py").write_text("def h(ctx, input):\n    return 1\n")
+    (tmp_path / "f.yaml").write_text("name: f\nnodes:\n  x: {call: 'cli_lint_elsewhere:h'}\n")
+    code, out, _ = run("lint", "--check-imports", "f.yaml")
+    assert code == 1 and "E020" in out  # not importable from the current folder alone
+    monkeypatch.delitem(sys.modules, "cli_lint_elsewhere", raising=False)
+    assert run("lint", "--check-imports", "--import-path", "lib", "f.yaml")[0] == 0
+    sys.modules.pop("cli_lint_elsewhere", None)
