@@ -35,15 +35,42 @@ ORDER BY e.ord
 RETURNING queue, state, scheduled_at <= statement_timestamp() AS due
 
 -- name: step_claim
--- available -> running for up to %(limit)s steps of the served queues (of one run and its
--- child runs when %(run_id)s is set: cyclone-flow run): SKIP LOCKED, then the CAS that takes the lease
--- with the database's now() and a TTL in microseconds
--- (Engine Design: The Claiming Algorithm, CAS State Transitions).
+-- available -> running for up to %(limit)s steps of one queue: SKIP LOCKED, then the CAS
+-- that takes the lease with the database's now() and a TTL in microseconds (Engine Design:
+-- The Claiming Algorithm, CAS State Transitions). queue = %(queue)s (one queue per
+-- statement) lets Postgres walk cyclone_steps_claim_idx in (priority, scheduled_at, id)
+-- order and stop after %(limit)s rows instead of sorting the queue's backlog.
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps
-    WHERE state = 'available' AND queue = ANY(%(queues)s::text[]) AND scheduled_at <= now()
-      AND (%(run_id)s::uuid IS NULL OR coalesce(root_run_id, run_id) = %(run_id)s::uuid)
+    WHERE state = 'available' AND queue = %(queue)s AND scheduled_at <= now()
+    ORDER BY priority, scheduled_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.cyclone_steps s
+SET state = 'running',
+    lease_owner = %(owner)s,
+    lease_expiry = now() + (%(ttl_us)s::bigint * interval '1 microsecond'),
+    heartbeat_at = now(),
+    started_at = now(),
+    lease_generation = s.lease_generation + 1
+FROM claimable c
+WHERE s.id = c.id AND s.state = 'available'
+RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_attempts,
+          s.reclaims, s.lease_generation, s.input,
+          extract(epoch FROM s.timeout)::float8 AS timeout_s,
+          greatest(extract(epoch FROM now() - s.scheduled_at), 0)::float8 AS wait_s,
+          s.parent_node, s.item_index, s.item
+
+-- name: step_claim_run
+-- step_claim restricted to one run and its child runs (cyclone-flow run's %(run_id)s): a
+-- statement of its own so the generic plan of step_claim never carries the run filter.
+WITH claimable AS (
+    SELECT id
+    FROM {schema}.cyclone_steps
+    WHERE state = 'available' AND queue = %(queue)s AND scheduled_at <= now()
+      AND coalesce(root_run_id, run_id) = %(run_id)s::uuid
     ORDER BY priority, scheduled_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
