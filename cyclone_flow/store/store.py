@@ -79,7 +79,8 @@ class ClaimedStep:
     ``input`` is the node's unresolved input template; ``timeout_s`` is seconds or None;
     ``wait_s`` the seconds it waited claimable (from ``scheduled_at``) before this claim.
     A fan-out item also has ``parent_node`` (its fan-out node), ``item_index`` (0-based)
-    and ``item`` (its list element).
+    and ``item`` (its list element). ``run_input_text`` is the run's input as JSON text
+    when the claim prefetched it (the node may need it), else None (Output Resolution).
     """
 
     id: int
@@ -98,6 +99,7 @@ class ClaimedStep:
     parent_node: str | None = None
     item_index: int | None = None
     item: JSON = None
+    run_input_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -286,6 +288,7 @@ class Store(RunAdvance, QueueStoreMixin):
                 parent_node=r[13],
                 item_index=r[14],
                 item=r[15],
+                run_input_text=r[16],
             )
             for r in rows
         ]

@@ -100,8 +100,11 @@ class Executor:
             raise KeyError(f"node {node!r} of run {run_id} has not completed")
         return json.loads(text)
 
-    def run_input(self, run_id: str) -> JSON:
-        """The run's input through the same cache (key ``(run_id, None)``), decoded afresh."""
+    def run_input(self, run_id: str, prefetched: str | None = None) -> JSON:
+        """The run's input through the same cache (key ``(run_id, None)``), decoded afresh;
+        ``prefetched``: its JSON text as the claim returned it (no read, no cache entry)."""
+        if prefetched is not None:
+            return json.loads(prefetched)
         text = self._cached_text((run_id, None), lambda: self.store.get_run_input_text(run_id))
         return json.loads(text or "null")
 
@@ -111,9 +114,9 @@ class Executor:
         if step.input is None:
             if step.parent_node is not None:
                 return step.item
-            return self.run_input(step.run_id)
+            return self.run_input(step.run_id, step.run_input_text)
         needs_run = any(ref.kind == "run" for ref in references(step.input))
-        run_input = self.run_input(step.run_id) if needs_run else None
+        run_input = self.run_input(step.run_id, step.run_input_text) if needs_run else None
 
         def upstream(node: str) -> JSON:
             try:

@@ -39,7 +39,10 @@ RETURNING queue, state, scheduled_at <= statement_timestamp() AS due
 -- that takes the lease with the database's now() and a TTL in microseconds (Engine Design:
 -- The Claiming Algorithm, CAS State Transitions). queue = %(queue)s (one queue per
 -- statement) lets Postgres walk cyclone_steps_claim_idx in (priority, scheduled_at, id)
--- order and stop after %(limit)s rows instead of sorting the queue's backlog.
+-- order and stop after %(limit)s rows instead of sorting the queue's backlog. run_input is
+-- the run's input as JSON text when the node may need it (no input template and not a
+-- fan-out item, or a template that mentions run.input), else NULL: a prefetch that spares
+-- the worker a separate read (Output Resolution).
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps
@@ -61,7 +64,11 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
           s.reclaims, s.lease_generation, s.input,
           extract(epoch FROM s.timeout)::float8 AS timeout_s,
           greatest(extract(epoch FROM now() - s.scheduled_at), 0)::float8 AS wait_s,
-          s.parent_node, s.item_index, s.item
+          s.parent_node, s.item_index, s.item,
+          CASE WHEN (s.input IS NULL AND s.parent_node IS NULL)
+                    OR strpos(s.input::text, 'run.input') > 0
+               THEN (SELECT r.input::text FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
+          END AS run_input
 
 -- name: step_claim_run
 -- step_claim restricted to one run and its child runs (cyclone-flow run's %(run_id)s): a
@@ -88,7 +95,11 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
           s.reclaims, s.lease_generation, s.input,
           extract(epoch FROM s.timeout)::float8 AS timeout_s,
           greatest(extract(epoch FROM now() - s.scheduled_at), 0)::float8 AS wait_s,
-          s.parent_node, s.item_index, s.item
+          s.parent_node, s.item_index, s.item,
+          CASE WHEN (s.input IS NULL AND s.parent_node IS NULL)
+                    OR strpos(s.input::text, 'run.input') > 0
+               THEN (SELECT r.input::text FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
+          END AS run_input
 
 -- name: step_heartbeat_many
 -- Renew the leases this client holds, each guarded by its own lease_generation; a step past
