@@ -106,7 +106,8 @@ class ClaimedStep:
 class Outcome:
     """What a committed transition did to the run: the step's new state, the run's new
     state when it became terminal in the same transaction, and the wakeups to publish
-    (``queue``: the step's queue, when the transition reports it)."""
+    (``queue``: the step's queue, when the transition reports it; ``output_text``: a
+    completed step's output as the database stores it, JSON text)."""
 
     step_state: StepState
     run_state: RunState | None
@@ -114,6 +115,7 @@ class Outcome:
     cancelled: tuple[str, ...] = ()
     queue: str | None = None
     engine_events: tuple[tuple[str, str, str, str | None, str | None], ...] = ()
+    output_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -372,6 +374,7 @@ class Store(RunAdvance, QueueStoreMixin):
             acc.wakeups,
             acc.cancelled_in(step.run_id),
             engine_events=tuple(acc.events),
+            output_text=row[2],
         )
 
     def fail_step(

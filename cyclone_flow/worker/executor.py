@@ -298,6 +298,11 @@ class Executor:
             return
         with _failed_attempt_on_error("the completion transaction failed at commit"):
             tx.commit()
+        # committed: a downstream step this client claims reads the output from the cache,
+        # as the database stores it (jsonb text: the same key order as a read would give)
+        text = outcome.output_text
+        if step.parent_node is None and text is not None:
+            self.cache.put((step.run_id, step.node), text, len(text.encode("utf-8")))
         if extra:
             outcome.wakeups.merge(extra)  # published with the completion's own wakeups
         self._after_commit(step, outcome, None, duration_s)

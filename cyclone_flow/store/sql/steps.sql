@@ -122,13 +122,14 @@ RETURNING s.id, s.lease_generation
 -- and by the step's timeout: a completion after started_at + timeout is late even before
 -- the sweep took the step (the timeout is durable); zero rows means stale (CAS State
 -- Transitions). statement_timestamp(), not now(): the completion transaction may have been
--- opened early in the handler.
+-- opened early in the handler. Returns the output as the database stores it (jsonb text)
+-- for the worker's output cache (Output Resolution).
 UPDATE {schema}.cyclone_steps
 SET state = 'completed', output = %(output)s, finished_at = statement_timestamp(), lease_expiry = NULL
 WHERE id = %(id)s AND state = 'running'
   AND lease_owner = %(owner)s AND lease_generation = %(generation)s
   AND (timeout IS NULL OR started_at + timeout > statement_timestamp())
-RETURNING run_id, parent_node
+RETURNING run_id, parent_node, output::text
 
 -- name: step_release_ready
 -- pending -> available (action nodes) or waiting (fan_out, child and wait_signal nodes,
