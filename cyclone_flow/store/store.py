@@ -617,8 +617,8 @@ class Store(RunAdvance, QueueStoreMixin):
 
     def get_step_output_text(self, run_id: str, node: str) -> str | None:
         """The output of ``(run_id, node)`` as JSON text when that node completed, else
-        None (Engine Design: Output Resolution)."""
-        with self.pool.connection() as conn:
+        None (Engine Design: Output Resolution). One statement in autocommit."""
+        with self.pool.connection() as conn, _autocommit(conn):
             row = conn.execute(
                 self.q["step_output_get"], {"run_id": run_id, "node": node}
             ).fetchone()
@@ -627,8 +627,9 @@ class Store(RunAdvance, QueueStoreMixin):
         return str(row[0])
 
     def get_run_input_text(self, run_id: str) -> str:
-        """The input of a run as JSON text; raises :class:`RunNotFoundError`."""
-        with self.pool.connection() as conn:
+        """The input of a run as JSON text; raises :class:`RunNotFoundError`. One statement
+        in autocommit."""
+        with self.pool.connection() as conn, _autocommit(conn):
             row = conn.execute(self.q["run_input_get"], {"run_id": run_id}).fetchone()
         if row is None:
             raise RunNotFoundError(run_id)
