@@ -65,7 +65,7 @@ class Executor:
         resolver: HandlerResolver,
         cache: OutputCache,
         tx_slots: threading.BoundedSemaphore,
-        publish: Callable[[Wakeups], None],
+        publish: Callable[[Wakeups, Conn | None], None],
         producer: Producer | None = None,
     ) -> None:
         self.store = store
@@ -296,16 +296,21 @@ class Executor:
             )
             self._fail_timed_out(step)
             return
-        with _failed_attempt_on_error("the completion transaction failed at commit"):
-            tx.commit()
-        # committed: a downstream step this client claims reads the output from the cache,
-        # as the database stores it (jsonb text: the same key order as a read would give)
-        text = outcome.output_text
-        if step.parent_node is None and text is not None:
-            self.cache.put((step.run_id, step.node), text, len(text.encode("utf-8")))
         if extra:
             outcome.wakeups.merge(extra)  # published with the completion's own wakeups
-        self._after_commit(step, outcome, None, duration_s)
+
+        def committed(conn: Conn) -> None:
+            # a downstream step this client claims reads the output from the cache, as
+            # the database stores it (jsonb text: the same key order as a read would give)
+            text = outcome.output_text
+            if step.parent_node is None and text is not None:
+                self.cache.put((step.run_id, step.node), text, len(text.encode("utf-8")))
+            # the wakeups go out on the completion's own connection, right after its commit
+            self.publish(outcome.wakeups, conn)
+
+        with _failed_attempt_on_error("the completion transaction failed at commit"):
+            tx.commit(committed)
+        self._after_commit(step, outcome, None, duration_s, published=True)
 
     def _fail_timed_out(self, step: ClaimedStep) -> None:
         """After a stale result of a step with a timeout: fail the attempt with kind
@@ -375,8 +380,10 @@ class Executor:
         outcome: Outcome,
         failure: StepFailure | None = None,
         duration_s: float | None = None,
+        published: bool = False,
     ) -> StepEvent:
-        self.publish(outcome.wakeups)
+        if not published:
+            self.publish(outcome.wakeups, None)
         kind = {
             StepState.COMPLETED: "completed",
             StepState.AVAILABLE: "retry_scheduled",
@@ -440,13 +447,17 @@ class _CompletionTx:
                 tb=None,
             )
 
-    def commit(self) -> None:
-        self._close(None)
+    def commit(self, committed: Callable[[Conn], None] | None = None) -> None:
+        """Commit; then ``committed(conn)`` on the idle connection before it goes back to
+        the pool (after-commit work such as publishing the wakeups on it)."""
+        self._close(None, committed)
 
     def rollback(self) -> None:
         self._close(psycopg.Rollback())
 
-    def _close(self, exc: psycopg.Rollback | None) -> None:
+    def _close(
+        self, exc: psycopg.Rollback | None, committed: Callable[[Conn], None] | None = None
+    ) -> None:
         conn, tx = self.conn, self._tx
         if conn is None or tx is None:
             return
@@ -454,6 +465,8 @@ class _CompletionTx:
         try:
             if exc is None:
                 tx.__exit__(None, None, None)
+                if committed is not None:
+                    committed(conn)
             else:
                 tx.__exit__(type(exc), exc, None)
         finally:
