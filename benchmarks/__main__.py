@@ -1,5 +1,5 @@
 """Run the benchmark suite: ``python -m benchmarks [--json | --markdown] [--quick]
-[--database-url URL] [--only NAME ...] [--soak [--soak-steps N]]``.
+[--database-url URL] [--only NAME ...] [--workers N ...] [--soak [--soak-steps N]]``.
 
 Without a URL it starts an embedded Postgres (pgserver) in a temporary folder with fsync,
 synchronous_commit and full_page_writes on, and prints the settings it read back. Every
@@ -203,6 +203,14 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help=f"steps of the soak (default {soak.STEPS:,}; --quick 2,000)",
     )
+    parser.add_argument(
+        "--workers",
+        nargs="+",
+        type=int,
+        default=None,
+        metavar="N",
+        help="worker / connection counts of noop and ceiling (default 1 4 8)",
+    )
     args = parser.parse_args(argv)
     names = list(args.only or DEFAULT)
     if args.soak and "soak" not in names:
@@ -211,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         names.remove("latency")
 
     counts = (2,) if args.quick else (1, 4, 8)  # --quick: a smoke run, one count
+    if args.workers:
+        counts = tuple(args.workers)
     runners: dict[str, Callable[[Env, bool], list[Result]]] = {
         "ceiling": lambda env, quick: ceiling.run(env, quick=quick, connections=counts),
         "noop": lambda env, quick: noop.run(env, quick=quick, workers=counts),

@@ -11,7 +11,9 @@ Modes (all with the same number of connections as the engine benchmark's workers
   ``unnest`` UPDATE with the same per-row guard): the issue's batched figure.
 - ``... idx``: the same with ``ceiling_claim_indexed`` (``queue = $1`` instead of
   ``queue = ANY($1)``), which Postgres 16 serves from the claim index in order instead of
-  sorting the whole backlog: what the claim costs once that is fixed.
+  sorting the whole backlog. Since finding 1 was fixed the engine's ``step_claim`` is itself
+  ``queue = $1`` (plus the run-input prefetch of finding 2), so ``1/tx`` / ``batch50`` and
+  their ``idx`` twins now measure the same plan.
 - ``... full idx``: the completion transaction runs every statement the engine's completion
   runs (run lock, CAS, release of dependents, run completion), pipelined: one round trip
   and one commit per job (``1/tx``) or per 50 jobs (``batch50``: group commit with today's

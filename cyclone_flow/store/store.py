@@ -90,7 +90,8 @@ class ClaimedStep:
     ``input`` is the node's unresolved input template; ``timeout_s`` is seconds or None;
     ``wait_s`` the seconds it waited claimable (from ``scheduled_at``) before this claim.
     A fan-out item also has ``parent_node`` (its fan-out node), ``item_index`` (0-based)
-    and ``item`` (its list element).
+    and ``item`` (its list element). ``run_input_text`` is the run's input as JSON text
+    when the claim prefetched it (the node may need it), else None (Output Resolution).
     """
 
     id: int
@@ -109,13 +110,15 @@ class ClaimedStep:
     parent_node: str | None = None
     item_index: int | None = None
     item: JSON = None
+    run_input_text: str | None = None
 
 
 @dataclass(frozen=True)
 class Outcome:
     """What a committed transition did to the run: the step's new state, the run's new
     state when it became terminal in the same transaction, and the wakeups to publish
-    (``queue``: the step's queue, when the transition reports it)."""
+    (``queue``: the step's queue, when the transition reports it; ``output_text``: a
+    completed step's output as the database stores it, JSON text)."""
 
     step_state: StepState
     run_state: RunState | None
@@ -123,6 +126,7 @@ class Outcome:
     cancelled: tuple[str, ...] = ()
     queue: str | None = None
     engine_events: tuple[tuple[str, str, str, str | None, str | None], ...] = ()
+    output_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -258,19 +262,27 @@ class Store(RunAdvance, QueueStoreMixin):
     ) -> list[ClaimedStep]:
         """Claim up to ``limit`` available steps of ``queues`` (of run ``run_id`` only, when
         given) (Engine Design: The Claiming Algorithm); ``ttl_s`` is the lease TTL in
-        seconds. One statement in autocommit: one round trip, no BEGIN/COMMIT around it
-        (the claim is as atomic; the enqueue-to-claim latency is shorter)."""
+        seconds. One statement per queue, each in autocommit: one round trip, no
+        BEGIN/COMMIT around it (the claim is as atomic; the enqueue-to-claim latency is
+        shorter), and ``queue = $1`` lets Postgres walk the claim index in order. With
+        several queues, each is claimed in turn with what the previous left of ``limit``
+        (the worker's claim loop passes one queue at a time)."""
+        statement = self.q["step_claim" if run_id is None else "step_claim_run"]
+        rows: list[Any] = []
         with self.pool.connection() as conn, _autocommit(conn):
-            rows = conn.execute(
-                self.q["step_claim"],
-                {
-                    "queues": list(queues),
-                    "limit": limit,
-                    "owner": owner,
-                    "ttl_us": int(ttl_s * 1_000_000),
-                    "run_id": run_id,
-                },
-            ).fetchall()
+            for queue_name in queues:
+                if len(rows) >= limit:
+                    break
+                rows += conn.execute(
+                    statement,
+                    {
+                        "queue": queue_name,
+                        "limit": limit - len(rows),
+                        "owner": owner,
+                        "ttl_us": int(ttl_s * 1_000_000),
+                        "run_id": run_id,
+                    },
+                ).fetchall()
         return [
             ClaimedStep(
                 id=r[0],
@@ -289,6 +301,7 @@ class Store(RunAdvance, QueueStoreMixin):
                 parent_node=r[13],
                 item_index=r[14],
                 item=r[15],
+                run_input_text=r[16],
             )
             for r in rows
         ]
@@ -372,6 +385,7 @@ class Store(RunAdvance, QueueStoreMixin):
             acc.wakeups,
             acc.cancelled_in(step.run_id),
             engine_events=tuple(acc.events),
+            output_text=row[2],
         )
 
     def fail_step(
@@ -614,8 +628,8 @@ class Store(RunAdvance, QueueStoreMixin):
 
     def get_step_output_text(self, run_id: str, node: str) -> str | None:
         """The output of ``(run_id, node)`` as JSON text when that node completed, else
-        None (Engine Design: Output Resolution)."""
-        with self.pool.connection() as conn:
+        None (Engine Design: Output Resolution). One statement in autocommit."""
+        with self.pool.connection() as conn, _autocommit(conn):
             row = conn.execute(
                 self.q["step_output_get"], {"run_id": run_id, "node": node}
             ).fetchone()
@@ -624,8 +638,9 @@ class Store(RunAdvance, QueueStoreMixin):
         return str(row[0])
 
     def get_run_input_text(self, run_id: str) -> str:
-        """The input of a run as JSON text; raises :class:`RunNotFoundError`."""
-        with self.pool.connection() as conn:
+        """The input of a run as JSON text; raises :class:`RunNotFoundError`. One statement
+        in autocommit."""
+        with self.pool.connection() as conn, _autocommit(conn):
             row = conn.execute(self.q["run_input_get"], {"run_id": run_id}).fetchone()
         if row is None:
             raise RunNotFoundError(run_id)

@@ -65,7 +65,7 @@ class Executor:
         resolver: HandlerResolver,
         cache: OutputCache,
         tx_slots: threading.BoundedSemaphore,
-        publish: Callable[[Wakeups], None],
+        publish: Callable[[Wakeups, Conn | None], None],
         producer: Producer | None = None,
     ) -> None:
         self.store = store
@@ -100,8 +100,11 @@ class Executor:
             raise KeyError(f"node {node!r} of run {run_id} has not completed")
         return json.loads(text)
 
-    def run_input(self, run_id: str) -> JSON:
-        """The run's input through the same cache (key ``(run_id, None)``), decoded afresh."""
+    def run_input(self, run_id: str, prefetched: str | None = None) -> JSON:
+        """The run's input through the same cache (key ``(run_id, None)``), decoded afresh;
+        ``prefetched``: its JSON text as the claim returned it (no read, no cache entry)."""
+        if prefetched is not None:
+            return json.loads(prefetched)
         text = self._cached_text((run_id, None), lambda: self.store.get_run_input_text(run_id))
         return json.loads(text or "null")
 
@@ -111,9 +114,9 @@ class Executor:
         if step.input is None:
             if step.parent_node is not None:
                 return step.item
-            return self.run_input(step.run_id)
+            return self.run_input(step.run_id, step.run_input_text)
         needs_run = any(ref.kind == "run" for ref in references(step.input))
-        run_input = self.run_input(step.run_id) if needs_run else None
+        run_input = self.run_input(step.run_id, step.run_input_text) if needs_run else None
 
         def upstream(node: str) -> JSON:
             try:
@@ -293,11 +296,21 @@ class Executor:
             )
             self._fail_timed_out(step)
             return
-        with _failed_attempt_on_error("the completion transaction failed at commit"):
-            tx.commit()
         if extra:
             outcome.wakeups.merge(extra)  # published with the completion's own wakeups
-        self._after_commit(step, outcome, None, duration_s)
+
+        def committed(conn: Conn) -> None:
+            # a downstream step this client claims reads the output from the cache, as
+            # the database stores it (jsonb text: the same key order as a read would give)
+            text = outcome.output_text
+            if step.parent_node is None and text is not None:
+                self.cache.put((step.run_id, step.node), text, len(text.encode("utf-8")))
+            # the wakeups go out on the completion's own connection, right after its commit
+            self.publish(outcome.wakeups, conn)
+
+        with _failed_attempt_on_error("the completion transaction failed at commit"):
+            tx.commit(committed)
+        self._after_commit(step, outcome, None, duration_s, published=True)
 
     def _fail_timed_out(self, step: ClaimedStep) -> None:
         """After a stale result of a step with a timeout: fail the attempt with kind
@@ -367,8 +380,10 @@ class Executor:
         outcome: Outcome,
         failure: StepFailure | None = None,
         duration_s: float | None = None,
+        published: bool = False,
     ) -> StepEvent:
-        self.publish(outcome.wakeups)
+        if not published:
+            self.publish(outcome.wakeups, None)
         kind = {
             StepState.COMPLETED: "completed",
             StepState.AVAILABLE: "retry_scheduled",
@@ -432,13 +447,17 @@ class _CompletionTx:
                 tb=None,
             )
 
-    def commit(self) -> None:
-        self._close(None)
+    def commit(self, committed: Callable[[Conn], None] | None = None) -> None:
+        """Commit; then ``committed(conn)`` on the idle connection before it goes back to
+        the pool (after-commit work such as publishing the wakeups on it)."""
+        self._close(None, committed)
 
     def rollback(self) -> None:
         self._close(psycopg.Rollback())
 
-    def _close(self, exc: psycopg.Rollback | None) -> None:
+    def _close(
+        self, exc: psycopg.Rollback | None, committed: Callable[[Conn], None] | None = None
+    ) -> None:
         conn, tx = self.conn, self._tx
         if conn is None or tx is None:
             return
@@ -446,6 +465,8 @@ class _CompletionTx:
         try:
             if exc is None:
                 tx.__exit__(None, None, None)
+                if committed is not None:
+                    committed(conn)
             else:
                 tx.__exit__(type(exc), exc, None)
         finally:

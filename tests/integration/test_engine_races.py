@@ -80,7 +80,7 @@ def test_cas_guard_second_update_changes_zero_rows(make_client, db, database_url
     # The claim CAS: while one transaction holds the claimed row (uncommitted), a second
     # claim skips it; after the commit the row is running and no claim can take it again.
     run_id = client.submit(flow, {"v": 1})
-    params = {"queues": ["default"], "limit": 1, "owner": "tx-1", "ttl_us": 30_000_000}
+    params = {"queue": "default", "limit": 1, "owner": "tx-1", "ttl_us": 30_000_000}
     params["run_id"] = None
     with psycopg.connect(database_url) as conn1, psycopg.connect(database_url) as conn2:
         assert len(conn1.execute(q["step_claim"], params).fetchall()) == 1

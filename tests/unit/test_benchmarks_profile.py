@@ -3,7 +3,6 @@ collapsed stacks, on small inputs written here."""
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -12,11 +11,9 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks.profile import parse_log, parse_pyspy  # noqa: E402
-from cyclone_flow.store.queries import render  # noqa: E402
 
 RUN_INPUT = 'SELECT input::text FROM "s1".cyclone_runs WHERE id = $1'
-# the engine's own run_lock, as the server logs it (placeholders as $n)
-RUN_LOCK = re.sub(r"%\(\w+\)s", "$1", render("s1")["run_lock"])
+OUTPUT_GET = 'SELECT output::text, state FROM "s1".cyclone_steps WHERE run_id = $1 AND node = $2'
 
 
 def _entry(pid: int, ms: float, what: str) -> str:
@@ -30,7 +27,7 @@ LOG = "\n".join(
         _entry(11, 0.01, f"bind <unnamed>: {RUN_INPUT}"),
         _entry(11, 0.10, f"execute <unnamed>: {RUN_INPUT}"),
         _entry(12, 0.03, "statement: BEGIN"),
-        _entry(12, 0.20, f"execute _pg3_1: {RUN_LOCK}"),
+        _entry(12, 0.20, f"execute _pg3_1: {OUTPUT_GET}"),
         _entry(11, 0.05, "statement: COMMIT"),
         _entry(12, 4.00, "statement: COMMIT"),
     ]
@@ -42,12 +39,12 @@ def test_statement_log_counts_round_trips_and_names_commits_by_transaction() -> 
     assert trips == {
         "BEGIN": 2,
         "run_input_get": 1,
-        "run_lock": 1,
+        "step_output_get": 1,
         "COMMIT (run_input_get)": 1,
-        "COMMIT (run_lock)": 1,
+        "COMMIT (step_output_get)": 1,
     }
     assert abs(server_ms["run_input_get"] - 0.120) < 1e-9  # parse + bind + execute
-    assert server_ms["COMMIT (run_lock)"] == 4.0
+    assert server_ms["COMMIT (step_output_get)"] == 4.0
 
 
 def test_pyspy_stacks_by_thread_role_function_and_leaf_module(tmp_path: Path) -> None:

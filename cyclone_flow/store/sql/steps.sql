@@ -35,15 +35,18 @@ ORDER BY e.ord
 RETURNING queue, state, scheduled_at <= statement_timestamp() AS due
 
 -- name: step_claim
--- available -> running for up to %(limit)s steps of the served queues (of one run and its
--- child runs when %(run_id)s is set: cyclone-flow run): SKIP LOCKED, then the CAS that takes the lease
--- with the database's now() and a TTL in microseconds
--- (Engine Design: The Claiming Algorithm, CAS State Transitions).
+-- available -> running for up to %(limit)s steps of one queue: SKIP LOCKED, then the CAS
+-- that takes the lease with the database's now() and a TTL in microseconds (Engine Design:
+-- The Claiming Algorithm, CAS State Transitions). queue = %(queue)s (one queue per
+-- statement) lets Postgres walk cyclone_steps_claim_idx in (priority, scheduled_at, id)
+-- order and stop after %(limit)s rows instead of sorting the queue's backlog. run_input is
+-- the run's input as JSON text when the node may need it (no input template and not a
+-- fan-out item, or a template that mentions run.input), else NULL: a prefetch that spares
+-- the worker a separate read (Output Resolution).
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps
-    WHERE state = 'available' AND queue = ANY(%(queues)s::text[]) AND scheduled_at <= now()
-      AND (%(run_id)s::uuid IS NULL OR coalesce(root_run_id, run_id) = %(run_id)s::uuid)
+    WHERE state = 'available' AND queue = %(queue)s AND scheduled_at <= now()
     ORDER BY priority, scheduled_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -61,7 +64,42 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
           s.reclaims, s.lease_generation, s.input,
           extract(epoch FROM s.timeout)::float8 AS timeout_s,
           greatest(extract(epoch FROM now() - s.scheduled_at), 0)::float8 AS wait_s,
-          s.parent_node, s.item_index, s.item
+          s.parent_node, s.item_index, s.item,
+          CASE WHEN (s.input IS NULL AND s.parent_node IS NULL)
+                    OR strpos(s.input::text, 'run.input') > 0
+               THEN (SELECT r.input::text FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
+          END AS run_input
+
+-- name: step_claim_run
+-- step_claim restricted to one run and its child runs (cyclone-flow run's %(run_id)s): a
+-- statement of its own so the generic plan of step_claim never carries the run filter.
+WITH claimable AS (
+    SELECT id
+    FROM {schema}.cyclone_steps
+    WHERE state = 'available' AND queue = %(queue)s AND scheduled_at <= now()
+      AND coalesce(root_run_id, run_id) = %(run_id)s::uuid
+    ORDER BY priority, scheduled_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.cyclone_steps s
+SET state = 'running',
+    lease_owner = %(owner)s,
+    lease_expiry = now() + (%(ttl_us)s::bigint * interval '1 microsecond'),
+    heartbeat_at = now(),
+    started_at = now(),
+    lease_generation = s.lease_generation + 1
+FROM claimable c
+WHERE s.id = c.id AND s.state = 'available'
+RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_attempts,
+          s.reclaims, s.lease_generation, s.input,
+          extract(epoch FROM s.timeout)::float8 AS timeout_s,
+          greatest(extract(epoch FROM now() - s.scheduled_at), 0)::float8 AS wait_s,
+          s.parent_node, s.item_index, s.item,
+          CASE WHEN (s.input IS NULL AND s.parent_node IS NULL)
+                    OR strpos(s.input::text, 'run.input') > 0
+               THEN (SELECT r.input::text FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
+          END AS run_input
 
 -- name: step_heartbeat_many
 -- Renew the leases this client holds, each guarded by its own lease_generation; a step past
@@ -84,13 +122,14 @@ RETURNING s.id, s.lease_generation
 -- and by the step's timeout: a completion after started_at + timeout is late even before
 -- the sweep took the step (the timeout is durable); zero rows means stale (CAS State
 -- Transitions). statement_timestamp(), not now(): the completion transaction may have been
--- opened early in the handler.
+-- opened early in the handler. Returns the output as the database stores it (jsonb text)
+-- for the worker's output cache (Output Resolution).
 UPDATE {schema}.cyclone_steps
 SET state = 'completed', output = %(output)s, finished_at = statement_timestamp(), lease_expiry = NULL
 WHERE id = %(id)s AND state = 'running'
   AND lease_owner = %(owner)s AND lease_generation = %(generation)s
   AND (timeout IS NULL OR started_at + timeout > statement_timestamp())
-RETURNING run_id, parent_node
+RETURNING run_id, parent_node, output::text
 
 -- name: step_release_ready
 -- pending -> available (action nodes) or waiting (fan_out, child and wait_signal nodes,
