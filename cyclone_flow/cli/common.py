@@ -17,6 +17,7 @@ import click
 import psycopg
 import psycopg_pool
 
+from cyclone_flow.durations import parse_duration
 from cyclone_flow.errors import ConfigError, CycloneError, FlowError
 from cyclone_flow.logs import TextFormatter, debug_requested
 from cyclone_flow.spec.model import JSON
@@ -137,6 +138,19 @@ def parse_json(text: str, source: str) -> JSON:
         raise click.BadParameter(f"{source} is not valid JSON: {exc}", param_hint=source) from None
     except RecursionError:
         raise click.BadParameter(f"{source} is nested too deeply", param_hint=source) from None
+
+
+def duration_option(value: str, option: str, *, max_s: float, allow_zero: bool = False) -> float:
+    """``value`` (``500ms``, ``30s``, ``1h30m``, a number of seconds) as seconds; a click
+    usage error (exit 2) naming ``option`` when it is not a duration, is over ``max_s``
+    seconds, or is 0 and ``allow_zero`` is False."""
+    try:
+        seconds = parse_duration(value, max_s=max_s)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+    if seconds <= 0 and not allow_zero:
+        raise click.BadParameter("must be positive", param_hint=option)
+    return seconds
 
 
 def add_import_paths(paths: tuple[str, ...]) -> None:

@@ -17,6 +17,7 @@ from rich.text import Text
 from cyclone_flow.cli.common import (
     add_import_paths,
     database_options,
+    duration_option,
     echo_json,
     handle_errors,
     input_options,
@@ -30,7 +31,7 @@ from cyclone_flow.cli.queue_cmds import queue_info_lines, queue_options, submiss
 from cyclone_flow.cli.retention_cmds import parse_age
 from cyclone_flow.client import Client, migrate
 from cyclone_flow.config import DEFAULT_QUEUE, MAX_LEASE_TTL_S, RetentionConfig, validate_queue
-from cyclone_flow.durations import MAX_FLOW_DURATION_S, parse_duration
+from cyclone_flow.durations import MAX_FLOW_DURATION_S
 from cyclone_flow.errors import ConfigError, WaitTimeoutError
 from cyclone_flow.spec import load_flow
 from cyclone_flow.store.store import RunStatus, StepStatus
@@ -38,13 +39,7 @@ from cyclone_flow.worker.imports import AllowList
 
 
 def _duration(value: str, option: str) -> float:
-    try:
-        seconds = parse_duration(value, max_s=MAX_LEASE_TTL_S)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint=option) from None
-    if seconds <= 0:
-        raise click.BadParameter("must be positive", param_hint=option)
-    return seconds
+    return duration_option(value, option, max_s=MAX_LEASE_TTL_S)
 
 
 @click.command("migrate")
@@ -103,10 +98,7 @@ def submit_cmd(
         raise click.UsageError("--timeout goes with --wait")
     wait_s = None
     if timeout is not None:
-        try:
-            wait_s = parse_duration(timeout, max_s=MAX_FLOW_DURATION_S)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--timeout") from None
+        wait_s = duration_option(timeout, "--timeout", max_s=MAX_FLOW_DURATION_S, allow_zero=True)
     setup_logging()
     run_input = read_input(input_json, input_file)
     options = submission_kwargs(queue_values)

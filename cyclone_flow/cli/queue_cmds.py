@@ -16,6 +16,7 @@ from rich.text import Text
 
 from cyclone_flow.cli.common import (
     database_options,
+    duration_option,
     echo_json,
     handle_errors,
     parse_json,
@@ -23,7 +24,7 @@ from cyclone_flow.cli.common import (
     setup_logging,
 )
 from cyclone_flow.client import Client
-from cyclone_flow.durations import MAX_FLOW_DURATION_S, parse_duration
+from cyclone_flow.durations import MAX_FLOW_DURATION_S
 from cyclone_flow.spec import load_flow
 from cyclone_flow.spec.model import JSON
 
@@ -33,13 +34,7 @@ F = TypeVar("F")
 def _duration(value: str | None, option: str, *, allow_zero: bool) -> float | None:
     if value is None:
         return None
-    try:
-        seconds = parse_duration(value, max_s=MAX_FLOW_DURATION_S)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint=option) from None
-    if seconds == 0 and not allow_zero:
-        raise click.BadParameter("must be longer than 0s", param_hint=option)
-    return seconds
+    return duration_option(value, option, max_s=MAX_FLOW_DURATION_S, allow_zero=allow_zero)
 
 
 def _instant(value: str | None) -> datetime | None:

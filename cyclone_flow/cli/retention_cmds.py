@@ -7,6 +7,7 @@ import click
 
 from cyclone_flow.cli.common import (
     database_options,
+    duration_option,
     echo_json,
     handle_errors,
     resolve_database,
@@ -14,20 +15,13 @@ from cyclone_flow.cli.common import (
 )
 from cyclone_flow.client import Client
 from cyclone_flow.config import RETENTION_BATCH_SIZE
-from cyclone_flow.durations import parse_duration
 
 MAX_AGE_S = 100 * 366 * 86_400.0  # a century: anything longer is a typo
 
 
 def parse_age(value: str, option: str) -> float:
     """A positive retention age such as ``7d`` as seconds; a click usage error if not."""
-    try:
-        seconds = parse_duration(value, max_s=MAX_AGE_S)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint=option) from None
-    if seconds <= 0:
-        raise click.BadParameter("must be positive", param_hint=option)
-    return seconds
+    return duration_option(value, option, max_s=MAX_AGE_S)
 
 
 @click.command("purge")
