@@ -66,6 +66,7 @@ from cyclone_flow.store.store import (
     parse_run_id,
 )
 from cyclone_flow.worker.cache import OutputCache
+from cyclone_flow.worker.completer import Completer
 from cyclone_flow.worker.events import StepEvent, call_hook, emit_engine_events
 from cyclone_flow.worker.executor import Executor
 from cyclone_flow.worker.imports import AllowList, HandlerResolver
@@ -443,6 +444,7 @@ class Client:
             self._tx_slots,
             self._publish,
             producer=self.producer,
+            completer=Completer(self.store, config, self.cache, self._publish, self._tx_slots),
         )
         self._worker = Worker(
             self.store,

@@ -388,6 +388,53 @@ class Store(RunAdvance, QueueStoreMixin):
             output_text=row[2],
         )
 
+    def complete_steps(
+        self, conn: Conn, owner: str, batch: Sequence[tuple[ClaimedStep, str]]
+    ) -> list[Outcome | None]:
+        """Group commit (issue 8): :meth:`complete_step` for a batch of ``(step,
+        output_json)`` of steps whose handlers did not open ``ctx.completion_tx()``, in
+        the caller's one transaction. The run row locks of the whole batch are taken
+        first, in one global order (``run_lock_many``); one statement completes every
+        step, each row guarded by its own claim (Engine Design: CAS State Transitions);
+        then each completed step advances its run as :meth:`complete_step` would.
+        Returns one entry per ``batch`` entry, in order: its Outcome, or None when stale.
+        Raises ``psycopg.Error`` when the transaction failed (nothing of it commits)."""
+        if not batch:
+            return []
+        conn.execute(self.q["run_lock_many"], {"run_ids": sorted({s.run_id for s, _ in batch})})
+        rows = conn.execute(
+            self.q["step_complete_many_if_leased"],
+            {
+                "ids": [s.id for s, _ in batch],
+                "generations": [s.lease_generation for s, _ in batch],
+                "outputs": [output for _, output in batch],
+                "owner": owner,
+            },
+        ).fetchall()
+        completed = {(r[0], r[1]): r for r in rows}
+        outcomes: list[Outcome | None] = []
+        for step, _ in batch:
+            row = completed.get((step.id, step.lease_generation))
+            if row is None:
+                outcomes.append(None)
+                continue
+            acc = Advance(Wakeups())
+            if row[3] is not None:  # a fan-out item
+                self._item_completed(conn, step.run_id, row[3], acc)
+            else:
+                self._node_completed(conn, step.run_id, step.node, acc)
+            outcomes.append(
+                Outcome(
+                    StepState.COMPLETED,
+                    acc.finished.get(step.run_id),
+                    acc.wakeups,
+                    acc.cancelled_in(step.run_id),
+                    engine_events=tuple(acc.events),
+                    output_text=row[4],
+                )
+            )
+        return outcomes
+
     def fail_step(
         self,
         conn: Conn,

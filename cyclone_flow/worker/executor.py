@@ -33,6 +33,7 @@ from cyclone_flow.spec.template import references, render
 from cyclone_flow.states import ErrorKind, RunState, StepState
 from cyclone_flow.store.store import ClaimedStep, Outcome, Store, Wakeups, contains_nul, dumps
 from cyclone_flow.worker.cache import OutputCache
+from cyclone_flow.worker.completer import CommitAlone, Completer
 from cyclone_flow.worker.context import Context
 from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled, emit_engine_events
 from cyclone_flow.worker.imports import HandlerImportError, HandlerResolver
@@ -67,6 +68,7 @@ class Executor:
         tx_slots: threading.BoundedSemaphore,
         publish: Callable[[Wakeups, Conn | None], None],
         producer: Producer | None = None,
+        completer: Completer | None = None,
     ) -> None:
         self.store = store
         self.config = config
@@ -75,6 +77,7 @@ class Executor:
         self.tx_slots = tx_slots
         self.publish = publish
         self.producer = producer
+        self.completer = completer
         self.log = config.logger
 
     # -- output resolution ---------------------------------------------------------------
@@ -173,6 +176,12 @@ class Executor:
                     duration_s = time.monotonic() - started
                     tx.check_not_ended()
                 output_json = self._encode_output(output)
+                if tx.conn is None and not extra and self.completer is not None:
+                    # nothing to commit with the step: the completer's group commit
+                    result = self.completer.complete(step, output_json)
+                    if not isinstance(result, CommitAlone):
+                        self._completed_in_batch(step, result, duration_s)
+                        return
                 self._complete(step, owner, tx, output_json, extra, duration_s)
             except StepFailure as failure:
                 tx.rollback()
@@ -310,6 +319,22 @@ class Executor:
 
         with _failed_attempt_on_error("the completion transaction failed at commit"):
             tx.commit(committed)
+        self._after_commit(step, outcome, None, duration_s, published=True)
+
+    def _completed_in_batch(
+        self, step: ClaimedStep, outcome: Outcome | None, duration_s: float | None
+    ) -> None:
+        """After the completer's batch committed: the step's events, or the stale case
+        exactly as :meth:`_complete` handles it."""
+        if outcome is None:
+            self.log.info(
+                "step %s of run %s: stale completion not written (lease lost or timed out)",
+                step.node,
+                step.run_id,
+                extra=_extra(step),
+            )
+            self._fail_timed_out(step)
+            return
         self._after_commit(step, outcome, None, duration_s, published=True)
 
     def _fail_timed_out(self, step: ClaimedStep) -> None:

@@ -89,6 +89,8 @@ class Worker:
             ("heartbeat", self._heartbeat_loop),
             ("maintenance", self._maintenance_loop),
         ]
+        if self.executor.completer is not None:
+            self.executor.completer.start()
         for i in range(self.config.workers):
             targets.append((f"worker-{i}", self._work_loop))
         for name, target in targets:
@@ -127,6 +129,10 @@ class Worker:
             self._tasks.put(None)
         for thread in self._threads:
             thread.join(timeout=0.5 if thread.name.startswith("cyclone-worker") else 5.0)
+        if self.executor.completer is not None:
+            # after the worker threads: their queued completions commit first; a handler
+            # still running past this point commits its completion alone
+            self.executor.completer.stop()
 
     # -- wakeups -----------------------------------------------------------------------
 

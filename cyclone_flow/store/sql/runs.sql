@@ -11,6 +11,20 @@ WHERE id = %(run_id)s
 ORDER BY own
 FOR NO KEY UPDATE
 
+-- name: run_lock_many
+-- run_lock for the runs of a batch of completions (group commit, issue 8): every root run
+-- before the runs of its tree, roots in id order, then each tree's other runs in id order.
+-- Every other transaction takes a tree's root lock before any other lock of that tree, so
+-- the only locks two transactions can wait on in opposite orders are roots, which this
+-- takes in one global order. Returns each run's id and state.
+SELECT r.id, r.state
+FROM {schema}.cyclone_runs r
+WHERE r.id = ANY(%(run_ids)s::uuid[])
+   OR r.id IN (SELECT c.root_run_id FROM {schema}.cyclone_runs c
+               WHERE c.id = ANY(%(run_ids)s::uuid[]) AND c.root_run_id IS NOT NULL)
+ORDER BY coalesce(r.root_run_id, r.id), r.root_run_id IS NOT NULL, r.id
+FOR NO KEY UPDATE
+
 -- name: run_complete_if_done
 -- running -> completed when no non-terminal step remains; the output maps each completed
 -- leaf node (never a fan-out item) to its output. Returns the parent of a child run.

@@ -131,6 +131,23 @@ WHERE id = %(id)s AND state = 'running'
   AND (timeout IS NULL OR started_at + timeout > statement_timestamp())
 RETURNING run_id, parent_node, output::text
 
+-- name: step_complete_many_if_leased
+-- Group commit of completions (issue 8): running -> completed for a batch of steps whose
+-- handlers did not open ctx.completion_tx(), each row guarded exactly as
+-- step_complete_if_leased by its own claim (%(owner)s and its lease_generation) and its
+-- timeout (CAS State Transitions). A step missing from the result is stale. Runs under the
+-- run row locks of run_lock_many. Returns each completed step's id, lease_generation,
+-- run_id, parent_node and output as the database stores it (jsonb text).
+UPDATE {schema}.cyclone_steps s
+SET state = 'completed', output = b.output::jsonb, finished_at = statement_timestamp(),
+    lease_expiry = NULL
+FROM unnest(%(ids)s::bigint[], %(generations)s::bigint[], %(outputs)s::text[])
+     AS b(id, generation, output)
+WHERE s.id = b.id AND s.state = 'running'
+  AND s.lease_owner = %(owner)s AND s.lease_generation = b.generation
+  AND (s.timeout IS NULL OR s.started_at + s.timeout > statement_timestamp())
+RETURNING s.id, s.lease_generation, s.run_id, s.parent_node, s.output::text
+
 -- name: step_release_ready
 -- pending -> available (action nodes) or waiting (fan_out, child and wait_signal nodes,
 -- which the engine starts in the same transaction) for the steps of a run whose every
