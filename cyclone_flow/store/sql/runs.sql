@@ -17,13 +17,16 @@ FOR NO KEY UPDATE
 -- Every other transaction takes a tree's root lock before any other lock of that tree, so
 -- the only locks two transactions can wait on in opposite orders are roots, which this
 -- takes in one global order. Returns each run's id and state.
+WITH target AS (
+    SELECT unnest(%(run_ids)s::uuid[]) AS id
+    UNION
+    SELECT c.root_run_id FROM {schema}.cyclone_runs c
+    WHERE c.id = ANY(%(run_ids)s::uuid[]) AND c.root_run_id IS NOT NULL
+)
 SELECT r.id, r.state
-FROM {schema}.cyclone_runs r
-WHERE r.id = ANY(%(run_ids)s::uuid[])
-   OR r.id IN (SELECT c.root_run_id FROM {schema}.cyclone_runs c
-               WHERE c.id = ANY(%(run_ids)s::uuid[]) AND c.root_run_id IS NOT NULL)
+FROM {schema}.cyclone_runs r JOIN target t ON r.id = t.id
 ORDER BY coalesce(r.root_run_id, r.id), r.root_run_id IS NOT NULL, r.id
-FOR NO KEY UPDATE
+FOR NO KEY UPDATE OF r
 
 -- name: run_complete_if_done
 -- running -> completed when no non-terminal step remains; the output maps each completed
