@@ -2,19 +2,25 @@
 
 A worker thread whose handler returned without opening ``ctx.completion_tx()`` has no
 business writes to commit with its step, so it hands ``(step, output)`` to its client's
-one completer thread and waits. The completer commits everything queued (up to
+one completer thread and goes back to work: its worker slot is free at once, while the
+step's lease stays held (and renewed by the heartbeat) until the completion commits, as in
+River's batch completer. The completer commits everything queued (up to
 :data:`MAX_BATCH`) in ONE transaction (:meth:`Store.complete_steps`): the run row locks of
 the batch in one global order, one guarded UPDATE for all the steps, each run's advance,
-one COMMIT, then one publication of the merged wakeups on the same connection. Nothing
-waits to fill a batch: while one batch commits, the next gathers, so an idle client
-commits a lone step at once and a busy one pays one commit (one WAL flush) for many steps.
+one COMMIT, then one publication of the merged wakeups on the same connection; then it
+settles each step (its events and hooks run on the completer thread). Nothing waits to
+fill a batch: while one batch commits, the next gathers, so an idle client commits a lone
+step at once and a busy one pays one commit (one WAL flush) for many steps. At most
+:data:`MAX_BACKLOG` completions wait: a worker thread that would exceed it waits for room.
 
 What stays per step, committed alone as before (Engine Design: ctx.CompletionTx()): a step
 whose handler opened ``ctx.completion_tx()`` (its business writes commit with it and with
-nothing else), failed attempts, and every step of a batch whose transaction failed (a
-deadlock, a lost connection, a bad row): those are handed back and each commits alone, so
-one bad row cannot fail its neighbours and nothing is lost. Every row stays guarded by its
-own claim: a stale step in a batch is reported stale and the others complete.
+nothing else) and failed attempts. When a batch's transaction fails (a deadlock, a lost
+connection, a bad row) nothing of it committed: the completer then commits each of its
+steps alone, so one bad row cannot fail its neighbours. Every row stays guarded by its own
+claim: a stale step of a batch is settled stale and the others complete. A crash before
+the commit loses nothing but time: the leases lapse and the recovery sweep reclaims the
+steps (Engine Design: Leases and Heartbeats).
 """
 
 from __future__ import annotations
@@ -34,23 +40,22 @@ Conn = psycopg.Connection[Any]
 MAX_BATCH = 64
 """Most completions committed by one transaction (bounds its locks and its length)."""
 
+MAX_BACKLOG = 256
+"""Most completions waiting for the completer; beyond it a worker thread waits for room."""
 
-class CommitAlone:
-    """The result that tells a worker thread to commit its completion alone (the
-    completer is stopped, or the batch's transaction failed)."""
-
-
-ALONE = CommitAlone()
+Settle = Callable[["Outcome | Exception | None"], None]
+"""Called once per handed-over step on the completer thread: its committed Outcome, None
+when it was stale (nothing of it written), or the database error that prevented its
+completion when it was committed alone."""
 
 
 class _Pending:
-    __slots__ = ("done", "output", "result", "step")
+    __slots__ = ("output", "settle", "step")
 
-    def __init__(self, step: ClaimedStep, output: str) -> None:
+    def __init__(self, step: ClaimedStep, output: str, settle: Settle) -> None:
         self.step = step
         self.output = output
-        self.done = threading.Event()
-        self.result: Outcome | CommitAlone | None = ALONE
+        self.settle = settle
 
 
 class Completer:
@@ -59,7 +64,8 @@ class Completer:
     ``publish(wakeups, conn)`` publishes after a commit on the idle ``conn``; ``tx_slots``
     is the client's completion-transaction semaphore (a batch is one completion
     transaction: Engine Design: Pool Budget). Counters for benchmarks and tests:
-    ``batches`` committed and ``steps`` in them.
+    ``batches`` committed, ``steps`` completed in them, ``alone`` steps committed alone
+    after their batch failed.
     """
 
     def __init__(
@@ -70,6 +76,7 @@ class Completer:
         publish: Callable[[Wakeups, Conn | None], None],
         tx_slots: threading.BoundedSemaphore,
         max_batch: int = MAX_BATCH,
+        max_backlog: int = MAX_BACKLOG,
     ) -> None:
         self.store = store
         self.owner = config.client_id
@@ -77,45 +84,52 @@ class Completer:
         self.publish = publish
         self.tx_slots = tx_slots
         self.max_batch = max_batch
+        self.max_backlog = max(max_batch, max_backlog)
         self.log = config.logger
         self.batches = 0
         self.steps = 0
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
+        self.alone = 0
+        self._cond = threading.Condition()
         self._queue: list[_Pending] = []
         self._running = False
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         """Start the completer thread; returns at once."""
-        with self._lock:
+        with self._cond:
             if self._running:
                 return
             self._running = True
         self._thread = threading.Thread(target=self._loop, name="cyclone-completer", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Commit what is queued, then stop; a later :meth:`complete` returns ``ALONE``."""
+    def stop(self, timeout: float = 10.0) -> None:
+        """Commit and settle what is queued (waiting up to ``timeout`` seconds), then stop;
+        a later :meth:`submit` returns False."""
         with self._cond:
             self._running = False
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def complete(self, step: ClaimedStep, output_json: str) -> Outcome | CommitAlone | None:
-        """Commit the completion of ``step`` with ``output_json`` (JSON text) in the next
-        batch and wait for it: the committed Outcome, None when the step was stale (its
-        lease is lost: nothing of it was written), or ``ALONE`` when the caller must
-        commit it on its own (:meth:`Store.complete_step`)."""
-        pending = _Pending(step, output_json)
+    def pending(self) -> int:
+        """How many handed-over completions are not committed yet (queued)."""
         with self._cond:
+            return len(self._queue)
+
+    def submit(self, step: ClaimedStep, output_json: str, settle: Settle) -> bool:
+        """Queue the completion of ``step`` with ``output_json`` (JSON text); ``settle``
+        is called once it committed (or turned out stale). Waits while the backlog is
+        full. Returns False, queueing nothing, when the completer is stopped: the caller
+        then commits the step alone (:meth:`Store.complete_step`)."""
+        with self._cond:
+            while self._running and len(self._queue) >= self.max_backlog:
+                self._cond.wait()
             if not self._running:
-                return ALONE
-            self._queue.append(pending)
-            self._cond.notify()
-        pending.done.wait()
-        return pending.result
+                return False
+            self._queue.append(_Pending(step, output_json, settle))
+            self._cond.notify_all()
+        return True
 
     def _loop(self) -> None:
         while True:
@@ -126,47 +140,66 @@ class Completer:
                     return  # stopped and drained
                 batch = self._queue[: self.max_batch]
                 del self._queue[: self.max_batch]
-            try:
-                self._commit(batch)
-            finally:
-                for pending in batch:
-                    pending.done.set()
+                self._cond.notify_all()  # room for worker threads waiting on the backlog
+            results = self._commit(batch)
+            for pending, result in zip(batch, results, strict=True):
+                try:
+                    pending.settle(result)
+                except Exception:  # a settle callback must never stop the completer
+                    self.log.exception("settling the completion of step %s", pending.step.id)
 
-    def _commit(self, batch: list[_Pending]) -> None:
-        committed = False
+    def _commit(self, batch: list[_Pending]) -> list[Outcome | Exception | None]:
+        """Commit ``batch`` in one transaction; when that fails, each step alone."""
         try:
             with self.tx_slots, self.store.pool.connection() as conn:
                 with conn.transaction():
                     outcomes = self.store.complete_steps(
                         conn, self.owner, [(p.step, p.output) for p in batch]
                     )
-                committed = True
-                for pending, outcome in zip(batch, outcomes, strict=True):
-                    pending.result = outcome
+                self.batches += 1
                 self._committed(conn, batch, outcomes)
-        except Exception:
-            if committed:
-                self.log.exception("after the group commit of %d completion(s)", len(batch))
-            else:  # nothing of the batch committed: every step commits alone
-                self.log.warning(
-                    "group commit of %d completion(s) failed; committing each alone",
-                    len(batch),
-                    exc_info=True,
-                )
+            return list(outcomes)
+        except Exception as exc:
+            if len(batch) == 1:
+                return [exc]  # its own error settles a lone step
+            self.log.warning(
+                "group commit of %d completions failed; committing each alone",
+                len(batch),
+                exc_info=True,
+            )
+        return [self._commit_alone(p) for p in batch]
+
+    def _commit_alone(self, pending: _Pending) -> Outcome | Exception | None:
+        """One step in its own transaction (after its batch failed): its Outcome, None when
+        stale, or the error that prevented it."""
+        try:
+            with self.tx_slots, self.store.pool.connection() as conn:
+                with conn.transaction():
+                    [outcome] = self.store.complete_steps(
+                        conn, self.owner, [(pending.step, pending.output)]
+                    )
+                self.alone += 1
+                self._committed(conn, [pending], [outcome])
+            return outcome
+        except Exception as exc:
+            return exc
 
     def _committed(self, conn: Conn, batch: list[_Pending], outcomes: list[Outcome | None]) -> None:
         """After the commit: fill the output cache, publish the merged wakeups on the
-        connection that committed them."""
-        self.batches += 1
-        wakeups = Wakeups()
-        for pending, outcome in zip(batch, outcomes, strict=True):
-            if outcome is None:
-                continue
-            self.steps += 1
-            wakeups.merge(outcome.wakeups)
-            text = outcome.output_text
-            step = pending.step
-            if step.parent_node is None and text is not None:
-                # a downstream step this client claims reads the output from the cache
-                self.cache.put((step.run_id, step.node), text, len(text.encode("utf-8")))
-        self.publish(wakeups, conn)
+        connection that committed them. Errors are logged, never raised: the batch is
+        committed whatever happens here."""
+        try:
+            wakeups = Wakeups()
+            for pending, outcome in zip(batch, outcomes, strict=True):
+                if outcome is None:
+                    continue
+                self.steps += 1
+                wakeups.merge(outcome.wakeups)
+                text = outcome.output_text
+                step = pending.step
+                if step.parent_node is None and text is not None:
+                    # a downstream step this client claims reads the output from the cache
+                    self.cache.put((step.run_id, step.node), text, len(text.encode("utf-8")))
+            self.publish(wakeups, conn)
+        except Exception:
+            self.log.exception("after the group commit of %d completion(s)", len(batch))

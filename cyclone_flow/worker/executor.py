@@ -33,7 +33,7 @@ from cyclone_flow.spec.template import references, render
 from cyclone_flow.states import ErrorKind, RunState, StepState
 from cyclone_flow.store.store import ClaimedStep, Outcome, Store, Wakeups, contains_nul, dumps
 from cyclone_flow.worker.cache import OutputCache
-from cyclone_flow.worker.completer import CommitAlone, Completer
+from cyclone_flow.worker.completer import Completer
 from cyclone_flow.worker.context import Context
 from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled, emit_engine_events
 from cyclone_flow.worker.imports import HandlerImportError, HandlerResolver
@@ -131,8 +131,18 @@ class Executor:
 
     # -- one step ------------------------------------------------------------------------
 
-    def execute(self, step: ClaimedStep, cancel_event: threading.Event) -> None:
+    def execute(
+        self,
+        step: ClaimedStep,
+        cancel_event: threading.Event,
+        on_settled: Callable[[], None] | None = None,
+    ) -> bool:
         """Run ``step`` to a committed completion or failed attempt (or a stale no-op).
+
+        Returns True when the completion was handed to the completer (group commit: the
+        handler did not open ``ctx.completion_tx()``, and ``on_settled`` is given): the
+        step's lease stays held until ``on_settled()`` is called on the completer thread,
+        after the commit and the step's events. Else False: everything is done.
 
         Database trouble on the connection itself (``OperationalError``) leaves the step
         to its lease: the recovery sweep reclaims it. Every other error becomes a failed
@@ -176,12 +186,16 @@ class Executor:
                     duration_s = time.monotonic() - started
                     tx.check_not_ended()
                 output_json = self._encode_output(output)
-                if tx.conn is None and not extra and self.completer is not None:
-                    # nothing to commit with the step: the completer's group commit
-                    result = self.completer.complete(step, output_json)
-                    if not isinstance(result, CommitAlone):
-                        self._completed_in_batch(step, result, duration_s)
-                        return
+                if (
+                    tx.conn is None
+                    and not extra
+                    and self.completer is not None
+                    and on_settled is not None
+                    and self.completer.submit(
+                        step, output_json, self._settler(step, duration_s, on_settled)
+                    )
+                ):
+                    return True  # nothing to commit with the step: the group commit
                 self._complete(step, owner, tx, output_json, extra, duration_s)
             except StepFailure as failure:
                 tx.rollback()
@@ -198,6 +212,7 @@ class Executor:
         finally:
             if timer is not None:
                 timer.cancel()
+        return False
 
     def _completion_producers(
         self, tx: _CompletionTx, extra: Wakeups
@@ -320,6 +335,40 @@ class Executor:
         with _failed_attempt_on_error("the completion transaction failed at commit"):
             tx.commit(committed)
         self._after_commit(step, outcome, None, duration_s, published=True)
+
+    def _settler(
+        self, step: ClaimedStep, duration_s: float | None, on_settled: Callable[[], None]
+    ) -> Callable[[Outcome | Exception | None], None]:
+        def settle(result: Outcome | Exception | None) -> None:
+            try:
+                if isinstance(result, Exception):
+                    self._completion_failed(step, result, duration_s)
+                else:
+                    self._completed_in_batch(step, result, duration_s)
+            except BaseException:
+                self.log.exception(
+                    "step %s of run %s: could not record the result; the lease will lapse "
+                    "and the recovery sweep reclaims it",
+                    step.node,
+                    step.run_id,
+                    extra=_extra(step),
+                )
+            finally:
+                on_settled()
+
+        return settle
+
+    def _completion_failed(
+        self, step: ClaimedStep, exc: Exception, duration_s: float | None
+    ) -> None:
+        """The completer could not commit the step even alone: as :meth:`_complete` does,
+        a database error of the transaction itself fails the attempt; trouble with the
+        connection or server leaves the step to its lease."""
+        try:
+            with _failed_attempt_on_error("the completion transaction failed"):
+                raise exc
+        except StepFailure as failure:
+            self._fail(step, self.config.client_id, failure, duration_s)
 
     def _completed_in_batch(
         self, step: ClaimedStep, outcome: Outcome | None, duration_s: float | None

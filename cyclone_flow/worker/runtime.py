@@ -11,6 +11,7 @@ for a queue it serves (Engine Design: LISTEN/NOTIFY and the Polling Floor).
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -99,9 +100,10 @@ class Worker:
             self._threads.append(thread)
 
     def in_flight(self) -> int:
-        """How many steps this client is executing now."""
+        """How many steps this client holds a lease on now: executing, or done and waiting
+        for the completer's group commit."""
         with self._lock:
-            return sum(self._busy.values())
+            return len(self._leases)
 
     def shutdown(self, timeout: float) -> None:
         """Stop claiming, let in-flight handlers finish for up to ``timeout`` seconds, then
@@ -113,6 +115,12 @@ class Worker:
         with self._idle:
             while sum(self._busy.values()) and time.monotonic() < deadline:
                 self._idle.wait(min(0.05, max(0.0, deadline - time.monotonic())))
+        completer = self.executor.completer
+        if completer is not None:
+            # commit and settle the completions handed over so far; a handler still
+            # running after this commits its completion alone
+            completer.stop(max(1.0, deadline - time.monotonic()))
+        with self._idle:
             leases = list(self._leases)
             cancels = list(self._leases.values())
         # Release first, then tell the handlers: a handler that stops when told can then
@@ -129,10 +137,6 @@ class Worker:
             self._tasks.put(None)
         for thread in self._threads:
             thread.join(timeout=0.5 if thread.name.startswith("cyclone-worker") else 5.0)
-        if self.executor.completer is not None:
-            # after the worker threads: their queued completions commit first; a handler
-            # still running past this point commits its completion alone
-            self.executor.completer.stop()
 
     # -- wakeups -----------------------------------------------------------------------
 
@@ -215,16 +219,28 @@ class Worker:
             key = (step.id, step.lease_generation)
             with self._lock:
                 cancel = self._leases.get(key) or threading.Event()
+            handed_over = False
             try:
-                self.executor.execute(step, cancel)
+                handed_over = self.executor.execute(
+                    step, cancel, on_settled=functools.partial(self._settled, key)
+                )
             except BaseException:  # never lose a worker thread
                 self.log.exception("worker thread: step %s failed unexpectedly", step.id)
             finally:
+                # the worker slot is free; a completion handed to the completer keeps its
+                # lease (renewed by the heartbeat) until it is settled
                 with self._idle:
-                    self._leases.pop(key, None)
+                    if not handed_over:
+                        self._leases.pop(key, None)
                     self._busy[step.queue] -= 1
                     self._idle.notify_all()
                 self._wake.set()
+
+    def _settled(self, key: tuple[int, int]) -> None:
+        """The completer committed (or gave up) a handed-over completion: drop its lease."""
+        with self._idle:
+            self._leases.pop(key, None)
+            self._idle.notify_all()
 
     # -- heartbeat ----------------------------------------------------------------------
 

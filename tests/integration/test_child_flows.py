@@ -145,7 +145,8 @@ def test_child_input_must_match_the_child_input_schema(make_client, tmp_path) ->
 
 
 def test_a_child_that_outlives_max_wait_is_cancelled(make_client, db, tmp_path) -> None:
-    client = make_client(workers=2)
+    # the client's own maintenance loop must not run the wait scanner before this test's
+    client = make_client(workers=2, sweep_interval=30.0)
     client.start()
     run_id = client.submit(load_flow(_write(tmp_path, max_wait="500ms")), {"a": 1, "mode": "hang"})
     wait_until(

@@ -4,6 +4,7 @@ event registry of :mod:`cyclone_test_handlers.engine`, keyed by a test-chosen ``
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -26,6 +27,27 @@ def block(ctx: Any, input: Any) -> Any:
     if not event(input["key"], "go").wait(20):
         raise RuntimeError("never released")
     return {"run": ctx.run_id}
+
+
+_gauge_lock = threading.Lock()
+_running: dict[tuple[str, str], int] = {}
+PEAKS: dict[tuple[str, str], int] = {}
+"""Most handlers of ``block_counted`` seen running at once, per ``(key, queue)``."""
+
+
+def block_counted(ctx: Any, input: Any) -> Any:
+    """``block``, counting how many of its handlers run at once per ``(key, queue)`` in
+    :data:`PEAKS` (handler concurrency, which a worker's per-queue count bounds)."""
+    gauge = (input["key"], input["queue"])
+    with _gauge_lock:
+        _running[gauge] = _running.get(gauge, 0) + 1
+        PEAKS[gauge] = max(PEAKS.get(gauge, 0), _running[gauge])
+    try:
+        time.sleep(0.002)  # overlap with the handlers started right after this one
+        return block(ctx, input)
+    finally:
+        with _gauge_lock:
+            _running[gauge] -= 1
 
 
 def fail_until_ok(ctx: Any, input: Any) -> Any:
