@@ -147,6 +147,8 @@ class RunAdvance:
 
         def release_sequence_after(self, conn: Conn, run_id: str, acc: Advance) -> None: ...
 
+        def _release_sequence(self, conn: Conn, key: str, acc: Advance) -> bool: ...
+
     # -- signals (Client.signal) ---------------------------------------------------------
 
     def deliver_signal(
@@ -334,6 +336,53 @@ class RunAdvance:
         if not hold and any(r[1] == StepState.PENDING for r in rows):
             self._release(conn, run_id, None, acc)
 
+    # -- group commit ------------------------------------------------------------------
+
+    def _advance_completed(
+        self,
+        conn: Conn,
+        nodes: list[tuple[str, str]],
+        items: dict[tuple[str, str], int],
+        accs: dict[str, Advance],
+    ) -> None:
+        """Advance the runs of a group commit after one statement completed their steps:
+        ``nodes`` the completed ``(run_id, node)`` (no fan-out items), ``items`` the
+        count of completed items per ``(run_id, fan-out node)``; ``accs`` one Advance
+        per run id of the batch (filled here). The same transitions as one
+        :meth:`_node_completed` / :meth:`_item_completed` per step, in a few set-based
+        statements: the dependents of every node at once, then the completion of every
+        run none of whose completed nodes released anything."""
+        released_in: set[str] = set()
+        if nodes:
+            released = conn.execute(
+                self.q["step_release_ready_many"],
+                {"run_ids": [r for r, _ in nodes], "nodes": [n for _, n in nodes]},
+            ).fetchall()
+            for run_uuid, queue, name, node_type in released:
+                run_id = str(run_uuid)
+                released_in.add(run_id)
+                if node_type == "action":
+                    accs[run_id].wakeups.queues.add(queue)
+                else:
+                    self._start_node(conn, run_id, name, accs[run_id])
+        for (run_id, parent), n in items.items():
+            self._item_completed(conn, run_id, parent, accs[run_id], n)
+        maybe_done = sorted({r for r, _ in nodes} - released_in)
+        if not maybe_done:
+            return
+        finished = conn.execute(
+            self.q["run_complete_if_done_many"], {"run_ids": maybe_done}
+        ).fetchall()
+        for run_uuid, parent_run, parent_node, sequence_key in finished:
+            run_id = str(run_uuid)
+            acc = accs[run_id]
+            acc.finished[run_id] = RunState.COMPLETED
+            acc.wakeups.runs_done.add(run_id)
+            if parent_run is not None:
+                self._child_completed(conn, str(parent_run), parent_node, run_id, acc)
+            elif sequence_key is not None:
+                self._release_sequence(conn, sequence_key, acc)  # Sequences: the next run
+
     # -- release and start -------------------------------------------------------------
 
     def _release(self, conn: Conn, run_id: str, node: str | None, acc: Advance) -> bool:
@@ -487,11 +536,13 @@ class RunAdvance:
                 conn, run_id, node, row[1], str(ErrorKind.PAYLOAD_TOO_LARGE), acc
             )
 
-    def _item_completed(self, conn: Conn, run_id: str, parent: str, acc: Advance) -> None:
-        """An item of ``parent`` completed: count it and release the next pending item
-        (one statement), or complete the fan-out node after its last item."""
+    def _item_completed(
+        self, conn: Conn, run_id: str, parent: str, acc: Advance, n: int = 1
+    ) -> None:
+        """``n`` items of ``parent`` completed: count them and release the next pending
+        items (one statement), or complete the fan-out node after its last item."""
         row = conn.execute(
-            self.q["fan_out_item_done"], {"run_id": run_id, "node": parent}
+            self.q["fan_out_item_done"], {"run_id": run_id, "node": parent, "n": n}
         ).fetchone()
         if row is None:
             return  # the fan-out node is no longer waiting (discarded or cancelled)

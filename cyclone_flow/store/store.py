@@ -396,8 +396,10 @@ class Store(RunAdvance, QueueStoreMixin):
         the caller's one transaction. The run row locks of the whole batch are taken
         first, in one global order (``run_lock_many``); one statement completes every
         step, each row guarded by its own claim (Engine Design: CAS State Transitions);
-        then each completed step advances its run as :meth:`complete_step` would.
-        Returns one entry per ``batch`` entry, in order: its Outcome, or None when stale.
+        then the runs advance as one :meth:`complete_step` per step would, in a few
+        set-based statements (:meth:`_advance_completed`). Returns one entry per ``batch``
+        entry, in order: its Outcome (what its run's advance did is reported with the
+        run's last step of the batch), or None when stale.
         Raises ``psycopg.Error`` when the transaction failed (nothing of it commits)."""
         if not batch:
             return []
@@ -412,27 +414,41 @@ class Store(RunAdvance, QueueStoreMixin):
             },
         ).fetchall()
         completed = {(r[0], r[1]): r for r in rows}
+        nodes: list[tuple[str, str]] = []
+        items: dict[tuple[str, str], int] = {}
+        last: dict[str, int] = {}  # run id -> index in batch of its last completed step
+        for i, (step, _) in enumerate(batch):
+            row = completed.get((step.id, step.lease_generation))
+            if row is None:
+                continue
+            last[step.run_id] = i
+            if row[3] is not None:  # a fan-out item
+                key = (step.run_id, row[3])
+                items[key] = items.get(key, 0) + 1
+            else:
+                nodes.append((step.run_id, step.node))
+        accs = {run_id: Advance(Wakeups()) for run_id in last}
+        self._advance_completed(conn, nodes, items, accs)
+        # what a run's advance did is reported with its last step of the batch
         outcomes: list[Outcome | None] = []
-        for step, _ in batch:
+        for i, (step, _) in enumerate(batch):
             row = completed.get((step.id, step.lease_generation))
             if row is None:
                 outcomes.append(None)
-                continue
-            acc = Advance(Wakeups())
-            if row[3] is not None:  # a fan-out item
-                self._item_completed(conn, step.run_id, row[3], acc)
+            elif last[step.run_id] != i:
+                outcomes.append(Outcome(StepState.COMPLETED, None, Wakeups(), output_text=row[4]))
             else:
-                self._node_completed(conn, step.run_id, step.node, acc)
-            outcomes.append(
-                Outcome(
-                    StepState.COMPLETED,
-                    acc.finished.get(step.run_id),
-                    acc.wakeups,
-                    acc.cancelled_in(step.run_id),
-                    engine_events=tuple(acc.events),
-                    output_text=row[4],
+                acc = accs[step.run_id]
+                outcomes.append(
+                    Outcome(
+                        StepState.COMPLETED,
+                        acc.finished.get(step.run_id),
+                        acc.wakeups,
+                        acc.cancelled_in(step.run_id),
+                        engine_events=tuple(acc.events),
+                        output_text=row[4],
+                    )
                 )
-            )
         return outcomes
 
     def fail_step(

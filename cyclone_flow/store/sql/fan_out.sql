@@ -89,13 +89,13 @@ WHERE s.id IN (
 RETURNING s.queue
 
 -- name: fan_out_item_done
--- An item of a waiting fan-out node completed: count it on the node and, unless it was the
--- last one, release the next pending items up to max_parallel (as fan_out_release_items),
--- in one statement. Returns the node's done and total counts and the queue of the items
--- released (NULL: none).
+-- %(n)s items of a waiting fan-out node completed (1, or more in a group commit): count
+-- them on the node and, unless they were the last ones, release the next pending items up
+-- to max_parallel (as fan_out_release_items), in one statement. Returns the node's done and
+-- total counts and the queue of the items released (NULL: none).
 WITH parent AS (
     UPDATE {schema}.cyclone_steps
-    SET items_done = items_done + 1
+    SET items_done = items_done + %(n)s
     WHERE run_id = %(run_id)s AND node = %(node)s AND state = 'waiting'
     RETURNING run_id, node, items_done, items_total, max_parallel, queue
 ), released AS (

@@ -47,6 +47,26 @@ WHERE r.id = %(run_id)s
                     AND s.state NOT IN ('completed', 'discarded', 'cancelled'))
 RETURNING r.id, r.parent_run_id, r.parent_node
 
+-- name: run_complete_if_done_many
+-- run_complete_if_done for the runs of a group commit (issue 8) in one statement: each run
+-- of %(run_ids)s with no non-terminal step left, running -> completed with the same output.
+-- Returns each completed run's id, parent run and node (child runs) and sequence key.
+UPDATE {schema}.cyclone_runs r
+SET state = 'completed',
+    finished_at = statement_timestamp(),
+    output = (
+        SELECT coalesce(jsonb_object_agg(s.node, s.output ORDER BY s.id), '{{}}'::jsonb)
+        FROM {schema}.cyclone_steps s
+        WHERE s.run_id = r.id AND s.state = 'completed' AND s.parent_node IS NULL
+          AND NOT EXISTS (SELECT 1 FROM {schema}.cyclone_deps d
+                          WHERE d.run_id = r.id AND d.depends_on = s.node))
+WHERE r.id = ANY(%(run_ids)s::uuid[])
+  AND r.state = 'running'
+  AND NOT EXISTS (SELECT 1 FROM {schema}.cyclone_steps s
+                  WHERE s.run_id = r.id
+                    AND s.state NOT IN ('completed', 'discarded', 'cancelled'))
+RETURNING r.id, r.parent_run_id, r.parent_node, r.sequence_key
+
 -- name: run_fail_if_running
 -- running -> failed, once: a later discard finds the run terminal and changes nothing.
 UPDATE {schema}.cyclone_runs

@@ -173,6 +173,29 @@ WHERE s.run_id = %(run_id)s
       WHERE d.run_id = %(run_id)s AND d.node = s.node AND u.state <> 'completed')
 RETURNING s.queue, s.node, s.type
 
+-- name: step_release_ready_many
+-- step_release_ready for the completed nodes of a group commit (issue 8), in one
+-- statement: the dependents of each (%(run_ids)s[i], %(nodes)s[i]) whose every dependency
+-- completed, pending -> available (actions) or waiting (the engine starts the others in the
+-- same transaction). Runs under the run row locks of run_lock_many. Returns each released
+-- step's run, queue, node and type.
+UPDATE {schema}.cyclone_steps s
+SET state = CASE WHEN s.type = 'action' THEN 'available' ELSE 'waiting' END,
+    scheduled_at = greatest(s.scheduled_at, statement_timestamp()),
+    started_at = CASE WHEN s.type = 'action' THEN s.started_at ELSE statement_timestamp() END
+FROM (SELECT DISTINCT d.run_id, d.node
+      FROM unnest(%(run_ids)s::uuid[], %(nodes)s::text[]) AS c(run_id, node)
+      JOIN {schema}.cyclone_deps d ON d.run_id = c.run_id AND d.depends_on = c.node) t
+WHERE s.run_id = t.run_id AND s.node = t.node
+  AND s.state = 'pending'
+  AND s.parent_node IS NULL
+  AND NOT EXISTS (
+      SELECT 1
+      FROM {schema}.cyclone_deps d
+      JOIN {schema}.cyclone_steps u ON u.run_id = d.run_id AND u.node = d.depends_on
+      WHERE d.run_id = s.run_id AND d.node = s.node AND u.state <> 'completed')
+RETURNING s.run_id, s.queue, s.node, s.type
+
 -- name: step_fail_attempt
 -- A failed attempt of a running step, guarded by lease_generation (and, when a worker
 -- reports it, by the owner and the timeout: past started_at + timeout only a timeout
