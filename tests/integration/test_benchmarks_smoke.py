@@ -43,5 +43,10 @@ def test_quick_suite_runs_every_benchmark(
     assert fan["value"] > 0 and fan["extra"]["items_per_s"] > 0
     soak = by_name["soak 50 no-op steps"]
     assert soak["extra"]["rss_end_mib"] > 0 and soak["extra"]["steps"] == 50
-    assert {t["target"] for t in doc["targets"]} >= {"3-node chain >= 1,000 runs/s"}
+    latency = by_name["enqueue-to-claim latency"]
+    assert latency["value"] > 0 and "p95=" in latency["note"], latency
+    assert {t["target"] for t in doc["targets"]} >= {
+        "3-node chain >= 1,000 runs/s",
+        "enqueue-to-claim p50 < 2 ms",
+    }
     assert doc["machine"]["cores"] >= 1 and doc["machine"]["postgres"].startswith("PostgreSQL")
