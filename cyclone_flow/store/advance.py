@@ -55,6 +55,9 @@ from cyclone_flow.spec.model import JSON, Flow
 from cyclone_flow.spec.template import parse_ref, render
 from cyclone_flow.states import ErrorKind, RunState, StepState
 
+if TYPE_CHECKING:
+    from cyclone_flow.store.queue_store import SequenceLookup
+
 Conn = psycopg.Connection[Any]
 
 MAX_FAN_OUT_ITEMS = 100_000
@@ -145,7 +148,13 @@ class RunAdvance:
 
         def lock_run(self, conn: Conn, run_id: str) -> RunState | None: ...
 
-        def release_sequence_after(self, conn: Conn, run_id: str, acc: Advance) -> None: ...
+        def release_sequence_after(
+            self,
+            conn: Conn,
+            run_id: str,
+            acc: Advance,
+            sequence_key: str | SequenceLookup | None = ...,
+        ) -> None: ...
 
     # -- signals (Client.signal) ---------------------------------------------------------
 
@@ -638,7 +647,10 @@ class RunAdvance:
         if done[1] is not None:
             self._child_completed(conn, str(done[1]), done[2], run_id, acc)
         else:
-            self.release_sequence_after(conn, run_id, acc)  # Sequences: the next run goes
+            # Sequences: the next run goes (the key came back with the completion)
+            self.release_sequence_after(
+                conn, run_id, acc, None if done[3] is None else str(done[3])
+            )
         return RunState.COMPLETED
 
     def _resolve_discard(
