@@ -35,6 +35,7 @@ them with kind ``timeout`` after it.
 from __future__ import annotations
 
 import json
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,20 @@ if TYPE_CHECKING:
     from cyclone_flow.store.queue_store import SequenceLookup
 
 Conn = psycopg.Connection[Any]
+Cursor = psycopg.Cursor[Any]
+
+_PIPELINE = psycopg.Pipeline.is_supported()  # libpq >= 14 (the binary wheels bundle it)
+
+
+def pipelined(conn: Conn) -> AbstractContextManager[Any]:
+    """Send the block's statements in one network round trip (psycopg pipeline mode): they
+    execute in order in the caller's transaction, and their results are read from their
+    cursors after the block. A database error of any of them is raised when the block
+    ends (the first one; the statements after it are skipped and the transaction is
+    failed, as after a statement sent alone), and the connection has left pipeline mode
+    by then. Without pipeline support in libpq, the statements go one by one."""
+    return conn.pipeline() if _PIPELINE else nullcontext()
+
 
 MAX_FAN_OUT_ITEMS = 100_000
 """Most items one fan-out node may have (Client Options: Limits and Retention,
@@ -352,18 +367,51 @@ class RunAdvance:
         released = conn.execute(
             self.q["step_release_ready"], {"run_id": run_id, "node": node}
         ).fetchall()
+        self._start_released(conn, run_id, released, acc)
+        return bool(released)
+
+    def _start_released(self, conn: Conn, run_id: str, released: list[Any], acc: Advance) -> None:
+        """After ``step_release_ready``: wake the queues of released actions, start the
+        released nodes of other types."""
         for queue, name, node_type in released:
             if node_type == "action":
                 acc.wakeups.queues.add(queue)
             else:
                 self._start_node(conn, run_id, name, acc)
-        return bool(released)
 
     def _node_completed(self, conn: Conn, run_id: str, node: str, acc: Advance) -> None:
         """``node`` just completed: release its dependents, or complete the run when
-        nothing was released and nothing is left."""
-        if not self._release(conn, run_id, node, acc):
-            self._complete_run_if_done(conn, run_id, acc)
+        nothing was released and nothing is left. Both statements go in one round trip
+        (:meth:`_send_node_advance`)."""
+        with pipelined(conn):
+            sent = self._send_node_advance(conn, run_id, node)
+        self._node_advanced(conn, run_id, sent, acc)
+
+    def _send_node_advance(self, conn: Conn, run_id: str, node: str) -> tuple[Cursor, Cursor]:
+        """Send the advance after ``node`` completed: ``step_release_ready`` of its
+        dependents, then ``run_complete_if_done``; read them with :meth:`_node_advanced`.
+
+        Sending the run's completion without waiting for the release's result is the same
+        as "complete the run only when nothing was released": ``run_complete_if_done`` is
+        guarded by "no non-terminal step of the run remains", and a step just released is
+        ``available`` or ``waiting``, so after a release that released anything it changes
+        nothing. Both are guarded, idempotent functions of the run's rows, run under the run
+        row lock: sent after a stale (zero-row) completion they change nothing either
+        (that transaction is rolled back anyway)."""
+        released = conn.execute(self.q["step_release_ready"], {"run_id": run_id, "node": node})
+        done = conn.execute(self.q["run_complete_if_done"], {"run_id": run_id})
+        return released, done
+
+    def _node_advanced(
+        self, conn: Conn, run_id: str, sent: tuple[Cursor, Cursor], acc: Advance
+    ) -> None:
+        """Read the results of :meth:`_send_node_advance` (after its pipeline) and go on:
+        start the released nodes, or finish the completed run."""
+        released, done = sent
+        self._start_released(conn, run_id, released.fetchall(), acc)
+        row = done.fetchone()
+        if row is not None:  # never together with a release (see _send_node_advance)
+            self._run_completed(conn, run_id, row, acc)
 
     def _start_node(self, conn: Conn, run_id: str, node: str, acc: Advance) -> None:
         info = conn.execute(self.q["step_node_info"], {"run_id": run_id, "node": node}).fetchone()
@@ -642,6 +690,13 @@ class RunAdvance:
         done = conn.execute(self.q["run_complete_if_done"], {"run_id": run_id}).fetchone()
         if done is None:
             return None
+        self._run_completed(conn, run_id, done, acc)
+        return RunState.COMPLETED
+
+    def _run_completed(self, conn: Conn, run_id: str, done: Any, acc: Advance) -> None:
+        """``run_id`` just completed (``done``: the row ``run_complete_if_done`` returned):
+        complete the waiting node of its parent run, or release the next run of its
+        sequence."""
         acc.finished[run_id] = RunState.COMPLETED
         acc.wakeups.runs_done.add(run_id)
         if done[1] is not None:
@@ -651,7 +706,6 @@ class RunAdvance:
             self.release_sequence_after(
                 conn, run_id, acc, None if done[3] is None else str(done[3])
             )
-        return RunState.COMPLETED
 
     def _resolve_discard(
         self, conn: Conn, run_id: str, node: str, error: str, acc: Advance
