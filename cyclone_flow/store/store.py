@@ -432,23 +432,26 @@ class Store(RunAdvance, QueueStoreMixin):
         resolve the run (Engine Design: Failure Propagation). ``owner`` None lets the
         recovery sweep fail a step it does not own; the generation still guards it.
         ``timed_out``: only when ``started_at + timeout`` has passed (a timeout failure).
-        Returns None when stale."""
+        Returns None when stale. The run lock and the attempt's compare-and-swap go in one
+        round trip (a pipeline: executed in that order, see :meth:`complete_step`)."""
         error = printable(error) or ""
         traceback = printable(traceback)
-        self.lock_run(conn, run_id)
-        row = conn.execute(
-            self.q["step_fail_attempt"],
-            {
-                "id": step_id,
-                "generation": generation,
-                "owner": owner,
-                "error": error,
-                "error_kind": str(error_kind),
-                "traceback": traceback,
-                "permanent": permanent,
-                "timed_out": timed_out,
-            },
-        ).fetchone()
+        with pipelined(conn):
+            conn.execute(self.q["run_lock"], {"run_id": run_id})
+            failed = conn.execute(
+                self.q["step_fail_attempt"],
+                {
+                    "id": step_id,
+                    "generation": generation,
+                    "owner": owner,
+                    "error": error,
+                    "error_kind": str(error_kind),
+                    "traceback": traceback,
+                    "permanent": permanent,
+                    "timed_out": timed_out,
+                },
+            )
+        row = failed.fetchone()
         if row is None:
             return None
         node, state, queue, parent = row[1], StepState(row[2]), row[3], row[5]
