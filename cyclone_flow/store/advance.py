@@ -35,6 +35,7 @@ them with kind ``timeout`` after it.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -413,6 +414,41 @@ class RunAdvance:
         if row is not None:  # never together with a release (see _send_node_advance)
             self._run_completed(conn, run_id, row, acc)
 
+    def advance_completed(
+        self, conn: Conn, completed: Sequence[tuple[str, str, str | None]], acc: Advance
+    ) -> None:
+        """Advance the runs of steps this transaction just completed by their own
+        compare-and-swap: ``completed`` holds ``(run_id, node, parent_node)`` per step
+        (``parent_node``: the fan-out node of an item, else None), each completed once.
+        The caller holds the row lock of every run concerned (top runs first, in one
+        order) and sends only rows its CAS returned: the item counts are not idempotent.
+
+        Every step's first advance statements (:meth:`_send_node_advance`, or an item's
+        ``fan_out_item_done``) go in one pipeline, in ``completed`` order; then each
+        step's results are read and what they start runs, step by step. The end state is
+        that of :meth:`_node_completed` / :meth:`_item_completed` called for each in turn:
+        every statement sent is guarded by the rows it changes (a release by "all deps
+        completed", a run's completion by "no non-terminal step", a fan-out's completion by
+        "still waiting"), each sees the effects of the ones before it, and what a later
+        step's processing adds (a started node, a completed parent node) advances its run
+        again on its own. Wakeups may name a queue whose released step a later failure in
+        the same transaction cancelled (a hint, never a missed one)."""
+        sent: list[tuple[str, str, str | None, Any]] = []
+        with pipelined(conn):
+            for run_id, node, parent in completed:
+                if parent is None:
+                    cursors: Any = self._send_node_advance(conn, run_id, node)
+                else:
+                    cursors = conn.execute(
+                        self.q["fan_out_item_done"], {"run_id": run_id, "node": parent}
+                    )
+                sent.append((run_id, node, parent, cursors))
+        for run_id, _node, parent, cursors in sent:
+            if parent is None:
+                self._node_advanced(conn, run_id, cursors, acc)
+            else:
+                self._item_counted(conn, run_id, parent, cursors.fetchone(), acc)
+
     def _start_node(self, conn: Conn, run_id: str, node: str, acc: Advance) -> None:
         info = conn.execute(self.q["step_node_info"], {"run_id": run_id, "node": node}).fetchone()
         if info is None:
@@ -550,6 +586,10 @@ class RunAdvance:
         row = conn.execute(
             self.q["fan_out_item_done"], {"run_id": run_id, "node": parent}
         ).fetchone()
+        self._item_counted(conn, run_id, parent, row, acc)
+
+    def _item_counted(self, conn: Conn, run_id: str, parent: str, row: Any, acc: Advance) -> None:
+        """Go on after ``fan_out_item_done`` returned ``row`` for an item of ``parent``."""
         if row is None:
             return  # the fan-out node is no longer waiting (discarded or cancelled)
         done, total, queue = row

@@ -85,3 +85,58 @@ def test_a_stale_completion_changes_nothing_even_when_committed(
     each = step_row(db, items_run, "each")
     assert (each["state"], each["items_done"], each["output"]) == ("completed", 3, [1, 1, 1])
     assert client.get_run(items_run).state == "completed"
+
+
+DIAMOND = load_flow_text(
+    """
+name: diamond2
+nodes:
+  a: {call: cyclone_test_handlers.basic:echo}
+  b: {call: cyclone_test_handlers.basic:echo, needs: [a]}
+  c: {call: cyclone_test_handlers.basic:echo, needs: [a]}
+  d: {call: cyclone_test_handlers.basic:echo, needs: [b, c]}
+"""
+)
+
+ONE = load_flow_text("name: one2\nnodes:\n  only: {call: cyclone_test_handlers.basic:echo}\n")
+
+
+def test_advance_completed_pipelines_a_batch_of_completions(
+    make_client: Any, db: psycopg.Connection[Any]
+) -> None:
+    """A batch (as a group-commit completer would send it): the fan-in join of two
+    steps completed together is released once, a one-step run completes, and every item
+    of a fan-out completed together completes the fan-out node and its run."""
+    from cyclone_flow.store.advance import Advance
+    from cyclone_flow.store.store import Wakeups
+
+    client = make_client(client_id="batch")
+    store = client.store
+    diamond = client.submit(DIAMOND, {})
+    (a,) = store.claim("w", 30.0, ["default"], 1)
+    with client.pool.connection() as conn, conn.transaction():
+        assert store.complete_step(conn, a, "w", "{}") is not None
+    one = client.submit(ONE, {})
+    items_run = client.submit(ITEMS, {})
+    claimed = store.claim("w", 30.0, ["default"], 10)
+    assert sorted(s.node for s in claimed) == ["b", "c", "each[0]", "each[1]", "each[2]", "only"]
+    acc = Advance(Wakeups())
+    with client.pool.connection() as conn, conn.transaction():
+        for run_id in sorted({s.run_id for s in claimed}):
+            store.lock_run(conn, run_id)
+        done = []
+        for s in claimed:
+            row = conn.execute(
+                store.q["step_complete_if_leased"],
+                {"id": s.id, "owner": "w", "generation": s.lease_generation, "output": "1"},
+            ).fetchone()
+            assert row is not None
+            done.append((s.run_id, s.node, s.parent_node))
+        store.advance_completed(conn, done, acc)
+    assert step_row(db, diamond, "d")["state"] == "available"
+    assert acc.wakeups.queues == {"default"}
+    assert acc.finished == {one: "completed", items_run: "completed"}
+    assert acc.wakeups.runs_done == {one, items_run}
+    assert client.get_run(one).output == {"only": 1}
+    assert client.get_run(items_run).output == {"each": [1, 1, 1]}
+    assert client.get_run(diamond).state == "running"
