@@ -35,6 +35,8 @@ them with kind ``timeout`` after it.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -55,7 +57,24 @@ from cyclone_flow.spec.model import JSON, Flow
 from cyclone_flow.spec.template import parse_ref, render
 from cyclone_flow.states import ErrorKind, RunState, StepState
 
+if TYPE_CHECKING:
+    from cyclone_flow.store.queue_store import SequenceLookup
+
 Conn = psycopg.Connection[Any]
+Cursor = psycopg.Cursor[Any]
+
+_PIPELINE = psycopg.Pipeline.is_supported()  # libpq >= 14 (the binary wheels bundle it)
+
+
+def pipelined(conn: Conn) -> AbstractContextManager[Any]:
+    """Send the block's statements in one network round trip (psycopg pipeline mode): they
+    execute in order in the caller's transaction, and their results are read from their
+    cursors after the block. A database error of any of them is raised when the block
+    ends (the first one; the statements after it are skipped and the transaction is
+    failed, as after a statement sent alone), and the connection has left pipeline mode
+    by then. Without pipeline support in libpq, the statements go one by one."""
+    return conn.pipeline() if _PIPELINE else nullcontext()
+
 
 MAX_FAN_OUT_ITEMS = 100_000
 """Most items one fan-out node may have (Client Options: Limits and Retention,
@@ -145,7 +164,13 @@ class RunAdvance:
 
         def lock_run(self, conn: Conn, run_id: str) -> RunState | None: ...
 
-        def release_sequence_after(self, conn: Conn, run_id: str, acc: Advance) -> None: ...
+        def release_sequence_after(
+            self,
+            conn: Conn,
+            run_id: str,
+            acc: Advance,
+            sequence_key: str | SequenceLookup | None = ...,
+        ) -> None: ...
 
         def _release_sequence(self, conn: Conn, key: str, acc: Advance) -> bool: ...
 
@@ -392,18 +417,86 @@ class RunAdvance:
         released = conn.execute(
             self.q["step_release_ready"], {"run_id": run_id, "node": node}
         ).fetchall()
+        self._start_released(conn, run_id, released, acc)
+        return bool(released)
+
+    def _start_released(self, conn: Conn, run_id: str, released: list[Any], acc: Advance) -> None:
+        """After ``step_release_ready``: wake the queues of released actions, start the
+        released nodes of other types."""
         for queue, name, node_type in released:
             if node_type == "action":
                 acc.wakeups.queues.add(queue)
             else:
                 self._start_node(conn, run_id, name, acc)
-        return bool(released)
 
     def _node_completed(self, conn: Conn, run_id: str, node: str, acc: Advance) -> None:
         """``node`` just completed: release its dependents, or complete the run when
-        nothing was released and nothing is left."""
-        if not self._release(conn, run_id, node, acc):
-            self._complete_run_if_done(conn, run_id, acc)
+        nothing was released and nothing is left. Both statements go in one round trip
+        (:meth:`_send_node_advance`)."""
+        with pipelined(conn):
+            sent = self._send_node_advance(conn, run_id, node)
+        self._node_advanced(conn, run_id, sent, acc)
+
+    def _send_node_advance(self, conn: Conn, run_id: str, node: str) -> tuple[Cursor, Cursor]:
+        """Send the advance after ``node`` completed: ``step_release_ready`` of its
+        dependents, then ``run_complete_if_done``; read them with :meth:`_node_advanced`.
+
+        Sending the run's completion without waiting for the release's result is the same
+        as "complete the run only when nothing was released": ``run_complete_if_done`` is
+        guarded by "no non-terminal step of the run remains", and a step just released is
+        ``available`` or ``waiting``, so after a release that released anything it changes
+        nothing. Both are guarded, idempotent functions of the run's rows, run under the run
+        row lock: sent after a stale (zero-row) completion they change nothing either
+        (that transaction is rolled back anyway)."""
+        released = conn.execute(self.q["step_release_ready"], {"run_id": run_id, "node": node})
+        done = conn.execute(self.q["run_complete_if_done"], {"run_id": run_id})
+        return released, done
+
+    def _node_advanced(
+        self, conn: Conn, run_id: str, sent: tuple[Cursor, Cursor], acc: Advance
+    ) -> None:
+        """Read the results of :meth:`_send_node_advance` (after its pipeline) and go on:
+        start the released nodes, or finish the completed run."""
+        released, done = sent
+        self._start_released(conn, run_id, released.fetchall(), acc)
+        row = done.fetchone()
+        if row is not None:  # never together with a release (see _send_node_advance)
+            self._run_completed(conn, run_id, row, acc)
+
+    def advance_completed(
+        self, conn: Conn, completed: Sequence[tuple[str, str, str | None]], acc: Advance
+    ) -> None:
+        """Advance the runs of steps this transaction just completed by their own
+        compare-and-swap: ``completed`` holds ``(run_id, node, parent_node)`` per step
+        (``parent_node``: the fan-out node of an item, else None), each completed once.
+        The caller holds the row lock of every run concerned (top runs first, in one
+        order) and sends only rows its CAS returned: the item counts are not idempotent.
+
+        Every step's first advance statements (:meth:`_send_node_advance`, or an item's
+        ``fan_out_item_done``) go in one pipeline, in ``completed`` order; then each
+        step's results are read and what they start runs, step by step. The end state is
+        that of :meth:`_node_completed` / :meth:`_item_completed` called for each in turn:
+        every statement sent is guarded by the rows it changes (a release by "all deps
+        completed", a run's completion by "no non-terminal step", a fan-out's completion by
+        "still waiting"), each sees the effects of the ones before it, and what a later
+        step's processing adds (a started node, a completed parent node) advances its run
+        again on its own. Wakeups may name a queue whose released step a later failure in
+        the same transaction cancelled (a hint, never a missed one)."""
+        sent: list[tuple[str, str, str | None, Any]] = []
+        with pipelined(conn):
+            for run_id, node, parent in completed:
+                if parent is None:
+                    cursors: Any = self._send_node_advance(conn, run_id, node)
+                else:
+                    cursors = conn.execute(
+                        self.q["fan_out_item_done"], {"run_id": run_id, "node": parent}
+                    )
+                sent.append((run_id, node, parent, cursors))
+        for run_id, _node, parent, cursors in sent:
+            if parent is None:
+                self._node_advanced(conn, run_id, cursors, acc)
+            else:
+                self._item_counted(conn, run_id, parent, cursors.fetchone(), acc)
 
     def _start_node(self, conn: Conn, run_id: str, node: str, acc: Advance) -> None:
         info = conn.execute(self.q["step_node_info"], {"run_id": run_id, "node": node}).fetchone()
@@ -544,6 +637,10 @@ class RunAdvance:
         row = conn.execute(
             self.q["fan_out_item_done"], {"run_id": run_id, "node": parent, "n": n}
         ).fetchone()
+        self._item_counted(conn, run_id, parent, row, acc)
+
+    def _item_counted(self, conn: Conn, run_id: str, parent: str, row: Any, acc: Advance) -> None:
+        """Go on after ``fan_out_item_done`` returned ``row`` for an item of ``parent``."""
         if row is None:
             return  # the fan-out node is no longer waiting (discarded or cancelled)
         done, total, queue = row
@@ -684,13 +781,22 @@ class RunAdvance:
         done = conn.execute(self.q["run_complete_if_done"], {"run_id": run_id}).fetchone()
         if done is None:
             return None
+        self._run_completed(conn, run_id, done, acc)
+        return RunState.COMPLETED
+
+    def _run_completed(self, conn: Conn, run_id: str, done: Any, acc: Advance) -> None:
+        """``run_id`` just completed (``done``: the row ``run_complete_if_done`` returned):
+        complete the waiting node of its parent run, or release the next run of its
+        sequence."""
         acc.finished[run_id] = RunState.COMPLETED
         acc.wakeups.runs_done.add(run_id)
         if done[1] is not None:
             self._child_completed(conn, str(done[1]), done[2], run_id, acc)
         else:
-            self.release_sequence_after(conn, run_id, acc)  # Sequences: the next run goes
-        return RunState.COMPLETED
+            # Sequences: the next run goes (the key came back with the completion)
+            self.release_sequence_after(
+                conn, run_id, acc, None if done[3] is None else str(done[3])
+            )
 
     def _resolve_discard(
         self, conn: Conn, run_id: str, node: str, error: str, acc: Advance

@@ -15,6 +15,7 @@ Submit takes only the sequence lock (its run is new).
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,12 @@ if TYPE_CHECKING:
     from cyclone_flow.store.store import Wakeups
 
 Conn = psycopg.Connection[Any]
+
+
+class SequenceLookup(enum.Enum):
+    """Marker of :meth:`QueueStoreMixin.release_sequence_after`: the key is not known yet."""
+
+    READ = "read"
 
 
 @dataclass(frozen=True)
@@ -203,13 +210,23 @@ class QueueStoreMixin:
 
     # -- sequences -----------------------------------------------------------------------
 
-    def release_sequence_after(self, conn: Conn, run_id: str, acc: Advance) -> None:
+    def release_sequence_after(
+        self,
+        conn: Conn,
+        run_id: str,
+        acc: Advance,
+        sequence_key: str | SequenceLookup | None = SequenceLookup.READ,
+    ) -> None:
         """After run ``run_id`` became completed or cancelled, under its row lock in the
-        same transaction: release the next held run of its sequence (no-op outside one)."""
-        row = conn.execute(self.q["run_get_sequence"], {"run_id": run_id}).fetchone()
-        if row is None or row[0] is None:
+        same transaction: release the next held run of its sequence (no-op outside one).
+        ``sequence_key``: the run's key when the caller already read it (None: the run is
+        in no sequence, nothing to do and no statement sent); left out, it is read here."""
+        if isinstance(sequence_key, SequenceLookup):
+            row = conn.execute(self.q["run_get_sequence"], {"run_id": run_id}).fetchone()
+            sequence_key = None if row is None or row[0] is None else str(row[0])
+        if sequence_key is None:
             return
-        self._release_sequence(conn, str(row[0]), acc)
+        self._release_sequence(conn, sequence_key, acc)
 
     def _release_sequence(self, conn: Conn, key: str, acc: Advance) -> bool:
         """Unhold the head run of sequence ``key`` when it is held, and release its roots

@@ -26,7 +26,7 @@ from cyclone_flow.errors import RunNotFoundError, RunStateError
 from cyclone_flow.spec.model import JSON, Flow
 from cyclone_flow.states import ErrorKind, RunState, StepState
 from cyclone_flow.store import queries
-from cyclone_flow.store.advance import Advance, RunAdvance, flow_plan
+from cyclone_flow.store.advance import Advance, RunAdvance, flow_plan, pipelined
 from cyclone_flow.store.queue_store import QueueStoreMixin
 
 Conn = psycopg.Connection[Any]
@@ -361,24 +361,49 @@ class Store(RunAdvance, QueueStoreMixin):
         dependents whose deps all completed (starting fan-out, child and wait_signal
         nodes), complete the run when nothing is left (and a parent's child node with
         it); a fan-out item releases the next item or completes its fan-out node.
-        Returns None when stale (the caller must roll back, business writes included)."""
-        self.lock_run(conn, step.run_id)
-        row = conn.execute(
-            self.q["step_complete_if_leased"],
-            {
-                "id": step.id,
-                "owner": owner,
-                "generation": step.lease_generation,
-                "output": output_json,
-            },
-        ).fetchone()
+        Returns None when stale (the caller must roll back, business writes included).
+        Raises the psycopg error of a failed statement (the transaction is then failed and
+        must be rolled back; the connection stays usable).
+
+        One network round trip for the run lock, the step's compare-and-swap and (not for
+        a fan-out item) the release of its dependents and the run's completion, sent in
+        psycopg pipeline mode; further round trips only for what that starts (a fan-out,
+        child or wait_signal node, a finished run's parent or sequence)."""
+        # Why one pipeline is the same as the statements one by one:
+        # - statements of a pipeline execute in order in this transaction: run_lock takes
+        #   the run row lock (top run first) before the step's UPDATE executes, as always;
+        # - the release and the run's completion are sent before we know whether the CAS
+        #   changed a row. Both are guarded, idempotent functions of the run's rows (see
+        #   _send_node_advance): after a completion they do what _node_completed did; after
+        #   a stale one (zero rows) they change nothing, and the caller rolls the whole
+        #   transaction back anyway (executor._complete: tx.rollback() on None);
+        # - a fan-out item's fan_out_item_done counts unconditionally (not idempotent), so
+        #   it is sent only after the CAS returned its row (_item_completed);
+        # - an error of any statement (e.g. a handler left its completion_tx failed) is
+        #   raised when the pipeline block ends, as the same psycopg error: the executor's
+        #   _failed_attempt_on_error turns it into the same failed attempt as before, and the
+        #   connection has left pipeline mode, so its rollback works as before.
+        item = step.parent_node is not None
+        with pipelined(conn):
+            conn.execute(self.q["run_lock"], {"run_id": step.run_id})
+            completed = conn.execute(
+                self.q["step_complete_if_leased"],
+                {
+                    "id": step.id,
+                    "owner": owner,
+                    "generation": step.lease_generation,
+                    "output": output_json,
+                },
+            )
+            sent = None if item else self._send_node_advance(conn, step.run_id, step.node)
+        row = completed.fetchone()
         if row is None:
             return None
         acc = Advance(Wakeups())
-        if row[1] is not None:  # a fan-out item
+        if sent is None:  # a fan-out item (row[1]: its fan-out node, step.parent_node)
             self._item_completed(conn, step.run_id, row[1], acc)
         else:
-            self._node_completed(conn, step.run_id, step.node, acc)
+            self._node_advanced(conn, step.run_id, sent, acc)
         return Outcome(
             StepState.COMPLETED,
             acc.finished.get(step.run_id),
@@ -470,23 +495,26 @@ class Store(RunAdvance, QueueStoreMixin):
         resolve the run (Engine Design: Failure Propagation). ``owner`` None lets the
         recovery sweep fail a step it does not own; the generation still guards it.
         ``timed_out``: only when ``started_at + timeout`` has passed (a timeout failure).
-        Returns None when stale."""
+        Returns None when stale. The run lock and the attempt's compare-and-swap go in one
+        round trip (a pipeline: executed in that order, see :meth:`complete_step`)."""
         error = printable(error) or ""
         traceback = printable(traceback)
-        self.lock_run(conn, run_id)
-        row = conn.execute(
-            self.q["step_fail_attempt"],
-            {
-                "id": step_id,
-                "generation": generation,
-                "owner": owner,
-                "error": error,
-                "error_kind": str(error_kind),
-                "traceback": traceback,
-                "permanent": permanent,
-                "timed_out": timed_out,
-            },
-        ).fetchone()
+        with pipelined(conn):
+            conn.execute(self.q["run_lock"], {"run_id": run_id})
+            failed = conn.execute(
+                self.q["step_fail_attempt"],
+                {
+                    "id": step_id,
+                    "generation": generation,
+                    "owner": owner,
+                    "error": error,
+                    "error_kind": str(error_kind),
+                    "traceback": traceback,
+                    "permanent": permanent,
+                    "timed_out": timed_out,
+                },
+            )
+        row = failed.fetchone()
         if row is None:
             return None
         node, state, queue, parent = row[1], StepState(row[2]), row[3], row[5]

@@ -30,7 +30,8 @@ FOR NO KEY UPDATE OF r
 
 -- name: run_complete_if_done
 -- running -> completed when no non-terminal step remains; the output maps each completed
--- leaf node (never a fan-out item) to its output. Returns the parent of a child run.
+-- leaf node (never a fan-out item) to its output. Returns the parent of a child run and
+-- the run's sequence key (Sequences: the next run is released without another read).
 UPDATE {schema}.cyclone_runs r
 SET state = 'completed',
     finished_at = statement_timestamp(),
@@ -45,7 +46,7 @@ WHERE r.id = %(run_id)s
   AND NOT EXISTS (SELECT 1 FROM {schema}.cyclone_steps s
                   WHERE s.run_id = r.id
                     AND s.state NOT IN ('completed', 'discarded', 'cancelled'))
-RETURNING r.id, r.parent_run_id, r.parent_node
+RETURNING r.id, r.parent_run_id, r.parent_node, r.sequence_key
 
 -- name: run_complete_if_done_many
 -- run_complete_if_done for the runs of a group commit (issue 8) in one statement: each run
