@@ -1,6 +1,6 @@
 """The ceiling: a plain psycopg loop running the engine's own claim and completion
 statements (``step_claim``, ``step_complete_if_leased``, and what a completion also runs:
-``run_lock``, ``step_release_ready``, ``run_complete_if_done``) on the engine's tables in a
+``run_lock``, ``step_release_dependents``, ``run_complete_if_done``) on the engine's tables in a
 fresh migrated schema, with one connection per worker and no Python engine in between.
 
 Modes (all with the same number of connections as the engine benchmark's workers):
@@ -85,8 +85,10 @@ def _loop(
                             q["step_complete_if_leased"],
                             {"id": r[0], "owner": owner, "generation": r[9], "output": "null"},
                         )
-                        conn.execute(q["step_release_ready"], {"run_id": r[1], "node": r[2]})
-                        conn.execute(q["run_complete_if_done"], {"run_id": r[1]})
+                        conn.execute(
+                            q["step_release_dependents"], {"run_ids": [r[1]], "nodes": [r[2]]}
+                        )
+                        conn.execute(q["run_complete_if_done"], {"run_ids": [r[1]]})
             elif limit == 1:
                 r = rows[0]
                 conn.execute(

@@ -35,7 +35,6 @@ them with kind ``timeout`` after it.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -171,8 +170,6 @@ class RunAdvance:
             acc: Advance,
             sequence_key: str | SequenceLookup | None = ...,
         ) -> None: ...
-
-        def _release_sequence(self, conn: Conn, key: str, acc: Advance) -> bool: ...
 
     # -- signals (Client.signal) ---------------------------------------------------------
 
@@ -380,33 +377,22 @@ class RunAdvance:
         released_in: set[str] = set()
         if nodes:
             released = conn.execute(
-                self.q["step_release_ready_many"],
+                self.q["step_release_dependents"],
                 {"run_ids": [r for r, _ in nodes], "nodes": [n for _, n in nodes]},
             ).fetchall()
-            for run_uuid, queue, name, node_type in released:
-                run_id = str(run_uuid)
+            for row in released:
+                run_id = str(row[0])
                 released_in.add(run_id)
-                if node_type == "action":
-                    accs[run_id].wakeups.queues.add(queue)
-                else:
-                    self._start_node(conn, run_id, name, accs[run_id])
+                self._start_released(conn, run_id, [row], accs[run_id])
         for (run_id, parent), n in items.items():
             self._item_completed(conn, run_id, parent, accs[run_id], n)
         maybe_done = sorted({r for r, _ in nodes} - released_in)
         if not maybe_done:
             return
-        finished = conn.execute(
-            self.q["run_complete_if_done_many"], {"run_ids": maybe_done}
-        ).fetchall()
-        for run_uuid, parent_run, parent_node, sequence_key in finished:
-            run_id = str(run_uuid)
-            acc = accs[run_id]
-            acc.finished[run_id] = RunState.COMPLETED
-            acc.wakeups.runs_done.add(run_id)
-            if parent_run is not None:
-                self._child_completed(conn, str(parent_run), parent_node, run_id, acc)
-            elif sequence_key is not None:
-                self._release_sequence(conn, sequence_key, acc)  # Sequences: the next run
+        finished = conn.execute(self.q["run_complete_if_done"], {"run_ids": maybe_done}).fetchall()
+        for done in finished:
+            run_id = str(done[0])
+            self._run_completed(conn, run_id, done, accs[run_id])
 
     # -- release and start -------------------------------------------------------------
 
@@ -414,16 +400,25 @@ class RunAdvance:
         """Release the dependents of ``node`` whose deps all completed (``node`` None:
         every ready pending node); start those that are not actions. Returns whether any
         node was released."""
-        released = conn.execute(
-            self.q["step_release_ready"], {"run_id": run_id, "node": node}
-        ).fetchall()
+        if node is None:
+            cursor = conn.execute(self.q["step_release_ready"], {"run_id": run_id})
+        else:
+            cursor = self._send_release(conn, run_id, node)
+        released = cursor.fetchall()
         self._start_released(conn, run_id, released, acc)
         return bool(released)
 
+    def _send_release(self, conn: Conn, run_id: str, node: str) -> Cursor:
+        """Send ``step_release_dependents`` for the one completed ``node``."""
+        return conn.execute(
+            self.q["step_release_dependents"], {"run_ids": [run_id], "nodes": [node]}
+        )
+
     def _start_released(self, conn: Conn, run_id: str, released: list[Any], acc: Advance) -> None:
-        """After ``step_release_ready``: wake the queues of released actions, start the
-        released nodes of other types."""
-        for queue, name, node_type in released:
+        """After ``step_release_ready`` / ``step_release_dependents`` released ``released``
+        (rows of run, queue, node, type) in run ``run_id``: wake the queues of released
+        actions, start the released nodes of other types."""
+        for _run, queue, name, node_type in released:
             if node_type == "action":
                 acc.wakeups.queues.add(queue)
             else:
@@ -438,8 +433,8 @@ class RunAdvance:
         self._node_advanced(conn, run_id, sent, acc)
 
     def _send_node_advance(self, conn: Conn, run_id: str, node: str) -> tuple[Cursor, Cursor]:
-        """Send the advance after ``node`` completed: ``step_release_ready`` of its
-        dependents, then ``run_complete_if_done``; read them with :meth:`_node_advanced`.
+        """Send the advance after ``node`` completed: ``step_release_dependents``, then
+        ``run_complete_if_done``; read them with :meth:`_node_advanced`.
 
         Sending the run's completion without waiting for the release's result is the same
         as "complete the run only when nothing was released": ``run_complete_if_done`` is
@@ -448,8 +443,8 @@ class RunAdvance:
         nothing. Both are guarded, idempotent functions of the run's rows, run under the run
         row lock: sent after a stale (zero-row) completion they change nothing either
         (that transaction is rolled back anyway)."""
-        released = conn.execute(self.q["step_release_ready"], {"run_id": run_id, "node": node})
-        done = conn.execute(self.q["run_complete_if_done"], {"run_id": run_id})
+        released = self._send_release(conn, run_id, node)
+        done = conn.execute(self.q["run_complete_if_done"], {"run_ids": [run_id]})
         return released, done
 
     def _node_advanced(
@@ -462,41 +457,6 @@ class RunAdvance:
         row = done.fetchone()
         if row is not None:  # never together with a release (see _send_node_advance)
             self._run_completed(conn, run_id, row, acc)
-
-    def advance_completed(
-        self, conn: Conn, completed: Sequence[tuple[str, str, str | None]], acc: Advance
-    ) -> None:
-        """Advance the runs of steps this transaction just completed by their own
-        compare-and-swap: ``completed`` holds ``(run_id, node, parent_node)`` per step
-        (``parent_node``: the fan-out node of an item, else None), each completed once.
-        The caller holds the row lock of every run concerned (top runs first, in one
-        order) and sends only rows its CAS returned: the item counts are not idempotent.
-
-        Every step's first advance statements (:meth:`_send_node_advance`, or an item's
-        ``fan_out_item_done``) go in one pipeline, in ``completed`` order; then each
-        step's results are read and what they start runs, step by step. The end state is
-        that of :meth:`_node_completed` / :meth:`_item_completed` called for each in turn:
-        every statement sent is guarded by the rows it changes (a release by "all deps
-        completed", a run's completion by "no non-terminal step", a fan-out's completion by
-        "still waiting"), each sees the effects of the ones before it, and what a later
-        step's processing adds (a started node, a completed parent node) advances its run
-        again on its own. Wakeups may name a queue whose released step a later failure in
-        the same transaction cancelled (a hint, never a missed one)."""
-        sent: list[tuple[str, str, str | None, Any]] = []
-        with pipelined(conn):
-            for run_id, node, parent in completed:
-                if parent is None:
-                    cursors: Any = self._send_node_advance(conn, run_id, node)
-                else:
-                    cursors = conn.execute(
-                        self.q["fan_out_item_done"], {"run_id": run_id, "node": parent}
-                    )
-                sent.append((run_id, node, parent, cursors))
-        for run_id, _node, parent, cursors in sent:
-            if parent is None:
-                self._node_advanced(conn, run_id, cursors, acc)
-            else:
-                self._item_counted(conn, run_id, parent, cursors.fetchone(), acc)
 
     def _start_node(self, conn: Conn, run_id: str, node: str, acc: Advance) -> None:
         info = conn.execute(self.q["step_node_info"], {"run_id": run_id, "node": node}).fetchone()
@@ -778,7 +738,7 @@ class RunAdvance:
     # -- run completion and failure ------------------------------------------------------
 
     def _complete_run_if_done(self, conn: Conn, run_id: str, acc: Advance) -> RunState | None:
-        done = conn.execute(self.q["run_complete_if_done"], {"run_id": run_id}).fetchone()
+        done = conn.execute(self.q["run_complete_if_done"], {"run_ids": [run_id]}).fetchone()
         if done is None:
             return None
         self._run_completed(conn, run_id, done, acc)

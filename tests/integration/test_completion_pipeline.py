@@ -6,6 +6,7 @@ State Transitions)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import psycopg
@@ -101,15 +102,14 @@ nodes:
 ONE = load_flow_text("name: one2\nnodes:\n  only: {call: cyclone_test_handlers.basic:echo}\n")
 
 
-def test_advance_completed_pipelines_a_batch_of_completions(
+def test_complete_steps_commits_a_batch_of_completions(
     make_client: Any, db: psycopg.Connection[Any]
 ) -> None:
-    """A batch (as a group-commit completer would send it): the fan-in join of two
-    steps completed together is released once, a one-step run completes, and every item
-    of a fan-out completed together completes the fan-out node and its run."""
-    from cyclone_flow.store.advance import Advance
-    from cyclone_flow.store.store import Wakeups
-
+    """A batch (as the group-commit completer sends it): the fan-in join of two steps
+    completed together is released once, a one-step run completes, every item of a
+    fan-out completed together completes the fan-out node and its run, and a stale row
+    (a lease generation that is not the claim's) is reported stale without failing the
+    others."""
     client = make_client(client_id="batch")
     store = client.store
     diamond = client.submit(DIAMOND, {})
@@ -120,23 +120,21 @@ def test_advance_completed_pipelines_a_batch_of_completions(
     items_run = client.submit(ITEMS, {})
     claimed = store.claim("w", 30.0, ["default"], 10)
     assert sorted(s.node for s in claimed) == ["b", "c", "each[0]", "each[1]", "each[2]", "only"]
-    acc = Advance(Wakeups())
+    stale = dataclasses.replace(claimed[0], lease_generation=claimed[0].lease_generation + 7)
+    batch = [(s, "1") for s in claimed] + [(stale, "2")]
     with client.pool.connection() as conn, conn.transaction():
-        for run_id in sorted({s.run_id for s in claimed}):
-            store.lock_run(conn, run_id)
-        done = []
-        for s in claimed:
-            row = conn.execute(
-                store.q["step_complete_if_leased"],
-                {"id": s.id, "owner": "w", "generation": s.lease_generation, "output": "1"},
-            ).fetchone()
-            assert row is not None
-            done.append((s.run_id, s.node, s.parent_node))
-        store.advance_completed(conn, done, acc)
+        outcomes = store.complete_steps(conn, "w", batch)
+    assert outcomes[-1] is None and all(o is not None for o in outcomes[:-1])
+    finished = {
+        s.run_id: o.run_state
+        for (s, _), o in zip(batch, outcomes, strict=True)
+        if o and o.run_state
+    }
+    assert finished == {one: "completed", items_run: "completed"}
+    wakeups = set().union(*(o.wakeups.queues for o in outcomes if o))
+    runs_done = set().union(*(o.wakeups.runs_done for o in outcomes if o))
+    assert wakeups == {"default"} and runs_done == {one, items_run}
     assert step_row(db, diamond, "d")["state"] == "available"
-    assert acc.wakeups.queues == {"default"}
-    assert acc.finished == {one: "completed", items_run: "completed"}
-    assert acc.wakeups.runs_done == {one, items_run}
     assert client.get_run(one).output == {"only": 1}
     assert client.get_run(items_run).output == {"each": [1, 1, 1]}
     assert client.get_run(diamond).state == "running"

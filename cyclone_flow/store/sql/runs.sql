@@ -29,29 +29,11 @@ ORDER BY coalesce(r.root_run_id, r.id), r.root_run_id IS NOT NULL, r.id
 FOR NO KEY UPDATE OF r
 
 -- name: run_complete_if_done
--- running -> completed when no non-terminal step remains; the output maps each completed
--- leaf node (never a fan-out item) to its output. Returns the parent of a child run and
--- the run's sequence key (Sequences: the next run is released without another read).
-UPDATE {schema}.cyclone_runs r
-SET state = 'completed',
-    finished_at = statement_timestamp(),
-    output = (
-        SELECT coalesce(jsonb_object_agg(s.node, s.output ORDER BY s.id), '{{}}'::jsonb)
-        FROM {schema}.cyclone_steps s
-        WHERE s.run_id = r.id AND s.state = 'completed' AND s.parent_node IS NULL
-          AND NOT EXISTS (SELECT 1 FROM {schema}.cyclone_deps d
-                          WHERE d.run_id = r.id AND d.depends_on = s.node))
-WHERE r.id = %(run_id)s
-  AND r.state = 'running'
-  AND NOT EXISTS (SELECT 1 FROM {schema}.cyclone_steps s
-                  WHERE s.run_id = r.id
-                    AND s.state NOT IN ('completed', 'discarded', 'cancelled'))
-RETURNING r.id, r.parent_run_id, r.parent_node, r.sequence_key
-
--- name: run_complete_if_done_many
--- run_complete_if_done for the runs of a group commit (issue 8) in one statement: each run
--- of %(run_ids)s with no non-terminal step left, running -> completed with the same output.
--- Returns each completed run's id, parent run and node (child runs) and sequence key.
+-- running -> completed for each run of %(run_ids)s with no non-terminal step left (one
+-- run after a completion, or every run of a group commit); the output maps each completed
+-- leaf node (never a fan-out item) to its output. Returns each completed run's id, its
+-- parent run and node (a child run) and its sequence key (Sequences: the next run is
+-- released without another read).
 UPDATE {schema}.cyclone_runs r
 SET state = 'completed',
     finished_at = statement_timestamp(),

@@ -150,12 +150,11 @@ RETURNING s.id, s.lease_generation, s.run_id, s.parent_node, s.output::text
 
 -- name: step_release_ready
 -- pending -> available (action nodes) or waiting (fan_out, child and wait_signal nodes,
--- which the engine starts in the same transaction) for the steps of a run whose every
--- dependency completed: the dependents of %(node)s after its completion, or (node NULL)
--- every pending node after a submit, the release of a held run of a sequence, or an
--- operator retry. A later scheduled_at (a delayed run) is kept. Fan-out items are released
--- by fan_out_release_items instead. Runs under the run row lock, so two fan-in completions
--- cannot both miss each other.
+-- which the engine starts in the same transaction) for every step of run %(run_id)s whose
+-- every dependency completed: after a submit, the release of a held run of a sequence, or
+-- an operator retry (the dependents of completed nodes: step_release_dependents). A later
+-- scheduled_at (a delayed run) is kept. Fan-out items are released by
+-- fan_out_release_items instead.
 UPDATE {schema}.cyclone_steps s
 SET state = CASE WHEN s.type = 'action' THEN 'available' ELSE 'waiting' END,
     scheduled_at = greatest(s.scheduled_at, statement_timestamp()),
@@ -163,22 +162,19 @@ SET state = CASE WHEN s.type = 'action' THEN 'available' ELSE 'waiting' END,
 WHERE s.run_id = %(run_id)s
   AND s.state = 'pending'
   AND s.parent_node IS NULL
-  AND (%(node)s::text IS NULL
-       OR s.node IN (SELECT d.node FROM {schema}.cyclone_deps d
-                     WHERE d.run_id = %(run_id)s AND d.depends_on = %(node)s))
   AND NOT EXISTS (
       SELECT 1
       FROM {schema}.cyclone_deps d
       JOIN {schema}.cyclone_steps u ON u.run_id = d.run_id AND u.node = d.depends_on
       WHERE d.run_id = %(run_id)s AND d.node = s.node AND u.state <> 'completed')
-RETURNING s.queue, s.node, s.type
+RETURNING s.run_id, s.queue, s.node, s.type
 
--- name: step_release_ready_many
--- step_release_ready for the completed nodes of a group commit (issue 8), in one
--- statement: the dependents of each (%(run_ids)s[i], %(nodes)s[i]) whose every dependency
--- completed, pending -> available (actions) or waiting (the engine starts the others in the
--- same transaction). Runs under the run row locks of run_lock_many. Returns each released
--- step's run, queue, node and type.
+-- name: step_release_dependents
+-- After completions: the dependents of each completed (%(run_ids)s[i], %(nodes)s[i]) whose
+-- every dependency completed, pending -> available (actions) or waiting (the engine starts
+-- the others in the same transaction); one node, or every node of a group commit (issue
+-- 8). Runs under the run row locks, so two fan-in completions cannot both miss each other.
+-- Returns each released step's run, queue, node and type.
 UPDATE {schema}.cyclone_steps s
 SET state = CASE WHEN s.type = 'action' THEN 'available' ELSE 'waiting' END,
     scheduled_at = greatest(s.scheduled_at, statement_timestamp()),
