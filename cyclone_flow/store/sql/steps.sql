@@ -181,7 +181,9 @@ SET state = CASE WHEN s.type = 'action' THEN 'available' ELSE 'waiting' END,
     started_at = CASE WHEN s.type = 'action' THEN s.started_at ELSE statement_timestamp() END
 FROM (SELECT DISTINCT d.run_id, d.node
       FROM unnest(%(run_ids)s::uuid[], %(nodes)s::text[]) AS c(run_id, node)
-      JOIN {schema}.cyclone_deps d ON d.run_id = c.run_id AND d.depends_on = c.node) t
+      -- LATERAL: one index lookup per completed node, never a scan of cyclone_deps
+      CROSS JOIN LATERAL (SELECT x.run_id, x.node FROM {schema}.cyclone_deps x
+                          WHERE x.run_id = c.run_id AND x.depends_on = c.node) d) t
 WHERE s.run_id = t.run_id AND s.node = t.node
   AND s.state = 'pending'
   AND s.parent_node IS NULL
