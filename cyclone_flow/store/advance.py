@@ -363,33 +363,25 @@ class RunAdvance:
     def _advance_completed(
         self,
         conn: Conn,
-        nodes: list[tuple[str, str]],
+        released: list[Any],
         items: dict[tuple[str, str], int],
+        finished: list[Any],
         accs: dict[str, Advance],
     ) -> None:
-        """Advance the runs of a group commit after one statement completed their steps:
-        ``nodes`` the completed ``(run_id, node)`` (no fan-out items), ``items`` the
-        count of completed items per ``(run_id, fan-out node)``; ``accs`` one Advance
-        per run id of the batch (filled here). The same transitions as one
-        :meth:`_node_completed` / :meth:`_item_completed` per step, in a few set-based
-        statements: the dependents of every node at once, then the completion of every
-        run none of whose completed nodes released anything."""
-        released_in: set[str] = set()
-        if nodes:
-            released = conn.execute(
-                self.q["step_release_dependents"],
-                {"run_ids": [r for r, _ in nodes], "nodes": [n for _, n in nodes]},
-            ).fetchall()
-            for row in released:
-                run_id = str(row[0])
-                released_in.add(run_id)
-                self._start_released(conn, run_id, [row], accs[run_id])
+        """Go on with the advance of a group commit's runs (:meth:`Store.complete_steps`)
+        after its set-based statements: ``released`` the rows ``step_release_dependents``
+        returned for the batch's completed nodes, ``items`` the count of completed items
+        per ``(run_id, fan-out node)``, ``finished`` the rows ``run_complete_if_done``
+        returned for the batch's runs; ``accs`` one Advance per run id of the batch. The
+        end state is that of one :meth:`_node_completed` / :meth:`_item_completed` per
+        step: released actions wake their queue and other released nodes start, each
+        fan-out node counts its items in one statement, and each completed run completes
+        its parent's node or releases the next run of its sequence."""
+        for row in released:
+            run_id = str(row[0])
+            self._start_released(conn, run_id, [row], accs[run_id])
         for (run_id, parent), n in items.items():
             self._item_completed(conn, run_id, parent, accs[run_id], n)
-        maybe_done = sorted({r for r, _ in nodes} - released_in)
-        if not maybe_done:
-            return
-        finished = conn.execute(self.q["run_complete_if_done"], {"run_ids": maybe_done}).fetchall()
         for done in finished:
             run_id = str(done[0])
             self._run_completed(conn, run_id, done, accs[run_id])

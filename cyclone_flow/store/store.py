@@ -422,24 +422,40 @@ class Store(RunAdvance, QueueStoreMixin):
         first, in one global order (``run_lock_many``); one statement completes every
         step, each row guarded by its own claim (Engine Design: CAS State Transitions);
         then the runs advance as one :meth:`complete_step` per step would, in a few
-        set-based statements (:meth:`_advance_completed`). Returns one entry per ``batch``
+        set-based statements, the first ones in the same round trip
+        (:meth:`_advance_completed`). Returns one entry per ``batch``
         entry, in order: its Outcome (what its run's advance did is reported with the
         run's last step of the batch), or None when stale.
         Raises ``psycopg.Error`` when the transaction failed (nothing of it commits)."""
         if not batch:
             return []
-        conn.execute(self.q["run_lock_many"], {"run_ids": sorted({s.run_id for s, _ in batch})})
-        rows = conn.execute(
-            self.q["step_complete_many_if_leased"],
-            {
-                "ids": [s.id for s, _ in batch],
-                "generations": [s.lease_generation for s, _ in batch],
-                "outputs": [output for _, output in batch],
-                "owner": owner,
-            },
-        ).fetchall()
-        completed = {(r[0], r[1]): r for r in rows}
-        nodes: list[tuple[str, str]] = []
+        nodes = [(s.run_id, s.node) for s, _ in batch if s.parent_node is None]
+        node_runs = sorted({run_id for run_id, _ in nodes})
+        # One round trip (statements run in order: the locks before everything). The
+        # release and the run completion are sent for every node of the batch before the
+        # UPDATE's result is known: both are guarded by the rows they change ("every
+        # dependency completed", "no non-terminal step left"), so for a node whose step
+        # turned out stale they change nothing that was not already due. The item counts
+        # are not idempotent: they follow the UPDATE's result (_advance_completed).
+        with pipelined(conn):
+            conn.execute(self.q["run_lock_many"], {"run_ids": sorted({s.run_id for s, _ in batch})})
+            completing = conn.execute(
+                self.q["step_complete_many_if_leased"],
+                {
+                    "ids": [s.id for s, _ in batch],
+                    "generations": [s.lease_generation for s, _ in batch],
+                    "outputs": [output for _, output in batch],
+                    "owner": owner,
+                },
+            )
+            releasing = finishing = None
+            if nodes:
+                releasing = conn.execute(
+                    self.q["step_release_dependents"],
+                    {"run_ids": [r for r, _ in nodes], "nodes": [n for _, n in nodes]},
+                )
+                finishing = conn.execute(self.q["run_complete_if_done"], {"run_ids": node_runs})
+        completed = {(r[0], r[1]): r for r in completing.fetchall()}
         items: dict[tuple[str, str], int] = {}
         last: dict[str, int] = {}  # run id -> index in batch of its last completed step
         for i, (step, _) in enumerate(batch):
@@ -450,10 +466,14 @@ class Store(RunAdvance, QueueStoreMixin):
             if row[3] is not None:  # a fan-out item
                 key = (step.run_id, row[3])
                 items[key] = items.get(key, 0) + 1
-            else:
-                nodes.append((step.run_id, step.node))
-        accs = {run_id: Advance(Wakeups()) for run_id in last}
-        self._advance_completed(conn, nodes, items, accs)
+        accs = {s.run_id: Advance(Wakeups()) for s, _ in batch}
+        self._advance_completed(
+            conn,
+            releasing.fetchall() if releasing is not None else [],
+            items,
+            finishing.fetchall() if finishing is not None else [],
+            accs,
+        )
         # what a run's advance did is reported with its last step of the batch
         outcomes: list[Outcome | None] = []
         for i, (step, _) in enumerate(batch):
@@ -474,6 +494,12 @@ class Store(RunAdvance, QueueStoreMixin):
                         output_text=row[4],
                     )
                 )
+        # a run none of whose steps completed here (all stale) cannot have advanced;
+        # should it have, its wakeups still go out with the batch
+        reported = next((o for o in reversed(outcomes) if o is not None), None)
+        for run_id, acc in accs.items():
+            if run_id not in last and reported is not None:
+                reported.wakeups.merge(acc.wakeups)
         return outcomes
 
     def fail_step(
