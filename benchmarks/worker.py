@@ -35,6 +35,9 @@ def rss_bytes() -> int:
 def main(argv: list[str]) -> int:
     spec: dict[str, Any] = json.loads(argv[0])
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    # the engine's logger defaults to INFO (one line per finished run): a benchmark
+    # measures the engine, not a stderr write per run
+    logging.getLogger("cyclone_flow").setLevel(logging.WARNING)
     q = render(spec["schema"])
     options: dict[str, Any] = {
         "schema": spec["schema"],
