@@ -97,6 +97,16 @@ Run with the test schema as search_path."""
 
 _local = threading.local()
 _config: dict[str, str] = {}
+_opened: list[psycopg.Connection[Any]] = []
+_opened_lock = threading.Lock()
+
+
+def close_connections() -> None:
+    """Close the handlers' connections of this process (in-process tests, at teardown)."""
+    with _opened_lock:
+        for conn in _opened:
+            conn.close()
+        _opened.clear()
 
 
 def configure(database_url: str, schema: str) -> None:
@@ -112,6 +122,8 @@ def _record(ctx: Any) -> None:
     if conn is None or conn.closed or getattr(_local, "key", None) != (url, schema):
         conn = psycopg.connect(url, autocommit=True)
         _local.conn, _local.key = conn, (url, schema)
+        with _opened_lock:
+            _opened.append(conn)
     conn.execute(
         sql.SQL("INSERT INTO {}.gc_calls (run_id, node, step_id, pid) VALUES (%s, %s, %s, %s)")
         .format(sql.Identifier(schema)),
@@ -156,6 +168,21 @@ def item(ctx: Any, input: Any) -> Any:
     _record(ctx)
     maybe_die("handler_returned", ctx.run_id, ctx.node)
     return 10 * int(input)
+
+
+GATE = threading.Event()
+"""Handlers called with ``{"gate": true}`` wait for it (in-process tests set it)."""
+
+
+def gated(ctx: Any, input: Any) -> Any:
+    """Record the call; with ``input["gate"]`` wait (up to 20 s) until :data:`GATE` is set
+    or the step is cancelled; return ``{"n": input["n"]}``."""
+    _record(ctx)
+    if input.get("gate"):
+        for _ in range(400):
+            if GATE.wait(0.05) or ctx.cancelled():
+                break
+    return {"n": input["n"]}
 
 
 def _after_commit(event: Any) -> None:

@@ -1,0 +1,132 @@
+"""The group-commit completer under faults (issue 8; cyclone_flow/worker/completer.py):
+handlers that do not open ``ctx.completion_tx()`` hand their completion to the client's
+completer thread, which commits a batch in one transaction.
+
+Faults are injected in our own code (a wrapped ``Store.complete_steps`` that raises a
+``DeadlockDetected`` or holds the completer until the test's condition holds in the
+database); Postgres is always the real one. Each handler call is recorded in ``gc_calls``
+and each transition of a step to ``completed`` in ``gc_completions`` (a trigger), see
+:mod:`cyclone_test_handlers.group_commit`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from cyclone_test_handlers import group_commit as gc
+from cyclone_test_handlers.harness import wait_until
+
+from cyclone_flow import Client
+from cyclone_flow.spec import load_flow_text
+from cyclone_flow.worker.completer import Completer
+from cyclone_flow.worker.events import StepEvent
+
+ONE = load_flow_text(
+    'name: gc_one\nnodes:\n  s: {call: "cyclone_test_handlers.group_commit:gated", '
+    'input: "${{ run.input }}"}\n'
+)
+TIMED = load_flow_text(
+    "name: gc_timed\nnodes:\n  s:\n"
+    '    call: "cyclone_test_handlers.group_commit:gated"\n'
+    '    input: "${{ run.input }}"\n'
+    "    timeout: 1s\n"
+    "    retry: {max_attempts: 2, backoff: {initial: 0s, max: 0s}}\n"
+)
+
+
+@pytest.fixture(autouse=True)
+def _calls(database_url: str, schema: str, db: psycopg.Connection[Any]) -> Iterator[None]:
+    db.execute(gc.CALLS_DDL)
+    gc.configure(database_url, schema)
+    gc.GATE.clear()
+    yield
+    gc.GATE.set()  # let any handler still waiting go
+    gc.close_connections()
+
+
+def _completer(client: Client) -> Completer:
+    worker = client._worker
+    assert worker is not None and worker.executor.completer is not None
+    return worker.executor.completer
+
+
+def _wrap_complete_steps(
+    client: Client, before: Callable[[list[Any]], None]
+) -> list[list[str]]:
+    """Fault injection: ``before(batch)`` runs first in every ``Store.complete_steps``
+    call of ``client`` (the completer's); returns the node lists of the calls so far."""
+    store = client.store
+    original = store.complete_steps
+    calls: list[list[str]] = []
+
+    def complete_steps(conn: Any, owner: str, batch: Any) -> Any:
+        calls.append([f"{s.run_id}/{s.node}" for s, _ in batch])
+        before(list(batch))
+        return original(conn, owner, batch)
+
+    store.complete_steps = complete_steps  # type: ignore[method-assign]
+    return calls
+
+
+def _calls_per_step(db: psycopg.Connection[Any]) -> Counter[str]:
+    rows = db.execute("SELECT run_id::text, count(*) FROM gc_calls GROUP BY run_id").fetchall()
+    return Counter({r[0]: r[1] for r in rows})
+
+
+def _completions(db: psycopg.Connection[Any]) -> Counter[int]:
+    rows = db.execute("SELECT step_id, count(*) FROM gc_completions GROUP BY step_id").fetchall()
+    return Counter({r[0]: r[1] for r in rows})
+
+
+def _done(db: psycopg.Connection[Any], run_ids: set[str]) -> bool:
+    row = db.execute(
+        "SELECT count(*) FROM cyclone_runs WHERE id = ANY(%s::uuid[]) AND state = 'completed'",
+        (list(run_ids),),
+    ).fetchone()
+    assert row is not None
+    return int(row[0]) == len(run_ids)
+
+
+def test_a_completion_waiting_in_the_completer_keeps_its_lease(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any], database_url: str
+) -> None:
+    """While its completion waits in the completer for more than twice the lease TTL, a
+    step's lease is renewed by the heartbeat: the sweep never reclaims it and its handler
+    runs once (Engine Design: Leases and Heartbeats)."""
+    client = make_client(workers=4, lease_ttl=1.0, sweep_interval=0.2)
+    slow = load_flow_text(
+        'name: gc_slow\nnodes:\n  s: {call: "cyclone_test_handlers.group_commit:gated", '
+        'input: "${{ run.input }}"}\n'
+    )
+    run_ids = {client.submit(slow, {"n": i}) for i in range(4)}
+    held = threading.Event()
+
+    def hold(batch: list[Any]) -> None:
+        if not held.is_set():  # the first batch waits until the leases would have lapsed
+            held.set()
+            with psycopg.connect(database_url) as conn:
+                start = conn.execute("SELECT clock_timestamp()").fetchone()
+                assert start is not None
+                wait_until(
+                    lambda: conn.execute(
+                        "SELECT clock_timestamp() > %s + interval '2.5 seconds'", start
+                    ).fetchone()[0],  # type: ignore[index]
+                    timeout=10,
+                    what="2.5 s of database time",
+                )
+
+    _wrap_complete_steps(client, hold)
+    client.start()
+    wait_until(lambda: _done(db, run_ids), timeout=20, what="every run completed")
+    rows = db.execute("SELECT node, attempt, reclaims FROM cyclone_steps").fetchall()
+    assert rows == [("s", 1, 0)] * 4
+    assert sorted(_calls_per_step(db).values()) == [1, 1, 1, 1]
+    assert held.is_set()
+    assert _completer(client).steps == 4
+
