@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -130,3 +131,92 @@ def test_a_completion_waiting_in_the_completer_keeps_its_lease(
     assert held.is_set()
     assert _completer(client).steps == 4
 
+
+
+def test_a_failed_batch_commits_each_step_alone_and_fires_each_event_once(
+    make_client: Callable[..., Client],
+    db: psycopg.Connection[Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A batch whose transaction fails (an injected ``DeadlockDetected``) commits nothing;
+    the completer then commits each of its steps alone: every run completes, each step
+    goes to ``completed`` once and fires one ``completed`` event, each run's completion is
+    logged once, ``Completer.alone`` counts the steps committed alone, and a ``wait()``
+    on another client (polling only every 30 s) is woken by the run-done wakeup of the
+    completer's commit."""
+    events: list[StepEvent] = []
+    events_lock = threading.Lock()
+
+    def on_event(event: StepEvent) -> None:
+        with events_lock:
+            events.append(event)
+
+    client = make_client(workers=6, on_step_event=on_event)
+    waiter = make_client(poll_interval=(30.0, 30.0))
+    run_ids = [client.submit(ONE, {"n": i}) for i in range(12)]
+    states: dict[str, str] = {}
+    woken: dict[str, float] = {}
+
+    def wait(rid: str) -> None:
+        status = waiter.wait(rid, timeout=15)
+        states[rid] = str(status.state)
+        woken[rid] = time.monotonic()
+
+    looks: list[str] = []
+    get_run = waiter.store.get_run
+
+    def counted_get_run(rid: str) -> Any:
+        looks.append(rid)
+        return get_run(rid)
+
+    waiter.store.get_run = counted_get_run  # type: ignore[method-assign]
+    waits = [threading.Thread(target=wait, args=(rid,)) for rid in run_ids]
+    for thread in waits:
+        thread.start()
+    failed: list[int] = []
+
+    held = threading.Event()
+
+    def fail_batches(batch: list[Any]) -> None:
+        completer = _completer(client)
+        if not held.is_set():
+            # the first batch waits until every other completion queued behind it
+            held.set()
+            wait_until(
+                lambda: completer.pending() + len(batch) == 12, timeout=10, what="all queued"
+            )
+            # and until each wait() had its first look at its (running) run
+            wait_until(lambda: len(set(looks)) == 12, timeout=10, what="every wait() looked")
+        if len(batch) > 1:
+            failed.append(len(batch))
+            raise psycopg.errors.DeadlockDetected("injected: deadlock detected")
+
+    calls = _wrap_complete_steps(client, fail_batches)
+    with caplog.at_level(logging.INFO, logger="cyclone_flow"):
+        client.start()
+        wait_until(lambda: _done(db, set(run_ids)), timeout=20, what="every run completed")
+        done_at = time.monotonic()
+        for thread in waits:
+            thread.join(20)
+        completer = _completer(client)
+        wait_until(lambda: completer.steps == 12, timeout=5, what="12 settled")
+
+    assert states == dict.fromkeys(run_ids, "completed")
+    # woken by the commit's wakeup, not by its 30 s polling nor its 15 s timeout
+    assert max(woken.values()) - done_at < 5.0, sorted(woken.values())
+    assert sum(failed) >= 11, calls  # at least the 11 queued behind the first failed
+    assert completer.alone == sum(failed)
+    assert completer.batches == len(calls) - len(failed) - completer.alone
+    step_ids = {r[0] for r in db.execute("SELECT id FROM cyclone_steps").fetchall()}
+    assert set(_completions(db)) == step_ids and set(_completions(db).values()) == {1}
+    with events_lock:
+        completed = Counter(e.step_id for e in events if e.kind == "completed")
+        kinds = Counter(e.kind for e in events)
+    assert completed == Counter(dict.fromkeys(step_ids, 1))
+    assert kinds == {"claimed": 12, "completed": 12}
+    logged = Counter(
+        r.getMessage() for r in caplog.records if r.getMessage().startswith("run ")
+    )
+    assert logged == Counter({f"run {rid} completed": 1 for rid in run_ids})
+    assert sorted(_calls_per_step(db).values()) == [1] * 12
+    assert "committing each alone" in caplog.text
