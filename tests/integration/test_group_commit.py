@@ -220,3 +220,60 @@ def test_a_failed_batch_commits_each_step_alone_and_fires_each_event_once(
     assert logged == Counter({f"run {rid} completed": 1 for rid in run_ids})
     assert sorted(_calls_per_step(db).values()) == [1] * 12
     assert "committing each alone" in caplog.text
+
+
+def test_a_stale_step_in_a_batch_is_settled_stale_and_the_others_complete(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any], database_url: str
+) -> None:
+    """A step whose ``timeout`` passed while its completion waited in the completer is
+    stale inside its batch: the batch's other steps complete, and the late completion
+    records a failed attempt of kind ``timeout`` (as the per-step path does), which is
+    retried and then completes (Engine Design: Leases and Heartbeats, CAS State
+    Transitions)."""
+    events: list[StepEvent] = []
+    client = make_client(workers=4, sweep_interval=60.0, on_step_event=events.append)
+    first = client.submit(ONE, {"n": 1})
+    timed = client.submit(TIMED, {"n": 0, "gate": True})
+    others = [client.submit(ONE, {"n": n, "gate": True}) for n in (2, 3)]
+    held = threading.Event()
+
+    def hold(batch: list[Any]) -> None:
+        if held.is_set():
+            return
+        held.set()  # the first batch: the ungated step's completion
+        gc.GATE.set()
+        wait_until(lambda: _completer(client).pending() == 3, timeout=10, what="3 queued")
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{client.config.schema}"')
+            wait_until(
+                lambda: conn.execute(
+                    "SELECT started_at + timeout < now() FROM cyclone_steps WHERE run_id = %s",
+                    (timed,),
+                ).fetchone()[0],  # type: ignore[index]
+                timeout=10,
+                what="the timed step's deadline to pass",
+            )
+
+    calls = _wrap_complete_steps(client, hold)
+    client.start()
+    run_ids = {first, timed, *others}
+    wait_until(lambda: _done(db, run_ids), timeout=20, what="every run completed")
+    assert calls[0] == [f"{first}/s"]
+    assert sorted(calls[1]) == sorted(f"{rid}/s" for rid in (timed, *others)), calls
+    rows = {
+        r[0]: r[1:]
+        for r in db.execute(
+            "SELECT run_id::text, state, attempt, errors->0->>'error_kind',"
+            " jsonb_array_length(errors) FROM cyclone_steps"
+        ).fetchall()
+    }
+    assert rows[timed] == ("completed", 2, "timeout", 1)
+    assert all(rows[rid] == ("completed", 1, None, 0) for rid in (first, *others)), rows
+    assert _calls_per_step(db) == Counter({first: 1, timed: 2, others[0]: 1, others[1]: 1})
+    assert set(_completions(db).values()) == {1}
+    wait_until(lambda: _completer(client).steps == 4, timeout=5, what="4 settled")
+    ended = Counter((e.run_id, e.kind, e.error_kind) for e in events if e.kind != "claimed")
+    assert ended == Counter(
+        {(timed, "retry_scheduled", "timeout"): 1}
+        | {(rid, "completed", None): 1 for rid in run_ids}
+    )
