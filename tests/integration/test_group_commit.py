@@ -277,3 +277,81 @@ def test_a_stale_step_in_a_batch_is_settled_stale_and_the_others_complete(
         {(timed, "retry_scheduled", "timeout"): 1}
         | {(rid, "completed", None): 1 for rid in run_ids}
     )
+
+
+def test_shutdown_commits_the_completions_still_queued(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    """``Client.shutdown()`` while completions wait in the completer (the first batch is
+    held until the shutdown stopped the completer): when it returns every one of them
+    committed under its own claim (none released, none lost, no lease left) and the
+    client holds no lease."""
+    client = make_client(workers=4)
+    run_ids = {client.submit(ONE, {"n": i}) for i in range(8)}
+    stopping = threading.Event()
+    held = threading.Event()
+
+    def hold(batch: list[Any]) -> None:
+        if held.is_set():
+            return
+        held.set()
+        completer = _completer(client)
+        wait_until(lambda: completer.pending() + len(batch) == 8, timeout=10, what="8 queued")
+        wait_until(stopping.is_set, timeout=10, what="the shutdown to stop the completer")
+
+    _wrap_complete_steps(client, hold)
+    client.start()
+    completer = _completer(client)
+    stop = completer.stop
+
+    def stop_seen(timeout: float = 10.0) -> None:
+        stopping.set()
+        stop(timeout)
+
+    completer.stop = stop_seen  # type: ignore[method-assign]
+    wait_until(held.is_set, timeout=10, what="the first batch")
+    worker = client._worker
+    assert worker is not None
+    wait_until(lambda: worker.in_flight() == 8, timeout=10, what="8 leases held")
+    client.shutdown(timeout=5.0)
+    # a post-condition of shutdown(): nothing to wait for
+    assert _done(db, run_ids)
+    rows = db.execute(
+        "SELECT state, attempt, reclaims, lease_expiry FROM cyclone_steps"
+    ).fetchall()
+    assert rows == [("completed", 1, 0, None)] * 8
+    assert completer.steps == 8 and worker.in_flight() == 0
+    assert sorted(_calls_per_step(db).values()) == [1] * 8
+    assert set(_completions(db).values()) == {1}
+
+
+def test_a_handler_running_past_the_shutdown_timeout_commits_alone(
+    make_client: Callable[..., Client],
+    db: psycopg.Connection[Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A handler still running when the shutdown timeout passed: shutdown releases its
+    lease and tells it to stop; its late completion does not go to the (stopped)
+    completer but is committed alone, and finds itself stale; another client runs the
+    step again, which completes once (Engine Design: Graceful Shutdown)."""
+    client = make_client(workers=1)
+    run_id = client.submit(ONE, {"n": 7, "gate": True})
+    client.start()
+    wait_until(lambda: _calls_per_step(db)[run_id] == 1, timeout=10, what="the handler call")
+    with caplog.at_level(logging.INFO, logger="cyclone_flow"):
+        client.shutdown(timeout=0.3)
+        wait_until(
+            lambda: "stale completion rolled back" in caplog.text,
+            timeout=10,
+            what="the late completion, committed alone and found stale",
+        )
+    assert _completer(client).steps == 0
+    row = db.execute("SELECT state, attempt, lease_owner FROM cyclone_steps").fetchone()
+    assert row == ("available", 1, None)  # released, no attempt charged
+    gc.GATE.set()
+    other = make_client(workers=1)
+    other.start()
+    wait_until(lambda: _done(db, {run_id}), timeout=10, what="the run completed by another")
+    assert _calls_per_step(db) == Counter({run_id: 2})
+    assert set(_completions(db).values()) == {1}
+    assert other.get_run(run_id).output == {"s": {"n": 7}}
