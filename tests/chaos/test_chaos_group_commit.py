@@ -55,8 +55,9 @@ class GroupCommitFleet(Fleet):
         return ModuleWorkerProcess("cyclone_test_handlers.group_commit", log, env=env)
 
 
-def _run_chaos(db: Any, make_client: Any, database_url: str, schema: str, tmp_path: Path,
-               plan: Plan) -> None:
+def _run_chaos(
+    db: Any, make_client: Any, database_url: str, schema: str, tmp_path: Path, plan: Plan
+) -> None:
     started = time.monotonic()
     db.execute(gc.CALLS_DDL)
     submitter = make_client()
@@ -113,9 +114,7 @@ def _run_chaos(db: Any, make_client: Any, database_url: str, schema: str, tmp_pa
         "SELECT run_id::text, node, output FROM cyclone_steps WHERE parent_node IS NULL"
     ).fetchall()
     wrong = [
-        (rid, node, out)
-        for rid, node, out in node_outputs
-        if out != gc.expected(inputs[rid])[node]
+        (rid, node, out) for rid, node, out in node_outputs if out != gc.expected(inputs[rid])[node]
     ]
     assert wrong == [], wrong[:3]
     # each step went to 'completed' exactly once

@@ -57,9 +57,7 @@ def _completer(client: Client) -> Completer:
     return worker.executor.completer
 
 
-def _wrap_complete_steps(
-    client: Client, before: Callable[[list[Any]], None]
-) -> list[list[str]]:
+def _wrap_complete_steps(client: Client, before: Callable[[list[Any]], None]) -> list[list[str]]:
     """Fault injection: ``before(batch)`` runs first in every ``Store.complete_steps``
     call of ``client`` (the completer's); returns the node lists of the calls so far."""
     store = client.store
@@ -130,7 +128,6 @@ def test_a_completion_waiting_in_the_completer_keeps_its_lease(
     assert sorted(_calls_per_step(db).values()) == [1, 1, 1, 1]
     assert held.is_set()
     assert _completer(client).steps == 4
-
 
 
 def test_a_failed_batch_commits_each_step_alone_and_fires_each_event_once(
@@ -214,9 +211,7 @@ def test_a_failed_batch_commits_each_step_alone_and_fires_each_event_once(
         kinds = Counter(e.kind for e in events)
     assert completed == Counter(dict.fromkeys(step_ids, 1))
     assert kinds == {"claimed": 12, "completed": 12}
-    logged = Counter(
-        r.getMessage() for r in caplog.records if r.getMessage().startswith("run ")
-    )
+    logged = Counter(r.getMessage() for r in caplog.records if r.getMessage().startswith("run "))
     assert logged == Counter({f"run {rid} completed": 1 for rid in run_ids})
     assert sorted(_calls_per_step(db).values()) == [1] * 12
     assert "committing each alone" in caplog.text
@@ -316,9 +311,7 @@ def test_shutdown_commits_the_completions_still_queued(
     client.shutdown(timeout=5.0)
     # a post-condition of shutdown(): nothing to wait for
     assert _done(db, run_ids)
-    rows = db.execute(
-        "SELECT state, attempt, reclaims, lease_expiry FROM cyclone_steps"
-    ).fetchall()
+    rows = db.execute("SELECT state, attempt, reclaims, lease_expiry FROM cyclone_steps").fetchall()
     assert rows == [("completed", 1, 0, None)] * 8
     assert completer.steps == 8 and worker.in_flight() == 0
     assert sorted(_calls_per_step(db).values()) == [1] * 8

@@ -29,8 +29,9 @@ import threading
 from typing import Any
 
 import psycopg
-from cyclone_test_handlers.chaos import maybe_die
 from psycopg import sql
+
+from cyclone_test_handlers.chaos import maybe_die
 
 POINTS = ("handler_returned", "queued", "in_batch", "after_batch_commit")
 
@@ -125,8 +126,9 @@ def _record(ctx: Any) -> None:
         with _opened_lock:
             _opened.append(conn)
     conn.execute(
-        sql.SQL("INSERT INTO {}.gc_calls (run_id, node, step_id, pid) VALUES (%s, %s, %s, %s)")
-        .format(sql.Identifier(schema)),
+        sql.SQL(
+            "INSERT INTO {}.gc_calls (run_id, node, step_id, pid) VALUES (%s, %s, %s, %s)"
+        ).format(sql.Identifier(schema)),
         (ctx.run_id, ctx.node, ctx.step_id, os.getpid()),
     )
 
