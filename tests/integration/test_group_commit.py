@@ -348,3 +348,55 @@ def test_a_handler_running_past_the_shutdown_timeout_commits_alone(
     assert _calls_per_step(db) == Counter({run_id: 2})
     assert set(_completions(db).values()) == {1}
     assert other.get_run(run_id).output == {"s": {"n": 7}}
+
+
+def test_a_step_reclaimed_while_queued_is_stale_in_its_batch_next_to_its_new_claim(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    """The heartbeat of one step stops while its completion waits in the completer (as
+    when the lease was lost), the sweep reclaims it, and this same client runs it again:
+    its old completion and its new one then sit in ONE batch. The old one is stale
+    (guarded by its lease_generation), the new one and the batch's other steps complete,
+    each step goes to ``completed`` once and fires one ``completed`` event (Engine
+    Design: Leases and Heartbeats, CAS State Transitions)."""
+    events: list[StepEvent] = []
+    client = make_client(workers=4, lease_ttl=1.0, sweep_interval=0.2, on_step_event=events.append)
+    first = client.submit(ONE, {"n": 1})
+    lost, *others = [client.submit(ONE, {"n": n, "gate": True}) for n in (2, 3, 4)]
+    held = threading.Event()
+
+    def hold(batch: list[Any]) -> None:
+        if held.is_set():
+            return
+        held.set()  # the first batch: the ungated step's completion
+        completer = _completer(client)
+        worker = client._worker
+        assert worker is not None
+        gc.GATE.set()
+        wait_until(lambda: completer.pending() == 3, timeout=10, what="3 queued")
+        step_id = db.execute("SELECT id FROM cyclone_steps WHERE run_id = %s", (lost,)).fetchone()
+        assert step_id is not None
+        with worker._lock:  # stop renewing its lease, as after a lost lease
+            [told] = [t for (sid, _), t in worker._leases.items() if sid == step_id[0]]
+            told.set()
+        wait_until(lambda: completer.pending() == 4, timeout=10, what="its new completion")
+
+    calls = _wrap_complete_steps(client, hold)
+    client.start()
+    run_ids = {first, lost, *others}
+    wait_until(lambda: _done(db, run_ids), timeout=20, what="every run completed")
+    assert sorted(calls[1]) == sorted(f"{rid}/s" for rid in (lost, lost, *others)), calls
+    rows = dict(
+        db.execute("SELECT run_id::text, (state, attempt, reclaims) FROM cyclone_steps").fetchall()
+    )
+    assert rows[lost] == ("completed", "1", "1")
+    assert _calls_per_step(db) == Counter({first: 1, lost: 2, others[0]: 1, others[1]: 1})
+    assert set(_completions(db).values()) == {1}
+    completer = _completer(client)
+    wait_until(lambda: completer.steps >= 4, timeout=5, what="4 settled")
+    wait_until(lambda: client.worker is None or client.worker.in_flight() == 0, timeout=5)
+    assert completer.steps == 4  # the stale old completion is not counted
+    assert Counter(e.run_id for e in events if e.kind == "completed") == Counter(
+        dict.fromkeys(run_ids, 1)
+    )
+    assert [e.run_id for e in events if e.kind not in ("claimed", "completed")] == [lost]
