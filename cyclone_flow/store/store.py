@@ -315,6 +315,7 @@ class Store(RunAdvance, QueueStoreMixin):
         """
         if not leases:
             return set()
+        leases = sorted(leases)  # in id order, as a group commit sends its rows
         with self.pool.connection() as conn:
             rows = conn.execute(
                 self.q["step_heartbeat_many"],
@@ -439,12 +440,15 @@ class Store(RunAdvance, QueueStoreMixin):
         # are not idempotent: they follow the UPDATE's result (_advance_completed).
         with pipelined(conn):
             conn.execute(self.q["run_lock_many"], {"run_ids": sorted({s.run_id for s, _ in batch})})
+            # rows in id order, as the heartbeat sends them (where the plan walks the
+            # arrays, both lock in one order)
+            ordered = sorted(batch, key=lambda entry: entry[0].id)
             completing = conn.execute(
                 self.q["step_complete_many_if_leased"],
                 {
-                    "ids": [s.id for s, _ in batch],
-                    "generations": [s.lease_generation for s, _ in batch],
-                    "outputs": [output for _, output in batch],
+                    "ids": [s.id for s, _ in ordered],
+                    "generations": [s.lease_generation for s, _ in ordered],
+                    "outputs": [output for _, output in ordered],
                     "owner": owner,
                 },
             )

@@ -66,6 +66,9 @@ class Worker:
         # Keyed by the generation too: the same step can come back to this client under
         # a new lease while an older handler of it is still running.
         self._leases: dict[tuple[int, int], threading.Event] = {}
+        # leases of steps whose handler returned and whose completion waits for the
+        # completer's group commit (a renewal that fails for them means committed, not lost)
+        self._handed: set[tuple[int, int]] = set()
         self._tasks: queue.Queue[ClaimedStep | None] = queue.Queue()
         self._idle = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
@@ -230,7 +233,9 @@ class Worker:
                 # the worker slot is free; a completion handed to the completer keeps its
                 # lease (renewed by the heartbeat) until it is settled
                 with self._idle:
-                    if not handed_over:
+                    if handed_over:
+                        self._handed.add(key)
+                    else:
                         self._leases.pop(key, None)
                     self._busy[step.queue] -= 1
                     self._idle.notify_all()
@@ -240,6 +245,7 @@ class Worker:
         """The completer committed (or gave up) a handed-over completion: drop its lease."""
         with self._idle:
             self._leases.pop(key, None)
+            self._handed.discard(key)
             self._idle.notify_all()
 
     # -- heartbeat ----------------------------------------------------------------------
@@ -249,6 +255,7 @@ class Worker:
         while not self._stop_heartbeat.wait(period):
             with self._lock:  # leases already known lost are not sent again
                 leases = [lease for lease, told in self._leases.items() if not told.is_set()]
+                handed = set(self._handed)
             if not leases:
                 continue
             try:
@@ -262,7 +269,9 @@ class Worker:
                     cancel = self._leases.get(lease)  # None: the step finished meanwhile
                     if lease not in renewed and cancel is not None:
                         cancel.set()
-                        told += 1
+                        # a handed-over step not renewed was committed, or its completion
+                        # will be stale; its handler has returned either way
+                        told += lease not in handed
             if told:
                 self.log.info("lost the lease of %d step(s); their handlers are told", told)
 
