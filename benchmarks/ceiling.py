@@ -79,6 +79,7 @@ def _loop(
                 break
             if full:
                 with conn.pipeline(), conn.transaction():
+                    conn.execute(q["tx_generic_plans"])  # as the engine's completion does
                     for r in rows:  # id, run_id, node, ..., lease_generation at 9
                         conn.execute(q["run_lock"], {"run_id": r[1]})
                         conn.execute(

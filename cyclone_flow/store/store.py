@@ -386,6 +386,7 @@ class Store(RunAdvance, QueueStoreMixin):
         #   connection has left pipeline mode, so its rollback works as before.
         item = step.parent_node is not None
         with pipelined(conn):
+            conn.execute(self.q["tx_generic_plans"])
             conn.execute(self.q["run_lock"], {"run_id": step.run_id})
             completed = conn.execute(
                 self.q["step_complete_if_leased"],
@@ -439,6 +440,7 @@ class Store(RunAdvance, QueueStoreMixin):
         # turned out stale they change nothing that was not already due. The item counts
         # are not idempotent: they follow the UPDATE's result (_advance_completed).
         with pipelined(conn):
+            conn.execute(self.q["tx_generic_plans"])
             conn.execute(self.q["run_lock_many"], {"run_ids": sorted({s.run_id for s, _ in batch})})
             # rows in id order, as the heartbeat sends them (where the plan walks the
             # arrays, both lock in one order)

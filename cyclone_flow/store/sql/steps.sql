@@ -117,6 +117,15 @@ WHERE s.id = h.id
   AND (s.timeout IS NULL OR s.started_at + s.timeout > now())
 RETURNING s.id, s.lease_generation
 
+-- name: tx_generic_plans
+-- Sent first in a completion's pipeline: for the rest of that transaction, prepared
+-- statements run their generic plan. With array parameters (run_complete_if_done,
+-- step_release_dependents, the group commit's statements) Postgres otherwise keeps
+-- planning each call anew (the generic plan's estimate for an array of unknown length is
+-- higher), which costs 0.5-1 ms per call, several times the statement itself. Only the
+-- engine's statements follow it: a handler's own writes in ctx.completion_tx() came before.
+SET LOCAL plan_cache_mode = force_generic_plan
+
 -- name: step_complete_if_leased
 -- running -> completed with the output, guarded by the claim's owner and lease_generation,
 -- and by the step's timeout: a completion after started_at + timeout is late even before
