@@ -406,14 +406,7 @@ class Store(RunAdvance, QueueStoreMixin):
             self._item_completed(conn, step.run_id, row[1], acc)
         else:
             self._node_advanced(conn, step.run_id, sent, acc)
-        return Outcome(
-            StepState.COMPLETED,
-            acc.finished.get(step.run_id),
-            acc.wakeups,
-            acc.cancelled_in(step.run_id),
-            engine_events=tuple(acc.events),
-            output_text=row[2],
-        )
+        return _completed(acc, step.run_id, row[2])
 
     def complete_steps(
         self, conn: Conn, owner: str, batch: Sequence[tuple[ClaimedStep, str]]
@@ -489,17 +482,7 @@ class Store(RunAdvance, QueueStoreMixin):
             elif last[step.run_id] != i:
                 outcomes.append(Outcome(StepState.COMPLETED, None, Wakeups(), output_text=row[4]))
             else:
-                acc = accs[step.run_id]
-                outcomes.append(
-                    Outcome(
-                        StepState.COMPLETED,
-                        acc.finished.get(step.run_id),
-                        acc.wakeups,
-                        acc.cancelled_in(step.run_id),
-                        engine_events=tuple(acc.events),
-                        output_text=row[4],
-                    )
-                )
+                outcomes.append(_completed(accs[step.run_id], step.run_id, row[4]))
         # a run none of whose steps completed here (all stale) cannot have advanced;
         # should it have, its wakeups still go out with the batch
         reported = next((o for o in reversed(outcomes) if o is not None), None)
@@ -849,6 +832,18 @@ def _autocommit(conn: Conn) -> Iterator[None]:
     finally:
         if not conn.closed:
             conn.autocommit = False
+
+
+def _completed(acc: Advance, run_id: str, output_text: str | None) -> Outcome:
+    """The Outcome of a completed step of run ``run_id`` whose advance ``acc`` collected."""
+    return Outcome(
+        StepState.COMPLETED,
+        acc.finished.get(run_id),
+        acc.wakeups,
+        acc.cancelled_in(run_id),
+        engine_events=tuple(acc.events),
+        output_text=output_text,
+    )
 
 
 def _run_status(row: dict[str, Any]) -> RunStatus:

@@ -312,13 +312,7 @@ class Executor:
             outcome = self.store.complete_step(conn, step, owner, output_json)
         if outcome is None:
             tx.rollback()
-            self.log.info(
-                "step %s of run %s: stale completion rolled back (lease lost or timed out)",
-                step.node,
-                step.run_id,
-                extra=_extra(step),
-            )
-            self._fail_timed_out(step)
+            self._stale(step)
             return
         if extra:
             outcome.wakeups.merge(extra)  # published with the completion's own wakeups
@@ -376,15 +370,20 @@ class Executor:
         """After the completer's batch committed: the step's events, or the stale case
         exactly as :meth:`_complete` handles it."""
         if outcome is None:
-            self.log.info(
-                "step %s of run %s: stale completion not written (lease lost or timed out)",
-                step.node,
-                step.run_id,
-                extra=_extra(step),
-            )
-            self._fail_timed_out(step)
+            self._stale(step)
             return
         self._after_commit(step, outcome, None, duration_s, published=True)
+
+    def _stale(self, step: ClaimedStep) -> None:
+        """The step's completion was stale (nothing of it was written): say so, and record
+        a timeout when its deadline passed under this lease."""
+        self.log.info(
+            "step %s of run %s: stale completion not written (lease lost or timed out)",
+            step.node,
+            step.run_id,
+            extra=_extra(step),
+        )
+        self._fail_timed_out(step)
 
     def _fail_timed_out(self, step: ClaimedStep) -> None:
         """After a stale result of a step with a timeout: fail the attempt with kind

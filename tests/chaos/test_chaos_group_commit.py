@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 from cyclone_test_handlers import group_commit as gc
-from cyclone_test_handlers.harness import ModuleWorkerProcess, WorkerProcess, wait_until
-from test_chaos_workers import Fleet, Plan
+from cyclone_test_handlers.harness import ModuleWorkerProcess, WorkerProcess
+from test_chaos_workers import Fleet, Plan, drive
 
 from cyclone_flow.spec import load_flow_text
 
@@ -65,30 +65,8 @@ def _run_chaos(
     rng = random.Random()
     inputs = {submitter.submit(flow, {"n": n}): n for n in rng.sample(range(10_000), plan.runs)}
 
-    def unfinished() -> int:
-        return int(
-            db.execute("SELECT count(*) FROM cyclone_runs WHERE state = 'running'").fetchone()[0]
-        )
-
     fleet = GroupCommitFleet(database_url, schema, tmp_path, plan)
-    fleet.start()
-    calm_after = None
-    try:
-        deadline = time.monotonic() + plan.chaos_for
-        while unfinished() and time.monotonic() < deadline and fleet.is_alive():
-            time.sleep(0.1)  # polling the database for the end of the chaos
-        if unfinished():
-            calm_after = time.monotonic() - started
-            fleet.calm()
-            wait_until(
-                lambda: unfinished() == 0 or not fleet.is_alive(),
-                timeout=plan.settle_for,
-                interval=0.1,
-                what="every run to finish once the chaos stopped",
-            )
-    finally:
-        fleet.stop()
-    assert fleet.error is None, fleet.error
+    calm_after = drive(fleet, plan, db, started)
     elapsed = time.monotonic() - started
 
     # every run completed, with the output its input determines

@@ -149,20 +149,16 @@ class Fleet(threading.Thread):
         return Counter(line.split(" ", 1)[0] for line in lines)
 
 
-def _run_chaos(
-    make_client: Any, db: Any, schema: str, database_url: str, tmp_path: Path, plan: Plan
-) -> None:
-    started = time.monotonic()
-    db.execute(chaos.LEDGER_DDL)
-    submitter = make_client()
-    flow = load_flow_text(DIAMOND)
-    run_ids = {submitter.submit(flow, {"schema": schema}) for _ in range(plan.runs)}
+def drive(fleet: Fleet, plan: Plan, db: Any, started: float) -> float | None:
+    """Start ``fleet``, let the chaos run until every run ended or ``plan.chaos_for``
+    passed, then calm it (no more kills) and wait up to ``plan.settle_for`` for the rest;
+    stop it. Returns the seconds from ``started`` to the calm (None: no calm needed).
+    Raises when the fleet's driver thread failed."""
 
     def unfinished() -> int:
         row = db.execute("SELECT count(*) FROM cyclone_runs WHERE state = 'running'").fetchone()
         return int(row[0])
 
-    fleet = Fleet(database_url, schema, tmp_path, plan)
     fleet.start()
     calm_after = None
     try:
@@ -181,6 +177,20 @@ def _run_chaos(
     finally:
         fleet.stop()
     assert fleet.error is None, fleet.error
+    return calm_after
+
+
+def _run_chaos(
+    make_client: Any, db: Any, schema: str, database_url: str, tmp_path: Path, plan: Plan
+) -> None:
+    started = time.monotonic()
+    db.execute(chaos.LEDGER_DDL)
+    submitter = make_client()
+    flow = load_flow_text(DIAMOND)
+    run_ids = {submitter.submit(flow, {"schema": schema}) for _ in range(plan.runs)}
+
+    fleet = Fleet(database_url, schema, tmp_path, plan)
+    calm_after = drive(fleet, plan, db, started)
     elapsed = time.monotonic() - started
 
     states = dict(db.execute("SELECT state, count(*) FROM cyclone_runs GROUP BY state"))
