@@ -465,7 +465,7 @@ class Store(RunAdvance, QueueStoreMixin):
             if row[3] is not None:  # a fan-out item
                 key = (step.run_id, row[3])
                 items[key] = items.get(key, 0) + 1
-        accs = {s.run_id: Advance(Wakeups()) for s, _ in batch}
+        accs = {run_id: Advance(Wakeups()) for run_id in {s.run_id for s, _ in batch}}
         self._advance_completed(
             conn,
             releasing.fetchall() if releasing is not None else [],
