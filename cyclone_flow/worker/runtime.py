@@ -233,10 +233,10 @@ class Worker:
                 # the worker slot is free; a completion handed to the completer keeps its
                 # lease (renewed by the heartbeat) until it is settled
                 with self._idle:
-                    if handed_over:
-                        self._handed.add(key)
-                    else:
+                    if not handed_over:
                         self._leases.pop(key, None)
+                    elif key in self._leases:  # else already settled: nothing to track
+                        self._handed.add(key)
                     self._busy[step.queue] -= 1
                     self._idle.notify_all()
                 self._wake.set()

@@ -400,3 +400,32 @@ def test_a_step_reclaimed_while_queued_is_stale_in_its_batch_next_to_its_new_cla
         dict.fromkeys(run_ids, 1)
     )
     assert [e.run_id for e in events if e.kind not in ("claimed", "completed")] == [lost]
+
+
+def test_a_completion_settled_before_its_worker_thread_returns_leaves_no_lease_behind(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    """The completer may commit and settle a handed-over step before the worker thread
+    that handed it over has finished its own bookkeeping (here forced: that thread waits
+    after the hand-over). Nothing of the step may stay tracked: no lease in the heartbeat's
+    set, none among the handed-over ones (a leak of one entry per such step)."""
+    client = make_client(workers=2)
+    run_ids = [client.submit(ONE, {"n": n}) for n in range(6)]
+    client.start()
+    worker = client._worker
+    assert worker is not None
+    execute = worker.executor.execute
+
+    def slow_after_hand_over(*args: Any, **kwargs: Any) -> bool:
+        handed_over = execute(*args, **kwargs)
+        if handed_over:  # the completer settles the step meanwhile
+            wait_until(lambda: _completer(client).pending() == 0, timeout=10, what="commit")
+            time.sleep(0.05)
+        return handed_over
+
+    worker.executor.execute = slow_after_hand_over  # type: ignore[method-assign]
+    for run_id in run_ids:
+        assert client.wait(run_id, timeout=20).state == "completed"
+    wait_until(lambda: worker.in_flight() == 0, timeout=10, what="every lease dropped")
+    assert worker._handed == set()
+    assert _completer(client).steps >= 1
