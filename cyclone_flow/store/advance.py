@@ -589,10 +589,6 @@ class RunAdvance:
         row = conn.execute(
             self.q["fan_out_item_done"], {"run_id": run_id, "node": parent, "n": n}
         ).fetchone()
-        self._item_counted(conn, run_id, parent, row, acc)
-
-    def _item_counted(self, conn: Conn, run_id: str, parent: str, row: Any, acc: Advance) -> None:
-        """Go on after ``fan_out_item_done`` returned ``row`` for an item of ``parent``."""
         if row is None:
             return  # the fan-out node is no longer waiting (discarded or cancelled)
         done, total, queue = row

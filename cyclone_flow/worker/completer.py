@@ -151,13 +151,8 @@ class Completer:
     def _commit(self, batch: list[_Pending]) -> list[Outcome | Exception | None]:
         """Commit ``batch`` in one transaction; when that fails, each step alone."""
         try:
-            with self.tx_slots, self.store.pool.connection() as conn:
-                with conn.transaction():
-                    outcomes = self.store.complete_steps(
-                        conn, self.owner, [(p.step, p.output) for p in batch]
-                    )
-                self.batches += 1
-                self._committed(conn, batch, outcomes)
+            outcomes = self._transact(batch)
+            self.batches += 1
             return list(outcomes)
         except Exception as exc:
             if len(batch) == 1:
@@ -173,16 +168,22 @@ class Completer:
         """One step in its own transaction (after its batch failed): its Outcome, None when
         stale, or the error that prevented it."""
         try:
-            with self.tx_slots, self.store.pool.connection() as conn:
-                with conn.transaction():
-                    [outcome] = self.store.complete_steps(
-                        conn, self.owner, [(pending.step, pending.output)]
-                    )
-                self.alone += 1
-                self._committed(conn, [pending], [outcome])
+            [outcome] = self._transact([pending])
+            self.alone += 1
             return outcome
         except Exception as exc:
             return exc
+
+    def _transact(self, batch: list[_Pending]) -> list[Outcome | None]:
+        """One transaction for ``batch`` (:meth:`Store.complete_steps`), then the work
+        after its commit; raises what the transaction raised (nothing committed then)."""
+        with self.tx_slots, self.store.pool.connection() as conn:
+            with conn.transaction():
+                outcomes = self.store.complete_steps(
+                    conn, self.owner, [(p.step, p.output) for p in batch]
+                )
+            self._committed(conn, batch, outcomes)
+        return outcomes
 
     def _committed(self, conn: Conn, batch: list[_Pending], outcomes: list[Outcome | None]) -> None:
         """After the commit: fill the output cache, publish the merged wakeups on the
