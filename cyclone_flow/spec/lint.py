@@ -16,6 +16,7 @@ from typing import Any
 from cyclone_flow.errors import CycloneError, Problem
 from cyclone_flow.spec.load import analyse_text
 from cyclone_flow.spec.source import Document, read_text
+from cyclone_flow.worker.imports import AllowList, HandlerImportError, HandlerResolver, split_call
 
 __all__ = [
     "LintPathError",
@@ -81,7 +82,7 @@ def lint_paths(paths: Sequence[str], check_imports: bool = False) -> list[Proble
     paths
         Files, or folders searched recursively for ``*.yaml`` / ``*.yml``.
     check_imports
-        Also import each node's ``call`` (codes E020-E023); uses the current ``sys.path``.
+        Also import each node's ``call`` (codes E020-E024); uses the current ``sys.path``.
 
     Raises
     ------
@@ -106,24 +107,34 @@ def check_imports_of(doc: Document) -> list[Problem]:
     """Import the ``call`` of every node of a valid ``doc`` and check it.
 
     Codes: E020 the module does not import, E021 the attribute is missing, E022 it is
-    not callable, E023 its signature does not accept ``(ctx, input)``.
+    not callable, E023 its signature does not accept ``(ctx, input)``, E024 a worker
+    refuses it even when its module is allowed (a part after ``:`` starts with ``_``, or
+    the path reaches an object defined outside the modules the flow names and their
+    packages, as ``cyclone-flow run`` checks).
     """
     out: list[Problem] = []
     nodes = doc.data.get("nodes", {}) if isinstance(doc.data, dict) else {}
-    for name, node in nodes.items():
-        call = node.get("call") if isinstance(node, dict) else None
-        if not isinstance(call, str) or ":" not in call:
-            continue
+    calls = {
+        name: node["call"]
+        for name, node in nodes.items()
+        if isinstance(node, dict) and isinstance(node.get("call"), str) and ":" in node["call"]
+    }
+    resolver = HandlerResolver(AllowList(exact={c.partition(":")[0] for c in calls.values()}))
+    for name, call in calls.items():
         pos = doc.value_pos(("nodes", name, "call"))
-        found = _check_call(call)
+        found = _check_call(call, resolver)
         if found is not None:
             code, message = found
             out.append(doc.problem(pos, code, f"node {name!r}: {message}"))
     return out
 
 
-def _check_call(call: str) -> tuple[str, str] | None:
+def _check_call(call: str, resolver: HandlerResolver) -> tuple[str, str] | None:
     module_name, _, attr_path = call.partition(":")
+    try:
+        split_call(call)  # a private part: refused before anything is imported
+    except HandlerImportError as exc:
+        return "E024", f"a worker refuses it: {exc}"
     try:
         target: Any = importlib.import_module(module_name)
     except BaseException as exc:
@@ -136,6 +147,10 @@ def _check_call(call: str) -> tuple[str, str] | None:
         target = getattr(target, part)
     if not callable(target):
         return "E022", f"{call!r} is not callable (it is a {type(target).__name__})"
+    try:
+        target = resolver.resolve(call)
+    except HandlerImportError as exc:
+        return "E024", f"a worker refuses it: {exc}"
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):

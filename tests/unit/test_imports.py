@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cyclone_test_handlers.bypass import BypassPackages, write_bypass_packages
 
 from cyclone_flow.worker.imports import AllowList, HandlerImportError, HandlerResolver
 
@@ -141,3 +145,138 @@ def test_reexport_inside_the_handlers_package_is_allowed_but_not_from_another() 
         HandlerResolver(AllowList(prefixes=["cyclone_test_handlers"])).resolve(
             "cyclone_test_handlers.basic:path_join"
         )
+
+
+# -- the attribute path after ':' (issue 13: --allow-module could be bypassed) -----------
+
+
+@pytest.fixture
+def bypass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[BypassPackages]:
+    """``allowed_pkg_<id>.mod`` imports objects of ``evil_lib_<id>`` (not allowed), whose
+    code writes ``packages.marker`` whenever it runs."""
+    packages = write_bypass_packages(tmp_path, f"_{uuid.uuid4().hex[:8]}")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield packages
+    for name in list(sys.modules):
+        if name.partition(".")[0] in (packages.allowed, packages.evil, packages.deco):
+            del sys.modules[name]
+
+
+def _attempt(resolver: HandlerResolver, call: str) -> HandlerImportError | None:
+    """Resolve ``call``; when that succeeds, call it as a worker would (its errors are
+    ignored) and return None; else return the refusal."""
+    try:
+        handler = resolver.resolve(call)
+    except HandlerImportError as exc:
+        return exc
+    with contextlib.suppress(Exception):
+        handler(None, {"x": 1})
+    return None
+
+
+@pytest.mark.parametrize(
+    ("path", "reason", "needle"),
+    [
+        ("do.__call__", "private", "'__call__'"),
+        ("Evil", "foreign", "is defined in module '{evil}'"),
+        ("system.__call__", "private", "'__call__'"),
+        ("system", "foreign", "builtin defined in module 'posix'"),
+        ("run.__call__", "private", "'__call__'"),
+        ("run", "foreign", "is defined in module 'subprocess'"),
+        ("Popen", "foreign", "is defined in module 'subprocess'"),
+        ("__loader__.get_data", "private", "'__loader__'"),
+        ("evil_partial", "foreign", "functools.partial of code defined in module '{evil}'"),
+        ("sneaky", "foreign", "instance of a class defined in module '{evil}'"),
+        ("caller", "foreign", "instance of a class defined in module '{evil}'"),
+        ("send", "foreign", "method defined in module '{evil}'"),
+        ("client.send", "foreign", "'client' is an instance of a class defined in"),
+        ("CONFIG.update", "foreign", "instance of a class defined in module 'builtins'"),
+        ("Handler.mro", "foreign", "builtin method defined in module 'builtins'"),
+    ],
+)
+def test_allowed_module_does_not_lend_its_names_to_foreign_code(
+    bypass: BypassPackages, path: str, reason: str, needle: str
+) -> None:
+    resolver = HandlerResolver(AllowList(prefixes=[bypass.allowed]))
+    refused = _attempt(resolver, f"{bypass.allowed}.mod:{path}")
+    assert not bypass.marker.exists(), f"foreign code ran: {bypass.marker.read_text()}"
+    assert refused is not None, f"{path} resolved"
+    assert refused.reason == reason
+    assert needle.format(evil=bypass.evil) in str(refused)
+    assert "not allowed on this worker" in str(refused) or reason == "private"
+
+
+def test_globals_of_an_allowed_function_cannot_be_written(bypass: BypassPackages) -> None:
+    resolver = HandlerResolver(AllowList(prefixes=[bypass.allowed]))
+    mod = importlib.import_module(f"{bypass.allowed}.mod")
+    refused = _attempt(resolver, f"{bypass.allowed}.mod:fn.__globals__.__setitem__")
+    assert None not in vars(mod), "the call wrote into the module's globals"
+    assert refused is not None and refused.reason == "private"
+    assert "'__globals__'" in str(refused)
+    assert mod.CONFIG == {"mode": "safe"}
+
+
+@pytest.mark.parametrize("path", ["do.__call__", "_private", "ok._x", "Handler.__init__"])
+def test_private_part_is_refused_before_anything_is_imported(
+    bypass: BypassPackages, path: str
+) -> None:
+    resolver = HandlerResolver(AllowList(allow_all=True))  # even when everything is allowed
+    with pytest.raises(HandlerImportError, match="may not have a part starting with '_'") as info:
+        resolver.resolve(f"{bypass.allowed}.mod:{path}")
+    assert info.value.reason == "private"
+    assert "nothing was imported" in str(info.value)
+    assert bypass.allowed not in sys.modules and bypass.evil not in sys.modules
+
+
+@pytest.mark.parametrize(
+    ("call", "output"),
+    [
+        ("{a}.mod:ok", {"ok": 7}),
+        ("{a}.mod:handler_obj", {"called": 7}),  # a callable instance of an allowed class
+        ("{a}.mod:handler_obj.method", {"method": 7}),
+        ("{a}.mod:Handler.static", {"static": 7}),
+        ("{a}.mod:Handler.klass", {"klass": 7}),
+        ("{a}.mod:ok_partial", {"ok": 7}),  # partials of an allowed function
+        ("{a}.mod:decorated", {"traced": {"ok": 7}}),  # functools.wraps keeps __module__
+        ("{a}.mod:sub_handler", {"sub": 7}),  # re-exported from an allowed submodule
+        ("{a}:sub_handler", {"sub": 7}),  # re-exported by the package's __init__
+    ],
+)
+def test_handlers_defined_in_allowed_modules(
+    bypass: BypassPackages, call: str, output: object
+) -> None:
+    resolver = HandlerResolver(AllowList(prefixes=[bypass.allowed]))
+    assert resolver.resolve(call.format(a=bypass.allowed))(None, 7) == output
+    instance = resolver.resolve(f"{bypass.allowed}.mod:Handler")(None, 7)  # a class
+    assert instance.input == 7
+    assert not bypass.marker.exists()
+
+
+def test_prefix_allows_no_sibling_but_exact_allows_its_package(bypass: BypassPackages) -> None:
+    call = f"{bypass.allowed}.sub:other_handler"  # defined in allowed_pkg.other
+    narrow = HandlerResolver(AllowList(prefixes=[f"{bypass.allowed}.sub"]))
+    with pytest.raises(HandlerImportError, match=rf"defined in module '{bypass.allowed}\.other'"):
+        narrow.resolve(call)
+    # `cyclone-flow run` allows exactly the modules its flow names, and a re-export
+    # from inside their package (its own code), but nothing foreign
+    run_like = HandlerResolver(AllowList(exact={f"{bypass.allowed}.sub", f"{bypass.allowed}.mod"}))
+    assert run_like.resolve(call)(None, 1) == {"other": 1}
+    assert _attempt(run_like, f"{bypass.allowed}.mod:do") is not None
+    assert _attempt(run_like, f"{bypass.allowed}.mod:Popen") is not None
+    assert not bypass.marker.exists()
+
+
+def test_object_without_a_module_is_refused_unless_everything_is_allowed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = f"cyclone_nomodule_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(
+        "def handler(ctx, input):\n    return input\nhandler.__module__ = None\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        with pytest.raises(HandlerImportError, match="cannot be determined"):
+            HandlerResolver(AllowList(prefixes=[name])).resolve(f"{name}:handler")
+        assert HandlerResolver(AllowList(allow_all=True)).resolve(f"{name}:handler")(None, 3) == 3
+    finally:
+        sys.modules.pop(name, None)

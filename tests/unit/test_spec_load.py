@@ -218,6 +218,7 @@ def handlers(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "lint_handlers_mod.py").write_text(
         textwrap.dedent(
             """\
+            from os.path import join
             NOT_CALLABLE = 3
             def good(ctx, input):
                 return input
@@ -249,6 +250,8 @@ def test_check_imports(handlers: Path) -> None:
               e021: {call: "lint_handlers_mod:missing"}
               e022: {call: "lint_handlers_mod:NOT_CALLABLE"}
               e023: {call: "lint_handlers_mod:too_few"}
+              e024: {call: "lint_handlers_mod:good.__call__"}
+              e024b: {call: "lint_handlers_mod:join"}
             """
         )
     )
@@ -260,4 +263,9 @@ def test_check_imports(handlers: Path) -> None:
         ("E021", 6, 16),
         ("E022", 7, 16),
         ("E023", 8, 16),
+        ("E024", 9, 16),
+        ("E024", 10, 17),
     ]
+    messages = [p.message for p in lint_paths([str(flow_file)], check_imports=True)]
+    assert "a part starting with '_'" in messages[-2]
+    assert "defined in module 'posixpath'" in messages[-1]
