@@ -61,10 +61,10 @@ from cyclone_flow.store.store import (
     StepStatus,
     Store,
     Wakeups,
-    contains_nul,
     dumps,
     parse_run_id,
 )
+from cyclone_flow.text import describe_unstorable, printable, unstorable
 from cyclone_flow.worker.cache import OutputCache
 from cyclone_flow.worker.completer import Completer
 from cyclone_flow.worker.events import StepEvent, call_hook, emit_engine_events
@@ -394,18 +394,18 @@ class Client:
 
     def remove_schedule(self, name: str) -> None:
         """Delete a schedule (its past runs stay). Raises ScheduleNotFoundError."""
-        if not self.store.delete_schedule(name):
+        if not _storable(name) or not self.store.delete_schedule(name):
             raise ScheduleNotFoundError(name)
 
     def pause_schedule(self, name: str) -> None:
         """Stop a schedule from submitting runs. Raises ScheduleNotFoundError."""
-        if not self.store.set_schedule_paused(name, True):
+        if not _storable(name) or not self.store.set_schedule_paused(name, True):
             raise ScheduleNotFoundError(name)
 
     def resume_schedule(self, name: str, *, now: datetime | None = None) -> None:
         """Resume a paused schedule from the first tick after now (ticks missed while
         paused are skipped). Raises ScheduleNotFoundError."""
-        row = self.store.get_schedule(name)
+        row = self.store.get_schedule(name) if _storable(name) else None
         if row is None:
             raise ScheduleNotFoundError(name)
         next_run_at = Ticks(row.cron, row.timezone).after(self.store.db_now(now))
@@ -534,6 +534,8 @@ class Client:
         self, *, flow: str | None = None, state: str | None = None, limit: int = 50
     ) -> list[RunStatus]:
         """The most recent runs, newest first."""
+        if flow is not None and not _storable(flow):
+            return []  # no flow has such a name
         return self.store.list_runs(flow=flow, state=state, limit=limit)
 
     def cancel(self, run_id: str, reason: str = "cancelled by operator") -> bool:
@@ -546,6 +548,7 @@ class Client:
         one wins). Raises RunNotFoundError."""
         rid = parse_run_id(run_id)
         wakeups = Wakeups(runs_done={rid})
+        reason = printable(str(reason)) or ""
         done, cancelled = self.store.cancel_run(rid, reason, wakeups)
         if done:
             self._publish(wakeups)
@@ -560,13 +563,17 @@ class Client:
         ``node``) and every cancelled step go back to pending/available with attempts and
         reclaims reset; the run is running again. Returns the nodes reset.
         Raises RunNotFoundError, RunStateError."""
+        if node is not None and not _storable(node):
+            node = printable(node)  # spelled out: no node has that name (RunStateError)
         reset, wakeups = self.store.retry_run(parse_run_id(run_id), node)
         self._publish(wakeups)
         return reset
 
     def retry_all(self, flow: str | None = None) -> list[str]:
         """:meth:`retry` every failed run (of ``flow`` when given); returns their ids."""
-        retried = []
+        retried: list[str] = []
+        if flow is not None and not _storable(flow):
+            return retried  # no flow has such a name
         for rid in self.store.list_failed_runs(flow):
             try:
                 self.retry(rid)
@@ -613,7 +620,7 @@ class Client:
             that does has a signal kept already.
         """
         rid = parse_run_id(run_id)
-        if not isinstance(name, str) or not SIGNAL_NAME_RE.match(name):
+        if not isinstance(name, str) or not SIGNAL_NAME_RE.fullmatch(name):
             raise InputValidationError(
                 "signal",
                 f"invalid signal name {name!r}: letters, digits, '_', '.', ':', '-' "
@@ -623,9 +630,10 @@ class Client:
             text = dumps(payload)
         except (TypeError, ValueError) as exc:
             raise InputValidationError("signal", f"payload is not JSON: {exc}") from None
-        if contains_nul(payload):
+        reason = unstorable(payload)
+        if reason is not None:
             raise InputValidationError(
-                "signal", "payload contains a NUL character (U+0000), which Postgres cannot store"
+                "signal", f"payload contains {reason}, which Postgres cannot store"
             )
         size = len(text.encode("utf-8"))
         if size > self.config.payload_limits.signal_bytes:
@@ -775,3 +783,8 @@ def _purge_config(older_than: float, batch_size: int) -> RetentionConfig:
     config = validate_retention(RetentionConfig(default_age=older_than, batch_size=batch_size))
     assert config is not None
     return config
+
+
+def _storable(name: object) -> bool:
+    """False for a name Postgres cannot compare (a NUL or a lone surrogate): no row has it."""
+    return not isinstance(name, str) or describe_unstorable(name) is None

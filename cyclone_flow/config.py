@@ -21,6 +21,7 @@ from typing import Any, TypedDict
 from cyclone_flow.errors import ConfigError
 from cyclone_flow.logs import default_logger
 from cyclone_flow.store.migrate import validate_schema_name
+from cyclone_flow.text import describe_unstorable
 
 QUEUE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 DEFAULT_QUEUE = "default"
@@ -200,7 +201,7 @@ def validate_retention(value: Any) -> RetentionConfig | None:
 
 def validate_queue(name: Any) -> str:
     """Return ``name`` if it is a valid queue name; raise :class:`ConfigError`."""
-    if not isinstance(name, str) or not QUEUE_NAME_RE.match(name):
+    if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
         raise ConfigError(
             f"invalid queue name {name!r}: use 1-63 lowercase letters, digits, '_', '.', '-'"
             " starting with a letter or digit"
@@ -240,6 +241,8 @@ def build_config(options: Mapping[str, Any]) -> ClientConfig:
         elif name == "client_id":
             if not isinstance(value, str) or not value.strip():
                 raise ConfigError(f"client_id must be a non-empty string, got {value!r}")
+            if (reason := describe_unstorable(value)) is not None:
+                raise ConfigError(f"client_id must not contain {reason}, got {value!r}")
             values["client_id"] = value
         elif name == "lease_ttl":
             values["lease_ttl"] = _seconds("lease_ttl", value, MAX_LEASE_TTL_S)

@@ -18,7 +18,13 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["DURATION_PATTERN", "MAX_FLOW_DURATION_S", "format_duration", "parse_duration"]
+__all__ = [
+    "DURATION_PATTERN",
+    "MAX_FLOW_DURATION_S",
+    "MIN_FLOW_DURATION_S",
+    "format_duration",
+    "parse_duration",
+]
 
 _UNITS: dict[str, float] = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -29,6 +35,12 @@ MAX_FLOW_DURATION_S = 366 * 86400.0
 """The longest duration a flow file may give (366 days; also ``maximum`` in the schema).
 
 Longer intervals overflow timestamps in the database (``now() + interval``)."""
+
+MIN_FLOW_DURATION_S = 0.001
+"""The shortest duration other than 0 a flow file or a submission option may give (1 ms).
+
+Shorter ones cannot be honoured (timestamps have microseconds, waits are polled) and
+denormal numbers such as ``1.0e-320`` overflow the retry backoff's arithmetic."""
 
 _WHOLE = re.compile(DURATION_PATTERN)
 _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
@@ -85,7 +97,7 @@ def _parse(text: str | int | float) -> float:
         return seconds
     if not isinstance(text, str):
         raise ValueError(f"invalid duration {text!r}: expected a string or a number")
-    if not _WHOLE.match(text):
+    if not _WHOLE.fullmatch(text):
         raise ValueError(
             f"invalid duration {text!r}: expected parts like '500ms', '30s', '5m', '1h30m', '2d'"
         )
@@ -109,7 +121,7 @@ def format_duration(seconds: float) -> str:
     ValueError
         When ``seconds`` is negative or not finite.
     """
-    if not math.isfinite(seconds) or seconds < 0:
+    if not math.isfinite(seconds * 1000) or seconds < 0:
         raise ValueError(f"cannot format duration {seconds!r}: must be a finite number >= 0")
     total_ms = round(seconds * 1000)
     if total_ms == 0:

@@ -12,6 +12,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cyclone_flow.text import printable
+
+_SHOWN_CHARS = 200
+_MESSAGE_CHARS = 2000
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for a message: cut after 200 characters, and never raising (an int
+    of more than 4300 digits has no repr)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        return f"<{type(value).__name__} too large to show>"
+    if len(text) > _SHOWN_CHARS:
+        return f"{text[:_SHOWN_CHARS]}... ({len(text) - _SHOWN_CHARS} more characters)"
+    return text
+
 
 class CycloneError(Exception):
     """Base class of every error cyclone-flow raises on purpose."""
@@ -29,7 +46,9 @@ class ConfigError(CycloneError, ValueError):
 class Problem:
     """One lint problem: where it is (1-based line and column), a stable code, a message.
 
-    ``str(problem)`` is ``FILE:LINE:COL: error[CODE]: message``.
+    ``str(problem)`` is ``FILE:LINE:COL: error[CODE]: message``. NUL characters and lone
+    surrogates in ``message`` are spelled out (``\\x00``, ``\\ud800``), and a message
+    over 2000 characters (quoting a huge value) keeps its first and last 1000.
     """
 
     path: str
@@ -37,6 +56,16 @@ class Problem:
     col: int
     code: str
     message: str
+
+    def __post_init__(self) -> None:
+        # a message quoting hostile flow text must stay printable (and storable): NUL
+        # characters and lone surrogates are spelled out
+        message = printable(self.message) or ""
+        if len(message) > _MESSAGE_CHARS:  # it quotes a huge value: keep both ends
+            half = _MESSAGE_CHARS // 2
+            cut = len(message) - 2 * half
+            message = f"{message[:half]} ... ({cut} characters cut) ... {message[-half:]}"
+        object.__setattr__(self, "message", message)
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}:{self.col}: error[{self.code}]: {self.message}"
@@ -171,7 +200,7 @@ class SubmitOptionError(ConfigError):
     def __init__(self, option: str, value: object, message: str) -> None:
         self.option = option
         self.value = value
-        super().__init__(f"{option}={value!r}: {message}")
+        super().__init__(f"{option}={shown(value)}: {message}")
 
 
 class ScheduleNotFoundError(CycloneError):

@@ -20,11 +20,12 @@ from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
 from cyclone_flow.config import QUEUE_NAME_RE
-from cyclone_flow.durations import MAX_FLOW_DURATION_S, parse_duration
-from cyclone_flow.errors import SubmitOptionError
+from cyclone_flow.durations import MAX_FLOW_DURATION_S, MIN_FLOW_DURATION_S, parse_duration
+from cyclone_flow.errors import SubmitOptionError, shown
 from cyclone_flow.spec.compile import build_flow, document_digest
 from cyclone_flow.spec.model import Flow
 from cyclone_flow.states import RunState
+from cyclone_flow.text import describe_unstorable
 
 __all__ = [
     "JOB_NODE",
@@ -41,6 +42,13 @@ __all__ = [
 MIN_PRIORITY = -32768
 MAX_PRIORITY = 32767
 MAX_KEY_CHARS = 1000
+MAX_KEY_BYTES = 2000
+"""``unique_key`` and ``sequence`` are also at most this many UTF-8 bytes: a btree index
+entry holds at most 2704 bytes."""
+MAX_CALL_CHARS = 1000
+"""The longest callable path (``package.module:function``) of a job."""
+MAX_MULTIPLIER = 1000
+"""The largest ``retry.backoff.multiplier`` (as in flow.schema.json)."""
 JOB_NODE = "job"
 """The node name of a standalone job's one-node flow."""
 
@@ -90,7 +98,10 @@ def _seconds(option: str, value: Any, *, allow_zero: bool) -> float:
         except ValueError as exc:
             raise SubmitOptionError(option, value, str(exc)) from None
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int too large for a float
+            raise SubmitOptionError(option, value, "must be at most 366 days") from None
     else:
         raise SubmitOptionError(
             option, value, "must be a number of seconds, a timedelta or a duration like '30s'"
@@ -101,6 +112,10 @@ def _seconds(option: str, value: Any, *, allow_zero: bool) -> float:
         )
     if seconds > MAX_FLOW_DURATION_S:
         raise SubmitOptionError(option, value, "must be at most 366 days")
+    if 0 < seconds < MIN_FLOW_DURATION_S:
+        raise SubmitOptionError(
+            option, value, "must be 0 or at least 1ms" if allow_zero else "must be at least 1ms"
+        )
     return seconds
 
 
@@ -109,14 +124,19 @@ def _key(option: str, value: Any) -> str:
         raise SubmitOptionError(
             option, value, f"must be a non-empty string of at most {MAX_KEY_CHARS} characters"
         )
-    if "\x00" in value:
-        raise SubmitOptionError(option, value, "must not contain a NUL character")
+    reason = describe_unstorable(value)
+    if reason is not None:
+        raise SubmitOptionError(option, value, f"must not contain {reason}")
+    if len(value.encode("utf-8")) > MAX_KEY_BYTES:
+        raise SubmitOptionError(
+            option, value, f"must be at most {MAX_KEY_BYTES} bytes when encoded as UTF-8"
+        )
     return value
 
 
 def validate_queue_option(value: Any, option: str = "queue") -> str:
     """Return ``value`` when it is a valid queue name; raise :class:`SubmitOptionError`."""
-    if not isinstance(value, str) or not QUEUE_NAME_RE.match(value):
+    if not isinstance(value, str) or not QUEUE_NAME_RE.fullmatch(value):
         raise SubmitOptionError(
             option,
             value,
@@ -232,8 +252,13 @@ def run_options(
 
 def validate_callable(call: Any) -> str:
     """Return ``call`` when it is ``package.module:function``; raise SubmitOptionError."""
-    if not isinstance(call, str) or not _CALL_RE.match(call):
-        raise SubmitOptionError("callable", call, "must be a dotted path 'package.module:function'")
+    if not isinstance(call, str) or len(call) > MAX_CALL_CHARS or not _CALL_RE.fullmatch(call):
+        raise SubmitOptionError(
+            "callable",
+            call,
+            f"must be a dotted path 'package.module:function' of at most {MAX_CALL_CHARS} "
+            "characters",
+        )
     return call
 
 
@@ -291,12 +316,17 @@ def _retry_doc(retry: int | Mapping[str, Any]) -> dict[str, Any]:
         for key, value in backoff.items():
             if key in ("initial", "max"):
                 doc[key] = _seconds(f"retry.backoff.{key}", value, allow_zero=True)
-            elif (key == "multiplier" and _number(value) and value >= 1) or (
+            elif (key == "multiplier" and _number(value) and 1 <= value <= MAX_MULTIPLIER) or (
                 key == "jitter" and _number(value) and 0 <= value <= 1
             ):
                 doc[key] = float(value)
             else:
-                raise SubmitOptionError("retry", retry, f"invalid backoff {key}: {value!r}")
+                raise SubmitOptionError(
+                    "retry",
+                    retry,
+                    f"invalid backoff {key}: {shown(value)} (initial and max: durations; "
+                    f"multiplier: a number from 1 to {MAX_MULTIPLIER}; jitter: from 0 to 1)",
+                )
         if doc.get("initial", 0) > doc.get("max", math.inf):
             raise SubmitOptionError("retry", retry, "backoff initial is above max")
         out["backoff"] = doc
@@ -304,7 +334,12 @@ def _retry_doc(retry: int | Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 class SubmitOptions(TypedDict, total=False):

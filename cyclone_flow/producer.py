@@ -19,7 +19,8 @@ from cyclone_flow.spec import load_flow
 from cyclone_flow.spec.inputs import validate_input
 from cyclone_flow.spec.model import JSON, Flow
 from cyclone_flow.store.advance import Advance
-from cyclone_flow.store.store import Conn, Store, Wakeups, contains_nul, dumps
+from cyclone_flow.store.store import Conn, Store, Wakeups, dumps
+from cyclone_flow.text import unstorable
 
 FlowLike = Flow | str | os.PathLike[str]
 
@@ -75,9 +76,10 @@ class Producer:
             text = dumps(run_input)
         except (TypeError, ValueError) as exc:
             raise InputValidationError(spec.name, f"input is not JSON: {exc}") from None
-        if contains_nul(run_input):
+        reason = unstorable(run_input)
+        if reason is not None:
             raise InputValidationError(
-                spec.name, "input contains a NUL character (U+0000), which Postgres cannot store"
+                spec.name, f"input contains {reason}, which Postgres cannot store"
             )
         size = len(text.encode("utf-8"))
         if size > self.config.payload_limits.input_bytes:

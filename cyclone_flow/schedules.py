@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
@@ -40,6 +40,7 @@ from cyclone_flow.producer import Producer
 from cyclone_flow.spec.compile import build_flow, document_digest
 from cyclone_flow.spec.model import Flow
 from cyclone_flow.store.store import Store, Wakeups
+from cyclone_flow.text import zone_info
 
 __all__ = [
     "ScheduleScanner",
@@ -74,12 +75,10 @@ def validate_timezone(name: object) -> ZoneInfo:
     """The IANA zone ``name`` (e.g. ``Europe/Paris``); raise :class:`SubmitOptionError`."""
     if not isinstance(name, str) or not name:
         raise SubmitOptionError("timezone", name, "must be an IANA time zone name")
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise SubmitOptionError(
-            "timezone", name, "unknown IANA time zone (e.g. UTC, Europe/Paris)"
-        ) from None
+    zone = zone_info(name)
+    if zone is None:
+        raise SubmitOptionError("timezone", name, "unknown IANA time zone (e.g. UTC, Europe/Paris)")
+    return zone
 
 
 class Ticks:
@@ -144,7 +143,7 @@ class SyncResult:
 
 def validate_schedule_name(name: object) -> str:
     """Return ``name`` when it is a schedule name; raise :class:`SubmitOptionError`."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise SubmitOptionError(
             "name",
             name,

@@ -94,7 +94,7 @@ def signal_cmd(
     until it does). Exit 1 for an unknown or finished run, a signal no node awaits, or a
     payload over the signal size limit (256 KiB); exit 2 for a bad signal name or a
     payload that is not JSON."""
-    if not SIGNAL_NAME_RE.match(name):
+    if not SIGNAL_NAME_RE.fullmatch(name):
         raise click.BadParameter(
             f"invalid signal name {name!r}: letters, digits, '_', '.', ':', '-' (at most 128, "
             "not starting with '.', ':' or '-')",

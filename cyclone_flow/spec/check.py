@@ -3,8 +3,9 @@
 The checks tolerate a document that failed the schema: they skip the parts whose shape
 is wrong (the schema reports those), so one run reports as much as possible.
 
-Codes: E007 (duration or backoff out of range: zero, longer than 366 days, backoff
-initial > max), E010 (dependency cycle), E011 (unknown ``needs``), E012 (a node needs
+Codes: E007 (duration or backoff out of range: zero, shorter than 1ms, longer than 366
+days, backoff initial > max), E008 (a string Postgres cannot store: NUL, lone surrogate),
+E010 (dependency cycle), E011 (unknown ``needs``), E012 (a node needs
 itself), E013 (reference to a node that is not an ancestor), E014 (reference to an
 unknown node), E016 (malformed ``${{`` expression), E017 (``${{ item }}`` outside the
 ``input`` of a fan_out node), E050 (invalid cron expression), E051 (unknown time zone),
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import networkx as nx
 from croniter import croniter
@@ -24,12 +24,14 @@ from croniter import croniter
 from cyclone_flow.durations import (
     DURATION_PATTERN,
     MAX_FLOW_DURATION_S,
+    MIN_FLOW_DURATION_S,
     format_duration,
     parse_duration,
 )
-from cyclone_flow.errors import Problem, TemplateError
+from cyclone_flow.errors import Problem, TemplateError, shown
 from cyclone_flow.spec.source import Document, JsonPath
 from cyclone_flow.spec.template import find_strings, parse_ref
+from cyclone_flow.text import iter_unstorable, zone_info
 
 __all__ = ["check_document", "dependency_graph"]
 
@@ -75,7 +77,28 @@ def check_document(doc: Document) -> list[Problem]:
     problems += _check_refs(doc, nodes, graph)
     problems += _check_durations(doc, nodes)
     problems += _check_schedules(doc)
+    problems += _check_text(doc)
     return sorted(set(problems), key=lambda p: (p.line, p.col, p.code, p.message))
+
+
+def _check_text(doc: Document) -> list[Problem]:
+    """E008 for every string or mapping key of the document that Postgres cannot store:
+    a NUL character (a ``"\\0"`` / ``"\\u0000"`` escape; jsonb cannot hold U+0000) or a
+    lone surrogate (``"\\ud800"``; not UTF-8 text). Such a string could not be submitted,
+    and a path or time zone holding it could not even be looked up."""
+    out = []
+    for path, is_key, reason in iter_unstorable(doc.data):
+        label = ".".join(map(str, path)) or "the document"
+        what = f"the key {shown(path[-1])}" if is_key else "the string"
+        pos = doc.key_pos(path) if is_key else doc.value_pos(path)
+        fix = (
+            "remove the escape"
+            if "NUL" in reason
+            else "write the character itself, or a \\UXXXXXXXX escape for one above U+FFFF"
+        )
+        message = f"{label}: {what} contains {reason}, which cannot be stored: {fix}"
+        out.append(doc.problem(pos, "E008", message))
+    return out
 
 
 def _check_needs(doc: Document, nodes: dict[str, dict[str, Any]]) -> list[Problem]:
@@ -233,7 +256,7 @@ def _too_long(doc: Document, path: JsonPath, value: Any) -> Problem | None:
 
     The schema's ``maximum`` bounds numbers; its ``pattern`` cannot bound strings.
     """
-    if not isinstance(value, str) or not _DURATION_TEXT.match(value):
+    if not isinstance(value, str) or not _DURATION_TEXT.fullmatch(value):
         return None
     try:
         parse_duration(value, max_s=MAX_FLOW_DURATION_S)
@@ -247,6 +270,28 @@ def _too_long(doc: Document, path: JsonPath, value: Any) -> Problem | None:
     return None
 
 
+def _too_short(doc: Document, path: JsonPath, value: Any, *, zero_ok: bool) -> Problem | None:
+    """E007 when the duration ``value`` (a string or a number) is above 0 but below 1ms
+    (or is 0 where ``zero_ok`` is False, for a string: the schema bounds numbers)."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    seconds = _duration(value)
+    if seconds is None or seconds >= MIN_FLOW_DURATION_S:
+        return None
+    label = ".".join(map(str, path))
+    if seconds == 0:
+        if zero_ok or not isinstance(value, str):
+            return None
+        return doc.problem(doc.value_pos(path), "E007", f"{label}: must be longer than 0s")
+    minimum = format_duration(MIN_FLOW_DURATION_S)
+    allowed = "0 (no wait) or at least" if zero_ok else "at least"
+    return doc.problem(
+        doc.value_pos(path),
+        "E007",
+        f"{label}: {value!r} is shorter than 1ms: must be {allowed} {minimum}",
+    )
+
+
 def _check_durations(doc: Document, nodes: dict[str, dict[str, Any]]) -> list[Problem]:
     out: list[Problem] = []
     data = doc.data if isinstance(doc.data, dict) else {}
@@ -257,19 +302,13 @@ def _check_durations(doc: Document, nodes: dict[str, dict[str, Any]]) -> list[Pr
         if not isinstance(holder, dict):
             continue
         for key in ("timeout", "max_wait", "deadline"):
-            if key in holder and isinstance(holder[key], str):
+            if key in holder:
                 if (too_long := _too_long(doc, (*where, key), holder[key])) is not None:
                     out.append(too_long)
                     continue
-                seconds = _duration(holder[key])
-                if seconds == 0:
-                    out.append(
-                        doc.problem(
-                            doc.value_pos((*where, key)),
-                            "E007",
-                            f"{'.'.join(map(str, (*where, key)))}: must be longer than 0s",
-                        )
-                    )
+                short = _too_short(doc, (*where, key), holder[key], zero_ok=False)
+                if short is not None:
+                    out.append(short)
         retry = holder.get("retry")
         backoff = retry.get("backoff") if isinstance(retry, dict) else None
         if not isinstance(backoff, dict):
@@ -281,9 +320,16 @@ def _check_durations(doc: Document, nodes: dict[str, dict[str, Any]]) -> list[Pr
                 if (too_long := _too_long(doc, path, backoff[key])) is not None:
                     out.append(too_long)
                     bounded = False
+                elif (short := _too_short(doc, path, backoff[key], zero_ok=True)) is not None:
+                    out.append(short)
+                    bounded = False
         if bounded and "initial" in backoff and "max" in backoff:
             initial, most = _duration(backoff["initial"]), _duration(backoff["max"])
-            if initial is not None and most is not None and initial > most:
+            if (
+                initial is not None
+                and most is not None
+                and most < initial <= MAX_FLOW_DURATION_S  # above: the schema's maximum
+            ):
                 label = ".".join(map(str, (*where, "retry", "backoff")))
                 out.append(
                     doc.problem(
@@ -321,18 +367,15 @@ def _check_schedules(doc: Document) -> list[Problem]:
                 )
             )
         zone = entry.get("timezone")
-        if isinstance(zone, str) and zone:
-            try:
-                ZoneInfo(zone)
-            except (ZoneInfoNotFoundError, ValueError):
-                out.append(
-                    doc.problem(
-                        doc.value_pos(("schedules", i, "timezone")),
-                        "E051",
-                        f"schedules.{i}.timezone: {zone!r} is not an IANA time zone "
-                        "(e.g. UTC, Europe/Paris)",
-                    )
+        if isinstance(zone, str) and zone and zone_info(zone) is None:
+            out.append(
+                doc.problem(
+                    doc.value_pos(("schedules", i, "timezone")),
+                    "E051",
+                    f"schedules.{i}.timezone: {shown(zone)} is not an IANA time zone "
+                    "(e.g. UTC, Europe/Paris)",
                 )
+            )
         name = entry.get("name")
         if not isinstance(name, str):
             name = flow if len(schedules) == 1 else f"{flow}-{i + 1}"

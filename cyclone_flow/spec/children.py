@@ -19,13 +19,21 @@ import networkx as nx
 
 from cyclone_flow.errors import Problem
 from cyclone_flow.spec.source import Document, parse_yaml, read_text
+from cyclone_flow.text import describe_unstorable
 
 __all__ = ["check_children", "child_path", "child_refs", "reference_graph"]
 
 
+MAX_FLOW_PATH_CHARS = 4096
+"""The longest ``flow:`` path (PATH_MAX on Linux; also ``maxLength`` in the schema)."""
+
+
 def child_refs(data: Any) -> list[tuple[str, str]]:
     """``(node name, flow path as written)`` of every ``type: child`` node of the flow
-    document ``data`` that names a ``flow`` string, in file order (shape errors skipped)."""
+    document ``data`` that names a ``flow`` string, in file order. Shape errors are
+    skipped, and so are paths no file system could open (longer than
+    :data:`MAX_FLOW_PATH_CHARS`, or holding a NUL or a lone surrogate: E003 and E008
+    report those)."""
     nodes = data.get("nodes") if isinstance(data, dict) else None
     if not isinstance(nodes, dict):
         return []
@@ -36,6 +44,8 @@ def child_refs(data: Any) -> list[tuple[str, str]]:
         and node.get("type") == "child"
         and isinstance(node.get("flow"), str)
         and node["flow"]
+        and len(node["flow"]) <= MAX_FLOW_PATH_CHARS
+        and describe_unstorable(node["flow"]) is None
     ]
 
 

@@ -13,13 +13,14 @@ import difflib
 import functools
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
-from jsonschema import Draft202012Validator, ValidationError
+from jsonschema import Draft202012Validator, ValidationError, validators
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
-from cyclone_flow.errors import Problem
+from cyclone_flow.errors import Problem, shown
 from cyclone_flow.resources import schemas_dir
 from cyclone_flow.spec.source import Document, JsonPath
 
@@ -45,8 +46,29 @@ def flow_schema() -> dict[str, Any]:
 
 
 @functools.cache
-def _validator() -> Draft202012Validator:
-    return Draft202012Validator(flow_schema())
+def _ecma_regex(pattern: str) -> re.Pattern[str]:
+    # ECMA-262 (the regex dialect of JSON Schema) ends a pattern's $ at the very end of
+    # the string; Python's $ also matches before a final newline
+    return re.compile(re.sub(r"(?<!\\)\$", r"\\Z", pattern))
+
+
+def _ecma_pattern(
+    validator: Any, pattern: str, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
+    """The ``pattern`` keyword with ``$`` read as in ECMA-262, so that ``"default\\n"`` is
+    not a queue name (nor ``"a\\n"`` a node name) as it would be for Python's ``re``."""
+    if validator.is_type(instance, "string") and not _ecma_regex(pattern).search(instance):
+        yield ValidationError(f"{shown(instance)} does not match {pattern!r}")
+
+
+_FlowValidator = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator, {"pattern": _ecma_pattern}
+)
+
+
+@functools.cache
+def _validator() -> Any:
+    return _FlowValidator(flow_schema())
 
 
 def validate_document(doc: Document) -> list[Problem]:

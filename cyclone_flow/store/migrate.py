@@ -38,7 +38,7 @@ class Migration:
 
 def validate_schema_name(schema: str) -> str:
     """Return ``schema`` if it is a plain lowercase identifier; raise :class:`ConfigError`."""
-    if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
+    if not isinstance(schema, str) or not _SCHEMA_RE.fullmatch(schema):
         raise ConfigError(
             f"invalid schema name {schema!r}: use lowercase letters, digits and _ "
             "(at most 63 characters, not starting with a digit)"

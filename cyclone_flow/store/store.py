@@ -28,6 +28,7 @@ from cyclone_flow.states import ErrorKind, RunState, StepState
 from cyclone_flow.store import queries
 from cyclone_flow.store.advance import Advance, RunAdvance, flow_plan, pipelined
 from cyclone_flow.store.queue_store import QueueStoreMixin
+from cyclone_flow.text import printable
 
 Conn = psycopg.Connection[Any]
 
@@ -60,11 +61,6 @@ def contains_nul(value: JSON) -> bool:
         elif isinstance(item, list | tuple):
             stack.extend(item)
     return False
-
-
-def printable(text: str | None) -> str | None:
-    """``text`` with NUL characters spelled out (Postgres text cannot hold them)."""
-    return None if text is None else text.replace("\x00", "\\x00")
 
 
 @dataclass
@@ -504,20 +500,25 @@ class Store(RunAdvance, QueueStoreMixin):
         traceback: str | None = None,
         permanent: bool = False,
         timed_out: bool = False,
+        backoff: bool = True,
     ) -> Outcome | None:
         """A failed attempt, in the caller's transaction under the run row lock: retry
         after backoff while attempts remain (and not ``permanent``), else discard and
         resolve the run (Engine Design: Failure Propagation). ``owner`` None lets the
         recovery sweep fail a step it does not own; the generation still guards it.
         ``timed_out``: only when ``started_at + timeout`` has passed (a timeout failure).
-        Returns None when stale. The run lock and the attempt's compare-and-swap go in one
-        round trip (a pipeline: executed in that order, see :meth:`complete_step`)."""
+        ``backoff`` False: retry at once, without reading the step's backoff (see
+        :meth:`fail_step_alone`). Returns None when stale. The run lock and the attempt's
+        compare-and-swap go in one round trip (a pipeline: executed in that order, see
+        :meth:`complete_step`). Raises ``psycopg.DataError`` when the stored backoff
+        cannot be computed (the transaction is then failed)."""
         error = printable(error) or ""
         traceback = printable(traceback)
+        statement = "step_fail_attempt" if backoff else "step_fail_attempt_without_backoff"
         with pipelined(conn):
             conn.execute(self.q["run_lock"], {"run_id": run_id})
             failed = conn.execute(
-                self.q["step_fail_attempt"],
+                self.q[statement],
                 {
                     "id": step_id,
                     "generation": generation,
@@ -550,6 +551,31 @@ class Store(RunAdvance, QueueStoreMixin):
             queue=queue,
             engine_events=tuple(acc.events),
         )
+
+    def fail_step_alone(self, **kwargs: Any) -> tuple[Outcome | None, psycopg.DataError | None]:
+        """:meth:`fail_step` (same keyword arguments, no ``conn``) in a transaction of its
+        own on a pool connection, committed before it returns.
+
+        When the step's stored backoff cannot be computed (``psycopg.DataError``, e.g. a
+        definition written by hand or by an older version), the attempt is recorded all
+        the same in a fresh transaction, without backoff: retried at once while attempts
+        remain, else discarded, with a note in its error. A failed attempt is thus never
+        left to its lease (which would re-run the step at every reclaim, for ever).
+
+        Returns ``(outcome, error)``: the outcome (None when stale) and the data error of
+        the first try (None when there was none), for the caller to log.
+        """
+        try:
+            with self.pool.connection() as conn, conn.transaction():
+                return self.fail_step(conn, **kwargs), None
+        except psycopg.DataError as exc:
+            first = exc
+        reason = str(first).strip().splitlines()[0] if str(first).strip() else type(first).__name__
+        kwargs["error"] = (
+            f"{kwargs.get('error') or ''} [no retry backoff: it could not be computed ({reason})]"
+        ).lstrip()
+        with self.pool.connection() as conn, conn.transaction():
+            return self.fail_step(conn, backoff=False, **kwargs), first
 
     # -- operator actions ----------------------------------------------------------------
 

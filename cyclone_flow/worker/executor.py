@@ -31,7 +31,8 @@ from cyclone_flow.options import job_flow, run_options
 from cyclone_flow.spec.model import JSON
 from cyclone_flow.spec.template import references, render
 from cyclone_flow.states import ErrorKind, RunState, StepState
-from cyclone_flow.store.store import ClaimedStep, Outcome, Store, Wakeups, contains_nul, dumps
+from cyclone_flow.store.store import ClaimedStep, Outcome, Store, Wakeups, dumps
+from cyclone_flow.text import unstorable
 from cyclone_flow.worker.cache import OutputCache
 from cyclone_flow.worker.completer import Completer
 from cyclone_flow.worker.context import Context
@@ -282,10 +283,11 @@ class Executor:
                 permanent=True,
                 tb=None,
             ) from exc
-        if contains_nul(output):
+        reason = unstorable(output)
+        if reason is not None:
             raise StepFailure(
                 ErrorKind.HANDLER_ERROR,
-                "handler output contains a NUL character (U+0000), which Postgres cannot store",
+                f"handler output contains {reason}, which Postgres cannot store",
                 permanent=True,
                 tb=None,
             )
@@ -408,9 +410,8 @@ class Executor:
         duration_s: float | None = None,
     ) -> None:
         timed_out = failure.kind is ErrorKind.TIMEOUT
-        with self.tx_slots, self.store.pool.connection() as conn, conn.transaction():
-            outcome = self.store.fail_step(
-                conn,
+        with self.tx_slots:
+            outcome, backoff_error = self.store.fail_step_alone(
                 step_id=step.id,
                 run_id=step.run_id,
                 generation=step.lease_generation,
@@ -420,6 +421,15 @@ class Executor:
                 traceback=failure.tb,
                 permanent=failure.permanent,
                 timed_out=timed_out,
+            )
+        if backoff_error is not None:
+            self.log.error(
+                "step %s of run %s: its retry backoff could not be computed (%s); the "
+                "attempt is recorded without backoff",
+                step.node,
+                step.run_id,
+                backoff_error,
+                extra=_extra(step),
             )
         if outcome is None:
             self.log.info(

@@ -336,17 +336,24 @@ class Worker:
             message = "step timed out (started_at + timeout passed)"
         else:
             message = f"lease expired after {self.config.max_reclaims} reclaims"
-        with self.store.pool.connection() as conn, conn.transaction():
-            outcome = self.store.fail_step(
-                conn,
-                step_id=step_id,
-                run_id=run_id,
-                generation=gen,
-                owner=None,
-                error=message,
-                error_kind=kind,
-                permanent=permanent,
-                timed_out=kind is ErrorKind.TIMEOUT,
+        outcome, backoff_error = self.store.fail_step_alone(
+            step_id=step_id,
+            run_id=run_id,
+            generation=gen,
+            owner=None,
+            error=message,
+            error_kind=kind,
+            permanent=permanent,
+            timed_out=kind is ErrorKind.TIMEOUT,
+        )
+        if backoff_error is not None:
+            self.log.error(
+                "step %s of run %s: its retry backoff could not be computed (%s); the "
+                "attempt is recorded without backoff",
+                node,
+                run_id,
+                backoff_error,
+                extra=step_extra(run_id, node),
             )
         if outcome is None:
             return False

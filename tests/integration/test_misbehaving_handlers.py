@@ -26,6 +26,8 @@ def _one(call: str, **node: Any) -> Any:
     [
         ("cyclone_test_handlers.misbehave:nul_output", "NUL character", 1),
         ("cyclone_test_handlers.misbehave:nul_error", "bad byte \\x00 here", 2),
+        ("cyclone_test_handlers.misbehave:surrogate_output", "lone surrogate (U+D800)", 1),
+        ("cyclone_test_handlers.misbehave:surrogate_error", "bad char \\udcff here", 2),
         ("cyclone_test_handlers.misbehave:swallow_sql_error", "completion transaction failed", 2),
         ("cyclone_test_handlers.misbehave:deep_output", "nested too deeply", 1),
     ],

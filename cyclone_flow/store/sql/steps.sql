@@ -209,10 +209,14 @@ RETURNING s.run_id, s.queue, s.node, s.type
 -- failure counts, which timed_out marks and requires the deadline to have passed): back
 -- to available at now() + backoff while attempts remain and the failure is not permanent,
 -- else discarded (dead letter). Each attempt's error is appended to errors. The backoff
--- is min(max, initial * multiplier^(attempt - 1) * (1 +/- jitter)), with the power
--- computed in log space and bounded by max/initial first, so no attempt number overflows
--- it (attempt 10,000 waits max) and the jitter never pushes it past max; an initial or max
--- of 0 means no wait (Engine Design: Failure Propagation, Leases and Heartbeats).
+-- is min(max, initial * multiplier^(attempt - 1) * (1 +/- jitter)), computed as
+-- exp(min(ln max, ln initial + (attempt - 1) * ln multiplier)) so that no stored value
+-- and no attempt number can overflow or underflow float8: every parameter is clamped in
+-- numeric first (initial and max to 0 or [1ms, 366d], multiplier to [1, 1e300], jitter to
+-- [0, 1]), the exponent never exceeds ln max (attempt 10,000 waits max) and the jitter
+-- never pushes the wait past max; an initial or max of 0 means no wait (Engine Design:
+-- Failure Propagation, Leases and Heartbeats). step_fail_attempt_without_backoff records
+-- the attempt when even this cannot be computed (a stored backoff that is not numbers).
 UPDATE {schema}.cyclone_steps s
 SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
     attempt = CASE WHEN p.retry THEN s.attempt + 1 ELSE s.attempt END,
@@ -231,21 +235,62 @@ FROM (
     SELECT b.id, b.retry,
            CASE WHEN b.initial_s <= 0 OR b.max_s <= 0 THEN 0
                 ELSE least(b.max_s,
-                           b.initial_s
-                           * exp(least(ln(greatest(b.max_s, b.initial_s) / b.initial_s),
-                                       (b.attempt - 1) * ln(b.multiplier)))
+                           exp(least(ln(b.max_s),
+                                     ln(b.initial_s)
+                                     + greatest(b.attempt - 1, 0) * ln(b.multiplier)))
                            * (1 + b.jitter * (2 * random() - 1)))
            END AS delay_s
     FROM (
-        SELECT id, attempt,
-               attempt < max_attempts AND NOT %(permanent)s::boolean AS retry,
-               coalesce((backoff->>'initial_s')::float8, 1) AS initial_s,
-               coalesce((backoff->>'max_s')::float8, 300) AS max_s,
-               greatest(coalesce((backoff->>'multiplier')::float8, 2), 1) AS multiplier,
-               least(greatest(coalesce((backoff->>'jitter')::float8, 0.1), 0), 1) AS jitter
-        FROM {schema}.cyclone_steps
-        WHERE id = %(id)s
+        SELECT c.id, c.attempt, c.retry,
+               (CASE WHEN c.initial_n <= 0 THEN 0
+                     ELSE least(greatest(c.initial_n, 0.001), 31622400) END)::float8 AS initial_s,
+               (CASE WHEN c.max_n <= 0 THEN 0
+                     ELSE least(greatest(c.max_n, 0.001), 31622400) END)::float8 AS max_s,
+               least(greatest(c.multiplier_n, 1), 1e300)::float8 AS multiplier,
+               least(greatest(c.jitter_n, 0), 1)::float8 AS jitter
+        FROM (
+            SELECT id, attempt,
+                   attempt < max_attempts AND NOT %(permanent)s::boolean AS retry,
+                   coalesce((backoff->>'initial_s')::numeric, 1) AS initial_n,
+                   coalesce((backoff->>'max_s')::numeric, 300) AS max_n,
+                   coalesce((backoff->>'multiplier')::numeric, 2) AS multiplier_n,
+                   coalesce((backoff->>'jitter')::numeric, 0.1) AS jitter_n
+            FROM {schema}.cyclone_steps
+            WHERE id = %(id)s
+        ) c
     ) b
+) p
+WHERE s.id = p.id
+  AND s.state = 'running'
+  AND s.lease_generation = %(generation)s
+  AND (%(owner)s::text IS NULL
+       OR (s.lease_owner = %(owner)s
+           AND (s.timeout IS NULL OR s.started_at + s.timeout > statement_timestamp())))
+  AND (NOT %(timed_out)s::boolean
+       OR (s.timeout IS NOT NULL AND s.started_at + s.timeout <= statement_timestamp()))
+RETURNING s.run_id, s.node, s.state, s.queue, s.attempt, s.parent_node
+
+-- name: step_fail_attempt_without_backoff
+-- step_fail_attempt without reading the step's backoff (used when computing it raised a
+-- data error, in a fresh transaction): the same guards and the same record of the
+-- attempt, but a retry is available at once, so a failure is never left unrecorded.
+UPDATE {schema}.cyclone_steps s
+SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
+    attempt = CASE WHEN p.retry THEN s.attempt + 1 ELSE s.attempt END,
+    scheduled_at = CASE WHEN p.retry THEN statement_timestamp() ELSE s.scheduled_at END,
+    finished_at = CASE WHEN p.retry THEN NULL ELSE statement_timestamp() END,
+    lease_owner = CASE WHEN p.retry THEN NULL ELSE s.lease_owner END,
+    lease_expiry = NULL,
+    heartbeat_at = CASE WHEN p.retry THEN NULL ELSE s.heartbeat_at END,
+    error = %(error)s,
+    error_kind = %(error_kind)s,
+    errors = s.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', s.attempt, 'error', %(error)s::text, 'error_kind', %(error_kind)s::text,
+        'traceback', %(traceback)s::text, 'at', statement_timestamp()))
+FROM (
+    SELECT id, attempt < max_attempts AND NOT %(permanent)s::boolean AS retry
+    FROM {schema}.cyclone_steps
+    WHERE id = %(id)s
 ) p
 WHERE s.id = p.id
   AND s.state = 'running'

@@ -21,6 +21,16 @@ def nul_error(ctx: Any, input: Any) -> Any:
     raise ValueError("bad byte \x00 here")
 
 
+def surrogate_output(ctx: Any, input: Any) -> Any:
+    """Returns a string with a lone surrogate (not UTF-8: Postgres cannot store it)."""
+    return {"s": "a\ud800b"}
+
+
+def surrogate_error(ctx: Any, input: Any) -> Any:
+    """Raises with a lone surrogate in the message."""
+    raise ValueError("bad char \udcff here")
+
+
 def swallow_sql_error(ctx: Any, input: Any) -> Any:
     """Makes its completion transaction fail, swallows the error and returns."""
     with contextlib.suppress(Exception):
