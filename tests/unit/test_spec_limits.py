@@ -57,11 +57,17 @@ def test_non_ancestors_matches_networkx_ancestors() -> None:
 
 def test_file_over_the_size_limit_is_e000_without_reading_it(tmp_path: Path) -> None:
     big = tmp_path / "big.yaml"
-    with big.open("wb") as fh:  # sparse: stat says 10 MiB + 1, nothing is written
+    with big.open("wb") as fh:  # sparse: stat says 2 MiB + 1, nothing is written
         fh.truncate(source.MAX_FILE_BYTES + 1)
     problems = lint_paths([str(big)])
     assert [(p.code, p.line, p.col, p.message) for p in problems] == [
-        ("E000", 1, 1, "file is 10485761 bytes, over the 10 MiB limit")
+        (
+            "E000",
+            1,
+            1,
+            "file is 2097153 bytes, over the 2 MiB limit for a flow file "
+            "(pass large data as the run input instead)",
+        )
     ]
     ok = tmp_path / "ok.yaml"
     ok.write_text("name: ok\nnodes:\n  a: {call: 'm:f'}\n" + "#" * 1000 + "\n")
@@ -74,7 +80,8 @@ def test_endless_device_reads_at_most_the_limit(monkeypatch: pytest.MonkeyPatch)
     assert text is None and problem is not None
     assert (problem.code, problem.message) == (
         "E000",
-        "file is more than 4096 bytes, over the 4096 bytes limit",
+        "file is more than 4096 bytes, over the 4096 bytes limit for a flow file "
+        "(pass large data as the run input instead)",
     )
 
 
