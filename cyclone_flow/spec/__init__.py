@@ -1,4 +1,4 @@
-"""The pure flow-file pipeline: load (ruamel, positions) -> validate (packaged JSON Schema)
+"""The pure flow-file pipeline: load (libyaml or ruamel, positions) -> validate (JSON Schema)
 -> check (networkx) -> build the typed :class:`Flow`. No database.
 """
 

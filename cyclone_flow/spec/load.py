@@ -7,7 +7,10 @@ problems instead.
 
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from cyclone_flow.errors import FlowError, Problem
 from cyclone_flow.spec.check import check_document
@@ -24,18 +27,33 @@ def _sort(problems: list[Problem]) -> list[Problem]:
     return sorted(set(problems), key=lambda p: (p.line, p.col, p.code, p.message))
 
 
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside: a big flow allocates hundreds of thousands of
+    objects, none in cycles, and every full collection would walk them all (a quarter of
+    the time of linting a 1 MB flow)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def analyse_text(text: str, path: str = "<string>") -> tuple[Document | None, list[Problem]]:
     """Parse, validate and check ``text``; return the document and every problem (sorted).
 
     The document is ``None`` when the YAML itself could not be read into JSON data; the
     schema and graph checks then do not run.
     """
-    doc, problems = parse_yaml(text, path)
-    if doc is None:
-        return None, _sort(problems)
-    problems = validate_document(doc) + check_input_schema(doc) + check_document(doc)
-    problems += check_children(doc)
-    return doc, _sort(problems)
+    with _gc_paused():
+        doc, problems = parse_yaml(text, path)
+        if doc is None:
+            return None, _sort(problems)
+        problems = validate_document(doc) + check_input_schema(doc) + check_document(doc)
+        problems += check_children(doc)
+        return doc, _sort(problems)
 
 
 def lint_text(text: str, path: str = "<string>") -> list[Problem]:
