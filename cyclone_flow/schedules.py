@@ -4,11 +4,14 @@ options).
 
 Ticks
     A cron expression (5 fields, or 6 with seconds last, or ``@hourly``-style macros) is
-    read in the wall-clock time of its IANA ``timezone`` (default ``UTC``). Across DST:
-    a wall-clock time that does not exist (spring forward) fires at the first instant that
-    exists after the gap, once; in the hour that repeats (fall back), an expression whose
-    hour field is a wildcard (``*``, ``*/2``) fires in both occurrences (each is a real
-    hour), any other fires only at the first occurrence. Ticks are stored as UTC instants.
+    read in the wall-clock time of its IANA ``timezone`` (default ``UTC``). Across DST
+    (decided from the zone's UTC offsets, whatever croniter version is installed): an
+    expression with a fixed hour field (``2``, ``9-17``, ``@daily``) fires once per
+    matching wall-clock time: a time that does not exist (spring forward) fires once at
+    the first instant after the gap, a time that repeats (fall back) only at its first
+    occurrence. An expression whose hour field is a wildcard (``*``, ``*/2``) follows the
+    real hours: the skipped hour has no tick, the repeated hour ticks in both occurrences.
+    Ticks are stored as UTC instants.
 
 Exactly once across clients
     The scanner of every started client looks for schedules whose ``next_run_at`` is due,
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from cyclone_flow.errors import SubmitOptionError
 from cyclone_flow.options import RunOptions
@@ -55,7 +58,8 @@ __all__ = [
 
 SCAN_BATCH = 100
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
-_MAX_STEPS = 100_000  # ticks walked per search: a typo'd cron cannot loop for ever
+_SECOND = timedelta(seconds=1)
+_MAX_STEPS = 10_000  # croniter steps per search: a few are needed, this is a safety net
 
 
 def validate_cron(expr: object) -> str:
@@ -83,36 +87,32 @@ def validate_timezone(name: object) -> ZoneInfo:
 
 
 class Ticks:
-    """The ticks of one cron expression in one time zone, as UTC-aware instants."""
+    """The ticks of one cron expression in one time zone, as UTC-aware instants.
+
+    croniter walks naive wall-clock times (no time zone, so its DST handling, which
+    differs between its versions, plays no part); each wall time is placed in UTC here
+    from the zone's offsets, by the DST rule of the module docstring. Raises
+    :class:`SubmitOptionError` for a bad expression or zone, and from :meth:`after` and
+    :meth:`at_or_before` when the expression has no tick (``0 0 31 2 *``). An
+    instance is for one thread at a time.
+    """
 
     def __init__(self, cron: str, timezone: str = "UTC") -> None:
         self.cron = validate_cron(cron)
         self.zone = validate_timezone(timezone)
-        expanded = croniter(cron).expanded
-        hour_field = cron.split()[1] if not cron.startswith("@") and len(cron.split()) > 1 else ""
+        self._croniter = croniter(cron)  # parsed once; each walk resets its start
+        expanded = self._croniter.expanded
+        fields = cron.split()
+        hour_field = fields[1] if not cron.startswith("@") and len(fields) > 1 else ""
         self._hour_wildcard = expanded[1] == ["*"] or hour_field.startswith("*")
-
-    def _skip(self, local: datetime) -> bool:
-        # the second occurrence of a repeated wall-clock time fires only for wildcard hours
-        return local.fold == 1 and not self._hour_wildcard
 
     def after(self, instant: datetime) -> datetime:
         """The first tick strictly after ``instant`` (an aware datetime)."""
-        it = croniter(self.cron, instant.astimezone(self.zone))
-        for _ in range(_MAX_STEPS):
-            local: datetime = it.get_next(datetime)
-            if not self._skip(local) and local.astimezone(UTC) > instant:
-                return local.astimezone(UTC)
-        raise SubmitOptionError("cron", self.cron, "no tick found")  # pragma: no cover
+        return self._search(instant, forward=True)
 
     def at_or_before(self, instant: datetime) -> datetime:
-        """The last tick at or before ``instant``."""
-        it = croniter(self.cron, (instant + timedelta(microseconds=1)).astimezone(self.zone))
-        for _ in range(_MAX_STEPS):
-            local: datetime = it.get_prev(datetime)
-            if not self._skip(local) and local.astimezone(UTC) <= instant:
-                return local.astimezone(UTC)
-        raise SubmitOptionError("cron", self.cron, "no tick found")  # pragma: no cover
+        """The last tick at or before ``instant`` (an aware datetime)."""
+        return self._search(instant, forward=False)
 
     def between(self, start: datetime, end: datetime) -> Iterator[datetime]:
         """Every tick in ``(start, end]`` (documentation and tests)."""
@@ -120,6 +120,113 @@ class Ticks:
         while tick <= end:
             yield tick
             tick = self.after(tick)
+
+    # -- the walk ---------------------------------------------------------------------------
+
+    def _search(self, instant: datetime, forward: bool) -> datetime:
+        """Walk the matching wall times from the wall time of ``instant`` (forward or
+        back); the first that stands for an instant past ``instant`` is the answer, as
+        UTC order follows wall-clock order except in a repeated hour, whose wall times
+        are handled together (:meth:`_in_repeat`). A few croniter steps per call: one per
+        gap or repeated hour crossed, plus one."""
+        wall = self._wall(instant)
+        step = _SECOND if forward else -_SECOND
+        start = wall.replace(microsecond=0) - step  # exclusive; walls are whole seconds
+        first, second = self._offsets(wall)
+        if first > second:  # instant is in a repeated hour
+            found, start = self._in_repeat(wall, first, second, instant, forward)
+            if found is not None:
+                return found
+        walls = self._walk(start, forward)
+        for _ in range(_MAX_STEPS):
+            wall = next(walls)
+            first, second = self._offsets(wall)
+            if first == second:  # an ordinary wall time
+                tick = (wall - first).replace(tzinfo=UTC)
+                if tick > instant if forward else tick <= instant:
+                    return tick
+            elif first > second:  # a repeated hour
+                found, start = self._in_repeat(wall, first, second, instant, forward)
+                if found is not None:
+                    return found
+                walls = self._walk(start, forward)
+            else:  # does not exist: the first instant after the gap
+                end = self._transition(wall - second, wall - first)
+                if not self._hour_wildcard and (end > instant if forward else end <= instant):
+                    return end
+                # a wildcard hour skips it (no real hour): go on from the gap's other side
+                if forward:  # from its first wall time after it (inclusive)
+                    walls = self._walk(self._wall(end) - _SECOND, forward)
+                else:  # from its last wall time before it (inclusive)
+                    walls = self._walk(self._wall(end - _SECOND) + _SECOND, forward)
+        raise SubmitOptionError("cron", self.cron, f"no tick found in {_MAX_STEPS} steps")
+
+    def _in_repeat(
+        self, wall: datetime, first: timedelta, second: timedelta, instant: datetime, fwd: bool
+    ) -> tuple[datetime | None, datetime]:
+        """The nearest tick past ``instant`` among the wall times of the repeated hour
+        holding ``wall`` (offsets ``first`` > ``second``), or None and the wall time to
+        walk on from (exclusive). In UTC order the repeated wall times fire once through
+        at the ``first`` offset, then (wildcard hour) once more at the ``second``."""
+        change = self._transition(wall - first, wall - second)
+        begin = change.replace(tzinfo=None) + second  # the repeated wall times: [begin, end)
+        end = begin + (first - second)
+        passes = [first, second] if self._hour_wildcard else [first]
+        for offset in passes if fwd else reversed(passes):
+            # a wall time w of the pass is past instant when w > (or <=) instant + offset
+            edge = (instant.replace(tzinfo=None) + offset).replace(microsecond=0)
+            try:
+                if fwd:
+                    self._croniter.set_current(max(begin - _SECOND, edge), force=True)
+                    found: datetime = self._croniter.get_next(datetime)
+                else:
+                    self._croniter.set_current(min(end, edge + _SECOND), force=True)
+                    found = self._croniter.get_prev(datetime)
+            except CroniterBadDateError as exc:
+                raise SubmitOptionError("cron", self.cron, f"no tick found ({exc})") from None
+            if begin <= found < end:
+                return (found - offset).replace(tzinfo=UTC), found
+        return None, (end - _SECOND if fwd else begin)
+
+    def _walk(self, start: datetime, forward: bool) -> Iterator[datetime]:
+        """The wall times (naive) the expression matches after (or before) ``start``,
+        exclusive; croniter's "no such date" becomes :class:`SubmitOptionError`."""
+        it = self._croniter
+        it.set_current(start, force=True)
+        try:
+            while True:
+                wall: datetime = it.get_next(datetime) if forward else it.get_prev(datetime)
+                yield wall
+        except CroniterBadDateError as exc:
+            raise SubmitOptionError("cron", self.cron, f"no tick found ({exc})") from None
+
+    def _wall(self, instant: datetime) -> datetime:
+        """The naive wall-clock time of ``instant`` in the zone (fold=0)."""
+        return instant.astimezone(self.zone).replace(tzinfo=None, fold=0)
+
+    def _offsets(self, wall: datetime) -> tuple[timedelta, timedelta]:
+        """The zone's UTC offsets for ``wall`` read as a first (fold=0) and a second
+        (fold=1) occurrence: equal for an ordinary wall time, first > second in a
+        repeated hour (fall back), first < second in a gap (spring forward)."""
+        aware = wall.replace(tzinfo=self.zone, fold=0)
+        first, second = aware.utcoffset(), aware.replace(fold=1).utcoffset()
+        assert first is not None and second is not None
+        return first, second
+
+    def _transition(self, low: datetime, high: datetime) -> datetime:
+        """The instant (UTC-aware) in ``(low, high]`` (naive UTC) at which the zone's
+        offset changes from the one at ``low``: a binary search in whole seconds, as
+        zones change offsets on whole seconds."""
+        base = low.replace(tzinfo=UTC)
+        before = base.astimezone(self.zone).utcoffset()
+        lo, hi = 0, int((high - low).total_seconds())
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if (base + timedelta(seconds=mid)).astimezone(self.zone).utcoffset() == before:
+                lo = mid
+            else:
+                hi = mid
+        return base + timedelta(seconds=hi)
 
 
 @dataclass(frozen=True)
