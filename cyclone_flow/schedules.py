@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import psycopg
 from croniter import CroniterBadDateError, croniter
 
 from cyclone_flow.errors import SubmitOptionError
@@ -42,6 +43,7 @@ from cyclone_flow.options import RunOptions
 from cyclone_flow.producer import Producer
 from cyclone_flow.spec.compile import build_flow, document_digest
 from cyclone_flow.spec.model import Flow
+from cyclone_flow.store.queue_store import DueRef
 from cyclone_flow.store.store import Store, Wakeups
 
 __all__ = [
@@ -290,8 +292,21 @@ class ScheduleScanner:
     """The schedule scanner of the maintenance loop: ``run_once()`` submits every due tick
     once across all clients and returns how many runs it submitted.
 
-    ``publish`` sends the wakeups of each committed tick; ``logger`` reports misfires.
+    ``publish`` sends the wakeups of each committed tick; ``logger`` reports misfires and
+    failing schedules.
+
+    A schedule whose tick fails (its cron edited by hand into one that never fires, a
+    stored definition that no longer inserts, a statement error) is logged with its name
+    and skipped; the others of the pass go on. This scanner then leaves it alone for
+    ``RETRY_FIRST`` (10 s), doubling at each further failure up to ``RETRY_MAX``
+    (10 min), and tries it at once when its row changes (``schedule sync``, ``add``,
+    ``resume``). Its tick stays due meanwhile, so it is submitted (misfire policy) once
+    the schedule works again. Losing the database itself (connection trouble) is no
+    schedule's fault: it ends the pass, for the maintenance loop to log and retry.
     """
+
+    RETRY_FIRST = timedelta(seconds=10)
+    RETRY_MAX = timedelta(minutes=10)
 
     def __init__(
         self,
@@ -306,6 +321,7 @@ class ScheduleScanner:
         self.publish = publish
         self.log = logger
         self.batch = batch
+        self._failing: dict[int, _Failure] = {}  # schedule id -> its last failure
 
     def run_once(self, now: datetime | None = None) -> int:
         """Submit the due tick of every due schedule; return the number of runs submitted.
@@ -316,24 +332,53 @@ class ScheduleScanner:
         """
         current = self.store.db_now(now)
         submitted = 0
-        for schedule_id in self.store.list_due_schedules(current, self.batch):
+        waiting = sum(1 for f in self._failing.values() if f.retry_at > current)
+        due = self.store.list_due_schedules(current, self.batch + waiting)
+        for ref in due:
+            failure = self._failing.get(ref.id)
+            if failure is not None and failure.version == ref.version:
+                if failure.retry_at > current:
+                    continue  # backing off: the other schedules first
+            else:
+                failure = None  # a changed schedule gets a fresh start
             try:
-                if self._tick(schedule_id, current):
+                if self._tick(ref.id, current):
                     submitted += 1
             except _Stale:
-                continue  # another client moved the schedule on first: its tick, not ours
+                pass  # another client moved the schedule on first: its tick, not ours
+            except Exception as exc:
+                if _database_lost(exc):
+                    raise
+                self._failed(ref, failure, current, exc)
+                continue
+            self._failing.pop(ref.id, None)
+        listed = {ref.id for ref in due}
+        for schedule_id in [i for i in self._failing if i not in listed]:
+            del self._failing[schedule_id]  # no longer due: removed, paused or fixed
         return submitted
+
+    def _failed(
+        self, ref: DueRef, previous: _Failure | None, now: datetime, exc: Exception
+    ) -> None:
+        count = 1 if previous is None else previous.count + 1
+        delay = min(self.RETRY_FIRST * 2 ** (count - 1), self.RETRY_MAX)
+        self._failing[ref.id] = _Failure(ref.version, count, now + delay)
+        self.log.error(
+            "schedule %s cannot tick (failure %d): %s: %s; skipped, next attempt in %ds",
+            ref.name,
+            count,
+            type(exc).__name__,
+            exc,
+            delay.total_seconds(),
+            exc_info=not isinstance(exc, SubmitOptionError),
+        )
 
     def _tick(self, schedule_id: int, now: datetime) -> bool:
         with self.store.pool.connection() as conn, conn.transaction():
             due = self.store.lock_due_schedule(conn, schedule_id, now)
             if due is None:
                 return False  # another client holds it, or it already moved on
-            try:
-                ticks = Ticks(due.cron, due.timezone)
-            except SubmitOptionError as exc:  # edited by hand in the table
-                self.log.error("schedule %s cannot tick: %s", due.name, exc)
-                return False
+            ticks = Ticks(due.cron, due.timezone)  # SubmitOptionError: edited by hand
             tick = max(ticks.at_or_before(now), due.next_run_at)
             options = RunOptions(schedule_id=due.id, scheduled_for=tick)
             if due.no_plan:  # stored before plans (so without child nodes): store its plan
@@ -371,3 +416,24 @@ class ScheduleScanner:
 
 class _Stale(Exception):
     """Internal: the compare-and-swap of a tick changed no row."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """Internal: a schedule's last failed tick: the row ``version`` it failed on, the
+    consecutive ``count`` and when this scanner tries it again."""
+
+    version: str
+    count: int
+    retry_at: datetime
+
+
+def _database_lost(exc: Exception) -> bool:
+    """The database itself is out of reach (no SQLSTATE, class 08 connection exception,
+    57P0x shutdown): not the schedule's fault."""
+    if isinstance(exc, psycopg.InterfaceError):
+        return True
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state.startswith("57P")
