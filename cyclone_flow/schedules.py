@@ -176,7 +176,7 @@ class Ticks:
         passes = [first, second] if self._hour_wildcard else [first]
         for offset in passes if fwd else reversed(passes):
             # a wall time w of the pass is past instant when w > (or <=) instant + offset
-            edge = (instant.replace(tzinfo=None) + offset).replace(microsecond=0)
+            edge = (instant.astimezone(UTC).replace(tzinfo=None) + offset).replace(microsecond=0)
             try:
                 if fwd:
                     self._croniter.set_current(max(begin - _SECOND, edge), force=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -213,3 +214,14 @@ def test_seconds_field_across_dst() -> None:
     assert len(repeated) == 2 * 60 * 3 + 1 == len(set(repeated))
     assert every.at_or_before(utc(2027, 10, 31, 1, 0, 5)) == utc(2027, 10, 31, 1)
     assert every.after(utc(2027, 10, 31, 0, 59, 59)) == utc(2027, 10, 31, 1)
+
+
+def test_instants_in_any_zone_give_the_same_ticks() -> None:
+    """psycopg returns timestamptz in the session's zone: an aware instant in another zone
+    is the same instant (here inside Berlin's repeated hour)."""
+    ticks = Ticks("*/20 * * * *", "Europe/Berlin")
+    for minutes in range(0, 150, 7):
+        instant = utc(2027, 10, 30, 23, 30) + timedelta(minutes=minutes)
+        elsewhere = instant.astimezone(ZoneInfo("America/New_York"))
+        assert ticks.after(elsewhere) == ticks.after(instant)
+        assert ticks.at_or_before(elsewhere) == ticks.at_or_before(instant)
