@@ -4,11 +4,14 @@ options).
 
 Ticks
     A cron expression (5 fields, or 6 with seconds last, or ``@hourly``-style macros) is
-    read in the wall-clock time of its IANA ``timezone`` (default ``UTC``). Across DST:
-    a wall-clock time that does not exist (spring forward) fires at the first instant that
-    exists after the gap, once; in the hour that repeats (fall back), an expression whose
-    hour field is a wildcard (``*``, ``*/2``) fires in both occurrences (each is a real
-    hour), any other fires only at the first occurrence. Ticks are stored as UTC instants.
+    read in the wall-clock time of its IANA ``timezone`` (default ``UTC``). Across DST
+    (decided from the zone's UTC offsets, whatever croniter version is installed): an
+    expression with a fixed hour field (``2``, ``9-17``, ``@daily``) fires once per
+    matching wall-clock time: a time that does not exist (spring forward) fires once at
+    the first instant after the gap, a time that repeats (fall back) only at its first
+    occurrence. An expression whose hour field is a wildcard (``*``, ``*/2``) follows the
+    real hours: the skipped hour has no tick, the repeated hour ticks in both occurrences.
+    Ticks are stored as UTC instants.
 
 Exactly once across clients
     The scanner of every started client looks for schedules whose ``next_run_at`` is due,
@@ -32,13 +35,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from croniter import croniter
+import psycopg
+from croniter import CroniterBadDateError, croniter
 
 from cyclone_flow.errors import SubmitOptionError
 from cyclone_flow.options import RunOptions
 from cyclone_flow.producer import Producer
 from cyclone_flow.spec.compile import build_flow, document_digest
 from cyclone_flow.spec.model import Flow
+from cyclone_flow.store.queue_store import DueRef
 from cyclone_flow.store.store import Store, Wakeups
 from cyclone_flow.text import zone_info
 
@@ -56,7 +61,8 @@ __all__ = [
 
 SCAN_BATCH = 100
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
-_MAX_STEPS = 100_000  # ticks walked per search: a typo'd cron cannot loop for ever
+_SECOND = timedelta(seconds=1)
+_MAX_STEPS = 10_000  # croniter steps per search: a few are needed, this is a safety net
 
 
 def validate_cron(expr: object) -> str:
@@ -82,36 +88,32 @@ def validate_timezone(name: object) -> ZoneInfo:
 
 
 class Ticks:
-    """The ticks of one cron expression in one time zone, as UTC-aware instants."""
+    """The ticks of one cron expression in one time zone, as UTC-aware instants.
+
+    croniter walks naive wall-clock times (no time zone, so its DST handling, which
+    differs between its versions, plays no part); each wall time is placed in UTC here
+    from the zone's offsets, by the DST rule of the module docstring. Raises
+    :class:`SubmitOptionError` for a bad expression or zone, and from :meth:`after` and
+    :meth:`at_or_before` when the expression has no tick (``0 0 31 2 *``). An
+    instance is for one thread at a time.
+    """
 
     def __init__(self, cron: str, timezone: str = "UTC") -> None:
         self.cron = validate_cron(cron)
         self.zone = validate_timezone(timezone)
-        expanded = croniter(cron).expanded
-        hour_field = cron.split()[1] if not cron.startswith("@") and len(cron.split()) > 1 else ""
+        self._croniter = croniter(cron)  # parsed once; each walk resets its start
+        expanded = self._croniter.expanded
+        fields = cron.split()
+        hour_field = fields[1] if not cron.startswith("@") and len(fields) > 1 else ""
         self._hour_wildcard = expanded[1] == ["*"] or hour_field.startswith("*")
-
-    def _skip(self, local: datetime) -> bool:
-        # the second occurrence of a repeated wall-clock time fires only for wildcard hours
-        return local.fold == 1 and not self._hour_wildcard
 
     def after(self, instant: datetime) -> datetime:
         """The first tick strictly after ``instant`` (an aware datetime)."""
-        it = croniter(self.cron, instant.astimezone(self.zone))
-        for _ in range(_MAX_STEPS):
-            local: datetime = it.get_next(datetime)
-            if not self._skip(local) and local.astimezone(UTC) > instant:
-                return local.astimezone(UTC)
-        raise SubmitOptionError("cron", self.cron, "no tick found")  # pragma: no cover
+        return self._search(instant, forward=True)
 
     def at_or_before(self, instant: datetime) -> datetime:
-        """The last tick at or before ``instant``."""
-        it = croniter(self.cron, (instant + timedelta(microseconds=1)).astimezone(self.zone))
-        for _ in range(_MAX_STEPS):
-            local: datetime = it.get_prev(datetime)
-            if not self._skip(local) and local.astimezone(UTC) <= instant:
-                return local.astimezone(UTC)
-        raise SubmitOptionError("cron", self.cron, "no tick found")  # pragma: no cover
+        """The last tick at or before ``instant`` (an aware datetime)."""
+        return self._search(instant, forward=False)
 
     def between(self, start: datetime, end: datetime) -> Iterator[datetime]:
         """Every tick in ``(start, end]`` (documentation and tests)."""
@@ -119,6 +121,113 @@ class Ticks:
         while tick <= end:
             yield tick
             tick = self.after(tick)
+
+    # -- the walk ---------------------------------------------------------------------------
+
+    def _search(self, instant: datetime, forward: bool) -> datetime:
+        """Walk the matching wall times from the wall time of ``instant`` (forward or
+        back); the first that stands for an instant past ``instant`` is the answer, as
+        UTC order follows wall-clock order except in a repeated hour, whose wall times
+        are handled together (:meth:`_in_repeat`). A few croniter steps per call: one per
+        gap or repeated hour crossed, plus one."""
+        wall = self._wall(instant)
+        step = _SECOND if forward else -_SECOND
+        start = wall.replace(microsecond=0) - step  # exclusive; walls are whole seconds
+        first, second = self._offsets(wall)
+        if first > second:  # instant is in a repeated hour
+            found, start = self._in_repeat(wall, first, second, instant, forward)
+            if found is not None:
+                return found
+        walls = self._walk(start, forward)
+        for _ in range(_MAX_STEPS):
+            wall = next(walls)
+            first, second = self._offsets(wall)
+            if first == second:  # an ordinary wall time
+                tick = (wall - first).replace(tzinfo=UTC)
+                if tick > instant if forward else tick <= instant:
+                    return tick
+            elif first > second:  # a repeated hour
+                found, start = self._in_repeat(wall, first, second, instant, forward)
+                if found is not None:
+                    return found
+                walls = self._walk(start, forward)
+            else:  # does not exist: the first instant after the gap
+                end = self._transition(wall - second, wall - first)
+                if not self._hour_wildcard and (end > instant if forward else end <= instant):
+                    return end
+                # a wildcard hour skips it (no real hour): go on from the gap's other side
+                if forward:  # from its first wall time after it (inclusive)
+                    walls = self._walk(self._wall(end) - _SECOND, forward)
+                else:  # from its last wall time before it (inclusive)
+                    walls = self._walk(self._wall(end - _SECOND) + _SECOND, forward)
+        raise SubmitOptionError("cron", self.cron, f"no tick found in {_MAX_STEPS} steps")
+
+    def _in_repeat(
+        self, wall: datetime, first: timedelta, second: timedelta, instant: datetime, fwd: bool
+    ) -> tuple[datetime | None, datetime]:
+        """The nearest tick past ``instant`` among the wall times of the repeated hour
+        holding ``wall`` (offsets ``first`` > ``second``), or None and the wall time to
+        walk on from (exclusive). In UTC order the repeated wall times fire once through
+        at the ``first`` offset, then (wildcard hour) once more at the ``second``."""
+        change = self._transition(wall - first, wall - second)
+        begin = change.replace(tzinfo=None) + second  # the repeated wall times: [begin, end)
+        end = begin + (first - second)
+        passes = [first, second] if self._hour_wildcard else [first]
+        for offset in passes if fwd else reversed(passes):
+            # a wall time w of the pass is past instant when w > (or <=) instant + offset
+            edge = (instant.astimezone(UTC).replace(tzinfo=None) + offset).replace(microsecond=0)
+            try:
+                if fwd:
+                    self._croniter.set_current(max(begin - _SECOND, edge), force=True)
+                    found: datetime = self._croniter.get_next(datetime)
+                else:
+                    self._croniter.set_current(min(end, edge + _SECOND), force=True)
+                    found = self._croniter.get_prev(datetime)
+            except CroniterBadDateError as exc:
+                raise SubmitOptionError("cron", self.cron, f"no tick found ({exc})") from None
+            if begin <= found < end:
+                return (found - offset).replace(tzinfo=UTC), found
+        return None, (end - _SECOND if fwd else begin)
+
+    def _walk(self, start: datetime, forward: bool) -> Iterator[datetime]:
+        """The wall times (naive) the expression matches after (or before) ``start``,
+        exclusive; croniter's "no such date" becomes :class:`SubmitOptionError`."""
+        it = self._croniter
+        it.set_current(start, force=True)
+        try:
+            while True:
+                wall: datetime = it.get_next(datetime) if forward else it.get_prev(datetime)
+                yield wall
+        except CroniterBadDateError as exc:
+            raise SubmitOptionError("cron", self.cron, f"no tick found ({exc})") from None
+
+    def _wall(self, instant: datetime) -> datetime:
+        """The naive wall-clock time of ``instant`` in the zone (fold=0)."""
+        return instant.astimezone(self.zone).replace(tzinfo=None, fold=0)
+
+    def _offsets(self, wall: datetime) -> tuple[timedelta, timedelta]:
+        """The zone's UTC offsets for ``wall`` read as a first (fold=0) and a second
+        (fold=1) occurrence: equal for an ordinary wall time, first > second in a
+        repeated hour (fall back), first < second in a gap (spring forward)."""
+        aware = wall.replace(tzinfo=self.zone, fold=0)
+        first, second = aware.utcoffset(), aware.replace(fold=1).utcoffset()
+        assert first is not None and second is not None
+        return first, second
+
+    def _transition(self, low: datetime, high: datetime) -> datetime:
+        """The instant (UTC-aware) in ``(low, high]`` (naive UTC) at which the zone's
+        offset changes from the one at ``low``: a binary search in whole seconds, as
+        zones change offsets on whole seconds."""
+        base = low.replace(tzinfo=UTC)
+        before = base.astimezone(self.zone).utcoffset()
+        lo, hi = 0, int((high - low).total_seconds())
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if (base + timedelta(seconds=mid)).astimezone(self.zone).utcoffset() == before:
+                lo = mid
+            else:
+                hi = mid
+        return base + timedelta(seconds=hi)
 
 
 @dataclass(frozen=True)
@@ -182,8 +291,21 @@ class ScheduleScanner:
     """The schedule scanner of the maintenance loop: ``run_once()`` submits every due tick
     once across all clients and returns how many runs it submitted.
 
-    ``publish`` sends the wakeups of each committed tick; ``logger`` reports misfires.
+    ``publish`` sends the wakeups of each committed tick; ``logger`` reports misfires and
+    failing schedules.
+
+    A schedule whose tick fails (its cron edited by hand into one that never fires, a
+    stored definition that no longer inserts, a statement error) is logged with its name
+    and skipped; the others of the pass go on. This scanner then leaves it alone for
+    ``RETRY_FIRST`` (10 s), doubling at each further failure up to ``RETRY_MAX``
+    (10 min), and tries it at once when its row changes (``schedule sync``, ``add``,
+    ``resume``). Its tick stays due meanwhile, so it is submitted (misfire policy) once
+    the schedule works again. Losing the database itself (connection trouble) is no
+    schedule's fault: it ends the pass, for the maintenance loop to log and retry.
     """
+
+    RETRY_FIRST = timedelta(seconds=10)
+    RETRY_MAX = timedelta(minutes=10)
 
     def __init__(
         self,
@@ -198,6 +320,7 @@ class ScheduleScanner:
         self.publish = publish
         self.log = logger
         self.batch = batch
+        self._failing: dict[int, _Failure] = {}  # schedule id -> its last failure
 
     def run_once(self, now: datetime | None = None) -> int:
         """Submit the due tick of every due schedule; return the number of runs submitted.
@@ -208,24 +331,53 @@ class ScheduleScanner:
         """
         current = self.store.db_now(now)
         submitted = 0
-        for schedule_id in self.store.list_due_schedules(current, self.batch):
+        waiting = sum(1 for f in self._failing.values() if f.retry_at > current)
+        due = self.store.list_due_schedules(current, self.batch + waiting)
+        for ref in due:
+            failure = self._failing.get(ref.id)
+            if failure is not None and failure.version == ref.version:
+                if failure.retry_at > current:
+                    continue  # backing off: the other schedules first
+            else:
+                failure = None  # a changed schedule gets a fresh start
             try:
-                if self._tick(schedule_id, current):
+                if self._tick(ref.id, current):
                     submitted += 1
             except _Stale:
-                continue  # another client moved the schedule on first: its tick, not ours
+                pass  # another client moved the schedule on first: its tick, not ours
+            except Exception as exc:
+                if _database_lost(exc):
+                    raise
+                self._failed(ref, failure, current, exc)
+                continue
+            self._failing.pop(ref.id, None)
+        listed = {ref.id for ref in due}
+        for schedule_id in [i for i in self._failing if i not in listed]:
+            del self._failing[schedule_id]  # no longer due: removed, paused or fixed
         return submitted
+
+    def _failed(
+        self, ref: DueRef, previous: _Failure | None, now: datetime, exc: Exception
+    ) -> None:
+        count = 1 if previous is None else previous.count + 1
+        delay = min(self.RETRY_FIRST * 2 ** (count - 1), self.RETRY_MAX)
+        self._failing[ref.id] = _Failure(ref.version, count, now + delay)
+        self.log.error(
+            "schedule %s cannot tick (failure %d): %s: %s; skipped, next attempt in %ds",
+            ref.name,
+            count,
+            type(exc).__name__,
+            exc,
+            delay.total_seconds(),
+            exc_info=not isinstance(exc, SubmitOptionError),
+        )
 
     def _tick(self, schedule_id: int, now: datetime) -> bool:
         with self.store.pool.connection() as conn, conn.transaction():
             due = self.store.lock_due_schedule(conn, schedule_id, now)
             if due is None:
                 return False  # another client holds it, or it already moved on
-            try:
-                ticks = Ticks(due.cron, due.timezone)
-            except SubmitOptionError as exc:  # edited by hand in the table
-                self.log.error("schedule %s cannot tick: %s", due.name, exc)
-                return False
+            ticks = Ticks(due.cron, due.timezone)  # SubmitOptionError: edited by hand
             tick = max(ticks.at_or_before(now), due.next_run_at)
             options = RunOptions(schedule_id=due.id, scheduled_for=tick)
             if due.no_plan:  # stored before plans (so without child nodes): store its plan
@@ -263,3 +415,24 @@ class ScheduleScanner:
 
 class _Stale(Exception):
     """Internal: the compare-and-swap of a tick changed no row."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """Internal: a schedule's last failed tick: the row ``version`` it failed on, the
+    consecutive ``count`` and when this scanner tries it again."""
+
+    version: str
+    count: int
+    retry_at: datetime
+
+
+def _database_lost(exc: Exception) -> bool:
+    """The database itself is out of reach (no SQLSTATE, class 08 connection exception,
+    57P0x shutdown): not the schedule's fault."""
+    if isinstance(exc, psycopg.InterfaceError):
+        return True
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state.startswith("57P")

@@ -69,6 +69,16 @@ class ScheduleRow:
 
 
 @dataclass(frozen=True)
+class DueRef:
+    """A due schedule as the scanner lists it: id, name and ``version``, a digest of its
+    whole row (it changes with any edit: sync, add, pause/resume, a tick)."""
+
+    id: int
+    name: str
+    version: str
+
+
+@dataclass(frozen=True)
 class DueSchedule:
     """A due schedule locked by the scanner's transaction, with its flow definition (the
     flow file as JSON) and the id of that stored definition (``no_plan``: stored before
@@ -363,13 +373,13 @@ class QueueStoreMixin:
             rows = cur.execute(self.q["schedule_list"]).fetchall()
         return [_schedule_row(r) for r in rows]
 
-    def list_due_schedules(self, now: datetime, batch: int) -> list[int]:
-        """Ids of unpaused schedules due at ``now``, earliest first."""
+    def list_due_schedules(self, now: datetime, batch: int) -> list[DueRef]:
+        """Unpaused schedules due at ``now``, earliest first (at most ``batch``)."""
         with self.pool.connection() as conn:
             rows = conn.execute(
                 self.q["schedule_list_due"], {"now": now, "batch": batch}
             ).fetchall()
-        return [int(r[0]) for r in rows]
+        return [DueRef(int(r[0]), r[1], r[2]) for r in rows]
 
     def lock_due_schedule(self, conn: Conn, schedule_id: int, now: datetime) -> DueSchedule | None:
         """Lock a due schedule for this transaction (SKIP LOCKED); None when another client

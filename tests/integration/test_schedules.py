@@ -4,10 +4,13 @@ misfire policy, pause/resume, and the scanner inside started clients."""
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from cyclone_test_handlers.harness import wait_until
@@ -140,6 +143,8 @@ def test_bad_schedules_write_nothing(make_client: Callable[..., Client], db: Any
         client.add_schedule(FLOW, "@daily", input={"region": 3})
     with pytest.raises(SubmitOptionError, match="cron="):
         client.add_schedule(FLOW, "every day")
+    with pytest.raises(SubmitOptionError, match="no tick found"):  # was a CroniterBadDateError
+        client.add_schedule(FLOW, "0 0 31 2 *")
     with pytest.raises(SubmitOptionError, match="timezone="):
         client.add_schedule(FLOW, "@daily", timezone="Europe/Pariss")
     with pytest.raises(SubmitOptionError, match="name="):
@@ -184,3 +189,184 @@ def test_started_clients_tick_every_second_exactly_once(
     ticks = [t for _, t in _ticks(db)]
     assert len(ticks) == len(set(ticks)) >= 3
     assert all(t.microsecond == 0 for t in ticks)
+
+
+DST_FLOW = load_flow_text(
+    FLOW_TEXT.split("schedules:")[0]
+    + "schedules:\n"
+    + "".join(
+        f"  - {{name: {name}, cron: '{cron}', timezone: Europe/Berlin}}\n"
+        for name, cron in [
+            ("daily", "@daily"),
+            ("weekly", "@weekly"),
+            ("at-0230", "30 2 * * *"),
+            ("office", "0 9-17 * * *"),
+            ("hourly", "30 * * * *"),
+        ]
+    )
+)
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "expected"),
+    [
+        (  # Sunday 28 March 2027, Berlin: 02:00 CET -> 03:00 CEST (a 23-hour day)
+            utc(2027, 3, 27, 23),
+            utc(2027, 3, 28, 22),
+            {"daily": 1, "weekly": 1, "at-0230": 1, "office": 9, "hourly": 23},
+        ),
+        (  # Sunday 31 October 2027, Berlin: 03:00 CEST -> 02:00 CET (a 25-hour day)
+            utc(2027, 10, 30, 22),
+            utc(2027, 10, 31, 23),
+            {"daily": 1, "weekly": 1, "at-0230": 1, "office": 9, "hourly": 25},
+        ),
+    ],
+)
+def test_two_scanners_submit_each_tick_of_berlins_2027_dst_days_once(
+    make_client: Callable[..., Client],
+    db: Any,
+    start: datetime,
+    end: datetime,
+    expected: dict[str, int],
+) -> None:
+    """Regression: with croniter 7 no fixed-hour schedule ticked at all (the scanner's
+    at_or_before spun ~10 s and raised), 0 of 12 expected runs on each of these days."""
+    clients = [make_client(), make_client()]
+    clients[0].sync_schedules(DST_FLOW, now=start - timedelta(seconds=1))
+    steps = [start + timedelta(minutes=15 * i) for i in range(int((end - start) / MINUTE_15))]
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def scan(i: int) -> None:
+        try:
+            for now in steps:
+                barrier.wait(10)
+                clients[i].schedule_scanner.run_once(now=now)
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=scan, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    ticks = _ticks(db)
+    counts = {name: sum(1 for n, _ in ticks if n == name) for name in expected}
+    assert counts == expected
+    assert len(ticks) == len(set(ticks))
+    at_0230 = [t for n, t in ticks if n == "at-0230"]
+    # 02:30 does not exist in March: 03:00 CEST; in October only the first (CEST) 02:30
+    assert at_0230 == [utc(2027, 3, 28, 1)] if start.month == 3 else [utc(2027, 10, 31, 0, 30)]
+
+
+MINUTE_15 = timedelta(minutes=15)
+
+
+def test_a_failing_schedule_is_logged_skipped_and_backed_off_without_starving_others(
+    make_client: Callable[..., Client], db: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Regression: the first schedule whose tick raised ended the scanner's pass, so the
+    schedules after it in the batch were never submitted, and it failed again every sweep."""
+    caplog.set_level(logging.ERROR, logger="cyclone_flow")
+    client = make_client()
+    scanner = client.schedule_scanner
+    t0 = utc(2024, 6, 1, 12, 0)
+    client.add_schedule(FLOW, "*/5 * * * *", name="broken-dup", now=t0 - timedelta(hours=2))
+    assert scanner.run_once(now=t0 - timedelta(hours=2) + timedelta(minutes=5)) == 1
+    client.add_schedule(FLOW, "*/5 * * * *", name="broken-cron", now=t0 - timedelta(hours=1))
+    client.add_schedule(FLOW, "* * * * *", name="every-minute", now=t0 - timedelta(minutes=1))
+    client.add_schedule(FLOW, "0 12 * * *", name="noon", now=t0 - timedelta(minutes=1))
+    # by hand in the table: a cron that never fires; a schedule whose due tick already
+    # has a run (its insert breaks the unique index on (schedule_id, scheduled_for))
+    db.execute("UPDATE cyclone_schedules SET cron = '0 0 31 2 *' WHERE name = 'broken-cron'")
+    db.execute(
+        "UPDATE cyclone_runs SET scheduled_for = %s WHERE schedule_id ="
+        " (SELECT id FROM cyclone_schedules WHERE name = 'broken-dup')",
+        (t0,),
+    )
+    db.execute(
+        "UPDATE cyclone_schedules SET next_run_at = %s WHERE name = 'broken-dup'",
+        (t0 - timedelta(hours=2),),
+    )
+
+    def failures() -> list[str]:
+        """``<schedule> <retry delay>`` of each failure logged since the last call."""
+        found = [
+            re.fullmatch(
+                r"schedule (\S+) cannot tick .*next attempt in (\d+s)", r.getMessage(), re.S
+            )
+            for r in caplog.records
+        ]
+        caplog.clear()
+        return sorted(f"{m[1]} {m[2]}" for m in found if m)
+
+    assert scanner.run_once(now=t0) == 2  # the failing ones first in the batch: skipped
+    assert failures() == [
+        "broken-cron 10s",
+        "broken-dup 10s",
+    ]
+    assert scanner.run_once(now=t0 + timedelta(seconds=5)) == 0
+    assert failures() == []  # backing off: no retry at every sweep
+    assert scanner.run_once(now=t0 + timedelta(seconds=10)) == 0
+    assert scanner.run_once(now=t0 + timedelta(seconds=30)) == 0
+    assert failures() == [
+        "broken-cron 20s",
+        "broken-cron 40s",
+        "broken-dup 20s",
+        "broken-dup 40s",
+    ]
+    scanner.batch = 1  # the two backing off do not take the batch's only place
+    assert scanner.run_once(now=t0 + timedelta(minutes=1)) == 1
+    db.execute("UPDATE cyclone_schedules SET cron = '*/5 * * * *' WHERE name = 'broken-cron'")
+    # fixed: retried at once (its row changed), while broken-dup still waits
+    assert scanner.run_once(now=t0 + timedelta(minutes=1, seconds=1)) == 1
+    assert failures() == []
+    assert _ticks(db) == [
+        ("broken-cron", t0),  # its most recent due tick (misfire policy)
+        ("broken-dup", t0),  # the run submitted before the table was edited
+        ("every-minute", t0),
+        ("noon", t0),
+        ("every-minute", t0 + timedelta(minutes=1)),
+    ]
+
+
+def test_a_daily_schedule_fires_at_its_minute_in_a_started_client(
+    make_client: Callable[..., Client], db: Any
+) -> None:
+    """Regression: a fixed-hour cron never ticked on the real clock (croniter 7). Two daily
+    schedules (UTC, and Asia/Kolkata at +05:30 without DST) for the minute just before the
+    database's clock, due already: a started client's maintenance loop submits each tick
+    once, the runs complete and next_run_at moves to the same minute tomorrow."""
+    now: datetime = db.execute("SELECT now()").fetchone()[0]
+    target = now.astimezone(UTC).replace(second=0, microsecond=0) - timedelta(minutes=1)
+    client = make_client(sweep_interval=0.05, workers=1)
+    for zone in ("UTC", "Asia/Kolkata"):
+        local = target.astimezone(ZoneInfo(zone))
+        cron = f"{local.minute} {local.hour} * * *"
+        client.add_schedule(
+            FLOW,
+            cron,
+            timezone=zone,
+            name=zone.replace("/", "."),
+            now=target - timedelta(minutes=1),
+        )
+    assert {r.name: r.next_run_at for r in client.list_schedules()} == {
+        "UTC": target,
+        "Asia.Kolkata": target,
+    }
+    client.start()
+    wait_until(
+        lambda: db.execute(
+            "SELECT count(*) = 2 FROM cyclone_runs WHERE state = 'completed'"
+            " AND schedule_id IS NOT NULL"
+        ).fetchone()[0],
+        timeout=20,
+        what="both daily runs completed",
+    )
+    assert _ticks(db) == [("Asia.Kolkata", target), ("UTC", target)]
+    assert {r.name: r.next_run_at for r in client.list_schedules()} == {
+        "UTC": target + timedelta(days=1),
+        "Asia.Kolkata": target + timedelta(days=1),
+    }

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -61,6 +63,88 @@ def test_at_or_before_and_after() -> None:
     assert fixed.at_or_before(utc(2024, 10, 27, 1, 45)) == utc(2024, 10, 27, 0, 30)
 
 
+def _hours(day: datetime, first: int, last: int) -> list[datetime]:
+    return [day.replace(hour=h) for h in range(first, last + 1)]
+
+
+# (zone, local day, its UTC start and end): ordinary days, then Berlin's DST days of 2027
+# (28 March: 02:00 CET -> 03:00 CEST, 23 hours; 31 October: 03:00 CEST -> 02:00 CET, 25 hours)
+_UTC_DAY = ("UTC", utc(2027, 3, 28), utc(2027, 3, 29))
+_SPRING = ("Europe/Berlin", utc(2027, 3, 27, 23), utc(2027, 3, 28, 22))
+_AUTUMN = ("Europe/Berlin", utc(2027, 10, 30, 22), utc(2027, 10, 31, 23))
+_SUMMER = ("Europe/Berlin", utc(2027, 6, 13, 22), utc(2027, 6, 14, 22))
+_KOLKATA = ("Asia/Kolkata", utc(2027, 3, 27, 18, 30), utc(2027, 3, 28, 18, 30))  # no DST
+
+
+@pytest.mark.parametrize(
+    ("cron", "day", "expected"),
+    [
+        ("@daily", _UTC_DAY, [utc(2027, 3, 28)]),
+        ("@weekly", _UTC_DAY, [utc(2027, 3, 28)]),  # a Sunday
+        ("30 2 * * *", _UTC_DAY, [utc(2027, 3, 28, 2, 30)]),
+        ("0 9-17 * * *", _UTC_DAY, _hours(utc(2027, 3, 28), 9, 17)),
+        ("@daily", _SPRING, [utc(2027, 3, 27, 23)]),
+        ("@weekly", _SPRING, [utc(2027, 3, 27, 23)]),
+        ("30 2 * * *", _SPRING, [utc(2027, 3, 28, 1)]),  # 02:30 does not exist: 03:00 CEST
+        ("0 9-17 * * *", _SPRING, _hours(utc(2027, 3, 28), 7, 15)),
+        (  # every real hour once: 23 of them
+            "30 * * * *",
+            _SPRING,
+            [utc(2027, 3, 27, 23, 30)]
+            + [t.replace(minute=30) for t in _hours(utc(2027, 3, 28), 0, 21)],
+        ),
+        (  # every real hour once: 25 of them, 02:30 twice
+            "30 * * * *",
+            _AUTUMN,
+            [utc(2027, 10, 30, 22, 30), utc(2027, 10, 30, 23, 30)]
+            + [t.replace(minute=30) for t in _hours(utc(2027, 10, 31), 0, 22)],
+        ),
+        ("@daily", _AUTUMN, [utc(2027, 10, 30, 22)]),
+        ("@weekly", _AUTUMN, [utc(2027, 10, 30, 22)]),
+        ("30 2 * * *", _AUTUMN, [utc(2027, 10, 31, 0, 30)]),  # the first 02:30 (CEST) only
+        ("0 9-17 * * *", _AUTUMN, _hours(utc(2027, 10, 31), 8, 16)),
+        ("@daily", _SUMMER, [utc(2027, 6, 13, 22)]),
+        ("30 2 * * *", _SUMMER, [utc(2027, 6, 14, 0, 30)]),
+        ("0 9-17 * * *", _SUMMER, _hours(utc(2027, 6, 14), 7, 15)),
+        ("30 2 * * *", _KOLKATA, [utc(2027, 3, 27, 21)]),
+        ("0 9-17 * * *", _KOLKATA, [t.replace(minute=30) for t in _hours(utc(2027, 3, 28), 3, 11)]),
+    ],
+)
+def test_fixed_hour_schedules_tick_once_per_wall_clock_match(
+    cron: str, day: tuple[str, datetime, datetime], expected: list[datetime]
+) -> None:
+    """Regression (croniter 7 returns every get_prev result with fold=1, which read as "the
+    repeated hour" skipped every tick of a fixed-hour cron): the ticks of one local day,
+    found both forward and back."""
+    zone, start, end = day
+    ticks = Ticks(cron, zone)
+    second = timedelta(seconds=1)
+    assert list(ticks.between(start - second, end - second)) == expected
+    for tick in expected:
+        assert ticks.at_or_before(tick) == tick
+        assert ticks.at_or_before(tick + timedelta(seconds=59)) == tick
+        assert ticks.after(tick - second) == tick
+    assert ticks.at_or_before(end - second) == expected[-1]
+
+
+def test_searches_take_few_steps() -> None:
+    """Regression: a search walked up to 100,000 croniter steps (about 10 s of CPU) before
+    giving up; now a year of daily look-ups costs well under a second."""
+    ticks = Ticks("30 1 * * *", "Europe/Berlin")
+    started = time.process_time()
+    for day in range(365):
+        now = utc(2027, 1, 1, 12) + timedelta(days=day)
+        assert ticks.at_or_before(now) < now < ticks.after(now)
+    assert time.process_time() - started < 2.0
+
+
+def test_expression_without_a_tick_is_a_submit_option_error() -> None:
+    with pytest.raises(SubmitOptionError, match="no tick found"):
+        Ticks("0 0 31 2 *").after(utc(2027, 1, 1))
+    with pytest.raises(SubmitOptionError, match="no tick found"):
+        Ticks("0 0 30 2 *", "Europe/Berlin").at_or_before(utc(2027, 1, 1))
+
+
 @pytest.mark.parametrize(
     ("cron", "zone"), [("bad", "UTC"), ("61 * * * *", "UTC"), ("* * * * *", "Mars/Base")]
 )
@@ -110,3 +194,34 @@ def test_job_flow_is_content_addressed() -> None:
     node = a.nodes["job"]
     assert (node.call, node.retry.max_attempts, node.timeout_s) == ("pkg.mod:fn", 3, 30.0)
     assert job_flow("pkg.mod:fn").digest != a.digest
+
+
+def test_seconds_field_across_dst() -> None:
+    """A sixth field (seconds) follows the same rule, to the second."""
+    fixed = Ticks("30 2 * * * 15", "Europe/Berlin")  # 02:30:15 every day
+    assert list(fixed.between(utc(2027, 3, 27), utc(2027, 3, 29))) == [
+        utc(2027, 3, 27, 1, 30, 15),
+        utc(2027, 3, 28, 1),  # does not exist: the first instant after the gap
+    ]
+    assert list(fixed.between(utc(2027, 10, 30), utc(2027, 11, 1))) == [
+        utc(2027, 10, 30, 0, 30, 15),
+        utc(2027, 10, 31, 0, 30, 15),  # the first occurrence only
+    ]
+    every = Ticks("* * * * * */20", "Europe/Berlin")  # the repeated hour twice: 2 h of UTC
+    repeated = list(
+        every.between(utc(2027, 10, 31, 0) - timedelta(seconds=1), utc(2027, 10, 31, 2))
+    )
+    assert len(repeated) == 2 * 60 * 3 + 1 == len(set(repeated))
+    assert every.at_or_before(utc(2027, 10, 31, 1, 0, 5)) == utc(2027, 10, 31, 1)
+    assert every.after(utc(2027, 10, 31, 0, 59, 59)) == utc(2027, 10, 31, 1)
+
+
+def test_instants_in_any_zone_give_the_same_ticks() -> None:
+    """psycopg returns timestamptz in the session's zone: an aware instant in another zone
+    is the same instant (here inside Berlin's repeated hour)."""
+    ticks = Ticks("*/20 * * * *", "Europe/Berlin")
+    for minutes in range(0, 150, 7):
+        instant = utc(2027, 10, 30, 23, 30) + timedelta(minutes=minutes)
+        elsewhere = instant.astimezone(ZoneInfo("America/New_York"))
+        assert ticks.after(elsewhere) == ticks.after(instant)
+        assert ticks.at_or_before(elsewhere) == ticks.at_or_before(instant)

@@ -56,8 +56,9 @@ FROM {schema}.cyclone_schedules
 ORDER BY name
 
 -- name: schedule_list_due
--- Scanner: ids of unpaused schedules whose next tick is at or before %(now)s.
-SELECT id FROM {schema}.cyclone_schedules
+-- Scanner: unpaused schedules whose next tick is at or before %(now)s: id, name and a
+-- digest of the whole row (the scanner retries a failing schedule at once when it changed).
+SELECT id, name, md5(s::text) AS version FROM {schema}.cyclone_schedules s
 WHERE NOT paused AND next_run_at <= %(now)s
 ORDER BY next_run_at, id
 LIMIT %(batch)s
