@@ -16,10 +16,11 @@ E052 (two schedules with one name). Child-flow checks (E030-E032) live in
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 import networkx as nx
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from cyclone_flow.durations import (
     DURATION_PATTERN,
@@ -366,6 +367,15 @@ def _check_schedules(doc: Document) -> list[Problem]:
                     "'minute hour day month weekday', a 6th for seconds, or @daily & co.)",
                 )
             )
+        elif isinstance(cron, str) and cron and _never_fires(cron):
+            out.append(
+                doc.problem(
+                    doc.value_pos(("schedules", i, "cron")),
+                    "E050",
+                    f"schedules.{i}.cron: {cron!r} never fires (no date matches its day "
+                    "and month fields, e.g. '0 0 31 2 *')",
+                )
+            )
         zone = entry.get("timezone")
         if isinstance(zone, str) and zone and zone_info(zone) is None:
             out.append(
@@ -392,3 +402,13 @@ def _check_schedules(doc: Document) -> list[Problem]:
         else:
             seen[name] = i
     return out
+
+
+def _never_fires(cron: str) -> bool:
+    """True when no date matches ``cron`` (``0 0 31 2 *``): croniter finds no next tick.
+    Leap days (``0 0 29 2 *``) do fire."""
+    try:
+        croniter(cron, datetime(2000, 1, 1)).get_next(datetime)
+    except CroniterBadDateError:
+        return True
+    return False
