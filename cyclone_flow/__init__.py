@@ -26,10 +26,10 @@ from cyclone_flow.errors import (
     TransactionOpenError,
     WaitTimeoutError,
 )
+from cyclone_flow.flowfile import load_flow
+from cyclone_flow.flowfile.model import Flow, Node
 from cyclone_flow.notify import WakeupTracker
 from cyclone_flow.producer import RunId
-from cyclone_flow.spec import load_flow
-from cyclone_flow.spec.model import Flow, Node
 from cyclone_flow.states import ErrorKind, RunState, StepState
 from cyclone_flow.store.advance import MAX_FAN_OUT_ITEMS
 from cyclone_flow.store.store import RunStatus, StepStatus

@@ -39,6 +39,8 @@ from cyclone_flow.errors import (
     TransactionOpenError,
     WaitTimeoutError,
 )
+from cyclone_flow.flowfile import load_flow
+from cyclone_flow.flowfile.model import JSON, Flow
 from cyclone_flow.notify import Listener, Publisher, WakeupTracker, WakeupTracking
 from cyclone_flow.options import JobOptions, RunOptions, SubmitOptions, job_flow, run_options
 from cyclone_flow.producer import FlowLike, Producer, RunId
@@ -51,8 +53,6 @@ from cyclone_flow.schedules import (
     flow_schedules,
     validate_schedule_name,
 )
-from cyclone_flow.spec import load_flow
-from cyclone_flow.spec.model import JSON, Flow
 from cyclone_flow.store.migrate import check_schema_version
 from cyclone_flow.store.migrate import migrate as migrate_schema
 from cyclone_flow.store.queue_store import ScheduleRow

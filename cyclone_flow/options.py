@@ -22,8 +22,8 @@ from typing import Any, TypedDict
 from cyclone_flow.config import QUEUE_NAME_RE
 from cyclone_flow.durations import MAX_FLOW_DURATION_S, MIN_FLOW_DURATION_S, parse_duration
 from cyclone_flow.errors import SubmitOptionError, shown
-from cyclone_flow.spec.compile import build_flow, document_digest
-from cyclone_flow.spec.model import Flow
+from cyclone_flow.flowfile.build import build_flow, document_digest
+from cyclone_flow.flowfile.model import Flow
 from cyclone_flow.states import RunState
 from cyclone_flow.text import describe_unstorable
 

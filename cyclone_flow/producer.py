@@ -14,10 +14,10 @@ import os
 
 from cyclone_flow.config import ClientConfig
 from cyclone_flow.errors import FlowError, InputValidationError, PayloadTooLargeError, Problem
+from cyclone_flow.flowfile import load_flow
+from cyclone_flow.flowfile.inputs import validate_input
+from cyclone_flow.flowfile.model import JSON, Flow
 from cyclone_flow.options import RunOptions
-from cyclone_flow.spec import load_flow
-from cyclone_flow.spec.inputs import validate_input
-from cyclone_flow.spec.model import JSON, Flow
 from cyclone_flow.store.advance import Advance
 from cyclone_flow.store.store import Conn, Store, Wakeups, dumps
 from cyclone_flow.text import unstorable

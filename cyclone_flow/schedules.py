@@ -39,10 +39,10 @@ import psycopg
 from croniter import CroniterBadDateError, croniter
 
 from cyclone_flow.errors import SubmitOptionError
+from cyclone_flow.flowfile.build import build_flow, document_digest
+from cyclone_flow.flowfile.model import Flow
 from cyclone_flow.options import RunOptions
 from cyclone_flow.producer import Producer
-from cyclone_flow.spec.compile import build_flow, document_digest
-from cyclone_flow.spec.model import Flow
 from cyclone_flow.store.queue_store import DueRef
 from cyclone_flow.store.store import Store, Wakeups
 from cyclone_flow.text import zone_info

@@ -33,7 +33,7 @@ from cyclone_flow.client import Client, migrate
 from cyclone_flow.config import DEFAULT_QUEUE, MAX_LEASE_TTL_S, RetentionConfig, validate_queue
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
 from cyclone_flow.errors import ConfigError, WaitTimeoutError
-from cyclone_flow.spec import load_flow
+from cyclone_flow.flowfile import load_flow
 from cyclone_flow.store.store import RunStatus, StepStatus
 from cyclone_flow.worker.imports import AllowList
 

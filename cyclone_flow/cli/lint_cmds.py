@@ -19,11 +19,11 @@ from cyclone_flow.cli.common import (
     setup_logging,
 )
 from cyclone_flow.errors import FlowError, Problem
-from cyclone_flow.spec.compile import build_flow
-from cyclone_flow.spec.graph import to_dot, to_mermaid
-from cyclone_flow.spec.lint import LintPathError, NoFlowFilesError, lint_paths
-from cyclone_flow.spec.load import load_flow
-from cyclone_flow.spec.model import Flow
+from cyclone_flow.flowfile.build import build_flow
+from cyclone_flow.flowfile.graph import to_dot, to_mermaid
+from cyclone_flow.flowfile.lint import LintPathError, NoFlowFilesError, lint_paths
+from cyclone_flow.flowfile.load import load_flow
+from cyclone_flow.flowfile.model import Flow
 
 __all__ = ["format_problems", "graph", "lint"]
 

@@ -25,8 +25,8 @@ from cyclone_flow.cli.common import (
 )
 from cyclone_flow.client import Client
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
-from cyclone_flow.spec import load_flow
-from cyclone_flow.spec.model import JSON
+from cyclone_flow.flowfile import load_flow
+from cyclone_flow.flowfile.model import JSON
 
 F = TypeVar("F")
 

@@ -43,7 +43,6 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from cyclone_flow.durations import parse_duration
 from cyclone_flow.errors import (
     InputValidationError,
     RunNotFoundError,
@@ -51,9 +50,9 @@ from cyclone_flow.errors import (
     SignalRejectedError,
     TemplateError,
 )
-from cyclone_flow.spec.inputs import validate_input
-from cyclone_flow.spec.model import JSON, Flow
-from cyclone_flow.spec.template import parse_ref, render
+from cyclone_flow.flowfile.inputs import validate_input
+from cyclone_flow.flowfile.model import JSON
+from cyclone_flow.flowfile.template import parse_ref, render
 from cyclone_flow.states import ErrorKind, RunState, StepState
 
 if TYPE_CHECKING:
@@ -99,57 +98,6 @@ class Advance:
     def cancelled_in(self, run_id: str) -> tuple[str, ...]:
         """The nodes of ``run_id`` this transaction cancelled."""
         return tuple(node for rid, node in self.cancelled if rid == run_id)
-
-
-def flow_plan(flow: Flow, child_ids: dict[str, int]) -> dict[str, Any]:
-    """The compiled rows of ``flow`` stored in ``cyclone_workflows.plan``: what
-    ``step_insert_plan`` and ``dep_insert_plan`` insert for each run of it. ``queue_own``
-    / ``priority_own`` say that the node sets its own in the file (a submission's
-    ``queue``/``priority`` then do not replace it: Queues and Priority).
-    ``child_ids`` maps each child node to the id of its stored child definition; raises
-    ValueError when a child node has none."""
-    nodes = []
-    doc_nodes = flow.document.get("nodes", {})
-    for n in flow.nodes.values():
-        own = doc_nodes.get(n.name, {})
-        if n.type == "child" and n.name not in child_ids:
-            raise ValueError(
-                f"flow {flow.name!r}: child node {n.name!r} has no loaded child flow "
-                "(load flows from files with load_flow, which loads child flows too)"
-            )
-        max_wait = n.options.get("max_wait")
-        nodes.append(
-            {
-                "node": n.name,
-                "type": n.type,
-                "call": n.call,
-                "needs": list(n.needs),
-                "queue": n.queue,
-                "queue_own": "queue" in own,
-                "priority": n.priority,
-                "priority_own": "priority" in own,
-                "max_attempts": n.retry.max_attempts,
-                "backoff": {
-                    "initial_s": n.retry.backoff.initial_s,
-                    "max_s": n.retry.backoff.max_s,
-                    "multiplier": n.retry.backoff.multiplier,
-                    "jitter": n.retry.backoff.jitter,
-                },
-                "on_dep_failure": n.on_dep_failure,
-                "timeout_s": n.timeout_s,
-                "input": n.input,
-                "over": n.options.get("over"),
-                "max_parallel": n.options.get("max_parallel"),
-                "signal": n.options.get("signal"),
-                "max_wait_s": None if max_wait is None else _seconds(max_wait),
-                "child_workflow_id": child_ids.get(n.name),
-            }
-        )
-    return {"deadline_s": flow.deadline_s, "nodes": nodes}
-
-
-def _seconds(value: Any) -> float:
-    return parse_duration(value)
 
 
 class RunAdvance:

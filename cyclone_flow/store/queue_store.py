@@ -24,8 +24,8 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+from cyclone_flow.flowfile.model import Flow
 from cyclone_flow.options import RunOptions
-from cyclone_flow.spec.model import Flow
 
 if TYPE_CHECKING:
     from cyclone_flow.store.advance import Advance

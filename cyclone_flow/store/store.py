@@ -23,10 +23,11 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from cyclone_flow.errors import RunNotFoundError, RunStateError
-from cyclone_flow.spec.model import JSON, Flow
+from cyclone_flow.flowfile.model import JSON, Flow
+from cyclone_flow.flowfile.plan import flow_plan
 from cyclone_flow.states import ErrorKind, RunState, StepState
 from cyclone_flow.store import queries
-from cyclone_flow.store.advance import Advance, RunAdvance, flow_plan, pipelined
+from cyclone_flow.store.advance import Advance, RunAdvance, pipelined
 from cyclone_flow.store.queue_store import QueueStoreMixin
 from cyclone_flow.text import printable
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from cyclone_flow.spec.model import JSON
+from cyclone_flow.flowfile.model import JSON
 
 Conn = psycopg.Connection[Any]
 

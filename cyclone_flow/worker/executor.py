@@ -26,10 +26,10 @@ from cyclone_flow.errors import (
     StepTimeoutError,
     TemplateError,
 )
+from cyclone_flow.flowfile.model import JSON
+from cyclone_flow.flowfile.template import references, render
 from cyclone_flow.logs import step_extra
 from cyclone_flow.options import job_flow, run_options
-from cyclone_flow.spec.model import JSON
-from cyclone_flow.spec.template import references, render
 from cyclone_flow.states import ErrorKind, RunState, StepState
 from cyclone_flow.store.store import ClaimedStep, Outcome, Store, Wakeups, dumps
 from cyclone_flow.text import unstorable

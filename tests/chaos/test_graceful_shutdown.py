@@ -15,7 +15,7 @@ import pytest
 from cyclone_test_handlers.harness import WorkerProcess, step_row, wait_until
 
 from cyclone_flow import Client
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 TTL_S = 60.0  # long, so a claim long before it can only come from a released lease
 

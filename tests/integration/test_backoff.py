@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from cyclone_flow import Client
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 
 def _flow(backoff: str, max_attempts: int = 1000) -> Any:

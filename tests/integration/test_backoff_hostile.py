@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from cyclone_flow import Client
-from cyclone_flow.spec.compile import build_flow
-from cyclone_flow.spec.model import Flow
+from cyclone_flow.flowfile.build import build_flow
+from cyclone_flow.flowfile.model import Flow
 
 
 def _flow(backoff: dict[str, Any], max_attempts: int = 3, queue: str = "default") -> Flow:

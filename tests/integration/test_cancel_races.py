@@ -21,7 +21,7 @@ from cyclone_test_handlers import engine, failures
 from cyclone_test_handlers.harness import create_ledger, ledger_rows, step_row, wait_until
 
 from cyclone_flow import Client, StepEvent
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 FLOW = "name: race\nnodes:\n  s: {call: 'cyclone_test_handlers.failures:ledger_then_race'}\n"
 

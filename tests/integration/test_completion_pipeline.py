@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from cyclone_test_handlers.harness import step_row
 
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 CHAIN = load_flow_text(
     """

@@ -17,7 +17,7 @@ from cyclone_test_handlers.harness import (
     wait_until,
 )
 
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 
 def _flow(call: str, name: str = "once") -> Any:

@@ -12,7 +12,7 @@ import psycopg
 from cyclone_test_handlers import engine
 from cyclone_test_handlers.harness import WorkerProcess, create_ledger, ledger_rows, wait_until
 
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 FAIL_FAST = """
 name: fail_fast

@@ -10,7 +10,7 @@ from typing import Any
 from cyclone_test_handlers import engine
 from cyclone_test_handlers.harness import create_ledger, ledger_rows, step_row, wait_until
 
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 
 def _flow(call: str, extra: str = "") -> Any:

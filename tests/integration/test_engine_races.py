@@ -11,7 +11,7 @@ import psycopg
 from cyclone_test_handlers import engine
 from cyclone_test_handlers.harness import create_ledger, ledger_rows, step_row, wait_until
 
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 ONE = """
 name: one

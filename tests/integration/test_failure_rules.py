@@ -32,7 +32,7 @@ from cyclone_flow import (
     StepEvent,
     StepTimeoutError,
 )
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 TIMEOUT_FLOW = """
 name: timeouts

@@ -24,7 +24,7 @@ from cyclone_test_handlers import group_commit as gc
 from cyclone_test_handlers.harness import wait_until
 
 from cyclone_flow import Client
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.worker.completer import Completer
 from cyclone_flow.worker.events import StepEvent
 

@@ -15,7 +15,7 @@ import pytest
 from cyclone_test_handlers.harness import wait_until
 
 from cyclone_flow import Client, StepEvent
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 EVENTS = """
 name: events

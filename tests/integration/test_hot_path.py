@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from cyclone_flow import Client
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 ONE = """
 name: one

@@ -13,7 +13,7 @@ from cyclone_test_handlers import engine
 from cyclone_test_handlers.harness import create_ledger, ledger_rows, step_row, wait_until
 
 from cyclone_flow import AllowList, Client, InputValidationError, RunStateError
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 
 def _one(call: str, **node: Any) -> Any:

@@ -10,7 +10,7 @@ from cyclone_test_handlers import operator
 from cyclone_test_handlers.harness import wait_until
 
 from cyclone_flow import Client, RunStateError
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 FLOW = """
 name: operator

@@ -12,7 +12,7 @@ import pytest
 from cyclone_test_handlers.harness import step_row, wait_until
 
 from cyclone_flow import Client, PayloadLimits, PayloadTooLargeError
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.worker.events import StepEvent
 
 ECHO = load_flow_text(

@@ -17,7 +17,7 @@ from cyclone_test_handlers.harness import wait_until
 from psycopg_pool import ConnectionPool
 
 from cyclone_flow import Client, SubmitOptionError
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 NOOP = "cyclone_test_handlers.queueing:noop"
 

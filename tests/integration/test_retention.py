@@ -12,7 +12,7 @@ import pytest
 from cyclone_test_handlers.harness import wait_until
 
 from cyclone_flow import Client, ConfigError, RetentionConfig
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.worker.retention import RetentionSweeper
 
 FLOW = load_flow_text(

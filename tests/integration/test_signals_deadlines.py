@@ -22,7 +22,7 @@ from cyclone_flow import (
     RunStateError,
     SignalRejectedError,
 )
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.worker.scanners import DeadlineScanner, WaitScanner
 
 APPROVAL = load_flow_text(

@@ -15,7 +15,7 @@ from cyclone_test_handlers.engine import event
 from cyclone_test_handlers.harness import wait_until
 
 from cyclone_flow import Client, RunStateError
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 NOOP = "cyclone_test_handlers.queueing:noop"
 FLOW = load_flow_text(

@@ -23,8 +23,8 @@ from cyclone_test_handlers.harness import create_ledger, step_row, wait_until
 from psycopg_pool import ConnectionPool
 
 from cyclone_flow import Client, RunNotFoundError, TransactionOpenError, WaitTimeoutError
+from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.notify import Listener, Publisher
-from cyclone_flow.spec import load_flow_text
 from cyclone_flow.store.store import Wakeups
 
 Conn = psycopg.Connection[Any]

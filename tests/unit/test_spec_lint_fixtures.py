@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cyclone_flow.errors import FlowError
-from cyclone_flow.spec import lint_paths, load_flow
+from cyclone_flow.flowfile import lint_paths, load_flow
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lint"
 EXPECT = re.compile(r"^# expect: (E\d{3}) (\d+):(\d+)$", re.MULTILINE)

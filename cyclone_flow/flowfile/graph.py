@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from cyclone_flow.spec.model import Flow, Node
+from cyclone_flow.flowfile.model import Flow, Node
 
 __all__ = ["to_dot", "to_mermaid"]
 

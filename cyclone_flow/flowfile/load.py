@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from cyclone_flow.errors import FlowError, Problem
-from cyclone_flow.spec.check import check_document
-from cyclone_flow.spec.children import check_children, child_path, child_refs
-from cyclone_flow.spec.compile import build_flow
-from cyclone_flow.spec.model import Flow
-from cyclone_flow.spec.schema import check_input_schema, validate_document
-from cyclone_flow.spec.source import Document, parse_yaml, read_text
+from cyclone_flow.flowfile.build import build_flow
+from cyclone_flow.flowfile.check import check_document
+from cyclone_flow.flowfile.children import check_children, child_path, child_refs
+from cyclone_flow.flowfile.model import Flow
+from cyclone_flow.flowfile.read import Document, parse_yaml, read_text
+from cyclone_flow.flowfile.schema import check_input_schema, validate_document
 
 __all__ = ["analyse_text", "lint_text", "load_flow", "load_flow_text"]
 

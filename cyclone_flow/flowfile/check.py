@@ -10,7 +10,7 @@ itself), E013 (reference to a node that is not an ancestor), E014 (reference to 
 unknown node), E016 (malformed ``${{`` expression), E017 (``${{ item }}`` outside the
 ``input`` of a fan_out node), E050 (invalid cron expression), E051 (unknown time zone),
 E052 (two schedules with one name). Child-flow checks (E030-E032) live in
-:mod:`cyclone_flow.spec.children`.
+:mod:`cyclone_flow.flowfile.children`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from cyclone_flow.durations import (
     parse_duration,
 )
 from cyclone_flow.errors import Problem, TemplateError, shown
-from cyclone_flow.spec.source import Document, JsonPath
-from cyclone_flow.spec.template import find_strings, parse_ref
+from cyclone_flow.flowfile.read import Document, JsonPath
+from cyclone_flow.flowfile.template import find_strings, parse_ref
 from cyclone_flow.text import iter_unstorable, zone_info
 
 __all__ = ["check_document", "dependency_graph"]

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from cyclone_flow.errors import CycloneError, Problem
-from cyclone_flow.spec.load import analyse_text
-from cyclone_flow.spec.source import Document, read_text
+from cyclone_flow.flowfile.load import analyse_text
+from cyclone_flow.flowfile.read import Document, read_text
 from cyclone_flow.worker.imports import AllowList, HandlerImportError, HandlerResolver, split_call
 
 __all__ = [

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cyclone_flow.errors import TemplateError
-from cyclone_flow.spec.model import JSON
+from cyclone_flow.flowfile.model import JSON
 
 __all__ = ["MARKER", "Ref", "find_strings", "parse_ref", "references", "render"]
 

@@ -1,5 +1,5 @@
-"""Typed flow specification: what the spec pipeline (load -> validate -> check) produces
-and what the store compiles into rows. Pure data, no database.
+"""The typed flow: what the flow-file pipeline (read -> validate -> check -> build)
+produces and :mod:`cyclone_flow.flowfile.plan` turns into rows. Pure data, no database.
 
 A :class:`Flow` is immutable. ``document`` is the flow file as plain JSON data (anchors and
 merge keys expanded, defaults NOT applied); it is what ``cyclone_workflows.definition``
@@ -66,6 +66,13 @@ class Node:
     retry: Retry = field(default_factory=Retry)
     on_dep_failure: OnDepFailure = "fail_run"
     options: Mapping[str, JSON] = field(default_factory=dict)
+    queue_set: bool = False
+    """The node names its own ``queue`` (not from ``defaults``): a submission's ``queue``
+    does not replace it (Queues and Priority)."""
+    priority_set: bool = False
+    """The node names its own ``priority``, likewise."""
+    max_wait_s: float | None = None
+    """``max_wait`` of a child or wait_signal node, in seconds (None: no bound)."""
 
 
 @dataclass(frozen=True)

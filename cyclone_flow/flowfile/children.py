@@ -18,7 +18,7 @@ from typing import Any
 import networkx as nx
 
 from cyclone_flow.errors import Problem
-from cyclone_flow.spec.source import Document, parse_yaml, read_text
+from cyclone_flow.flowfile.read import Document, parse_yaml, read_text
 from cyclone_flow.text import describe_unstorable
 
 __all__ = ["check_children", "child_path", "child_refs", "reference_graph"]
@@ -114,12 +114,12 @@ def check_children(
 ) -> list[Problem]:
     """Lint the child nodes of ``doc``: E030 missing or unreadable file, E031 recursion,
     E032 a child flow with problems (``analyse(text, path)`` lints it; default: the full
-    pipeline of :func:`cyclone_flow.spec.load.lint_text`)."""
+    pipeline of :func:`cyclone_flow.flowfile.load.lint_text`)."""
     refs = child_refs(doc.data)
     if not refs:
         return []
     if analyse is None:
-        from cyclone_flow.spec.load import lint_text
+        from cyclone_flow.flowfile.load import lint_text
 
         analyse = lint_text
     graph = reference_graph(doc.path, doc.data)

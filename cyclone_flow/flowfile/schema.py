@@ -21,8 +21,8 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
 from cyclone_flow.errors import Problem, shown
+from cyclone_flow.flowfile.read import Document, JsonPath
 from cyclone_flow.resources import schemas_dir
-from cyclone_flow.spec.source import Document, JsonPath
 
 __all__ = ["check_input_schema", "flow_schema", "validate_document"]
 

@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 
 from cyclone_flow.errors import InputValidationError
-from cyclone_flow.spec.model import JSON
+from cyclone_flow.flowfile.model import JSON
 
 __all__ = ["apply_defaults", "validate_input"]
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from cyclone_flow.durations import parse_duration
-from cyclone_flow.spec.model import (
+from cyclone_flow.flowfile.model import (
     DEFAULT_QUEUE,
     JSON,
     Backoff,
@@ -88,6 +88,9 @@ def build_flow(
                 OnDepFailure, spec.get("on_dep_failure", defaults.get("on_dep_failure", "fail_run"))
             ),
             options={k: spec[k] for k in OPTION_KEYS if k in spec},
+            queue_set="queue" in spec,
+            priority_set="priority" in spec,
+            max_wait_s=None if spec.get("max_wait") is None else parse_duration(spec["max_wait"]),
         )
     children = dict(children or {})
     digest = document_digest(document)

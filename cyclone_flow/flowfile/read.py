@@ -33,7 +33,7 @@ from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.resolver import implicit_resolvers
 
 from cyclone_flow.errors import Problem
-from cyclone_flow.spec.model import JSON
+from cyclone_flow.flowfile.model import JSON
 
 _event_modules: list[Any] = [_events]
 try:  # libyaml's reader, scanner and parser in C, as PyYAML ships them
