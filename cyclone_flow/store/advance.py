@@ -143,7 +143,9 @@ class RunAdvance:
                 raise RunNotFoundError(run_id)
             if state.terminal:
                 raise RunStateError(run_id, state, "signals are delivered to running runs only")
-            room = conn.execute(self.q["signal_room"], {"run_id": run_id, "name": name}).fetchone()
+            room = conn.execute(
+                self.q["signal_count_awaiting"], {"run_id": run_id, "name": name}
+            ).fetchone()
             awaiting, stored = room if room else (0, 0)
             if awaiting == 0:
                 raise SignalRejectedError(
@@ -159,7 +161,7 @@ class RunAdvance:
                 self.q["signal_insert"], {"run_id": run_id, "name": name, "payload": payload_json}
             )
             row = conn.execute(
-                self.q["step_find_signal_waiter"], {"run_id": run_id, "name": name}
+                self.q["step_get_signal_waiter"], {"run_id": run_id, "name": name}
             ).fetchone()
             consumed = None
             if row is not None and self._consume_signal(conn, run_id, row[0], name, acc):
@@ -174,7 +176,7 @@ class RunAdvance:
         """Waiting child and wait_signal nodes past ``wait_until``: ``(run_id, node,
         type, signal, child_run_id, waited seconds)``."""
         with self.pool.connection() as conn:
-            rows = conn.execute(self.q["step_find_expired_waits"], {"batch": batch}).fetchall()
+            rows = conn.execute(self.q["step_list_expired_waits"], {"batch": batch}).fetchall()
         return [
             (str(r[0]), r[1], r[2], r[3], None if r[4] is None else str(r[4]), r[5]) for r in rows
         ]
@@ -189,7 +191,8 @@ class RunAdvance:
         with self.pool.connection() as conn, conn.transaction():
             self.lock_run(conn, run_id)
             row = conn.execute(
-                self.q["step_expire_wait"], {"run_id": run_id, "node": node, "error": error}
+                self.q["step_discard_if_wait_expired"],
+                {"run_id": run_id, "node": node, "error": error},
             ).fetchone()
             if row is None:
                 return None
@@ -205,7 +208,7 @@ class RunAdvance:
     def find_past_deadline(self, batch: int) -> list[str]:
         """Running runs past their flow's deadline."""
         with self.pool.connection() as conn:
-            rows = conn.execute(self.q["run_find_past_deadline"], {"batch": batch}).fetchall()
+            rows = conn.execute(self.q["run_list_past_deadline"], {"batch": batch}).fetchall()
         return [str(r[0]) for r in rows]
 
     def fail_past_deadline(self, run_id: str) -> tuple[Advance, tuple[str, ...], str] | None:
@@ -218,7 +221,7 @@ class RunAdvance:
         acc = Advance(Wakeups())
         with self.pool.connection() as conn, conn.transaction():
             self.lock_run(conn, run_id)
-            row = conn.execute(self.q["run_fail_deadline"], {"run_id": run_id}).fetchone()
+            row = conn.execute(self.q["run_fail_if_past_deadline"], {"run_id": run_id}).fetchone()
             if row is None:
                 return None
             error = str(row[3])
@@ -234,7 +237,7 @@ class RunAdvance:
     def fan_out_progress(self, run_id: str) -> dict[str, dict[str, int]]:
         """Item counts of each started fan-out node of a run: node -> state -> count."""
         with self.pool.connection() as conn:
-            rows = conn.execute(self.q["fan_out_progress"], {"run_id": run_id}).fetchall()
+            rows = conn.execute(self.q["step_count_items"], {"run_id": run_id}).fetchall()
         out: dict[str, dict[str, int]] = {}
         for node, state, count in rows:
             out.setdefault(node, {})[state] = int(count)
@@ -243,7 +246,7 @@ class RunAdvance:
     def run_definition(self, run_id: str) -> dict[str, Any]:
         """The flow document a run was submitted with; raises RunNotFoundError."""
         with self.pool.connection() as conn:
-            row = conn.execute(self.q["run_definition_get"], {"run_id": run_id}).fetchone()
+            row = conn.execute(self.q["run_get_definition"], {"run_id": run_id}).fetchone()
         if row is None:
             raise RunNotFoundError(run_id)
         return dict(row[0])
@@ -251,11 +254,11 @@ class RunAdvance:
     # -- reads inside the transaction ----------------------------------------------------
 
     def _tx_run_input(self, conn: Conn, run_id: str) -> JSON:
-        row = conn.execute(self.q["run_input_get"], {"run_id": run_id}).fetchone()
+        row = conn.execute(self.q["run_get_input"], {"run_id": run_id}).fetchone()
         return None if row is None else _loads(row[0])
 
     def _tx_output(self, conn: Conn, run_id: str, node: str) -> JSON:
-        row = conn.execute(self.q["step_output_get"], {"run_id": run_id, "node": node}).fetchone()
+        row = conn.execute(self.q["step_get_output"], {"run_id": run_id, "node": node}).fetchone()
         if row is None or row[1] != StepState.COMPLETED:
             raise TemplateError(f"node {node!r} of run {run_id} has not completed")
         return _loads(row[0])
@@ -399,7 +402,9 @@ class RunAdvance:
             self._run_completed(conn, run_id, row, acc)
 
     def _start_node(self, conn: Conn, run_id: str, node: str, acc: Advance) -> None:
-        info = conn.execute(self.q["step_node_info"], {"run_id": run_id, "node": node}).fetchone()
+        info = conn.execute(
+            self.q["step_get_node_info"], {"run_id": run_id, "node": node}
+        ).fetchone()
         if info is None:
             return
         node_type, queue, template, over, signal, child_workflow_id, child_schema, later = info
@@ -425,7 +430,7 @@ class RunAdvance:
     ) -> bool:
         """waiting -> discarded, then apply the dependents' policy. False when stale."""
         row = conn.execute(
-            self.q["step_discard_waiting"],
+            self.q["step_discard_if_waiting"],
             {
                 "run_id": run_id,
                 "node": node,
@@ -474,7 +479,7 @@ class RunAdvance:
         except TemplateError as exc:
             self._discard_waiting(conn, run_id, node, f"over: {exc}", ErrorKind.INPUT_ERROR, acc)
             return
-        row = conn.execute(self.q["fan_out_list_shape"], params).fetchone()
+        row = conn.execute(self.q["step_get_list_shape"], params).fetchone()
         kind, length = (row[0], row[1]) if row else (None, None)
         if kind != "array" or length is None:
             what = (
@@ -502,9 +507,9 @@ class RunAdvance:
                 acc,
             )
             return
-        conn.execute(self.q["fan_out_insert_items"], params)
+        conn.execute(self.q["step_insert_items"], params)
         done, total = conn.execute(
-            self.q["fan_out_set_total"], {"run_id": run_id, "node": node, "total": length}
+            self.q["step_set_items_total"], {"run_id": run_id, "node": node, "total": length}
         ).fetchone() or (0, 0)
         if done >= total:
             self._finish_fan_out(conn, run_id, node, acc)
@@ -514,12 +519,14 @@ class RunAdvance:
 
     def _release_items(self, conn: Conn, run_id: str, node: str, acc: Advance) -> None:
         rows = conn.execute(
-            self.q["fan_out_release_items"], {"run_id": run_id, "node": node}
+            self.q["step_release_items"], {"run_id": run_id, "node": node}
         ).fetchall()
         acc.wakeups.queues.update(r[0] for r in rows)
 
     def _finish_fan_out(self, conn: Conn, run_id: str, node: str, acc: Advance) -> None:
-        row = conn.execute(self.q["fan_out_complete"], {"run_id": run_id, "node": node}).fetchone()
+        row = conn.execute(
+            self.q["step_complete_fan_out"], {"run_id": run_id, "node": node}
+        ).fetchone()
         if row is None:
             return
         if row[0] == StepState.COMPLETED:
@@ -535,7 +542,7 @@ class RunAdvance:
         """``n`` items of ``parent`` completed: count them and release the next pending
         items (one statement), or complete the fan-out node after its last item."""
         row = conn.execute(
-            self.q["fan_out_item_done"], {"run_id": run_id, "node": parent, "n": n}
+            self.q["step_count_item_done"], {"run_id": run_id, "node": parent, "n": n}
         ).fetchone()
         if row is None:
             return  # the fan-out node is no longer waiting (discarded or cancelled)
@@ -552,7 +559,7 @@ class RunAdvance:
         cancel its other items; the node's dependents' policy then applies."""
         message = f"item {item} was discarded: {error}"
         row = conn.execute(
-            self.q["step_discard_waiting"],
+            self.q["step_discard_if_waiting"],
             {
                 "run_id": run_id,
                 "node": parent,
@@ -564,7 +571,7 @@ class RunAdvance:
         if row is None:
             return
         cancelled = conn.execute(
-            self.q["fan_out_cancel_items"],
+            self.q["step_cancel_items"],
             {"run_id": run_id, "node": parent, "error": f"fan-out node {parent} was discarded"},
         ).fetchall()
         acc.cancelled.extend((run_id, r[0]) for r in cancelled)
@@ -621,7 +628,7 @@ class RunAdvance:
         self, conn: Conn, run_id: str, node: str, child_run_id: str, acc: Advance
     ) -> None:
         row = conn.execute(
-            self.q["step_complete_from_child"],
+            self.q["step_complete_from_child_if_waiting"],
             {"run_id": run_id, "node": node, "child_run_id": child_run_id},
         ).fetchone()
         if row is None:
@@ -701,7 +708,7 @@ class RunAdvance:
         leaf) fails the run and cancels its other steps (and its child runs); else only the
         branch is cancelled (Engine Design: Failure Propagation)."""
         downstream = conn.execute(
-            self.q["dep_downstream"], {"run_id": run_id, "node": node}
+            self.q["dep_list_downstream"], {"run_id": run_id, "node": node}
         ).fetchall()
         fatal = not downstream or any(r[1] == "fail_run" for r in downstream)
         if fatal:
@@ -746,7 +753,7 @@ class RunAdvance:
         if row is None:
             return False
         done = conn.execute(
-            self.q["step_complete_waiting"], {"run_id": run_id, "node": node, "output": row[0]}
+            self.q["step_complete_if_waiting"], {"run_id": run_id, "node": node, "output": row[0]}
         ).fetchone()
         if done is not None:
             self._engine_completed(conn, run_id, node, acc)

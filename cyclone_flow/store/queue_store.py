@@ -164,11 +164,13 @@ class QueueStoreMixin:
         seq_pos: int | None = None
         held = False
         if options.sequence is not None:
-            row = conn.execute(self.q["sequence_next_pos"], {"key": options.sequence}).fetchone()
+            row = conn.execute(
+                self.q["sequence_take_next_pos"], {"key": options.sequence}
+            ).fetchone()
             assert row is not None
             seq_pos = int(row[0])
             got = conn.execute(
-                self.q["sequence_has_open_run"], {"key": options.sequence}
+                self.q["run_exists_open_in_sequence"], {"key": options.sequence}
             ).fetchone()
             held = bool(got and got[0])
         delay_us = round(options.delay_s * 1_000_000) if options.delay_s else None
@@ -189,7 +191,7 @@ class QueueStoreMixin:
             "delay_us": delay_us,
         }
         for _ in range(100):
-            inserted = conn.execute(self.q["run_insert_queued"], params).fetchone()
+            inserted = conn.execute(self.q["run_insert"], params).fetchone()
             if inserted is not None:
                 break
             holder = conn.execute(
@@ -243,7 +245,7 @@ class QueueStoreMixin:
         as at submit: actions become available (a delay it was given is kept), other node
         types start. Returns whether a run was released."""
         conn.execute(self.q["sequence_lock"], {"key": key})
-        rows = conn.execute(self.q["sequence_release_next"], {"key": key}).fetchall()
+        rows = conn.execute(self.q["run_release_next_in_sequence"], {"key": key}).fetchall()
         for (run_id,) in rows:
             self._release(conn, str(run_id), None, acc)
         return bool(rows)
@@ -257,7 +259,9 @@ class QueueStoreMixin:
 
         wakeups = Wakeups()
         with self.pool.connection() as conn:
-            keys = [r[0] for r in conn.execute(self.q["sequence_list_stalled"], {"batch": batch})]
+            keys = [
+                r[0] for r in conn.execute(self.q["run_list_stalled_sequences"], {"batch": batch})
+            ]
         released = 0
         for key in keys:
             acc = Advance(Wakeups())
@@ -272,7 +276,7 @@ class QueueStoreMixin:
         """failed -> cancelled for a run of a sequence (the caller holds the run lock), so
         the runs held behind it go on; False for any other run."""
         row = conn.execute(
-            self.q["run_cancel_failed_in_sequence"], {"run_id": run_id, "error": reason}
+            self.q["run_cancel_if_failed_in_sequence"], {"run_id": run_id, "error": reason}
         ).fetchone()
         return row is not None
 
@@ -293,7 +297,7 @@ class QueueStoreMixin:
     def db_now(self, now: datetime | None = None) -> datetime:
         """The database's ``now()``, or ``now`` when a test pins it."""
         with self.pool.connection() as conn:
-            row = conn.execute(self.q["db_now"], {"now": now}).fetchone()
+            row = conn.execute(self.q["pg_now"], {"now": now}).fetchone()
         assert row is not None
         value: datetime = row[0]
         return value
@@ -412,7 +416,7 @@ class QueueStoreMixin:
     ) -> bool:
         """The tick's compare-and-swap on ``next_run_at``; False when stale."""
         row = conn.execute(
-            self.q["schedule_advance"],
+            self.q["schedule_advance_if_unchanged"],
             {
                 "id": schedule_id,
                 "expected": expected,

@@ -315,7 +315,7 @@ class Store(RunAdvance, QueueStoreMixin):
         leases = sorted(leases)  # in id order, as a group commit sends its rows
         with self.pool.connection() as conn:
             rows = conn.execute(
-                self.q["step_heartbeat_many"],
+                self.q["step_extend_lease_many"],
                 {
                     "ids": [lease[0] for lease in leases],
                     "generations": [lease[1] for lease in leases],
@@ -332,7 +332,7 @@ class Store(RunAdvance, QueueStoreMixin):
             return wakeups
         with self.pool.connection() as conn:
             rows = conn.execute(
-                self.q["step_release_leases"],
+                self.q["step_release_lease_many"],
                 {
                     "ids": [lease[0] for lease in leases],
                     "generations": [lease[1] for lease in leases],
@@ -383,7 +383,7 @@ class Store(RunAdvance, QueueStoreMixin):
         #   connection has left pipeline mode, so its rollback works as before.
         item = step.parent_node is not None
         with pipelined(conn):
-            conn.execute(self.q["tx_generic_plans"])
+            conn.execute(self.q["session_force_generic_plans"])
             conn.execute(self.q["run_lock"], {"run_id": step.run_id})
             completed = conn.execute(
                 self.q["step_complete_if_leased"],
@@ -430,13 +430,13 @@ class Store(RunAdvance, QueueStoreMixin):
         # turned out stale they change nothing that was not already due. The item counts
         # are not idempotent: they follow the UPDATE's result (_advance_completed).
         with pipelined(conn):
-            conn.execute(self.q["tx_generic_plans"])
+            conn.execute(self.q["session_force_generic_plans"])
             conn.execute(self.q["run_lock_many"], {"run_ids": sorted({s.run_id for s, _ in batch})})
             # rows in id order, as the heartbeat sends them (where the plan walks the
             # arrays, both lock in one order)
             ordered = sorted(batch, key=lambda entry: entry[0].id)
             completing = conn.execute(
-                self.q["step_complete_many_if_leased"],
+                self.q["step_complete_if_leased_many"],
                 {
                     "ids": [s.id for s, _ in ordered],
                     "generations": [s.lease_generation for s, _ in ordered],
@@ -515,7 +515,7 @@ class Store(RunAdvance, QueueStoreMixin):
         cannot be computed (the transaction is then failed)."""
         error = printable(error) or ""
         traceback = printable(traceback)
-        statement = "step_fail_attempt" if backoff else "step_fail_attempt_without_backoff"
+        statement = "step_fail_if_leased" if backoff else "step_fail_without_backoff_if_leased"
         with pipelined(conn):
             conn.execute(self.q["run_lock"], {"run_id": run_id})
             failed = conn.execute(
@@ -660,7 +660,7 @@ class Store(RunAdvance, QueueStoreMixin):
                     raise RunStateError(
                         run_id, state, f"node {node!r} is {row[0]}, not discarded or cancelled"
                     )
-            conn.execute(self.q["run_reopen"], {"run_id": run_id})
+            conn.execute(self.q["run_reopen_if_terminal"], {"run_id": run_id})
             reset = conn.execute(
                 self.q["step_reset_for_retry"], {"run_id": run_id, "node": node}
             ).fetchall()
@@ -671,7 +671,7 @@ class Store(RunAdvance, QueueStoreMixin):
                 self.q["step_list_discarded"], {"run_id": run_id}
             ).fetchall():
                 below = conn.execute(
-                    self.q["dep_downstream"], {"run_id": run_id, "node": blocker}
+                    self.q["dep_list_downstream"], {"run_id": run_id, "node": blocker}
                 ).fetchall()
                 if reset_nodes & {r[0] for r in below}:
                     raise RunStateError(
@@ -707,7 +707,7 @@ class Store(RunAdvance, QueueStoreMixin):
     def find_timed_out(self, batch: int) -> list[tuple[int, str, str, int]]:
         """Running steps past ``started_at + timeout``: ``(id, run_id, node, generation)``."""
         with self.pool.connection() as conn:
-            rows = conn.execute(self.q["step_find_timed_out"], {"batch": batch}).fetchall()
+            rows = conn.execute(self.q["step_list_timed_out"], {"batch": batch}).fetchall()
         return [(r[0], str(r[1]), r[2], r[3]) for r in rows]
 
     def find_reclaim_exhausted(
@@ -716,7 +716,7 @@ class Store(RunAdvance, QueueStoreMixin):
         """Expired leases of steps reclaimed ``max_reclaims`` times already."""
         with self.pool.connection() as conn:
             rows = conn.execute(
-                self.q["step_find_reclaim_exhausted"],
+                self.q["step_list_reclaim_exhausted"],
                 {"max_reclaims": max_reclaims, "batch": batch},
             ).fetchall()
         return [(r[0], str(r[1]), r[2], r[3]) for r in rows]
@@ -748,7 +748,7 @@ class Store(RunAdvance, QueueStoreMixin):
         """Per queue with available or running steps: depth, delayed, running, and the
         age of the oldest claimable step (seconds, database clock)."""
         with self.pool.connection() as conn:
-            rows = conn.execute(self.q["step_queue_stats"]).fetchall()
+            rows = conn.execute(self.q["step_count_by_queue"]).fetchall()
         return [QueueStats(r[0], int(r[1]), int(r[2]), int(r[3]), float(r[4])) for r in rows]
 
     # -- reads ---------------------------------------------------------------------------
@@ -764,7 +764,7 @@ class Store(RunAdvance, QueueStoreMixin):
         None (Engine Design: Output Resolution). One statement in autocommit."""
         with self.pool.connection() as conn, _autocommit(conn):
             row = conn.execute(
-                self.q["step_output_get"], {"run_id": run_id, "node": node}
+                self.q["step_get_output"], {"run_id": run_id, "node": node}
             ).fetchone()
         if row is None or row[1] != StepState.COMPLETED:
             return None
@@ -774,7 +774,7 @@ class Store(RunAdvance, QueueStoreMixin):
         """The input of a run as JSON text; raises :class:`RunNotFoundError`. One statement
         in autocommit."""
         with self.pool.connection() as conn, _autocommit(conn):
-            row = conn.execute(self.q["run_input_get"], {"run_id": run_id}).fetchone()
+            row = conn.execute(self.q["run_get_input"], {"run_id": run_id}).fetchone()
         if row is None:
             raise RunNotFoundError(run_id)
         return str(row[0])

@@ -22,7 +22,7 @@ def _flow(backoff: str, max_attempts: int = 1000) -> Any:
 
 def _delays(client: Client, db: Any, backoff: str, attempt: int, samples: int = 1) -> list[float]:
     """Fail attempt ``attempt`` of a fresh step ``samples`` times through the real
-    ``step_fail_attempt`` statement; return each exact delay in seconds
+    ``step_fail_if_leased`` statement; return each exact delay in seconds
     (``scheduled_at`` minus the ``statement_timestamp()`` recorded with the attempt)."""
     run_id = client.submit(_flow(backoff), None)
     (step,) = client.store.claim(client.config.client_id, 30, ["default"], 1)

@@ -38,13 +38,13 @@ def test_statement_log_counts_round_trips_and_names_commits_by_transaction() -> 
     trips, server_ms = parse_log(LOG, "s1")
     assert trips == {
         "BEGIN": 2,
-        "run_input_get": 1,
-        "step_output_get": 1,
-        "COMMIT (run_input_get)": 1,
-        "COMMIT (step_output_get)": 1,
+        "run_get_input": 1,
+        "step_get_output": 1,
+        "COMMIT (run_get_input)": 1,
+        "COMMIT (step_get_output)": 1,
     }
-    assert abs(server_ms["run_input_get"] - 0.120) < 1e-9  # parse + bind + execute
-    assert server_ms["COMMIT (step_output_get)"] == 4.0
+    assert abs(server_ms["run_get_input"] - 0.120) < 1e-9  # parse + bind + execute
+    assert server_ms["COMMIT (step_get_output)"] == 4.0
 
 
 def test_pyspy_stacks_by_thread_role_function_and_leaf_module(tmp_path: Path) -> None:

@@ -1,3 +1,6 @@
+-- Table cyclone_deps: the graph of a run as data, one row per (node, depends_on) edge.
+-- Defined by migration 0001_initial.
+
 -- name: dep_insert_plan
 -- Write the run's graph as data from its definition's compiled plan: one row per
 -- (node, depends_on) edge.
@@ -8,7 +11,7 @@ CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') AS e(value)
 CROSS JOIN LATERAL jsonb_array_elements_text(e.value->'needs') AS n(depends_on)
 WHERE w.id = %(workflow_id)s
 
--- name: dep_downstream
+-- name: dep_list_downstream
 -- Every node downstream of %(node)s (transitively) with its on_dep_failure policy.
 WITH RECURSIVE down(node) AS (
     SELECT d.node FROM {schema}.cyclone_deps d
