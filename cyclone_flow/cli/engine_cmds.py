@@ -30,10 +30,11 @@ from cyclone_flow.cli.progress import follow_run
 from cyclone_flow.cli.queue_cmds import queue_info_lines, queue_options, submission_kwargs
 from cyclone_flow.cli.retention_cmds import parse_age
 from cyclone_flow.client import Client, migrate
-from cyclone_flow.config import DEFAULT_QUEUE, MAX_LEASE_TTL_S, RetentionConfig, validate_queue
+from cyclone_flow.config import MAX_LEASE_TTL_S, RetentionConfig
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
 from cyclone_flow.errors import ConfigError, WaitTimeoutError
 from cyclone_flow.flowfile import load_flow
+from cyclone_flow.names import DEFAULT_QUEUE, validate_queue_name
 from cyclone_flow.store.store import RunStatus, StepStatus
 from cyclone_flow.worker.imports import AllowList
 
@@ -147,7 +148,7 @@ def _parse_queues(specs: tuple[str, ...], workers: int) -> dict[str, int]:
     for spec in specs:
         name, sep, count = spec.partition("=")
         try:
-            validate_queue(name)
+            validate_queue_name(name)
             n = int(count) if sep else workers
         except (ConfigError, ValueError) as exc:
             raise click.BadParameter(f"{spec!r}: {exc}", param_hint="--queue") from None

@@ -15,7 +15,6 @@ from typing import Any, cast
 
 from cyclone_flow.durations import parse_duration
 from cyclone_flow.flowfile.model import (
-    DEFAULT_QUEUE,
     JSON,
     Backoff,
     Flow,
@@ -24,6 +23,7 @@ from cyclone_flow.flowfile.model import (
     OnDepFailure,
     Retry,
 )
+from cyclone_flow.names import DEFAULT_QUEUE
 
 __all__ = ["OPTION_KEYS", "build_flow", "document_digest"]
 

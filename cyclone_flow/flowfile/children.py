@@ -109,19 +109,13 @@ def _loop(graph: nx.DiGraph, root: str, child: str) -> list[str] | None:
     return [*loop, loop[0]]
 
 
-def check_children(
-    doc: Document, analyse: Callable[[str, str], list[Problem]] | None = None
-) -> list[Problem]:
+def check_children(doc: Document, analyse: Callable[[str, str], list[Problem]]) -> list[Problem]:
     """Lint the child nodes of ``doc``: E030 missing or unreadable file, E031 recursion,
-    E032 a child flow with problems (``analyse(text, path)`` lints it; default: the full
-    pipeline of :func:`cyclone_flow.flowfile.load.lint_text`)."""
+    E032 a child flow with problems (``analyse(text, path)`` lints it: the pipeline's
+    :func:`cyclone_flow.flowfile.load.lint_text`, passed in by it)."""
     refs = child_refs(doc.data)
     if not refs:
         return []
-    if analyse is None:
-        from cyclone_flow.flowfile.load import lint_text
-
-        analyse = lint_text
     graph = reference_graph(doc.path, doc.data)
     root = _key(doc.path)
     out: list[Problem] = []

@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from cyclone_flow.errors import CycloneError, Problem
+from cyclone_flow.errors import LintPathError, NoFlowFilesError, Problem
 from cyclone_flow.flowfile.load import analyse_text
 from cyclone_flow.flowfile.read import Document, read_text
 from cyclone_flow.worker.imports import AllowList, HandlerImportError, HandlerResolver, split_call
@@ -27,24 +27,6 @@ __all__ = [
 ]
 
 FLOW_SUFFIXES = (".yaml", ".yml")
-
-
-class LintPathError(CycloneError, FileNotFoundError):
-    """A path given to lint does not exist; the CLI reports it as a usage error (exit 2)."""
-
-    exit_code = 2
-
-    def __init__(self, path: str, message: str | None = None) -> None:
-        self.path = path
-        super().__init__(message or f"path does not exist: {path}")
-
-
-class NoFlowFilesError(LintPathError):
-    """A folder given to lint holds no ``*.yaml`` / ``*.yml`` file: linting it would check
-    nothing, so it is a usage error (exit 2) rather than a silent pass."""
-
-    def __init__(self, path: str) -> None:
-        super().__init__(path, f"no flow files (*.yaml, *.yml) found in {path}")
 
 
 def find_flow_files(paths: Sequence[str]) -> list[str]:

@@ -52,7 +52,7 @@ def analyse_text(text: str, path: str = "<string>") -> tuple[Document | None, li
         if doc is None:
             return None, _sort(problems)
         problems = validate_document(doc) + check_input_schema(doc) + check_document(doc)
-        problems += check_children(doc)
+        problems += check_children(doc, lint_text)
         return doc, _sort(problems)
 
 

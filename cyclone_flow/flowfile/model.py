@@ -10,15 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-JSON = Any
-"""A JSON value: dict, list, str, int, float, bool or None."""
+from cyclone_flow._json import JSON as JSON
+from cyclone_flow.names import DEFAULT_QUEUE as DEFAULT_QUEUE
 
 NodeType = Literal["action", "fan_out", "child", "wait_signal"]
 OnDepFailure = Literal["fail_run", "cancel_branch"]
-
-DEFAULT_QUEUE = "default"
 
 
 @dataclass(frozen=True)
