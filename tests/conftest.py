@@ -5,7 +5,6 @@ shut down after the test."""
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,14 +16,6 @@ import pytest
 
 from cyclone_flow import Client
 from cyclone_flow.store.migrate import migrate
-
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "examples"
-TEST_HANDLERS = Path(__file__).resolve().parent / "handlers"
-
-for path in (str(EXAMPLES), str(TEST_HANDLERS)):
-    if path not in sys.path:
-        sys.path.insert(0, path)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -16,13 +16,8 @@ from typing import Any
 
 import pytest
 from cyclone_test_handlers import engine
-from cyclone_test_handlers.harness import (
-    WorkerProcess,
-    create_ledger,
-    ledger_rows,
-    step_row,
-    wait_until,
-)
+from helpers.procs import WorkerProcess, wait_until
+from helpers.rows import create_ledger, ledger_rows, step_row
 
 from cyclone_flow import (
     Client,
