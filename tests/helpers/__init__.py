@@ -7,5 +7,8 @@ option puts ``tests/`` on ``sys.path``):
 - :mod:`helpers.procs`: real worker processes, polling until a condition holds.
 - :mod:`helpers.cli`: the CLI in a subprocess, its JSON output.
 - :mod:`helpers.doc_tables`: the pipe tables of the docs.
+- :mod:`helpers.catalog`: a version-stable description of a schema (the reference of
+  ``tests/migration``).
+- :mod:`helpers.schema_pool`: the migrated schemas the ``schema`` fixture hands out.
 
 Handler modules that worker processes import stay in ``tests/handlers``."""
