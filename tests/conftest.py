@@ -1,7 +1,8 @@
 """Shared fixtures: a real Postgres for the whole session (the embedded pgserver, or
 ``CYCLONE_TEST_DATABASE_URL``), a migrated schema per test from a pool of reused schemas
 (``helpers.schema_pool``: emptied and checked between tests), and clients that are shut
-down after the test."""
+down after the test. Also the markers: ``db`` on every test that uses the database,
+``chaos`` on every test under ``tests/chaos``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from helpers.schema_pool import SchemaPool
 
 from cyclone_flow import Client
 
+TESTS = Path(__file__).resolve().parent
+
 _pool: SchemaPool | None = None
 
 
@@ -28,6 +31,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip = pytest.mark.skip(reason="soak test: run with --soak")
     for item in items:
+        if "database_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.db)
+        if item.path.is_relative_to(TESTS / "chaos"):
+            item.add_marker(pytest.mark.chaos)
         if "slow" in item.keywords and not config.getoption("--soak"):
             item.add_marker(skip)
 

@@ -290,6 +290,7 @@ def test_submit_to_unmigrated_schema_says_run_migrate(database_url: str) -> None
 # --- the embedded default (starts a second Postgres: keep this the only such test) ---------
 
 
+@pytest.mark.db  # starts the embedded Postgres itself
 def test_embedded_default_under_cyclone_home(tmp_path: Path) -> None:
     home = tmp_path / "home"
     workdir = tmp_path / "work"

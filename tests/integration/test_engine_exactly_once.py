@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import uuid
 
+import pytest
 from cyclone_test_handlers import engine
 from helpers.flows import step_flow
 from helpers.procs import WorkerProcess, wait_until
@@ -15,6 +16,7 @@ from helpers.rows import create_ledger, ledger_rows, step_row
 ENGINE = "cyclone_test_handlers.engine"
 
 
+@pytest.mark.chaos
 def test_sigkill_before_commit_rerun_writes_exactly_once(
     make_client, db, schema, database_url, tmp_path
 ) -> None:
