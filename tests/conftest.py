@@ -1,11 +1,12 @@
 """Shared fixtures: a real Postgres for the whole session (the embedded pgserver, or
-``CYCLONE_TEST_DATABASE_URL``), one fresh migrated schema per test, and clients that are
-shut down after the test."""
+``CYCLONE_TEST_DATABASE_URL``), a migrated schema per test from a pool of reused schemas
+(``helpers.schema_pool``: emptied and checked between tests), and clients that are shut
+down after the test. Also the markers: ``db`` on every test that uses the database,
+``chaos`` on every test under ``tests/chaos``."""
 
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -14,17 +15,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from helpers.schema_pool import SchemaPool
 
 from cyclone_flow import Client
-from cyclone_flow.store.migrate import migrate
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO / "examples"
-TEST_HANDLERS = Path(__file__).resolve().parent / "handlers"
+TESTS = Path(__file__).resolve().parent
 
-for path in (str(EXAMPLES), str(TEST_HANDLERS)):
-    if path not in sys.path:
-        sys.path.insert(0, path)
+_pool: SchemaPool | None = None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -32,44 +29,71 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--soak"):
-        return
     skip = pytest.mark.skip(reason="soak test: run with --soak")
     for item in items:
-        if "slow" in item.keywords:
+        if "database_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.db)
+        if item.path.is_relative_to(TESTS / "chaos"):
+            item.add_marker(pytest.mark.chaos)
+        if "slow" in item.keywords and not config.getoption("--soak"):
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _pool is not None and _pool.counts:
+        terminalreporter.write_line(_pool.summary())
 
 
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
-    """A URL of a real Postgres: ``CYCLONE_TEST_DATABASE_URL`` or an embedded server."""
-    url = os.environ.get("CYCLONE_TEST_DATABASE_URL")
-    if url:
-        yield url
-        return
-    import pgserver
+    """A URL of a real Postgres: ``CYCLONE_TEST_DATABASE_URL`` or an embedded server.
 
-    with tempfile.TemporaryDirectory(prefix="cyclone-test-pg-") as tmp:
-        server = pgserver.get_server(Path(tmp) / "pgdata", cleanup_mode="stop")
-        try:
-            uri = server.get_uri()
-            with psycopg.connect(uri, autocommit=True) as conn:
-                max_conn = conn.execute("SHOW max_connections").fetchone()
-            assert max_conn is not None
-            yield uri
-        finally:
-            server.cleanup()
+    Every session the suite opens from here on (in this process and in the worker and CLI
+    processes it starts) carries one ``application_name`` (``PGAPPNAME``), by which the
+    schema pool sees the sessions a test left open."""
+    previous = os.environ.get("PGAPPNAME")
+    os.environ["PGAPPNAME"] = f"cyclone-tests-{uuid.uuid4().hex[:8]}"
+    try:
+        url = os.environ.get("CYCLONE_TEST_DATABASE_URL")
+        if url:
+            yield url
+            return
+        import pgserver
+
+        with tempfile.TemporaryDirectory(prefix="cyclone-test-pg-") as tmp:
+            server = pgserver.get_server(Path(tmp) / "pgdata", cleanup_mode="stop")
+            try:
+                uri = server.get_uri()
+                with psycopg.connect(uri, autocommit=True) as conn:
+                    max_conn = conn.execute("SHOW max_connections").fetchone()
+                assert max_conn is not None
+                yield uri
+            finally:
+                server.cleanup()
+    finally:
+        if previous is None:
+            os.environ.pop("PGAPPNAME", None)
+        else:
+            os.environ["PGAPPNAME"] = previous
+
+
+@pytest.fixture(scope="session")
+def schema_pool(database_url: str) -> Iterator[SchemaPool]:
+    """The session's pool of migrated schemas (see ``helpers.schema_pool``)."""
+    global _pool
+    _pool = SchemaPool(database_url, app_name=os.environ["PGAPPNAME"])
+    yield _pool
+    _pool.close()
 
 
 @pytest.fixture
-def schema(database_url: str) -> Iterator[str]:
-    """A fresh schema with every migration applied; dropped after the test."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(database_url) as conn:
-        migrate(conn, name)
+def schema(schema_pool: SchemaPool) -> Iterator[str]:
+    """A schema with every migration applied and no rows, this test's alone: taken from
+    the pool, emptied (and checked, or replaced) after the test. Objects the test left in
+    it or in ``public`` are dropped."""
+    name = schema_pool.acquire()
     yield name
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+    schema_pool.release(name)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from acceptance_helpers import Runner, run_cli
+from helpers.cli import Runner, run_cli
 
 
 @pytest.fixture

@@ -3,22 +3,14 @@ subprocess against a real Postgres (the test's fresh schema)."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from acceptance_helpers import (
-    EXAMPLES,
-    FLOWS,
-    TEST_HANDLERS,
-    Runner,
-    clean_env,
-    no_traceback,
-    run_cli,
-)
+from helpers.cli import Runner, clean_env, json_output, no_traceback, run_cli
+from helpers.paths import EXAMPLES, FLOWS, TEST_HANDLERS
 
 HELLO = FLOWS / "hello.yaml"
 WEATHER = FLOWS / "seattle_weather.yaml"
@@ -32,13 +24,6 @@ nodes:
     call: cyclone_test_handlers.basic:boom
     needs: [first]
 """
-
-
-def _json(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        pytest.fail(f"stdout is not JSON: {text!r}")
 
 
 def _import_args(command: str) -> list[str]:
@@ -63,7 +48,7 @@ def test_run_seattle_weather_prints_summary_and_stores_48_months(
     proc = cli("run", WEATHER, "--import-path", EXAMPLES)
     no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
-    output = _json(proc.stdout)
+    output = json_output(proc.stdout)
     assert list(output) == ["summary"], output  # the only leaf node
     summary = output["summary"]
     assert summary["months"] == 48
@@ -92,11 +77,11 @@ def test_run_seattle_weather_prints_summary_and_stores_48_months(
         assert count == (48, 48)
 
 
-def test_run_hello_json(cli: Runner) -> None:
+def test_run_hellojson_output(cli: Runner) -> None:
     proc = cli("run", HELLO, "--import-path", EXAMPLES, "--json", "--input", '{"name": "Ada"}')
     no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
-    data = _json(proc.stdout)
+    data = json_output(proc.stdout)
     assert data["state"] == "completed"
     assert data["flow_name"] == "hello"
     assert data["output"]["shout"]["message"] == "HELLO, ADA!"
@@ -116,7 +101,7 @@ def test_submit_then_worker_completes_then_status_and_runs(cli: Runner) -> None:
     as_json = cli("submit", HELLO, "--json")
     no_traceback(as_json)
     assert as_json.returncode == 0, as_json.stderr
-    body = _json(as_json.stdout)
+    body = json_output(as_json.stdout)
     assert list(body) == ["run_id", "duplicate"] and body["duplicate"] is False
     second = body["run_id"]
     uuid.UUID(second)
@@ -124,7 +109,7 @@ def test_submit_then_worker_completes_then_status_and_runs(cli: Runner) -> None:
 
     pending = cli("status", first, "--json")
     assert pending.returncode == 0, pending.stderr
-    assert _json(pending.stdout)["state"] == "running"
+    assert json_output(pending.stdout)["state"] == "running"
 
     worker = cli(
         "worker",
@@ -145,7 +130,7 @@ def test_submit_then_worker_completes_then_status_and_runs(cli: Runner) -> None:
         status = cli("status", run_id, "--json")
         no_traceback(status)
         assert status.returncode == 0, status.stderr
-        data = _json(status.stdout)
+        data = json_output(status.stdout)
         assert data["id"] == run_id
         assert data["state"] == "completed", data
         assert data["output"]["shout"]["message"] == f"HELLO, {name.upper()}!"
@@ -167,13 +152,13 @@ def test_submit_then_worker_completes_then_status_and_runs(cli: Runner) -> None:
     runs = cli("runs", "--json")
     no_traceback(runs)
     assert runs.returncode == 0, runs.stderr
-    listed = _json(runs.stdout)
+    listed = json_output(runs.stdout)
     assert {r["id"] for r in listed} == {first, second}
     assert all(r["state"] == "completed" and r["flow_name"] == "hello" for r in listed)
 
     only_failed = cli("runs", "--json", "--state", "failed")
     assert only_failed.returncode == 0
-    assert _json(only_failed.stdout) == []
+    assert json_output(only_failed.stdout) == []
 
 
 def test_failing_flow_run_exits_1(cli: Runner, tmp_path: Path) -> None:
@@ -187,7 +172,7 @@ def test_failing_flow_run_exits_1(cli: Runner, tmp_path: Path) -> None:
 
     as_json = cli("run", flow, "--import-path", TEST_HANDLERS, "--json")
     assert as_json.returncode == 1
-    data = _json(as_json.stdout)
+    data = json_output(as_json.stdout)
     assert data["state"] == "failed"
     steps = {s["node"]: s for s in data["steps"]}
     assert steps["first"]["state"] == "completed"
@@ -305,6 +290,7 @@ def test_submit_to_unmigrated_schema_says_run_migrate(database_url: str) -> None
 # --- the embedded default (starts a second Postgres: keep this the only such test) ---------
 
 
+@pytest.mark.db  # starts the embedded Postgres itself
 def test_embedded_default_under_cyclone_home(tmp_path: Path) -> None:
     home = tmp_path / "home"
     workdir = tmp_path / "work"
@@ -316,7 +302,7 @@ def test_embedded_default_under_cyclone_home(tmp_path: Path) -> None:
     no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
     assert f"embedded Postgres in {home}" in proc.stderr
-    assert _json(proc.stdout)["output"]["shout"]["message"] == "HELLO, WORLD!"
+    assert json_output(proc.stdout)["output"]["shout"]["message"] == "HELLO, WORLD!"
     assert (home / "pgdata").is_dir()
     assert not (workdir / ".cyclone").exists(), "CYCLONE_HOME must move .cyclone"
 
@@ -324,7 +310,7 @@ def test_embedded_default_under_cyclone_home(tmp_path: Path) -> None:
     runs = run_cli("runs", "--json", cwd=workdir, env=env, timeout=240)
     no_traceback(runs)
     assert runs.returncode == 0, runs.stderr
-    assert [r["flow_name"] for r in _json(runs.stdout)] == ["hello"]
+    assert [r["flow_name"] for r in json_output(runs.stdout)] == ["hello"]
 
 
 @pytest.mark.parametrize(
@@ -367,21 +353,21 @@ def test_queues_on_the_command_line(cli: Runner, tmp_path: Path) -> None:
         " input: '${{ nodes.a.output }}'}\n",
         encoding="utf-8",
     )
-    handlers = Path(__file__).resolve().parents[1] / "handlers"
+    handlers = TEST_HANDLERS
     # run serves every queue its flow names
     ran = cli("run", flow, "--import-path", handlers, "--json")
     no_traceback(ran)
     assert ran.returncode == 0, ran.stderr
-    assert _json(ran.stdout)["output"] == {"b": {"sum": 3}}
+    assert json_output(ran.stdout)["output"] == {"b": {"sum": 3}}
     # a worker serves only the queues it is given
     run_id = cli("submit", flow).stdout.strip()
     args = ("--exit-when-idle", "--allow-module", "cyclone_test_handlers")
     default_only = cli("worker", *args, "--import-path", handlers, "--queue", "default=1")
     assert default_only.returncode == 0, default_only.stderr
-    assert _json(cli("status", run_id, "--json").stdout)["steps"][0]["state"] == "available"
+    assert json_output(cli("status", run_id, "--json").stdout)["steps"][0]["state"] == "available"
     both = cli("worker", *args, "--import-path", handlers, "--queue", "gpu=1", "--queue", "default")
     assert both.returncode == 0, both.stderr
-    assert _json(cli("status", run_id, "--json").stdout)["state"] == "completed"
+    assert json_output(cli("status", run_id, "--json").stdout)["state"] == "completed"
     bad = cli("worker", *args, "--queue", "Bad Queue=2")
     no_traceback(bad)
     assert bad.returncode == 2 and "invalid queue name" in bad.stderr

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from acceptance_helpers import TEST_HANDLERS, Runner, no_traceback
+from helpers.cli import Runner, no_traceback
+from helpers.paths import TEST_HANDLERS
 
 OUTAGE_FLOW = """\
 name: outage

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from acceptance_helpers import Runner, no_traceback, run_cli
+from helpers.cli import Runner, no_traceback, run_cli
 
 NODE = "  a: {call: 'cyclone_test_handlers.basic:echo'}\n"
 LONG_ZONE = "name: zone\nnodes:\n" + NODE + "schedules:\n  - {cron: '0 * * * *', timezone: %s}\n"

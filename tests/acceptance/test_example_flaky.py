@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from acceptance_helpers import EXAMPLES, FLOWS, Runner, no_traceback
+from helpers.cli import Runner, no_traceback
+from helpers.paths import EXAMPLES, FLOWS
 
 FLAKY = FLOWS / "flaky_pipeline.yaml"
 

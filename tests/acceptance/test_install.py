@@ -12,7 +12,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from acceptance_helpers import EXAMPLES, FLOWS, REPO, clean_env, no_traceback
+from helpers.cli import clean_env, no_traceback
+from helpers.paths import EXAMPLES, FLOWS, REPO
 from psycopg import sql
 
 IGNORE = shutil.ignore_patterns(

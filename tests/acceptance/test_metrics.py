@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cyclone_test_handlers.harness import WorkerProcess, wait_until
+from helpers.procs import WorkerProcess, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from cyclone_flow import Client

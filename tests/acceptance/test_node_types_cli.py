@@ -7,25 +7,17 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import Any
 
 import psycopg
-import pytest
-from acceptance_helpers import EXAMPLES, FLOWS, Runner, clean_env, no_traceback, run_cli
-
-
-def _json(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        pytest.fail(f"stdout is not JSON: {text!r}")
+from helpers.cli import Runner, clean_env, json_output, no_traceback, run_cli
+from helpers.paths import EXAMPLES, FLOWS
 
 
 def test_run_fan_out_example_profiles_every_data_file(cli: Runner) -> None:
     proc = cli("run", FLOWS / "csv_fan_out.yaml", "--import-path", EXAMPLES, "--json")
     no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
-    status = _json(proc.stdout)
+    status = json_output(proc.stdout)
     assert status["state"] == "completed"
     combined = status["output"]["combine"]
     assert combined["files"] == 2 and combined["rows"] == 1461 + 560
@@ -42,7 +34,7 @@ def test_run_child_flow_example_runs_two_child_runs(
     proc = cli("run", FLOWS / "csv_children.yaml", "--import-path", EXAMPLES)
     no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
-    output = _json(proc.stdout)
+    output = json_output(proc.stdout)
     assert output["compare"]["larger"] == "seattle-weather.csv"
     assert output["compare"]["rows"] == {"seattle-weather.csv": 1461, "stocks.csv": 560}
     with psycopg.connect(database_url) as conn:
@@ -68,7 +60,7 @@ def test_approval_example_with_the_signal_command(
     no_traceback(signal)
     assert signal.returncode == 0, signal.stderr
     assert "kept" in signal.stdout
-    status = _json(cli("status", run_id, "--json").stdout)
+    status = json_output(cli("status", run_id, "--json").stdout)
     approve = next(s for s in status["steps"] if s["node"] == "approve")
     assert (approve["type"], approve["signal"], approve["state"]) == (
         "wait_signal",
@@ -86,7 +78,7 @@ def test_approval_example_with_the_signal_command(
         "2s",
     )
     assert worker.returncode == 0, worker.stderr
-    status = _json(cli("status", run_id, "--json").stdout)
+    status = json_output(cli("status", run_id, "--json").stdout)
     assert status["state"] == "completed", status
     assert status["output"] == {"publish": {"year": 2004, "approved_by": "ada", "symbols": 5}}
     with psycopg.connect(database_url) as conn:
@@ -134,7 +126,7 @@ def test_status_shows_the_awaited_signal_and_signal_errors(cli: Runner, tmp_path
     ok = cli("signal", run_id, "go", "--payload", '{"n": 1}')
     assert ok.returncode == 0, ok.stderr
     assert f"delivered to node gate of run {run_id}" in ok.stdout
-    done = _json(cli("status", run_id, "--json").stdout)
+    done = json_output(cli("status", run_id, "--json").stdout)
     assert done["state"] == "completed" and done["output"] == {"gate": {"n": 1}}
 
 

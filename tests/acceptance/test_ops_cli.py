@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from acceptance_helpers import Runner, no_traceback
-from cyclone_test_handlers.harness import WorkerProcess, wait_until
+from helpers.cli import Runner, no_traceback
+from helpers.procs import WorkerProcess, wait_until
 
 from cyclone_flow import Client
 from cyclone_flow.flowfile import load_flow_text

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
-from acceptance_helpers import Runner, no_traceback
+from helpers.cli import Runner, json_output, no_traceback
+from helpers.paths import TEST_HANDLERS
 
-HANDLERS = Path(__file__).resolve().parents[1] / "handlers"
+HANDLERS = TEST_HANDLERS
 NOOP = "cyclone_test_handlers.queueing:noop"
 WORKER = (
     "worker",
@@ -18,10 +17,6 @@ WORKER = (
     "--import-path",
     str(HANDLERS),
 )
-
-
-def _json(text: str) -> Any:
-    return json.loads(text)
 
 
 def test_enqueue_with_options_then_worker_then_status(cli: Runner) -> None:
@@ -42,14 +37,14 @@ def test_enqueue_with_options_then_worker_then_status(cli: Runner) -> None:
     )
     no_traceback(first)
     assert first.returncode == 0, first.stderr
-    job = _json(first.stdout)
+    job = json_output(first.stdout)
     assert job["duplicate"] is False
     dup = cli("enqueue", NOOP, "--args", '{"n": 1}', "--unique-key", "n1")
     assert dup.returncode == 0 and dup.stdout.strip() == job["run_id"]
     assert "duplicate" in dup.stderr
     worked = cli(*WORKER)
     assert worked.returncode == 0, worked.stderr
-    status = _json(cli("status", job["run_id"], "--json").stdout)
+    status = json_output(cli("status", job["run_id"], "--json").stdout)
     assert status["state"] == "completed" and status["output"] == {"job": {"n": 1}}
     assert status["flow_name"] == NOOP
     assert status["steps"][0]["max_attempts"] == 3
@@ -62,12 +57,12 @@ def test_delayed_submit_and_enqueue_wait(cli: Runner, tmp_path: Path) -> None:
     flow.write_text("name: later\nnodes:\n  a: {call: 'cyclone_test_handlers.queueing:noop'}\n")
     later = cli("submit", flow, "--delay", "1h", "--queue", "slow", "--json")
     assert later.returncode == 0, later.stderr
-    run_id = _json(later.stdout)["run_id"]
-    steps = _json(cli("status", run_id, "--json").stdout)["steps"]
+    run_id = json_output(later.stdout)["run_id"]
+    steps = json_output(cli("status", run_id, "--json").stdout)["steps"]
     assert steps[0]["queue"] == "slow"
     at = cli("submit", flow, "--run-at", "2999-01-01T00:00:00+01:00")
     assert at.returncode == 0, at.stderr
-    assert _json(cli("status", run_id, "--json").stdout)["steps"][0]["state"] == "available"
+    assert json_output(cli("status", run_id, "--json").stdout)["steps"][0]["state"] == "available"
 
 
 def test_queue_option_mistakes_exit_2(cli: Runner, tmp_path: Path) -> None:
@@ -105,7 +100,7 @@ def test_schedule_commands(cli: Runner, tmp_path: Path) -> None:
     added = cli("schedule", "add", flow, "--cron", "*/5 * * * *", "--name", "adhoc")
     assert added.returncode == 0 and "schedule adhoc: next run at" in added.stdout
     assert cli("schedule", "pause", "adhoc").stdout.strip() == "schedule adhoc paused"
-    listed = _json(cli("schedule", "list", "--json").stdout)
+    listed = json_output(cli("schedule", "list", "--json").stdout)
     assert [(s["name"], s["source"], s["paused"]) for s in listed] == [
         ("adhoc", "manual", True),
         ("report-daily", "flow", False),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from acceptance_helpers import Runner, no_traceback
+from helpers.cli import Runner, no_traceback
 
 FLOW = """\
 name: {name}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from acceptance_helpers import Runner, no_traceback
 from cyclone_test_handlers.bypass import write_bypass_packages
+from helpers.cli import Runner, no_traceback
 
 BYPASSES = (
     "do.__call__",  # a foreign function's method-wrapper

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 from cyclone_test_handlers import group_commit as gc
-from cyclone_test_handlers.harness import ModuleWorkerProcess, WorkerProcess
+from helpers.procs import ModuleWorkerProcess, WorkerProcess
 from test_chaos_workers import Fleet, Plan, drive
 
 from cyclone_flow.flowfile import load_flow_text

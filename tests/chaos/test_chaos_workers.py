@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 from cyclone_test_handlers import chaos
-from cyclone_test_handlers.harness import ModuleWorkerProcess, WorkerProcess, wait_until
+from helpers.procs import ModuleWorkerProcess, WorkerProcess, wait_until
 
 from cyclone_flow.flowfile import load_flow_text
 

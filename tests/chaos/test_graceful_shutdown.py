@@ -12,18 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cyclone_test_handlers.harness import WorkerProcess, step_row, wait_until
+from helpers.flows import step_flow
+from helpers.procs import WorkerProcess, wait_until
+from helpers.rows import step_row
 
 from cyclone_flow import Client
-from cyclone_flow.flowfile import load_flow_text
 
+OPS = "cyclone_test_handlers.ops"
 TTL_S = 60.0  # long, so a claim long before it can only come from a released lease
-
-
-def _flow(call: str) -> Any:
-    return load_flow_text(
-        f"name: graceful\nnodes:\n  s: {{call: 'cyclone_test_handlers.ops:{call}'}}\n"
-    )
 
 
 def _owned_by(worker: WorkerProcess) -> Callable[[dict[str, Any]], bool]:
@@ -48,7 +44,9 @@ def test_sigterm_mid_handler_releases_the_step_to_another_worker_at_once(
     )
     second: WorkerProcess | None = None
     try:
-        run_id = submitter.submit(_flow("cooperative_once"), {"marker": str(marker)})
+        run_id = submitter.submit(
+            step_flow(f"{OPS}:cooperative_once", name="graceful"), {"marker": str(marker)}
+        )
         held = wait_until(
             lambda: marker.exists() and _owned_by(first)(row := step_row(db, run_id)) and row,
             timeout=30,
@@ -99,8 +97,12 @@ def test_handler_that_ends_within_the_grace_period_completes_and_nothing_new_is_
         extra_args=["--shutdown-timeout", "30s"],
     )
     try:
-        running = submitter.submit(_flow("short_sleep"), {"marker": str(marker), "seconds": 2})
-        waiting = submitter.submit(_flow("short_sleep"), {"marker": str(marker), "seconds": 0})
+        running = submitter.submit(
+            step_flow(f"{OPS}:short_sleep", name="graceful"), {"marker": str(marker), "seconds": 2}
+        )
+        waiting = submitter.submit(
+            step_flow(f"{OPS}:short_sleep", name="graceful"), {"marker": str(marker), "seconds": 0}
+        )
         wait_until(
             lambda: marker.exists() and _owned_by(worker)(step_row(db, running)),
             timeout=30,

@@ -8,23 +8,23 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers.flows import step_flow
 
 from cyclone_flow import Client
-from cyclone_flow.flowfile import load_flow_text
 
-
-def _flow(backoff: str, max_attempts: int = 1000) -> Any:
-    return load_flow_text(
-        "name: backoff\nnodes:\n  a:\n    call: cyclone_test_handlers.basic:boom\n"
-        f"    retry: {{max_attempts: {max_attempts}, backoff: {backoff}}}\n"
-    )
+BOOM = "cyclone_test_handlers.basic:boom"
 
 
 def _delays(client: Client, db: Any, backoff: str, attempt: int, samples: int = 1) -> list[float]:
     """Fail attempt ``attempt`` of a fresh step ``samples`` times through the real
     ``step_fail_if_leased`` statement; return each exact delay in seconds
     (``scheduled_at`` minus the ``statement_timestamp()`` recorded with the attempt)."""
-    run_id = client.submit(_flow(backoff), None)
+    run_id = client.submit(
+        step_flow(
+            BOOM, name="backoff", node="a", retry=f"{{max_attempts: 1000, backoff: {backoff}}}"
+        ),
+        None,
+    )
     (step,) = client.store.claim(client.config.client_id, 30, ["default"], 1)
     out = []
     for _ in range(samples):
@@ -109,7 +109,10 @@ def test_zero_initial_backoff_retries_at_once_end_to_end(
     retried at once (a division by zero here used to leave the step to its lease, to be
     reclaimed and failed again forever)."""
     client = make_client(lease_ttl=1.0)
-    run_id = client.submit(_flow("{initial: 0}", max_attempts=3), None)
+    run_id = client.submit(
+        step_flow(BOOM, name="backoff", node="a", retry="{max_attempts: 3, backoff: {initial: 0}}"),
+        None,
+    )
     client.start()
     status = client.wait(run_id, timeout=15)
     assert status.state == "failed"

@@ -5,16 +5,10 @@ checked (benchmarks are read, not asserted); only that each benchmark produced o
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from benchmarks.__main__ import main  # noqa: E402
+from benchmarks.__main__ import main
 
 
 def test_quick_suite_runs_every_benchmark(

@@ -18,7 +18,8 @@ from typing import Any
 import psycopg
 import pytest
 from cyclone_test_handlers import engine, failures
-from cyclone_test_handlers.harness import create_ledger, ledger_rows, step_row, wait_until
+from helpers.procs import wait_until
+from helpers.rows import create_ledger, ledger_rows, step_row
 
 from cyclone_flow import Client, StepEvent
 from cyclone_flow.flowfile import load_flow_text

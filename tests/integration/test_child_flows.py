@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from cyclone_test_handlers.harness import wait_until
+from helpers.procs import wait_until
 
 from cyclone_flow import RunStateError, load_flow
 from cyclone_flow.worker.scanners import WaitScanner

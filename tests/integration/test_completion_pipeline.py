@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from cyclone_test_handlers.harness import step_row
+from helpers.rows import step_row
 
 from cyclone_flow.flowfile import load_flow_text
 

@@ -6,31 +6,17 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any
 
+import pytest
 from cyclone_test_handlers import engine
-from cyclone_test_handlers.harness import (
-    WorkerProcess,
-    create_ledger,
-    ledger_rows,
-    step_row,
-    wait_until,
-)
+from helpers.flows import step_flow
+from helpers.procs import WorkerProcess, wait_until
+from helpers.rows import create_ledger, ledger_rows, step_row
 
-from cyclone_flow.flowfile import load_flow_text
+ENGINE = "cyclone_test_handlers.engine"
 
 
-def _flow(call: str, name: str = "once") -> Any:
-    return load_flow_text(
-        f"""
-name: {name}
-nodes:
-  s:
-    call: cyclone_test_handlers.engine:{call}
-"""
-    )
-
-
+@pytest.mark.chaos
 def test_sigkill_before_commit_rerun_writes_exactly_once(
     make_client, db, schema, database_url, tmp_path
 ) -> None:
@@ -38,7 +24,8 @@ def test_sigkill_before_commit_rerun_writes_exactly_once(
     marker = tmp_path / "written"
     submitter = make_client()
     run_id = submitter.submit(
-        _flow("crash_once"), {"schema": schema, "marker": str(marker), "sleep": 60}
+        step_flow(f"{ENGINE}:crash_once", name="once"),
+        {"schema": schema, "marker": str(marker), "sleep": 60},
     )
     victim = WorkerProcess(database_url, schema, tmp_path / "victim.log", lease_ttl="1s")
     try:
@@ -72,7 +59,7 @@ def test_stale_completion_rolls_back_business_write(make_client, db, schema) -> 
     # A long TTL: no heartbeat (every 20 s) interferes while the test expires the lease.
     first = make_client(workers=1, lease_ttl=60.0, client_id="first", sweep_interval=60.0)
     first.start()
-    run_id = first.submit(_flow("gate"), {"schema": schema, "key": key})
+    run_id = first.submit(step_flow(f"{ENGINE}:gate", name="once"), {"schema": schema, "key": key})
     assert engine.event(key, "entered").wait(10), "the first handler never started"
     assert step_row(db, run_id)["lease_owner"] == "first"
 
@@ -104,7 +91,7 @@ def test_handler_raising_after_business_write_leaves_no_row(make_client, db, sch
     create_ledger(db)
     client = make_client(workers=1)
     client.start()
-    run_id = client.submit(_flow("write_then_raise"), {"schema": schema})
+    run_id = client.submit(step_flow(f"{ENGINE}:write_then_raise", name="once"), {"schema": schema})
     status = client.wait(run_id, timeout=10)
     assert status.state == "failed"
     assert status.error_kind == "step_discarded"

@@ -6,11 +6,10 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from typing import Any
 
-import psycopg
 from cyclone_test_handlers import engine
-from cyclone_test_handlers.harness import WorkerProcess, create_ledger, ledger_rows, wait_until
+from helpers.procs import WorkerProcess, wait_until
+from helpers.rows import create_ledger, ledger_rows, step_rows
 
 from cyclone_flow.flowfile import load_flow_text
 
@@ -51,12 +50,6 @@ nodes:
 """
 
 
-def _steps(db: psycopg.Connection[Any], run_id: str) -> dict[str, dict[str, Any]]:
-    cur = db.cursor(row_factory=psycopg.rows.dict_row)
-    rows = cur.execute("SELECT * FROM cyclone_steps WHERE run_id = %s", (run_id,)).fetchall()
-    return {r["node"]: r for r in rows}
-
-
 def test_fail_run_cancels_running_sibling_and_ignores_its_completion(
     make_client, db, schema
 ) -> None:
@@ -72,7 +65,7 @@ def test_fail_run_cancels_running_sibling_and_ignores_its_completion(
     assert engine.observed(key) == [{"call": 1, "cancelled": True}]
     wait_until(lambda: client.worker.in_flight() == 0, what="the sibling to return")
 
-    steps = _steps(db, run_id)
+    steps = step_rows(db, run_id)
     assert (steps["bad"]["state"], steps["bad"]["error_kind"]) == ("discarded", "handler_error")
     slow = steps["slow"]
     assert (slow["state"], slow["error_kind"], slow["output"]) == ("cancelled", "cancelled", None)
@@ -88,7 +81,7 @@ def test_cancel_branch_contains_discard_and_run_completes(make_client, db) -> No
     assert status.state == "completed", (status, client.list_steps(run_id))
     assert (status.error, status.error_kind) == (None, None)
     assert status.output == {"c": {"v": 1}}
-    steps = _steps(db, run_id)
+    steps = step_rows(db, run_id)
     assert (steps["a"]["state"], steps["a"]["error_kind"]) == ("discarded", "handler_error")
     assert (steps["b"]["state"], steps["b"]["error_kind"]) == ("cancelled", "cancelled")
     assert steps["b"]["started_at"] is None  # never ran
@@ -106,7 +99,7 @@ def test_allow_list_never_imports_module_outside_it(make_client, db) -> None:
     run_id = client.submit(load_flow_text(FORBIDDEN), {})
     status = client.wait(run_id, timeout=10)
     assert status.state == "failed"
-    step = _steps(db, run_id)["x"]
+    step = step_rows(db, run_id)["x"]
     assert (step["state"], step["error_kind"]) == ("discarded", "import_error")
     assert "not allowed" in step["error"] and "was not imported" in step["error"]
     assert "cyclone_test_handlers.engine_forbidden" not in sys.modules
@@ -131,7 +124,7 @@ def test_worker_process_allow_list_never_imports_module_outside_it(
     finally:
         worker.terminate()
     assert status.state == "failed", worker.log()
-    step = _steps(db, run_id)["x"]
+    step = step_rows(db, run_id)["x"]
     assert (step["state"], step["error_kind"]) == ("discarded", "import_error")
     assert not marker.exists(), "the worker imported a module outside its allow-list"
 
@@ -157,7 +150,7 @@ def test_handler_raising_system_exit_fails_attempt_and_worker_survives(make_clie
     client.start()
     run_id = client.submit(load_flow_text(EXIT_ONCE), {"key": key})
     status = client.wait(run_id, timeout=3)
-    steps = _steps(db, run_id)
+    steps = step_rows(db, run_id)
     assert (status.state, steps["s"]["state"], steps["s"]["error_kind"]) == (
         "failed",
         "discarded",

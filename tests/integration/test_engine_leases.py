@@ -8,20 +8,11 @@ import uuid
 from typing import Any
 
 from cyclone_test_handlers import engine
-from cyclone_test_handlers.harness import create_ledger, ledger_rows, step_row, wait_until
+from helpers.flows import step_flow
+from helpers.procs import wait_until
+from helpers.rows import create_ledger, ledger_rows, step_row
 
-from cyclone_flow.flowfile import load_flow_text
-
-
-def _flow(call: str, extra: str = "") -> Any:
-    return load_flow_text(
-        f"""
-name: leases
-nodes:
-  s:
-    call: cyclone_test_handlers.engine:{call}
-{extra}"""
-    )
+ENGINE = "cyclone_test_handlers.engine"
 
 
 def test_heartbeat_keeps_long_handler_lease_beyond_ttl(make_client, db) -> None:
@@ -29,7 +20,7 @@ def test_heartbeat_keeps_long_handler_lease_beyond_ttl(make_client, db) -> None:
     client = make_client(workers=1, lease_ttl=ttl)
     other = make_client(workers=1, lease_ttl=ttl)  # a second live client sweeping too
     client.start()
-    run_id = client.submit(_flow("sleepy"), {"seconds": 3 * ttl})
+    run_id = client.submit(step_flow(f"{ENGINE}:sleepy", name="leases"), {"seconds": 3 * ttl})
     other.start()
 
     def past_ttl() -> dict[str, Any] | None:
@@ -63,7 +54,9 @@ def test_timeout_fails_step_with_fresh_lease_and_cancels_handler(make_client, db
     key = uuid.uuid4().hex
     client = make_client(workers=1, lease_ttl=3.0, sweep_interval=60.0)
     client.start()
-    run_id = client.submit(_flow("gate", "    timeout: 1s\n"), {"schema": schema, "key": key})
+    run_id = client.submit(
+        step_flow(f"{ENGINE}:gate", name="leases", timeout="1s"), {"schema": schema, "key": key}
+    )
     assert engine.event(key, "entered").wait(10)
 
     def timed_out() -> dict[str, Any] | None:
@@ -93,7 +86,9 @@ def test_graceful_shutdown_releases_lease_for_immediate_claim(make_client, db, s
     ttl = 30.0  # another client could otherwise take the step only after this TTL
     first = make_client(workers=1, lease_ttl=ttl, client_id="first")
     first.start()
-    run_id = first.submit(_flow("gate"), {"schema": schema, "key": key})
+    run_id = first.submit(
+        step_flow(f"{ENGINE}:gate", name="leases"), {"schema": schema, "key": key}
+    )
     assert engine.event(key, "entered").wait(10)
     first.shutdown(timeout=0.1)  # the handler is still blocked in the gate
 

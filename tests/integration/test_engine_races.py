@@ -9,7 +9,8 @@ from typing import Any
 
 import psycopg
 from cyclone_test_handlers import engine
-from cyclone_test_handlers.harness import create_ledger, ledger_rows, step_row, wait_until
+from helpers.procs import wait_until
+from helpers.rows import create_ledger, ledger_rows, step_row
 
 from cyclone_flow.flowfile import load_flow_text
 

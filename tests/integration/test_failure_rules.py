@@ -16,13 +16,8 @@ from typing import Any
 
 import pytest
 from cyclone_test_handlers import engine
-from cyclone_test_handlers.harness import (
-    WorkerProcess,
-    create_ledger,
-    ledger_rows,
-    step_row,
-    wait_until,
-)
+from helpers.procs import WorkerProcess, wait_until
+from helpers.rows import create_ledger, ledger_rows, step_row
 
 from cyclone_flow import (
     Client,
@@ -121,6 +116,7 @@ def test_heartbeat_stops_renewing_a_lease_past_its_timeout(
     assert (after["state"], after["lease_expiry"]) == ("running", before["lease_expiry"])
 
 
+@pytest.mark.chaos
 def test_reclaim_limit_stops_a_handler_that_kills_its_worker_every_time(
     make_client: Callable[..., Client], database_url: str, schema: str, tmp_path: Path
 ) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from cyclone_test_handlers.harness import WorkerProcess
+from helpers.procs import WorkerProcess
 
 from cyclone_flow import MAX_FAN_OUT_ITEMS, Client, PayloadLimits
 from cyclone_flow.flowfile import load_flow_text

@@ -21,7 +21,7 @@ from typing import Any
 import psycopg
 import pytest
 from cyclone_test_handlers import group_commit as gc
-from cyclone_test_handlers.harness import wait_until
+from helpers.procs import wait_until
 
 from cyclone_flow import Client
 from cyclone_flow.flowfile import load_flow_text

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from cyclone_test_handlers.harness import wait_until
+from helpers.procs import wait_until
 
 from cyclone_flow import Client, StepEvent
 from cyclone_flow.flowfile import load_flow_text

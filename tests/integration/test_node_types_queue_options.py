@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from cyclone_test_handlers.harness import wait_until
+from helpers.procs import wait_until
+from helpers.rows import step_columns
 
 from cyclone_flow import Client, PayloadLimits, load_flow
 
@@ -90,12 +91,7 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def _steps(db: psycopg.Connection[Any], run_id: str) -> dict[str, tuple[Any, ...]]:
-    rows = db.execute(
-        "SELECT node, state, queue, priority, scheduled_at, started_at FROM cyclone_steps"
-        " WHERE run_id = %s",
-        (run_id,),
-    ).fetchall()
-    return {r[0]: tuple(r[1:]) for r in rows}
+    return step_columns(db, run_id, "state", "queue", "priority", "scheduled_at", "started_at")
 
 
 def _child_id(db: psycopg.Connection[Any], run_id: str) -> str | None:

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from cyclone_test_handlers.harness import step_row, wait_until
+from helpers.procs import wait_until
+from helpers.rows import step_row
 
 from cyclone_flow import Client, PayloadLimits, PayloadTooLargeError
 from cyclone_flow.flowfile import load_flow_text

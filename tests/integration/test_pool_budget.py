@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from cyclone_test_handlers import engine
-from cyclone_test_handlers.harness import create_ledger, step_row, wait_until
+from helpers.procs import wait_until
+from helpers.rows import create_ledger, step_row
 from psycopg_pool import ConnectionPool
 
 from cyclone_flow import Client

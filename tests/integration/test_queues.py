@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from cyclone_test_handlers import queueing
 from cyclone_test_handlers.engine import event
-from cyclone_test_handlers.harness import wait_until
+from helpers.procs import wait_until
+from helpers.rows import step_columns
 from psycopg_pool import ConnectionPool
 
 from cyclone_flow import Client, SubmitOptionError
@@ -33,22 +34,23 @@ nodes:
 )
 
 
-def _steps(db: Any, run_id: str) -> dict[str, tuple[str, int]]:
-    rows = db.execute(
-        "SELECT node, queue, priority FROM cyclone_steps WHERE run_id = %s", (run_id,)
-    ).fetchall()
-    return {r[0]: (r[1], r[2]) for r in rows}
-
-
 def test_submission_overrides_nodes_without_their_own(
     make_client: Callable[..., Client], db: Any
 ) -> None:
     client = make_client()
     plain = client.submit(FLOW)
-    assert _steps(db, plain) == {"a": ("base", 5), "pinned": ("gpu", -1), "b": ("base", 5)}
+    assert step_columns(db, plain, "queue", "priority") == {
+        "a": ("base", 5),
+        "pinned": ("gpu", -1),
+        "b": ("base", 5),
+    }
     over = client.submit(FLOW, queue="urgent", priority=-7)
     # a node's own queue/priority wins over the submission, which wins over defaults
-    assert _steps(db, over) == {"a": ("urgent", -7), "pinned": ("gpu", -1), "b": ("urgent", -7)}
+    assert step_columns(db, over, "queue", "priority") == {
+        "a": ("urgent", -7),
+        "pinned": ("gpu", -1),
+        "b": ("urgent", -7),
+    }
     # overrides belong to the run: one stored definition
     assert db.execute("SELECT count(*) FROM cyclone_workflows").fetchone() == (1,)
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from cyclone_test_handlers.harness import wait_until
+from helpers.procs import wait_until
 
 from cyclone_flow import Client, ConfigError, RetentionConfig
 from cyclone_flow.flowfile import load_flow_text

@@ -13,7 +13,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from cyclone_test_handlers.harness import wait_until
+from helpers.procs import wait_until
 
 from cyclone_flow import Client, InputValidationError, ScheduleNotFoundError, SubmitOptionError
 from cyclone_flow.flowfile import load_flow_text

@@ -7,11 +7,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
-from cyclone_test_handlers.harness import wait_until
+from helpers.paths import FLOWS
+from helpers.procs import wait_until
 
 from cyclone_flow import Client
 
@@ -33,7 +33,7 @@ def test_enqueue_tx_and_submit_tx_roll_back_with_the_caller(
     make_client: Callable[..., Client], database_url: str, db: Any
 ) -> None:
     client = make_client()
-    flow = Path(__file__).parents[2] / "examples" / "flows" / "hello.yaml"
+    flow = FLOWS / "hello.yaml"
     with psycopg.connect(database_url) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS public.tx_orders (id int)")
         conn.commit()
@@ -100,7 +100,7 @@ def test_enqueue_completion_of_a_failed_attempt_leaves_nothing(
 def test_submit_completion_in_the_completion_transaction(
     make_client: Callable[..., Client], db: Any
 ) -> None:
-    hello = str(Path(__file__).parents[2] / "examples" / "flows" / "hello.yaml")
+    hello = str(FLOWS / "hello.yaml")
     client = make_client()
     ok = client.enqueue("cyclone_test_handlers.queueing:submit_flow", {"flow": hello})
     bad = client.enqueue(

@@ -19,7 +19,9 @@ from typing import Any
 import psycopg
 import pytest
 from cyclone_test_handlers import engine
-from cyclone_test_handlers.harness import create_ledger, step_row, wait_until
+from helpers.flows import step_flow
+from helpers.procs import wait_until
+from helpers.rows import create_ledger, step_row
 from psycopg_pool import ConnectionPool
 
 from cyclone_flow import Client, RunNotFoundError, TransactionOpenError, WaitTimeoutError
@@ -31,15 +33,7 @@ Conn = psycopg.Connection[Any]
 
 
 def _flow(queue: str = "default", call: str = "cyclone_test_handlers.basic:echo") -> Any:
-    return load_flow_text(
-        f"""
-name: wake-{queue}
-nodes:
-  s:
-    call: {call}
-    queue: {queue}
-"""
-    )
+    return step_flow(call, name=f"wake-{queue}", queue=queue)
 
 
 @pytest.fixture

@@ -3,14 +3,9 @@ collapsed stacks, on small inputs written here."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from benchmarks.profile import parse_log, parse_pyspy  # noqa: E402
+from benchmarks.profile import parse_log, parse_pyspy
 
 RUN_INPUT = 'SELECT input::text FROM "s1".cyclone_runs WHERE id = $1'
 OUTPUT_GET = 'SELECT output::text, state FROM "s1".cyclone_steps WHERE run_id = $1 AND node = $2'

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 import pytest
-from doc_tables import DOCS, REPO, code_spans, markdown_tables
+from helpers.doc_tables import DOCS, REPO, code_spans, markdown_tables
 
 from cyclone_flow.cli import main
 

@@ -3,21 +3,14 @@ without a database: the simulated outage, the hanging attempt, the strict check.
 
 from __future__ import annotations
 
-import sys
 import threading
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from cyclone_examples import flaky
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-if str(EXAMPLES) not in sys.path:
-    sys.path.insert(0, str(EXAMPLES))
-
-from cyclone_examples import flaky  # noqa: E402
-
-from cyclone_flow import PermanentError  # noqa: E402
+from cyclone_flow import PermanentError
 
 
 def ctx(attempt: int = 1, cancelled: bool = False) -> Any:

@@ -3,19 +3,13 @@
 from __future__ import annotations
 
 import io
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-if str(EXAMPLES) not in sys.path:
-    sys.path.insert(0, str(EXAMPLES))
-
-from cyclone_examples import approval, csv_profile  # noqa: E402
-from cyclone_examples.stocks import parse_prices  # noqa: E402
+from cyclone_examples import approval, csv_profile
+from cyclone_examples.stocks import parse_prices
+from helpers.paths import EXAMPLES
 
 
 def ctx() -> Any:

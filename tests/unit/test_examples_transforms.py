@@ -8,22 +8,15 @@ import itertools
 import json
 import math
 import statistics
-import sys
 from collections import Counter
 from decimal import Decimal
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples"
-if str(EXAMPLES) not in sys.path:
-    sys.path.insert(0, str(EXAMPLES))
-
-from cyclone_examples import demo, stocks, weather  # noqa: E402
-from cyclone_examples._common import DATA_DIR, data_file  # noqa: E402
+from cyclone_examples import demo, stocks, weather
+from cyclone_examples._common import DATA_DIR, data_file
+from helpers.paths import EXAMPLES
 
 WEATHER_CSV = EXAMPLES / "data" / "seattle-weather.csv"
 STOCKS_CSV = EXAMPLES / "data" / "stocks.csv"

@@ -11,7 +11,7 @@ import socket
 from typing import Any
 
 import pytest
-from doc_tables import REPO, markdown_tables
+from helpers.doc_tables import REPO, markdown_tables
 
 from cyclone_flow.config import (
     SEED_OPTIONS,

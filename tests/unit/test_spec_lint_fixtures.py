@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO
 
 from cyclone_flow.errors import FlowError
 from cyclone_flow.flowfile import lint_paths, load_flow
@@ -32,7 +33,7 @@ def test_fixture_reports_exactly_the_expected_problems(path: Path) -> None:
 
 
 def test_every_documented_code_has_a_fixture_or_a_test() -> None:
-    docs = (Path(__file__).parents[2] / "docs" / "lint.md").read_text()
+    docs = (REPO / "docs" / "lint.md").read_text()
     documented = set(re.findall(r"^## (E\d{3})", docs, re.MULTILINE))
     fixtures = {c for p in CASES for c, _, _ in _expected(p)}
     tested_elsewhere = {"E000", "E020", "E021", "E022", "E023", "E024"}

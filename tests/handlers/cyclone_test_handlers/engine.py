@@ -1,7 +1,7 @@
 """Handlers for the engine correctness tests (tests/integration, tests/chaos).
 
 Every business write goes through ``ctx.completion_tx()`` into ``<schema>.ledger`` (see
-:mod:`cyclone_test_handlers.harness`), so a row exists only if the step's completion
+``tests/helpers/rows.py``), so a row exists only if the step's completion
 committed. In-process tests coordinate with handlers through the registries below, keyed
 by a test-chosen ``key`` (or the run id), so tests never share state.
 """

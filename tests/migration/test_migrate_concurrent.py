@@ -3,25 +3,24 @@ idempotence, the outdated-schema error, and the shipped SQL's storage settings."
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from helpers.paths import CLI, FLOWS
+from helpers.procs import env_without_cyclone
 from psycopg import sql
 
 from cyclone_flow import Client
 from cyclone_flow.errors import SchemaOutdatedError
 from cyclone_flow.store.migrate import latest_version, migrate, migrations, schema_version
 
-CLI = Path(sys.executable).parent / "cyclone-flow"
-HELLO = Path(__file__).resolve().parents[2] / "examples" / "flows" / "hello.yaml"
+HELLO = FLOWS / "hello.yaml"
 PROCESSES = 5
 
 # Each process imports the CLI first, then waits for the shared start time, so all five
@@ -37,10 +36,6 @@ main()
 """
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("CYCLONE_")}
-
-
 def _launch_migrate(database_url: str, schema: str, start: float) -> subprocess.Popen[str]:
     """A ``cyclone-flow migrate`` process that enters the command at ``start``."""
     return subprocess.Popen(
@@ -48,7 +43,7 @@ def _launch_migrate(database_url: str, schema: str, start: float) -> subprocess.
             *(sys.executable, "-c", LAUNCHER, repr(start)),
             *("migrate", "--database-url", database_url, "--schema", schema),
         ],
-        env=_env(),
+        env=env_without_cyclone(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -123,7 +118,7 @@ def test_migrate_twice_is_a_noop(database_url: str, fresh_schema: str) -> None:
         assert _versions(conn, fresh_schema) == before
     proc = subprocess.run(
         [str(CLI), "migrate", "--database-url", database_url, "--schema", fresh_schema],
-        env=_env(),
+        env=env_without_cyclone(),
         capture_output=True,
         text=True,
         timeout=60,
@@ -146,7 +141,7 @@ def test_client_on_unmigrated_schema_raises(database_url: str, fresh_schema: str
 def test_cli_submit_on_unmigrated_schema_exits_1(database_url: str, fresh_schema: str) -> None:
     proc = subprocess.run(
         [str(CLI), "submit", str(HELLO), "--database-url", database_url, "--schema", fresh_schema],
-        env=_env(),
+        env=env_without_cyclone(),
         capture_output=True,
         text=True,
         timeout=60,

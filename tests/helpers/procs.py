@@ -1,6 +1,5 @@
-"""Test helpers shared by tests/integration and tests/chaos (importable from both because
-conftest puts tests/handlers on sys.path): a deadline poller, the ledger business table,
-and real ``cyclone-flow worker`` subprocesses."""
+"""Real ``cyclone-flow worker`` processes on the test's schema, and polling until a
+condition holds (no fixed sleeps)."""
 
 from __future__ import annotations
 
@@ -11,24 +10,11 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from helpers.paths import CLI, REPO, TEST_HANDLERS
 
 T = TypeVar("T")
-
-REPO = Path(__file__).resolve().parents[3]
-HANDLERS_PATH = Path(__file__).resolve().parents[1]
-CLI = Path(sys.executable).parent / "cyclone-flow"
-
-LEDGER_DDL = """
-CREATE TABLE ledger (
-    id      bigserial   PRIMARY KEY,
-    run_id  uuid        NOT NULL,
-    node    text        NOT NULL,
-    tag     text        NOT NULL,
-    pid     integer     NOT NULL,
-    at      timestamptz NOT NULL DEFAULT clock_timestamp()
-)
-"""
 
 
 def wait_until(
@@ -46,40 +32,16 @@ def wait_until(
         time.sleep(interval)
 
 
-def step_row(db: Any, run_id: str, node: str = "s") -> dict[str, Any]:
-    """The ``cyclone_steps`` row of ``(run_id, node)`` as a dict, plus the database's
-    ``now()`` as ``db_now`` (``db``'s search_path is the test schema)."""
-    import psycopg.rows
-
-    cur = db.cursor(row_factory=psycopg.rows.dict_row)
-    row = cur.execute(
-        "SELECT *, now() AS db_now FROM cyclone_steps WHERE run_id = %s AND node = %s",
-        (run_id, node),
-    ).fetchone()
-    assert row is not None, f"no step {node} in run {run_id}"
-    return dict(row)
-
-
-def create_ledger(db: Any) -> None:
-    """Create the ledger table in the schema of ``db`` (its search_path). Deliberately no
-    unique key: a duplicate effect must show up as a second row, not a conflict."""
-    db.execute(LEDGER_DDL)
-
-
-def ledger_rows(db: Any, run_id: str | None = None) -> list[tuple[str, str, str, int]]:
-    """``(run_id, node, tag, pid)`` of every ledger row (of one run), in insert order."""
-    if run_id is None:
-        rows = db.execute("SELECT run_id::text, node, tag, pid FROM ledger ORDER BY id")
-    else:
-        rows = db.execute(
-            "SELECT run_id::text, node, tag, pid FROM ledger WHERE run_id = %s ORDER BY id",
-            (run_id,),
-        )
-    return [tuple(r) for r in rows.fetchall()]
+def env_without_cyclone(**extra: str) -> dict[str, str]:
+    """The current environment without any ``CYCLONE_*`` setting, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CYCLONE_")}
+    env.update(extra)
+    return env
 
 
 class WorkerProcess:
-    """A real ``cyclone-flow worker`` process on the test's schema."""
+    """A real ``cyclone-flow worker`` process on the test's schema (stdout and stderr
+    appended to ``log_path``), the test handlers importable and allowed."""
 
     def __init__(
         self,
@@ -101,7 +63,7 @@ class WorkerProcess:
             "--lease-ttl",
             lease_ttl,
             "--import-path",
-            str(HANDLERS_PATH),
+            str(TEST_HANDLERS),
             "--database-url",
             database_url,
             "--schema",
@@ -110,12 +72,13 @@ class WorkerProcess:
         for module in allow:
             args += ["--allow-module", module]
         args += list(extra_args)
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("CYCLONE_")}
-        full_env.update(env or {})
+        self._start(args, log_path, env_without_cyclone(**(env or {})))
+
+    def _start(self, args: list[str], log_path: Path, env: dict[str, str]) -> None:
         self.log_path = log_path
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
-            args, cwd=REPO, env=full_env, stdout=self._log, stderr=subprocess.STDOUT
+            args, cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT
         )
         self.pid = self.proc.pid
 
@@ -154,18 +117,11 @@ class ModuleWorkerProcess(WorkerProcess):
     handlers importable and ``env`` added to a clean environment."""
 
     def __init__(self, module: str, log_path: Path, env: dict[str, str] | None = None) -> None:
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("CYCLONE_")}
-        full_env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(HANDLERS_PATH), os.environ.get("PYTHONPATH", "")) if p
+        pythonpath = os.pathsep.join(
+            p for p in (str(TEST_HANDLERS), os.environ.get("PYTHONPATH", "")) if p
         )
-        full_env.update(env or {})
-        self.log_path = log_path
-        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in wait()
-        self.proc = subprocess.Popen(
+        self._start(
             [sys.executable, "-m", module],
-            cwd=REPO,
-            env=full_env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+            log_path,
+            env_without_cyclone(**{"PYTHONPATH": pythonpath, **(env or {})}),
         )
-        self.pid = self.proc.pid

@@ -4,9 +4,9 @@ in step with the code."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from helpers.paths import REPO
+
 DOCS = REPO / "docs"
 _ROW = re.compile(r"^\|(.*)\|\s*$")
 _RULE = re.compile(r"^\|(\s*:?-{3,}:?\s*\|)+\s*$")

@@ -1,25 +1,25 @@
-"""Shared helpers of the acceptance tests: the real `cyclone-flow` script in a subprocess."""
+"""The real ``cyclone-flow`` script in a subprocess with a cleaned environment (as a user
+would run it), and reading its output."""
 
 from __future__ import annotations
 
-import os
+import json
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples"
-FLOWS = EXAMPLES / "flows"
-TEST_HANDLERS = REPO / "tests" / "handlers"
-CLI = Path(sys.executable).parent / "cyclone-flow"
+import pytest
+
+from helpers.paths import CLI
+from helpers.procs import env_without_cyclone
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """The current environment without any CYCLONE_* setting, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CYCLONE_")}
+    """The current environment without any CYCLONE_* setting or DEBUG, plus ``extra``."""
+    env = env_without_cyclone()
     env.pop("DEBUG", None)
     env.update(extra)
     return env
@@ -45,5 +45,15 @@ def run_cli(
 
 
 def no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
+    """Fail the test when the process printed a Python traceback."""
     assert "Traceback" not in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stdout, proc.stdout
+
+
+def json_output(text: str) -> Any:
+    """``text`` (a command's stdout) parsed as JSON; fails the test naming the text when
+    it is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pytest.fail(f"stdout is not JSON: {text!r}")
