@@ -31,11 +31,11 @@ from cyclone_flow.cli.queue_cmds import queue_info_lines, queue_options, submiss
 from cyclone_flow.cli.retention_cmds import parse_age
 from cyclone_flow.client import Client, migrate
 from cyclone_flow.config import MAX_LEASE_TTL_S, RetentionConfig
+from cyclone_flow.db.rows import Run, Step
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
 from cyclone_flow.errors import ConfigError, WaitTimeoutError
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.names import DEFAULT_QUEUE, validate_queue_name
-from cyclone_flow.store.store import RunStatus, StepStatus
 from cyclone_flow.worker.imports import AllowList
 
 
@@ -302,7 +302,7 @@ def worker_cmd(
         **options,
     )
     if metrics is not None:
-        metrics[0].watch_queues(client.store, worker_queues, client.config.logger)
+        metrics[0].watch_queues(client.db, worker_queues, client.config.logger)
         client.observe_steps(metrics[0].observe)
     stop = threading.Event()
 
@@ -327,7 +327,7 @@ def worker_cmd(
                 exit_when_idle
                 and client.worker is not None
                 and client.worker.in_flight() == 0
-                and client.store.count_active(served) == 0
+                and client.count_active(served) == 0
             ):
                 break
     finally:
@@ -434,8 +434,8 @@ def run_cmd(
 
 
 def _run_dict(
-    run: RunStatus,
-    steps: list[StepStatus] | None = None,
+    run: Run,
+    steps: list[Step] | None = None,
     progress: dict[str, dict[str, int]] | None = None,
 ) -> dict[str, Any]:
     data = asdict(run)
@@ -479,7 +479,7 @@ def status_cmd(
         run = client.get_run(run_id)
         steps = client.list_steps(run_id, items=items)
         progress = client.item_progress(run_id)
-        queue_info = client.store.queue_info(run.id) or {}
+        queue_info = client.queue_info(run.id) or {}
     if as_json:
         echo_json({**_run_dict(run, steps, progress), "queue_features": queue_info})
         return

@@ -156,7 +156,7 @@ def run_graph(run_id: str, database_url: str | None, schema: str) -> tuple[Flow,
     url = resolve_database(database_url)
     with Client(url, schema=schema) as client:
         run = client.get_run(run_id)
-        definition = client.store.run_definition(run.id)
+        definition = client.run_definition(run.id)
         steps = client.list_steps(run.id, items=False)
         progress = client.item_progress(run.id)
     nodes = definition.get("nodes", {})

@@ -306,7 +306,7 @@ def schedule_add_cmd(
     url = resolve_database(database_url)
     with Client(url, schema=schema) as client:
         added = client.add_schedule(flow, cron, timezone=timezone, input=run_input, name=name)
-        row = client.store.get_schedule(added)
+        row = client.get_schedule(added)
     when = row.next_run_at.isoformat(timespec="seconds") if row else "?"
     click.echo(f"schedule {added}: next run at {when}")
 

@@ -56,7 +56,7 @@ class Database:
 
     pool: ConnectionPool[Any]
     schema: str
-    q: Statements = field(init=False, repr=False)
+    q: Statements = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "q", queries.render(self.schema))

@@ -59,13 +59,16 @@ def qualify(statements: dict[str, str], schema: str) -> dict[str, str]:
 def by_file() -> dict[str, dict[str, str]]:
     """Every named statement, unrendered, per file: file name -> name -> SQL text."""
     out: dict[str, dict[str, str]] = {}
-    seen: dict[str, str] = {}
+    seen: set[str] = set()
     folder = importlib.resources.files("cyclone_flow.db") / "sql"
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".sql"):
             found: dict[str, str] = {}
             parse_into(found, entry.read_text("utf-8"), entry.name)
-            parse_into(seen, entry.read_text("utf-8"), entry.name)
+            twice = seen & set(found)
+            if twice:
+                raise ValueError(f"duplicate SQL statement name {min(twice)!r} in {entry.name}")
+            seen |= set(found)
             out[entry.name] = found
     return out
 

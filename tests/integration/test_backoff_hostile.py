@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers.engine import claim, fail_step
 
 from cyclone_flow import Client
 from cyclone_flow.flowfile.build import build_flow
@@ -34,14 +35,15 @@ def _fail_once(client: Client, db: Any, stored_backoff: str, attempt: int) -> fl
     and ``attempt``, fail it through the real ``step_fail_if_leased``; return the delay in
     seconds (``scheduled_at`` minus the instant recorded with the attempt)."""
     run_id = client.submit(_flow({"initial": 1}), None)
-    (step,) = client.store.claim(client.config.client_id, 30, ["default"], 1)
+    (step,) = claim(client, client.config.client_id, 30, ["default"], 1)
     (generation,) = db.execute(
         "UPDATE cyclone_steps SET backoff = %s::jsonb, attempt = %s, max_attempts = %s"
         " WHERE id = %s RETURNING lease_generation",
         (stored_backoff, attempt, attempt + 1, step.id),
     ).fetchone()
     with client.pool.connection() as conn, conn.transaction():
-        outcome = client.store.fail_step(
+        outcome = fail_step(
+            client,
             conn,
             step_id=step.id,
             run_id=run_id,
@@ -156,7 +158,7 @@ def test_sweep_records_a_timeout_whose_backoff_cannot_be_computed(
     """The recovery sweep's timeout failure takes the same fallback."""
     client = make_client(workers=1, sweep_interval=60.0)
     run_id = client.submit(_flow({"initial": 1}, queue="idle"), None)
-    (step,) = client.store.claim(client.config.client_id, 30, ["idle"], 1)
+    (step,) = claim(client, client.config.client_id, 30, ["idle"], 1)
     _corrupt_backoff(db, run_id)
     db.execute(
         "UPDATE cyclone_steps SET timeout = interval '1 second',"

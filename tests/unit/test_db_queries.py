@@ -4,6 +4,7 @@ that table, named as the statement (``send_<name>`` for the form sent in a pipel
 
 from __future__ import annotations
 
+import ast
 import importlib.resources
 import re
 from pathlib import Path
@@ -41,3 +42,45 @@ def test_each_statement_has_a_purpose_line() -> None:
         for block in text.split("-- name: ")[1:]:
             lines = block.splitlines()
             assert lines[1].startswith("-- "), f"{lines[0]} in {file} has no purpose line"
+
+
+def _executed(module: Path) -> dict[str, list[str]]:
+    """Statement name -> the functions of ``module`` that send it (``execute`` /
+    ``execute_rows`` with the name as a literal)."""
+    out: dict[str, list[str]] = {}
+    tree = ast.parse(module.read_text("utf-8"))
+    for fn in tree.body:
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("execute", "execute_rows")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+            ):
+                out.setdefault(str(node.args[1].value), []).append(fn.name)
+    return out
+
+
+def test_every_statement_is_run_by_exactly_one_typed_function_named_after_it() -> None:
+    for file, statements in queries.by_file().items():
+        module = DB / file.replace(".sql", ".py")
+        executed = _executed(module)
+        assert set(executed) == set(statements), f"{module.name}: {set(executed) ^ set(statements)}"
+        functions = {
+            fn.name
+            for fn in ast.parse(module.read_text("utf-8")).body
+            if isinstance(fn, ast.FunctionDef)
+        }
+        for name in statements:
+            assert executed[name] in ([name], [f"send_{name}"]), (name, executed[name])
+            assert name in functions, f"{module.name} has no function {name}"
+    # and no code outside cyclone_flow/db looks a statement up by name
+    package = DB.parent
+    for path in package.rglob("*.py"):
+        if path.is_relative_to(DB):
+            continue
+        text = path.read_text("utf-8")
+        assert not re.search(r"\bq\[", text), f"{path} looks up a statement itself"

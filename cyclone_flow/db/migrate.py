@@ -18,11 +18,11 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cyclone_flow.errors import ConfigError, SchemaOutdatedError
+from cyclone_flow.errors import SchemaOutdatedError
+from cyclone_flow.names import validate_schema_name
 from cyclone_flow.resources import migrations_dir
 
 _FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 # Two-key advisory lock: (this constant, hashtext(schema)) serialises migrate per schema.
 _LOCK_KEY = 0x0C1C
 
@@ -34,16 +34,6 @@ class Migration:
     version: int
     name: str
     sql: str
-
-
-def validate_schema_name(schema: str) -> str:
-    """Return ``schema`` if it is a plain lowercase identifier; raise :class:`ConfigError`."""
-    if not isinstance(schema, str) or not _SCHEMA_RE.fullmatch(schema):
-        raise ConfigError(
-            f"invalid schema name {schema!r}: use lowercase letters, digits and _ "
-            "(at most 63 characters, not starting with a digit)"
-        )
-    return schema
 
 
 @cache
