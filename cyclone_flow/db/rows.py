@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from psycopg.rows import RowFactory, RowMaker, no_result
 
-from cyclone_flow.flowfile.model import JSON
+from cyclone_flow._json import JSON
 from cyclone_flow.states import RunState, StepState
 
 R = TypeVar("R")
@@ -38,9 +38,11 @@ def rows_of(
     BY COLUMN NAME: each field takes the column of its name (``columns`` renames a column,
     e.g. an unnamed ``CASE`` column, to a field), whatever the statement's column order;
     columns without a field are ignored. ``uuid`` columns become ``str``; ``convert`` maps a
-    field to a function applied to its value (e.g. a state to its enum). The name lookup is
-    done once per result, so a row costs one call of ``cls``. Raises TypeError at the first
-    row when a field has no column."""
+    field to a function applied to its value (e.g. a state to its enum).
+
+    The plan (which column feeds which field, and how) is computed once per column
+    layout and cached, so a result costs a look at its column names and types and a row
+    one call of ``cls``. Raises TypeError at the first row when a field has no column."""
     fields: tuple[str, ...] = (
         tuple(f.name for f in dataclasses.fields(cls))
         if dataclasses.is_dataclass(cls)
@@ -48,28 +50,38 @@ def rows_of(
     )
     renames = dict(columns or {})
     converters = dict(convert or {})
+    makers: dict[tuple[tuple[bytes | None, ...], tuple[int, ...]], RowMaker[R]] = {}
 
-    def factory(cursor: Any) -> RowMaker[R]:
-        description = cursor.description
-        if description is None:
-            return no_result
-        where = {renames.get(col.name, col.name): i for i, col in enumerate(description)}
+    def plan(names: tuple[bytes | None, ...], types: tuple[int, ...], encoding: str) -> RowMaker[R]:
+        text = [b.decode(encoding) if b is not None else "" for b in names]
+        where = {renames.get(name, name): i for i, name in enumerate(text)}
         missing = [f for f in fields if f not in where]
         if missing:
             raise TypeError(f"{getattr(cls, '__name__', cls)}: no column for {missing}")
-        plan: list[tuple[int, Callable[[Any], Any] | None]] = []
+        steps: list[tuple[int, Callable[[Any], Any] | None]] = []
         for name in fields:
             i = where[name]
             fn = converters.get(name)
-            if fn is None and description[i].type_code == _UUID_OID:
+            if fn is None and types[i] == _UUID_OID:
                 fn = _text
-            plan.append((i, fn))
-        if all(fn is None for _, fn in plan):
-            order = [i for i, _ in plan]
-            if order == list(range(len(order))) and len(order) == len(description):
+            steps.append((i, fn))
+        if all(fn is None for _, fn in steps):
+            order = [i for i, _ in steps]
+            if order == list(range(len(names))):
                 return lambda values: cls(*values)
             return lambda values: cls(*[values[i] for i in order])
-        return lambda values: cls(*[values[i] if fn is None else fn(values[i]) for i, fn in plan])
+        return lambda values: cls(*[values[i] if fn is None else fn(values[i]) for i, fn in steps])
+
+    def factory(cursor: Any) -> RowMaker[R]:
+        res = cursor.pgresult
+        if res is None or not res.nfields:
+            return no_result
+        span = range(res.nfields)
+        key = (tuple(map(res.fname, span)), tuple(map(res.ftype, span)))
+        maker = makers.get(key)
+        if maker is None:
+            maker = makers[key] = plan(key[0], key[1], cursor.connection.info.encoding)
+        return maker
 
     return factory
 
