@@ -46,10 +46,10 @@ def test_pyspy_stacks_by_thread_role_function_and_leaf_module(tmp_path: Path) ->
     raw = tmp_path / "raw.txt"
     raw.write_text(
         "Thread._bootstrap (threading.py:1);Worker._work_loop (cyclone_flow/worker/runtime.py:"
-        "1);Executor.execute (cyclone_flow/worker/executor.py:2);Store.publish (cyclone_flow/"
-        "store/store.py:3);Connection.execute (site-packages/psycopg/connection.py:4) 3\n"
+        "1);Executor.execute (cyclone_flow/worker/executor.py:2);Publisher.publish (cyclone_flow/"
+        "notify.py:3);Connection.execute (site-packages/psycopg/connection.py:4) 3\n"
         "Thread._bootstrap (threading.py:1);Worker._claim_loop (cyclone_flow/worker/runtime.py"
-        ":5);Store.claim (cyclone_flow/store/store.py:6) 1\n"
+        ":5);claim (cyclone_flow/engine/claim.py:6) 1\n"
         "<module> (x.py:1);_find_and_load (<frozen importlib._bootstrap>:1) 2\n"
     )
     roles, inclusive, leaf, total = parse_pyspy(raw)
@@ -59,6 +59,6 @@ def test_pyspy_stacks_by_thread_role_function_and_leaf_module(tmp_path: Path) ->
         "claim loop": 1,
         "startup imports (not per step)": 2,
     }
-    assert inclusive["Executor.execute"] == 3 and inclusive["Store.publish"] == 3
-    assert inclusive["Store.claim"] == 1 and inclusive["Connection.execute"] == 3
+    assert inclusive["Executor.execute"] == 3 and inclusive["Publisher.publish"] == 3
+    assert inclusive["claim"] == 1 and inclusive["Connection.execute"] == 3
     assert leaf["psycopg/connection"] == 3
