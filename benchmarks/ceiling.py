@@ -35,7 +35,7 @@ from psycopg import sql
 from benchmarks.common import Env, Result, load, pick, schema_for, server_counters
 from benchmarks.sql import render as bench_render
 from cyclone_flow import Client
-from cyclone_flow.store.queries import render as engine_render
+from cyclone_flow.db.queries import render as engine_render
 
 MODES = ("1/tx", "1/tx idx", "1/tx full idx", "batch50", "batch50 idx", "batch50 full idx")
 CONNECTIONS = (1, 4, 8)
@@ -79,7 +79,8 @@ def _loop(
                 break
             if full:
                 with conn.pipeline(), conn.transaction():
-                    conn.execute(q["tx_generic_plans"])  # as the engine's completion does
+                    # as the engine's completion does
+                    conn.execute(q["session_force_generic_plans"])
                     for r in rows:  # id, run_id, node, ..., lease_generation at 9
                         conn.execute(q["run_lock"], {"run_id": r[1]})
                         conn.execute(

@@ -28,9 +28,9 @@ from psycopg import sql
 
 from benchmarks.sql import render
 from cyclone_flow import Client
-from cyclone_flow.spec import load_flow
-from cyclone_flow.spec.model import JSON, Flow
-from cyclone_flow.store.migrate import migrate
+from cyclone_flow.db.migrate import migrate
+from cyclone_flow.flowfile import load_flow
+from cyclone_flow.flowfile.model import JSON, Flow
 
 REPO = Path(__file__).resolve().parent.parent
 FLOWS = Path(__file__).resolve().parent / "flows"

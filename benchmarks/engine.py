@@ -18,7 +18,7 @@ from benchmarks.common import (
     step_span,
     submit_backlog,
 )
-from cyclone_flow.spec.model import JSON, Flow
+from cyclone_flow.flowfile.model import JSON, Flow
 
 
 def measure(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.sql import render
-from cyclone_flow.spec.model import JSON
+from cyclone_flow.flowfile.model import JSON
 
 
 def noop(ctx: Any, input: JSON) -> JSON:

@@ -57,7 +57,7 @@ import psycopg
 from psycopg import sql
 
 from cyclone_flow import Client, migrate
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 MODES: dict[str, dict[str, dict[str, Any]]] = {
     "notify": {"worker": {}, "producer": {}},

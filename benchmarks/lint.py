@@ -2,7 +2,7 @@
 ``python -m benchmarks.lint [--json] [--repeat N] [--cli]``. No database.
 
 Cases, each file written to a temporary folder and linted with
-:func:`cyclone_flow.spec.lint_paths` in this process ``--repeat`` times (default 5):
+:func:`cyclone_flow.flowfile.lint_paths` in this process ``--repeat`` times (default 5):
 
 - ``dense``: 2,000 nodes, each with a ``call``, ``needs`` on 6 earlier nodes, an ``input``
   of a reference to each of them and one to the run input, a ``timeout`` and a ``retry``
@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from cyclone_flow.spec import lint_paths, source  # noqa: E402
+from cyclone_flow.flowfile import lint_paths, read  # noqa: E402
 
 TARGET_S = 2.0
 MIB = 1024 * 1024
@@ -177,9 +177,9 @@ def run(repeat: int = 5, cli: bool = False) -> dict[str, Any]:
             results[name] = figures
     met = {n: results[n]["wall_min_s"] < TARGET_S for n in ("dense", "wide")}
     return {
-        "yaml_parser": getattr(source, "YAML_PARSER", "ruamel"),  # (older builds: ruamel)
-        "max_file_bytes": source.MAX_FILE_BYTES,
-        "max_values": source.MAX_VALUES,
+        "yaml_parser": getattr(read, "YAML_PARSER", "ruamel"),  # (older builds: ruamel)
+        "max_file_bytes": read.MAX_FILE_BYTES,
+        "max_values": read.MAX_VALUES,
         "cpus": os.cpu_count(),
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "repeat": repeat,

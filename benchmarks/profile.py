@@ -15,7 +15,7 @@ backlog size, each in a fresh schema:
 2. **Statement pass** (embedded server only): every statement is logged with its server
    duration (``log_min_duration_statement = 0`` on the database for the worker's
    sessions); the log is parsed into statements per step, round trips per step and server
-   ms per step for each named statement (``cyclone_flow/store/sql``), ``BEGIN`` and
+   ms per step for each named statement (``cyclone_flow/db/sql``), ``BEGIN`` and
    ``COMMIT``. Logging slows the server: this pass counts, the first one times.
 """
 
@@ -53,7 +53,7 @@ from benchmarks.common import (  # noqa: E402
     step_span,
     submit_backlog,
 )
-from cyclone_flow.store import queries  # noqa: E402
+from cyclone_flow.db import queries  # noqa: E402
 
 SCENARIOS = {  # flow, steps per run, default runs
     "noop": ("noop", 1, 5_000),
@@ -82,14 +82,14 @@ KEY_FUNCTIONS = (
     "Executor._encode_output",
     "Executor._complete",
     "_CompletionTx.open",
-    "Store.complete_step",
+    "complete_step",
     "_CompletionTx.commit",
     "Executor._after_commit",
     "Client._publish",
-    "Store.publish",
+    "Publisher.publish",
     "call_hook",
     "Worker._claim_once",
-    "Store.claim",
+    "claim",
     "Worker._heartbeat_loop",
     "Worker._dispatch",
     "ConnectionPool.getconn",

@@ -1,12 +1,12 @@
 """The benchmark suite's named SQL (``benchmarks/sql/bench.sql``), loaded with the engine's
-own loader (:mod:`cyclone_flow.store.queries`)."""
+own loader (:mod:`cyclone_flow.db.queries`)."""
 
 from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
 
-from cyclone_flow.store.queries import parse_into, qualify
+from cyclone_flow.db.queries import parse_into, qualify
 
 _FILE = Path(__file__).resolve().parent / "sql" / "bench.sql"
 

@@ -6,6 +6,9 @@ and the error tree.
 
 from cyclone_flow.client import Client, migrate
 from cyclone_flow.config import ClientConfig, PayloadLimits, RetentionConfig
+from cyclone_flow.db.rows import Run as RunStatus
+from cyclone_flow.db.rows import Step as StepStatus
+from cyclone_flow.engine.fan_out import MAX_FAN_OUT_ITEMS
 from cyclone_flow.errors import (
     ConfigError,
     CycloneError,
@@ -26,13 +29,11 @@ from cyclone_flow.errors import (
     TransactionOpenError,
     WaitTimeoutError,
 )
+from cyclone_flow.flowfile import load_flow
+from cyclone_flow.flowfile.model import Flow, Node
 from cyclone_flow.notify import WakeupTracker
 from cyclone_flow.producer import RunId
-from cyclone_flow.spec import load_flow
-from cyclone_flow.spec.model import Flow, Node
 from cyclone_flow.states import ErrorKind, RunState, StepState
-from cyclone_flow.store.advance import MAX_FAN_OUT_ITEMS
-from cyclone_flow.store.store import RunStatus, StepStatus
 from cyclone_flow.worker.context import Context
 from cyclone_flow.worker.events import StepEvent
 from cyclone_flow.worker.imports import AllowList

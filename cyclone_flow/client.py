@@ -14,13 +14,15 @@ import dataclasses
 import re
 import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Unpack
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from cyclone_flow._json import Unencodable, encode_payload
 from cyclone_flow.config import (
     RETENTION_BATCH_SIZE,
     ClientConfig,
@@ -29,17 +31,28 @@ from cyclone_flow.config import (
     build_config,
     validate_retention,
 )
+from cyclone_flow.db import misc, runs, steps
+from cyclone_flow.db import schedules as stored
+from cyclone_flow.db.conn import Database, Session
+from cyclone_flow.db.migrate import check_schema_version
+from cyclone_flow.db.migrate import migrate as migrate_schema
+from cyclone_flow.db.rows import Run, ScheduleRow, Step
+from cyclone_flow.engine import operator, signals
+from cyclone_flow.engine.submit import store_definition
+from cyclone_flow.engine.tx import Tx, transaction
 from cyclone_flow.errors import (
     ConfigError,
     InputValidationError,
-    PayloadTooLargeError,
+    RunNotFoundError,
     RunStateError,
     ScheduleNotFoundError,
     SubmitOptionError,
     TransactionOpenError,
     WaitTimeoutError,
 )
-from cyclone_flow.notify import Listener, Publisher, WakeupTracker, WakeupTracking
+from cyclone_flow.flowfile import load_flow
+from cyclone_flow.flowfile.model import JSON, Flow
+from cyclone_flow.notify import Listener, Publisher, Wakeups, WakeupTracker, WakeupTracking
 from cyclone_flow.options import JobOptions, RunOptions, SubmitOptions, job_flow, run_options
 from cyclone_flow.producer import FlowLike, Producer, RunId
 from cyclone_flow.schedules import (
@@ -51,20 +64,7 @@ from cyclone_flow.schedules import (
     flow_schedules,
     validate_schedule_name,
 )
-from cyclone_flow.spec import load_flow
-from cyclone_flow.spec.model import JSON, Flow
-from cyclone_flow.store.migrate import check_schema_version
-from cyclone_flow.store.migrate import migrate as migrate_schema
-from cyclone_flow.store.queue_store import ScheduleRow
-from cyclone_flow.store.store import (
-    RunStatus,
-    StepStatus,
-    Store,
-    Wakeups,
-    dumps,
-    parse_run_id,
-)
-from cyclone_flow.text import describe_unstorable, printable, unstorable
+from cyclone_flow.text import describe_unstorable, printable
 from cyclone_flow.worker.cache import OutputCache
 from cyclone_flow.worker.completer import Completer
 from cyclone_flow.worker.events import StepEvent, call_hook, emit_engine_events
@@ -72,6 +72,7 @@ from cyclone_flow.worker.executor import Executor
 from cyclone_flow.worker.imports import AllowList, HandlerResolver
 from cyclone_flow.worker.retention import RetentionSweeper
 from cyclone_flow.worker.runtime import Worker
+from cyclone_flow.worker.scanners import SequenceScanner
 
 __all__ = ["Client", "FlowLike", "RunId", "migrate"]
 _LISTENER_READY_S = 2.0  # how long wait() lets a starting listener connect before polling
@@ -144,17 +145,21 @@ class Client:
         if not self._owns_pool and cfg.check_schema:
             with self.pool.connection() as conn:
                 check_schema_version(conn, cfg.schema)
-        self.store = Store(self.pool, cfg.schema)
-        self.producer = Producer(self.store, cfg)
-        self._scanner = ScheduleScanner(self.store, self.producer, self._publish, cfg.logger)
+        self.db = Database(self.pool, cfg.schema)
+        """The pool and the statements of this client's schema (:mod:`cyclone_flow.db`)."""
+        self.producer = Producer(self.db, cfg)
+        self._scanner = ScheduleScanner(self.db, self.producer, self._publish, cfg.logger)
+        self._sequences = SequenceScanner(self.db, self._publish)
         self.cache = OutputCache()
         self._tx_slots = threading.BoundedSemaphore(cfg.tx_slots)
+        # the group commit of this client's worker (its thread starts with start())
+        self._completer = Completer(self.db, cfg, self.cache, self._publish, self._tx_slots)
         self._worker: Worker | None = None
         self._waiters: dict[str, set[threading.Event]] = {}
         self._waiters_lock = threading.Lock()
         self._closed = False
         self._observers: list[Callable[[StepEvent], None]] = []
-        self.publisher = Publisher(self.store, coalesce=cfg.notify_coalesce, logger=cfg.logger)
+        self.publisher = Publisher(self.db, coalesce=cfg.notify_coalesce, logger=cfg.logger)
         """Publishes this client's wakeups after each commit (:mod:`cyclone_flow.notify`)."""
         self._listener: Listener | None = None
         self._listener_lock = threading.Lock()
@@ -356,12 +361,14 @@ class Client:
             ticks = Ticks(entry.cron, entry.timezone)
             _, input_json = self.producer.prepare(spec, entry.input)
             prepared.append((entry, ticks, input_json))
-        current = self.store.db_now(now)
+        with self.db.session() as s:
+            current = misc.pg_now(s, now=now)
         added: list[str] = []
         updated: list[str] = []
         with self.pool.connection() as conn, conn.transaction():
+            s = Session(conn, self.db.q)
             for entry, ticks, input_json in prepared:
-                other = self.store.schedule_source(conn, entry.name)
+                other = stored.schedule_get_source(s, name=entry.name)
                 if other is not None and other != source:
                     raise SubmitOptionError(
                         "name",
@@ -370,19 +377,22 @@ class Client:
                         f"{'schedule sync' if other == 'flow' else 'schedule add'}; remove it "
                         "first or pick another name",
                     )
-                created = self.store.upsert_schedule(
-                    conn,
+                created = stored.schedule_upsert(
+                    s,
                     name=entry.name,
-                    flow=spec,
+                    flow_name=spec.name,
+                    workflow_id=store_definition(Tx(conn, self.db.q), spec),
                     cron=entry.cron,
                     timezone=entry.timezone,
-                    input_json=input_json,
+                    input=input_json,
                     source=source,
                     next_run_at=ticks.after(current),
                 )
                 (added if created else updated).append(entry.name)
             removed = (
-                self.store.delete_stale_flow_schedules(conn, spec.name, [e.name for e in entries])
+                stored.schedule_delete_flow_stale(
+                    s, flow_name=spec.name, keep=[e.name for e in entries]
+                )
                 if source == "flow"
                 else []
             )
@@ -390,27 +400,53 @@ class Client:
 
     def list_schedules(self) -> list[ScheduleRow]:
         """Every schedule of this schema, by name."""
-        return self.store.list_schedules()
+        with self.db.session() as s:
+            return stored.schedule_list(s)
+
+    def get_schedule(self, name: str) -> ScheduleRow | None:
+        """One schedule of this schema by name, None when there is none."""
+        if not _storable(name):
+            return None
+        with self.db.session() as s:
+            return stored.schedule_get(s, name=name)
 
     def remove_schedule(self, name: str) -> None:
         """Delete a schedule (its past runs stay). Raises ScheduleNotFoundError."""
-        if not _storable(name) or not self.store.delete_schedule(name):
+        if not _storable(name) or not self._set_schedule(name, delete=True):
             raise ScheduleNotFoundError(name)
 
     def pause_schedule(self, name: str) -> None:
         """Stop a schedule from submitting runs. Raises ScheduleNotFoundError."""
-        if not _storable(name) or not self.store.set_schedule_paused(name, True):
+        if not _storable(name) or not self._set_schedule(name, paused=True):
             raise ScheduleNotFoundError(name)
 
     def resume_schedule(self, name: str, *, now: datetime | None = None) -> None:
         """Resume a paused schedule from the first tick after now (ticks missed while
         paused are skipped). Raises ScheduleNotFoundError."""
-        row = self.store.get_schedule(name) if _storable(name) else None
+        row = self.get_schedule(name)
         if row is None:
             raise ScheduleNotFoundError(name)
-        next_run_at = Ticks(row.cron, row.timezone).after(self.store.db_now(now))
-        if not self.store.set_schedule_paused(name, False, next_run_at if row.paused else None):
+        with self.db.session() as s:
+            current = misc.pg_now(s, now=now)
+        next_run_at = Ticks(row.cron, row.timezone).after(current)
+        if not self._set_schedule(
+            name, paused=False, next_run_at=next_run_at if row.paused else None
+        ):
             raise ScheduleNotFoundError(name)
+
+    def _set_schedule(
+        self,
+        name: str,
+        *,
+        delete: bool = False,
+        paused: bool = False,
+        next_run_at: datetime | None = None,
+    ) -> bool:
+        """Delete, pause or resume the schedule ``name``; False when none has that name."""
+        with self.db.session() as s:
+            if delete:
+                return stored.schedule_delete(s, name=name)
+            return stored.schedule_set_paused(s, name=name, paused=paused, next_run_at=next_run_at)
 
     @property
     def schedule_scanner(self) -> ScheduleScanner:
@@ -437,33 +473,27 @@ class Client:
             else self.config
         )
         executor = Executor(
-            self.store,
+            self.db,
             config,
             HandlerResolver(self._allow),
             self.cache,
             self._tx_slots,
             self._publish,
             producer=self.producer,
-            completer=Completer(self.store, config, self.cache, self._publish, self._tx_slots),
+            completer=self._completer,
         )
         self._worker = Worker(
-            self.store,
+            self.db,
             config,
             executor,
             self._publish,
             only_run=parse_run_id(run_id) if run_id is not None else None,
         )
         self._worker.maintenance_tasks.append(("schedule scanner", self._scanner.run_once))
-        self._worker.maintenance_tasks.append(("sequence release", self._release_sequences))
+        self._worker.maintenance_tasks.append(("sequence release", self._sequences.run_once))
         self._worker.start()
         if self.config.notify:
             self._ensure_listener()
-
-    def _release_sequences(self) -> int:
-        """Maintenance safety net of sequences (see ``docs/queues.md``)."""
-        released, wakeups = self.store.release_stalled_sequences()
-        self._publish(wakeups)
-        return released
 
     def observe_steps(self, observer: Callable[[StepEvent], None]) -> None:
         """Also send every step event (see ``on_step_event``) to ``observer``, after the
@@ -514,29 +544,59 @@ class Client:
 
     # -- runs ------------------------------------------------------------------------------
 
-    def get_run(self, run_id: str) -> RunStatus:
+    def get_run(self, run_id: str) -> Run:
         """The run's state, input, output and error; raises RunNotFoundError."""
-        return self.store.get_run(parse_run_id(run_id))
+        rid = parse_run_id(run_id)
+        with self.db.session() as s:
+            run = runs.run_get(s, run_id=rid)
+        if run is None:
+            raise RunNotFoundError(rid)
+        return run
 
-    def list_steps(self, run_id: str, *, items: bool = True) -> list[StepStatus]:
+    def list_steps(self, run_id: str, *, items: bool = True) -> list[Step]:
         """Every step of the run (fan-out item steps only when ``items``); raises
         RunNotFoundError for an unknown run."""
         rid = parse_run_id(run_id)
-        self.store.get_run(rid)
-        return self.store.list_steps(rid, items=items)
+        with self.db.session() as s:
+            if runs.run_get(s, run_id=rid) is None:
+                raise RunNotFoundError(rid)
+            return steps.step_list(s, run_id=rid, items=items)
 
     def item_progress(self, run_id: str) -> dict[str, dict[str, int]]:
         """Item counts of each started fan-out node of the run: node -> step state ->
         count (e.g. ``{"ship_each": {"completed": 40, "running": 8, "pending": 52}}``)."""
-        return self.store.fan_out_progress(parse_run_id(run_id))
+        with self.db.session() as s:
+            return steps.step_count_items(s, run_id=parse_run_id(run_id))
 
     def list_runs(
         self, *, flow: str | None = None, state: str | None = None, limit: int = 50
-    ) -> list[RunStatus]:
+    ) -> list[Run]:
         """The most recent runs, newest first."""
         if flow is not None and not _storable(flow):
             return []  # no flow has such a name
-        return self.store.list_runs(flow=flow, state=state, limit=limit)
+        with self.db.session() as s:
+            return runs.run_list(s, flow=flow, state=state, limit=limit)
+
+    def run_definition(self, run_id: str) -> dict[str, Any]:
+        """The flow document the run was submitted with; raises RunNotFoundError."""
+        rid = parse_run_id(run_id)
+        with self.db.session() as s:
+            definition = runs.run_get_definition(s, run_id=rid)
+        if definition is None:
+            raise RunNotFoundError(rid)
+        return definition
+
+    def queue_info(self, run_id: str) -> dict[str, Any] | None:
+        """The unique/sequence/schedule columns of the run by name (``unique_key``,
+        ``unique_held``, ``unique_states``, ``sequence_key``, ``sequence_pos``,
+        ``sequence_held``, ``schedule_id``, ``scheduled_for``); None for an unknown run."""
+        with self.db.session() as s:
+            return runs.run_get_queue_info(s, run_id=parse_run_id(run_id))
+
+    def count_active(self, queues: Sequence[str]) -> int:
+        """Steps of ``queues`` that are available (at any time) or running."""
+        with self.db.session() as s:
+            return steps.step_count_active(s, queues=queues)
 
     def cancel(self, run_id: str, reason: str = "cancelled by operator") -> bool:
         """Cancel a running run and every non-terminal step, with the whole trees of its
@@ -547,11 +607,10 @@ class Client:
         Returns False when the run was already terminal (a racing completion won: exactly
         one wins). Raises RunNotFoundError."""
         rid = parse_run_id(run_id)
-        wakeups = Wakeups(runs_done={rid})
         reason = printable(str(reason)) or ""
-        done, cancelled = self.store.cancel_run(rid, reason, wakeups)
+        with transaction(self.db, self._publish) as tx:
+            done, cancelled = operator.cancel_run(tx, rid, reason)
         if done:
-            self._publish(wakeups)
             for node in cancelled:
                 self._emit(
                     StepEvent("cancelled", rid, node, error=reason, error_kind="cancelled"),
@@ -565,16 +624,17 @@ class Client:
         Raises RunNotFoundError, RunStateError."""
         if node is not None and not _storable(node):
             node = printable(node)  # spelled out: no node has that name (RunStateError)
-        reset, wakeups = self.store.retry_run(parse_run_id(run_id), node)
-        self._publish(wakeups)
-        return reset
+        with transaction(self.db, self._publish) as tx:
+            return operator.retry_run(tx, parse_run_id(run_id), node)
 
     def retry_all(self, flow: str | None = None) -> list[str]:
         """:meth:`retry` every failed run (of ``flow`` when given); returns their ids."""
         retried: list[str] = []
         if flow is not None and not _storable(flow):
             return retried  # no flow has such a name
-        for rid in self.store.list_failed_runs(flow):
+        with self.db.session() as s:
+            failed = runs.run_list_failed(s, flow=flow)
+        for rid in failed:
             try:
                 self.retry(rid)
             except RunStateError:
@@ -589,12 +649,13 @@ class Client:
         WithRetentionSweep). Returns the number of runs deleted. Safe while other clients
         purge too. Raises ConfigError for a non-positive age or a bad batch size."""
         config = _purge_config(older_than, batch_size)
-        return RetentionSweeper(self.store, config, self.config.logger).run_once()
+        return RetentionSweeper(self.db, config, self.config.logger).run_once()
 
     def count_purgeable(self, older_than: float) -> tuple[int, int]:
         """``(runs, steps)`` that :meth:`purge` with ``older_than`` would delete now."""
         _purge_config(older_than, RETENTION_BATCH_SIZE)
-        return self.store.count_purgeable(older_than)
+        with self.db.session() as s:
+            return runs.run_count_purgeable(s, age_us=int(older_than * 1_000_000))
 
     def signal(self, run_id: str, name: str, payload: JSON = None) -> str | None:
         """Send signal ``name`` with ``payload`` (any JSON value; it becomes the output of
@@ -627,23 +688,15 @@ class Client:
                 "(at most 128, not starting with '.', ':' or '-')",
             )
         try:
-            text = dumps(payload)
-        except (TypeError, ValueError) as exc:
-            raise InputValidationError("signal", f"payload is not JSON: {exc}") from None
-        reason = unstorable(payload)
-        if reason is not None:
-            raise InputValidationError(
-                "signal", f"payload contains {reason}, which Postgres cannot store"
-            )
-        size = len(text.encode("utf-8"))
-        if size > self.config.payload_limits.signal_bytes:
-            raise PayloadTooLargeError("signal", size, self.config.payload_limits.signal_bytes)
-        node, acc = self.store.deliver_signal(rid, name, text)
-        self._publish(acc.wakeups)
-        emit_engine_events(self.config.logger, self._emit, acc.events)
+            text = encode_payload("signal", payload, self.config.payload_limits.signal_bytes)
+        except Unencodable as exc:
+            raise InputValidationError("signal", str(exc)) from None
+        with transaction(self.db, self._publish) as tx:
+            node = signals.deliver_signal(tx, rid, name, text)
+        emit_engine_events(self.config.logger, self._emit, tx.effects.events)
         return node
 
-    def wait(self, run_id: str, timeout: float | None = None) -> RunStatus:
+    def wait(self, run_id: str, timeout: float | None = None) -> Run:
         """Block until the run is terminal (completed, failed or cancelled) and return its
         status; ``timeout`` in seconds (None: no limit).
 
@@ -682,7 +735,7 @@ class Client:
             lo, hi = self.config.poll_interval
             interval = lo
             while True:
-                status = self.store.get_run(rid)
+                status = self.get_run(rid)
                 if status.state.terminal:
                     return status
                 left = None if deadline is None else deadline - time.monotonic()
@@ -711,7 +764,7 @@ class Client:
                 return None
             if self._listener is None:
                 self._listener = Listener(
-                    self.store,
+                    self.db,
                     self.config.logger,
                     on_available=self._on_available,
                     on_run_done=self._on_runs_done,
@@ -761,9 +814,12 @@ class Client:
         self.publisher.publish(wakeups, conn)
 
 
-def _root_wakeups(spec: Flow) -> Wakeups:
-    """The queues of a new run's root steps (available at once)."""
-    return Wakeups(queues={n.queue for n in spec.nodes.values() if not n.needs})
+def parse_run_id(run_id: str | uuid.UUID) -> str:
+    """Normalise a run id; raise :class:`RunNotFoundError` for text that is not a UUID."""
+    try:
+        return str(uuid.UUID(str(run_id)))
+    except ValueError:
+        raise RunNotFoundError(str(run_id)) from None
 
 
 def migrate(database: str, /, *, schema: str = "public") -> list[int]:

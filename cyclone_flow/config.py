@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 import socket
 import string
 from collections.abc import Callable, Mapping
@@ -20,11 +19,13 @@ from typing import Any, TypedDict
 
 from cyclone_flow.errors import ConfigError
 from cyclone_flow.logs import default_logger
-from cyclone_flow.store.migrate import validate_schema_name
+from cyclone_flow.names import (
+    DEFAULT_QUEUE,
+    validate_queue_name,
+    validate_schema_name,
+)
 from cyclone_flow.text import describe_unstorable
 
-QUEUE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
-DEFAULT_QUEUE = "default"
 POOL_RESERVE = 6  # Engine Design: Pool Budget, MaxConns >= txSlots + 6
 MAX_LEASE_TTL_S = 86_400.0  # a day: the TTL bounds crash detection, not handler length
 MAX_POLL_S = 3_600.0
@@ -199,16 +200,6 @@ def validate_retention(value: Any) -> RetentionConfig | None:
     return value
 
 
-def validate_queue(name: Any) -> str:
-    """Return ``name`` if it is a valid queue name; raise :class:`ConfigError`."""
-    if not isinstance(name, str) or not QUEUE_NAME_RE.fullmatch(name):
-        raise ConfigError(
-            f"invalid queue name {name!r}: use 1-63 lowercase letters, digits, '_', '.', '-'"
-            " starting with a letter or digit"
-        )
-    return name
-
-
 def build_config(options: Mapping[str, Any]) -> ClientConfig:
     """Validate ``options`` in the order given; raise :class:`ConfigError` naming the
     first bad option."""
@@ -225,7 +216,7 @@ def build_config(options: Mapping[str, Any]) -> ClientConfig:
                 raise ConfigError("worker_queues must be a non-empty mapping of queue -> count")
             queues = {}
             for queue, count in value.items():
-                validate_queue(queue)
+                validate_queue_name(queue)
                 if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                     raise ConfigError(
                         f"worker count of queue {queue!r} must be an integer >= 1, got {count!r}"

@@ -13,15 +13,9 @@ import os
 import warnings
 from pathlib import Path
 
-from cyclone_flow.errors import CycloneError
+from cyclone_flow.errors import EmbeddedUnavailableError as EmbeddedUnavailableError
 
 _servers: dict[Path, object] = {}
-
-
-class EmbeddedUnavailableError(CycloneError):
-    """The embedded Postgres cannot be used (package missing or server failed to start)."""
-
-    exit_code = 2
 
 
 def cyclone_home() -> Path:

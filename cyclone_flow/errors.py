@@ -4,7 +4,8 @@ Every error the API raises on purpose derives from :class:`CycloneError`. Each c
 carries the data a caller needs (run id, node, size, limit, problems) and the exit code
 the CLI uses for it: 1 for a problem with the input or the database state, 2 for a usage
 mistake. A stale compare-and-swap is never an error (Engine Design: CAS State
-Transitions): store methods return ``None`` or ``False`` for it.
+Transitions): the engine's and ``cyclone_flow.db``'s functions return ``None`` or ``False``
+for it.
 """
 
 from __future__ import annotations
@@ -237,3 +238,42 @@ class TransactionOpenError(CycloneError):
             f"publish_wakeups: the connection's transaction is still open ({status}); "
             "commit (or roll back and discard) before publishing its wakeups"
         )
+
+
+class HandlerImportError(CycloneError):
+    """A ``call`` that is not allowed, does not import, or is not callable.
+
+    ``reason`` says which: ``"form"`` (not ``package.module:function``), ``"private"``
+    (a part of the attribute path starts with ``_``), ``"module"`` (the module is not
+    allowed), ``"import"`` (importing it failed), ``"attribute"`` (no such attribute),
+    ``"foreign"`` (the path reaches an object not defined in an allowed module, or a
+    module), ``"not_callable"``.
+    """
+
+    def __init__(self, message: str, reason: str = "import") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class LintPathError(CycloneError, FileNotFoundError):
+    """A path given to lint does not exist; the CLI reports it as a usage error (exit 2)."""
+
+    exit_code = 2
+
+    def __init__(self, path: str, message: str | None = None) -> None:
+        self.path = path
+        super().__init__(message or f"path does not exist: {path}")
+
+
+class NoFlowFilesError(LintPathError):
+    """A folder given to lint holds no ``*.yaml`` / ``*.yml`` file: linting it would check
+    nothing, so it is a usage error (exit 2) rather than a silent pass."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path, f"no flow files (*.yaml, *.yml) found in {path}")
+
+
+class EmbeddedUnavailableError(CycloneError):
+    """The embedded Postgres cannot be used (package missing or server failed to start)."""
+
+    exit_code = 2

@@ -11,7 +11,7 @@ Library users can do what the CLI does::
 
     metrics = Metrics()
     client.observe_steps(metrics.observe)
-    metrics.watch_queues(client.store, client.config.worker_queues)
+    metrics.watch_queues(client.db, client.config.worker_queues)
     server = serve_metrics(metrics, 9464)
 
 Series (``queue`` label on all; ``error_kind`` where it says so):
@@ -42,7 +42,8 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from cyclone_flow.store.store import Store
+from cyclone_flow.db import steps
+from cyclone_flow.db.conn import Database
 from cyclone_flow.worker.events import StepEvent
 
 DURATION_BUCKETS_S = (
@@ -132,21 +133,21 @@ class Metrics:
             self.handler_duration.labels(queue).observe(event.duration_s)
 
     def watch_queues(
-        self, store: Store, queues: Iterable[str] = (), logger: logging.Logger | None = None
+        self, db: Database, queues: Iterable[str] = (), logger: logging.Logger | None = None
     ) -> None:
-        """Add the queue gauges, read from ``store`` at each scrape; ``queues`` are
-        reported even when empty (with 0)."""
+        """Add the queue gauges, read from ``db`` (a client's ``db``) at each scrape;
+        ``queues`` are reported even when empty (with 0)."""
         self.registry.register(
-            QueueCollector(store, queues, logger or logging.getLogger("cyclone_flow"))
+            QueueCollector(db, queues, logger or logging.getLogger("cyclone_flow"))
         )
 
 
 class QueueCollector:
-    """Reads ``Store.queue_stats()`` at each scrape. A failed read is logged and leaves
-    the gauges out of that scrape; the counters are still served."""
+    """Reads the per-queue counts (``step_count_by_queue``) at each scrape. A failed read is
+    logged and leaves the gauges out of that scrape; the counters are still served."""
 
-    def __init__(self, store: Store, queues: Iterable[str], logger: logging.Logger) -> None:
-        self.store = store
+    def __init__(self, db: Database, queues: Iterable[str], logger: logging.Logger) -> None:
+        self.db = db
         self.queues = tuple(queues)
         self.log = logger
 
@@ -155,7 +156,8 @@ class QueueCollector:
 
     def collect(self) -> Iterator[Metric]:
         try:
-            stats = self.store.queue_stats()
+            with self.db.session() as session:
+                stats = steps.step_count_by_queue(session)
         except Exception as exc:
             self.log.warning("metrics: could not read the queue gauges: %s", exc)
             return iter(())

@@ -25,14 +25,42 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from logging import Logger
-from typing import Any
+from typing import Protocol
 
-import psycopg
+from cyclone_flow._json import dumps
+from cyclone_flow.db import misc
+from cyclone_flow.db.conn import Conn, Database, Session, autocommit
 
-from cyclone_flow.store.store import CHANNEL_AVAILABLE, CHANNEL_RUN_DONE, Store, Wakeups, dumps
+CHANNEL_AVAILABLE = "cyclone_available"
+CHANNEL_RUN_DONE = "cyclone_run_done"
 
-Conn = psycopg.Connection[Any]
+
+@dataclass
+class Wakeups:
+    """Wakeup hints collected by transitions (in the engine's ``Effects``); published only
+    after the commit succeeds (Engine Design: LISTEN/NOTIFY and the Polling Floor):
+    ``queues`` with work newly claimable, ``runs_done`` runs that became terminal."""
+
+    queues: set[str] = field(default_factory=set)
+    runs_done: set[str] = field(default_factory=set)
+
+    def merge(self, other: Wakeups) -> None:
+        self.queues |= other.queues
+        self.runs_done |= other.runs_done
+
+    def __bool__(self) -> bool:
+        return bool(self.queues or self.runs_done)
+
+
+class Publish(Protocol):
+    """Publishes the wakeups of a transaction that has committed; ``conn``: the idle
+    connection it committed on, for an inline send (None: a pool connection). Never
+    raises for a failed send (:meth:`Publisher.publish`, ``Client._publish``)."""
+
+    def __call__(self, wakeups: Wakeups, conn: Conn | None = None, /) -> None: ...
+
 
 # Postgres rejects a payload of 8000 bytes or more; stay clear of it.
 MAX_PAYLOAD_BYTES = 7_900
@@ -108,8 +136,8 @@ class Publisher:
 
     THREAD_NAME = "cyclone-notify-coalesce"
 
-    def __init__(self, store: Store, *, coalesce: float, logger: Logger) -> None:
-        self._store = store
+    def __init__(self, db: Database, *, coalesce: float, logger: Logger) -> None:
+        self._db = db
         self._coalesce = coalesce
         self._log = logger
         self._cond = threading.Condition()
@@ -210,9 +238,9 @@ class Publisher:
                     self._cond.notify_all()
 
     def _send(self, wakeups: Wakeups, conn: Conn | None) -> None:
-        notes = encode(self._store.schema, wakeups)
+        notes = encode(self._db.schema, wakeups)
         try:
-            self._store.notify(conn, notes)
+            self._notify(conn, notes)
         except Exception:
             with self._cond:
                 self.failures += 1
@@ -227,6 +255,22 @@ class Publisher:
         with self._cond:
             self.notifications += len(notes)
             self.batches += 1
+
+    def _notify(self, conn: Conn | None, notes: list[tuple[str, str]]) -> None:
+        """Send ``notes`` in one statement that commits at once, on ``conn`` (an idle
+        connection whose last transaction has committed; switched to autocommit for the
+        statement and back) or, when None, on a pool connection. Raises psycopg errors."""
+        if not notes:
+            return
+        channels, payloads = [n[0] for n in notes], [n[1] for n in notes]
+        if conn is None:
+            with self._db.pool.connection() as pooled, autocommit(pooled):
+                misc.notify_publish(
+                    Session(pooled, self._db.q), channels=channels, payloads=payloads
+                )
+        else:
+            with autocommit(conn):  # one round trip: no BEGIN/COMMIT around the pg_notify
+                misc.notify_publish(Session(conn, self._db.q), channels=channels, payloads=payloads)
 
 
 class Listener:
@@ -249,14 +293,14 @@ class Listener:
 
     def __init__(
         self,
-        store: Store,
+        db: Database,
         logger: Logger,
         *,
         on_available: Callable[[list[str]], None],
         on_run_done: Callable[[list[str]], None],
         on_connected: Callable[[], None],
     ) -> None:
-        self._store = store
+        self._db = db
         self._log = logger
         self._on_available = on_available
         self._on_run_done = on_run_done
@@ -285,7 +329,7 @@ class Listener:
 
     def _loop(self) -> None:
         backoff = _RECONNECT_MIN_S
-        pool = self._store.pool
+        pool = self._db.pool
         while not self._stop.is_set():
             try:
                 conn = pool.getconn(timeout=_RECONNECT_MAX_S)
@@ -296,7 +340,7 @@ class Listener:
                 continue
             try:
                 conn.autocommit = True
-                self._store.listen(conn)
+                misc.notify_listen(Session(conn, self._db.q))
                 self.backend_pid = conn.info.backend_pid
                 self.connects += 1
                 self.ready.set()
@@ -323,15 +367,15 @@ class Listener:
     def _release(self, conn: Conn) -> None:
         try:
             if not conn.closed:
-                self._store.unlisten(conn)
+                misc.notify_unlisten(Session(conn, self._db.q))
                 conn.autocommit = False
         except Exception:
             pass  # a broken connection: the pool discards it
-        self._store.pool.putconn(conn)
+        self._db.pool.putconn(conn)
 
     def _dispatch(self, channel: str, payload: str) -> None:
         self.received += 1
-        names = decode(channel, payload, self._store.schema)
+        names = decode(channel, payload, self._db.schema)
         if not names:
             return
         try:

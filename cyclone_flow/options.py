@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
-from cyclone_flow.config import QUEUE_NAME_RE
 from cyclone_flow.durations import MAX_FLOW_DURATION_S, MIN_FLOW_DURATION_S, parse_duration
 from cyclone_flow.errors import SubmitOptionError, shown
-from cyclone_flow.spec.compile import build_flow, document_digest
-from cyclone_flow.spec.model import Flow
+from cyclone_flow.flowfile.build import build_flow, document_digest
+from cyclone_flow.flowfile.model import Flow
+from cyclone_flow.names import QUEUE_NAME_RULE, is_queue_name
 from cyclone_flow.states import RunState
 from cyclone_flow.text import describe_unstorable
 
@@ -136,14 +136,9 @@ def _key(option: str, value: Any) -> str:
 
 def validate_queue_option(value: Any, option: str = "queue") -> str:
     """Return ``value`` when it is a valid queue name; raise :class:`SubmitOptionError`."""
-    if not isinstance(value, str) or not QUEUE_NAME_RE.fullmatch(value):
-        raise SubmitOptionError(
-            option,
-            value,
-            "a queue name is 1-63 lowercase letters, digits, '_', '.', '-' starting with a "
-            "letter or digit",
-        )
-    return value
+    if not is_queue_name(value):
+        raise SubmitOptionError(option, value, f"a queue name is {QUEUE_NAME_RULE}")
+    return str(value)
 
 
 def run_options(

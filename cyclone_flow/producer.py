@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import os
 
+from cyclone_flow._json import JSON, Unencodable, encode_payload
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.errors import FlowError, InputValidationError, PayloadTooLargeError, Problem
+from cyclone_flow.db.conn import Conn, Database
+from cyclone_flow.engine import submit
+from cyclone_flow.engine.tx import Tx
+from cyclone_flow.errors import FlowError, InputValidationError, Problem
+from cyclone_flow.flowfile import load_flow
+from cyclone_flow.flowfile.inputs import validate_input
+from cyclone_flow.flowfile.model import Flow
+from cyclone_flow.notify import Wakeups
 from cyclone_flow.options import RunOptions
-from cyclone_flow.spec import load_flow
-from cyclone_flow.spec.inputs import validate_input
-from cyclone_flow.spec.model import JSON, Flow
-from cyclone_flow.store.advance import Advance
-from cyclone_flow.store.store import Conn, Store, Wakeups, dumps
-from cyclone_flow.text import unstorable
 
 FlowLike = Flow | str | os.PathLike[str]
 
@@ -39,11 +41,11 @@ class RunId(str):
 
 
 class Producer:
-    """Prepares and inserts runs for one client (its store, payload limits and
+    """Prepares and inserts runs for one client (its database, payload limits and
     ``max_signal_wait``): the one path every submission takes."""
 
-    def __init__(self, store: Store, config: ClientConfig) -> None:
-        self.store = store
+    def __init__(self, db: Database, config: ClientConfig) -> None:
+        self.db = db
         self.config = config
 
     def prepare(self, flow: FlowLike, run_input: JSON) -> tuple[Flow, str]:
@@ -73,17 +75,9 @@ class Producer:
                     )
         run_input = validate_input(spec.name, spec.input_schema, run_input)
         try:
-            text = dumps(run_input)
-        except (TypeError, ValueError) as exc:
-            raise InputValidationError(spec.name, f"input is not JSON: {exc}") from None
-        reason = unstorable(run_input)
-        if reason is not None:
-            raise InputValidationError(
-                spec.name, f"input contains {reason}, which Postgres cannot store"
-            )
-        size = len(text.encode("utf-8"))
-        if size > self.config.payload_limits.input_bytes:
-            raise PayloadTooLargeError("input", size, self.config.payload_limits.input_bytes)
+            text = encode_payload("input", run_input, self.config.payload_limits.input_bytes)
+        except Unencodable as exc:
+            raise InputValidationError(spec.name, str(exc)) from None
         return spec, text
 
     def insert(
@@ -93,7 +87,7 @@ class Producer:
         the run with ``options`` in the caller's transaction on ``conn``; return its id and
         the wakeups to publish after the commit (none for a duplicate, a held run of a
         sequence, or a delayed run)."""
-        workflow_id = self.store.store_definition(conn, flow)
+        workflow_id = submit.store_definition(Tx(conn, self.db.q), flow)
         return self.insert_stored(conn, workflow_id, input_json, options)
 
     def insert_stored(
@@ -103,20 +97,19 @@ class Producer:
         run is inserted from its plan with this client's output limit and
         ``max_signal_wait`` recorded on it (Client Options: Limits and Retention,
         WithMaxSignalWait), and the queue options applied (see
-        :meth:`Store.insert_run <cyclone_flow.store.queue_store.QueueStoreMixin.insert_run>`).
+        :func:`cyclone_flow.engine.submit.insert_run`).
         """
         max_wait = self.config.max_signal_wait
-        acc = Advance(Wakeups())
-        inserted = self.store.insert_run(
-            conn,
+        tx = Tx(conn, self.db.q)
+        inserted = submit.insert_run(
+            tx,
             workflow_id,
             input_json,
             options,
-            acc,
             output_limit=self.config.payload_limits.output_bytes,
             max_signal_wait_s=max_wait if max_wait > 0 else None,
         )
-        wakeups: Wakeups = acc.wakeups
+        wakeups = tx.effects.wakeups
         if options.delayed:  # nothing is claimable before run_at: the poll finds it then
             wakeups.queues.clear()
         return RunId(inserted.run_id, duplicate=not inserted.created), wakeups

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -38,13 +38,16 @@ from zoneinfo import ZoneInfo
 import psycopg
 from croniter import CroniterBadDateError, croniter
 
+from cyclone_flow.db import misc
+from cyclone_flow.db import schedules as stored
+from cyclone_flow.db.conn import Database, Session
+from cyclone_flow.db.rows import DueRef
 from cyclone_flow.errors import SubmitOptionError
+from cyclone_flow.flowfile.build import build_flow, document_digest
+from cyclone_flow.flowfile.model import Flow
+from cyclone_flow.notify import Publish
 from cyclone_flow.options import RunOptions
 from cyclone_flow.producer import Producer
-from cyclone_flow.spec.compile import build_flow, document_digest
-from cyclone_flow.spec.model import Flow
-from cyclone_flow.store.queue_store import DueRef
-from cyclone_flow.store.store import Store, Wakeups
 from cyclone_flow.text import zone_info
 
 __all__ = [
@@ -309,13 +312,13 @@ class ScheduleScanner:
 
     def __init__(
         self,
-        store: Store,
+        db: Database,
         producer: Producer,
-        publish: Callable[[Wakeups], None],
+        publish: Publish,
         logger: logging.Logger,
         batch: int = SCAN_BATCH,
     ) -> None:
-        self.store = store
+        self.db = db
         self.producer = producer
         self.publish = publish
         self.log = logger
@@ -329,10 +332,11 @@ class ScheduleScanner:
         by default the database's ``now()`` is used. Each tick commits in its own
         transaction with the compare-and-swap that moves ``next_run_at`` forward.
         """
-        current = self.store.db_now(now)
+        with self.db.session() as s:
+            current = misc.pg_now(s, now=now)
+            waiting = sum(1 for f in self._failing.values() if f.retry_at > current)
+            due = stored.schedule_list_due(s, now=current, batch=self.batch + waiting)
         submitted = 0
-        waiting = sum(1 for f in self._failing.values() if f.retry_at > current)
-        due = self.store.list_due_schedules(current, self.batch + waiting)
         for ref in due:
             failure = self._failing.get(ref.id)
             if failure is not None and failure.version == ref.version:
@@ -373,8 +377,9 @@ class ScheduleScanner:
         )
 
     def _tick(self, schedule_id: int, now: datetime) -> bool:
-        with self.store.pool.connection() as conn, conn.transaction():
-            due = self.store.lock_due_schedule(conn, schedule_id, now)
+        with self.db.pool.connection() as conn, conn.transaction():
+            s = Session(conn, self.db.q)
+            due = stored.schedule_lock_due(s, id=schedule_id, now=now)
             if due is None:
                 return False  # another client holds it, or it already moved on
             ticks = Ticks(due.cron, due.timezone)  # SubmitOptionError: edited by hand
@@ -387,9 +392,9 @@ class ScheduleScanner:
                 run_id, wakeups = self.producer.insert_stored(
                     conn, due.workflow_id, due.input_json, options
                 )
-            if not self.store.advance_schedule(
-                conn,
-                schedule_id=due.id,
+            if not stored.schedule_advance_if_unchanged(
+                s,
+                id=due.id,
                 expected=due.next_run_at,
                 next_run_at=ticks.after(now),
                 tick=tick,

@@ -1,6 +1,6 @@
 -- The benchmark suite's own SQL: reads of the engine's tables to measure a benchmark, the
 -- business table of the exactly-once benchmark, and the raw-SQL ceiling's batched
--- completion. Same format as cyclone_flow/store/sql/*.sql (loaded by benchmarks/sql.py).
+-- completion. Same format as cyclone_flow/db/sql/*.sql (loaded by benchmarks/sql.py).
 
 -- name: bench_settings
 -- The server settings that decide what a commit costs (durability must be on).

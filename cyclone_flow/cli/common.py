@@ -19,9 +19,9 @@ import psycopg_pool
 
 from cyclone_flow.durations import parse_duration
 from cyclone_flow.errors import ConfigError, CycloneError, FlowError
+from cyclone_flow.flowfile.model import JSON
 from cyclone_flow.logs import TextFormatter, debug_requested
-from cyclone_flow.spec.model import JSON
-from cyclone_flow.store.migrate import validate_schema_name
+from cyclone_flow.names import validate_schema_name
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -30,11 +30,12 @@ from cyclone_flow.cli.progress import follow_run
 from cyclone_flow.cli.queue_cmds import queue_info_lines, queue_options, submission_kwargs
 from cyclone_flow.cli.retention_cmds import parse_age
 from cyclone_flow.client import Client, migrate
-from cyclone_flow.config import DEFAULT_QUEUE, MAX_LEASE_TTL_S, RetentionConfig, validate_queue
+from cyclone_flow.config import MAX_LEASE_TTL_S, RetentionConfig
+from cyclone_flow.db.rows import Run, Step
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
 from cyclone_flow.errors import ConfigError, WaitTimeoutError
-from cyclone_flow.spec import load_flow
-from cyclone_flow.store.store import RunStatus, StepStatus
+from cyclone_flow.flowfile import load_flow
+from cyclone_flow.names import DEFAULT_QUEUE, validate_queue_name
 from cyclone_flow.worker.imports import AllowList
 
 
@@ -147,7 +148,7 @@ def _parse_queues(specs: tuple[str, ...], workers: int) -> dict[str, int]:
     for spec in specs:
         name, sep, count = spec.partition("=")
         try:
-            validate_queue(name)
+            validate_queue_name(name)
             n = int(count) if sep else workers
         except (ConfigError, ValueError) as exc:
             raise click.BadParameter(f"{spec!r}: {exc}", param_hint="--queue") from None
@@ -301,7 +302,7 @@ def worker_cmd(
         **options,
     )
     if metrics is not None:
-        metrics[0].watch_queues(client.store, worker_queues, client.config.logger)
+        metrics[0].watch_queues(client.db, worker_queues, client.config.logger)
         client.observe_steps(metrics[0].observe)
     stop = threading.Event()
 
@@ -326,7 +327,7 @@ def worker_cmd(
                 exit_when_idle
                 and client.worker is not None
                 and client.worker.in_flight() == 0
-                and client.store.count_active(served) == 0
+                and client.count_active(served) == 0
             ):
                 break
     finally:
@@ -433,8 +434,8 @@ def run_cmd(
 
 
 def _run_dict(
-    run: RunStatus,
-    steps: list[StepStatus] | None = None,
+    run: Run,
+    steps: list[Step] | None = None,
     progress: dict[str, dict[str, int]] | None = None,
 ) -> dict[str, Any]:
     data = asdict(run)
@@ -478,7 +479,7 @@ def status_cmd(
         run = client.get_run(run_id)
         steps = client.list_steps(run_id, items=items)
         progress = client.item_progress(run_id)
-        queue_info = client.store.queue_info(run.id) or {}
+        queue_info = client.queue_info(run.id) or {}
     if as_json:
         echo_json({**_run_dict(run, steps, progress), "queue_features": queue_info})
         return

@@ -19,11 +19,11 @@ from cyclone_flow.cli.common import (
     setup_logging,
 )
 from cyclone_flow.errors import FlowError, Problem
-from cyclone_flow.spec.compile import build_flow
-from cyclone_flow.spec.graph import to_dot, to_mermaid
-from cyclone_flow.spec.lint import LintPathError, NoFlowFilesError, lint_paths
-from cyclone_flow.spec.load import load_flow
-from cyclone_flow.spec.model import Flow
+from cyclone_flow.flowfile.build import build_flow
+from cyclone_flow.flowfile.graph import to_dot, to_mermaid
+from cyclone_flow.flowfile.lint import LintPathError, NoFlowFilesError, lint_paths
+from cyclone_flow.flowfile.load import load_flow
+from cyclone_flow.flowfile.model import Flow
 
 __all__ = ["format_problems", "graph", "lint"]
 
@@ -156,7 +156,7 @@ def run_graph(run_id: str, database_url: str | None, schema: str) -> tuple[Flow,
     url = resolve_database(database_url)
     with Client(url, schema=schema) as client:
         run = client.get_run(run_id)
-        definition = client.store.run_definition(run.id)
+        definition = client.run_definition(run.id)
         steps = client.list_steps(run.id, items=False)
         progress = client.item_progress(run.id)
     nodes = definition.get("nodes", {})

@@ -17,12 +17,12 @@ from cyclone_flow.cli.common import (
     setup_logging,
 )
 from cyclone_flow.client import SIGNAL_NAME_RE, Client
-from cyclone_flow.store.store import StepStatus
+from cyclone_flow.db.rows import Step
 
 __all__ = ["signal_cmd", "step_detail", "step_fields"]
 
 
-def step_detail(step: StepStatus, progress: dict[str, dict[str, int]]) -> str:
+def step_detail(step: Step, progress: dict[str, dict[str, int]]) -> str:
     """One line about a step's node type: ``items 42/100 done, 8 running`` for a fan-out
     node, ``child run ID`` for a child node, ``awaits signal 'NAME'`` for a wait_signal
     node, ``item 3 of NODE`` for a fan-out item; "" for an action."""
@@ -49,7 +49,7 @@ def step_detail(step: StepStatus, progress: dict[str, dict[str, int]]) -> str:
     return ""
 
 
-def step_fields(step: StepStatus, progress: dict[str, dict[str, int]]) -> dict[str, Any]:
+def step_fields(step: Step, progress: dict[str, dict[str, int]]) -> dict[str, Any]:
     """The node-type fields of a step for ``--json`` output (only those that apply)."""
     out: dict[str, Any] = {"type": step.type}
     if step.parent_node is not None:

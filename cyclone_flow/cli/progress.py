@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from cyclone_flow.db.rows import Run, Step
 from cyclone_flow.errors import WaitTimeoutError
 from cyclone_flow.states import StepState
-from cyclone_flow.store.store import RunStatus, StepStatus
 
 if TYPE_CHECKING:
     from cyclone_flow.client import Client
@@ -38,7 +38,7 @@ class StepCounts:
     failed: int = 0
 
     @classmethod
-    def of(cls, steps: list[StepStatus]) -> StepCounts:
+    def of(cls, steps: list[Step]) -> StepCounts:
         return cls(
             total=len(steps),
             done=sum(s.state in _TERMINAL for s in steps),
@@ -55,7 +55,7 @@ class PlainLines:
 
     seen: dict[int, tuple[str, int]] = field(default_factory=dict)
 
-    def changes(self, steps: list[StepStatus]) -> list[str]:
+    def changes(self, steps: list[Step]) -> list[str]:
         lines = []
         for s in steps:
             before = self.seen.get(s.id)
@@ -80,7 +80,7 @@ def follow_run(
     quiet: bool = False,
     interval: float = 0.25,
     timeout: float | None = None,
-) -> RunStatus:
+) -> Run:
     """Block until run ``run_id`` is terminal and return its final status, showing
     progress on ``console`` (default: stderr) unless ``quiet``: a live bar when the
     console is a terminal, plain lines otherwise. ``KeyboardInterrupt`` propagates (the
@@ -103,7 +103,7 @@ class _Waiter:
         self.client, self.run_id, self.interval, self.timeout = client, run_id, interval, timeout
         self.deadline = None if timeout is None else time.monotonic() + timeout
 
-    def next(self) -> RunStatus:
+    def next(self) -> Run:
         step = self.interval
         if self.deadline is not None:
             step = max(0.0, min(step, self.deadline - time.monotonic()))
@@ -117,7 +117,7 @@ class _Waiter:
             return status
 
 
-def _follow_plain(client: Client, run_id: str, console: Console, waiter: _Waiter) -> RunStatus:
+def _follow_plain(client: Client, run_id: str, console: Console, waiter: _Waiter) -> Run:
     lines = PlainLines()
     while True:
         status = waiter.next()
@@ -127,7 +127,7 @@ def _follow_plain(client: Client, run_id: str, console: Console, waiter: _Waiter
             return status
 
 
-def _follow_bar(client: Client, run_id: str, console: Console, waiter: _Waiter) -> RunStatus:
+def _follow_bar(client: Client, run_id: str, console: Console, waiter: _Waiter) -> Run:
     columns = (
         TextColumn("[bold]{task.description}"),
         BarColumn(),

@@ -25,8 +25,8 @@ from cyclone_flow.cli.common import (
 )
 from cyclone_flow.client import Client
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
-from cyclone_flow.spec import load_flow
-from cyclone_flow.spec.model import JSON
+from cyclone_flow.flowfile import load_flow
+from cyclone_flow.flowfile.model import JSON
 
 F = TypeVar("F")
 
@@ -306,7 +306,7 @@ def schedule_add_cmd(
     url = resolve_database(database_url)
     with Client(url, schema=schema) as client:
         added = client.add_schedule(flow, cron, timezone=timezone, input=run_input, name=name)
-        row = client.store.get_schedule(added)
+        row = client.get_schedule(added)
     when = row.next_run_at.isoformat(timespec="seconds") if row else "?"
     click.echo(f"schedule {added}: next run at {when}")
 

@@ -1,12 +1,13 @@
-"""Group commit of step completions (issue 8).
+"""Group commit of step completions.
 
 A worker thread whose handler returned without opening ``ctx.completion_tx()`` has no
 business writes to commit with its step, so it hands ``(step, output)`` to its client's
 one completer thread and goes back to work: its worker slot is free at once, while the
 step's lease stays held (and renewed by the heartbeat) until the completion commits, as in
 River's batch completer. The completer commits everything queued (up to
-:data:`MAX_BATCH`) in ONE transaction (:meth:`Store.complete_steps`): the run row locks of
-the batch in one global order, one guarded UPDATE for all the steps, each run's advance,
+:data:`MAX_BATCH`) in ONE transaction
+(:func:`cyclone_flow.engine.complete.complete_steps`): the run row locks of the batch in one
+global order, one guarded UPDATE for all the steps, each run's advance,
 one COMMIT, then one publication of the merged wakeups on the same connection; then it
 settles each step (its events and hooks run on the completer thread). Nothing waits to
 fill a batch: while one batch commits, the next gathers, so an idle client commits a lone
@@ -26,16 +27,15 @@ steps (Engine Design: Leases and Heartbeats).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Any
-
-import psycopg
+from collections.abc import Callable, Sequence
 
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.store.store import ClaimedStep, Outcome, Store, Wakeups
+from cyclone_flow.db.conn import Conn, Database
+from cyclone_flow.db.rows import ClaimedStep
+from cyclone_flow.engine import complete
+from cyclone_flow.engine.tx import Outcome, Tx
+from cyclone_flow.notify import Publish, Wakeups
 from cyclone_flow.worker.cache import OutputCache
-
-Conn = psycopg.Connection[Any]
 
 MAX_BATCH = 64
 """Most completions committed by one transaction (bounds its locks and its length)."""
@@ -70,15 +70,15 @@ class Completer:
 
     def __init__(
         self,
-        store: Store,
+        db: Database,
         config: ClientConfig,
         cache: OutputCache,
-        publish: Callable[[Wakeups, Conn | None], None],
+        publish: Publish,
         tx_slots: threading.BoundedSemaphore,
         max_batch: int = MAX_BATCH,
         max_backlog: int = MAX_BACKLOG,
     ) -> None:
-        self.store = store
+        self.db = db
         self.owner = config.client_id
         self.cache = cache
         self.publish = publish
@@ -121,7 +121,7 @@ class Completer:
         """Queue the completion of ``step`` with ``output_json`` (JSON text); ``settle``
         is called once it committed (or turned out stale). Waits while the backlog is
         full. Returns False, queueing nothing, when the completer is stopped: the caller
-        then commits the step alone (:meth:`Store.complete_step`)."""
+        then commits the step alone (:func:`cyclone_flow.engine.complete.complete_step`)."""
         with self._cond:
             while self._running and len(self._queue) >= self.max_backlog:
                 self._cond.wait()
@@ -175,15 +175,23 @@ class Completer:
             return exc
 
     def _transact(self, batch: list[_Pending]) -> list[Outcome | None]:
-        """One transaction for ``batch`` (:meth:`Store.complete_steps`), then the work
-        after its commit; raises what the transaction raised (nothing committed then)."""
-        with self.tx_slots, self.store.pool.connection() as conn:
+        """One transaction for ``batch`` (:meth:`complete_steps`), then the work after its
+        commit; raises what the transaction raised (nothing committed then)."""
+        with self.tx_slots, self.db.pool.connection() as conn:
             with conn.transaction():
-                outcomes = self.store.complete_steps(
-                    conn, self.owner, [(p.step, p.output) for p in batch]
+                outcomes = self.complete_steps(
+                    Tx(conn, self.db.q), [(p.step, p.output) for p in batch]
                 )
             self._committed(conn, batch, outcomes)
         return outcomes
+
+    def complete_steps(
+        self, tx: Tx, batch: Sequence[tuple[ClaimedStep, str]]
+    ) -> list[Outcome | None]:
+        """The group commit of ``batch`` (``(step, output_json)`` pairs) in ``tx``
+        (:func:`cyclone_flow.engine.complete.complete_steps` for this client); a method so
+        that tests can inject faults into one completer."""
+        return complete.complete_steps(tx, self.owner, batch)
 
     def _committed(self, conn: Conn, batch: list[_Pending], outcomes: list[Outcome | None]) -> None:
         """After the commit: fill the output cache, publish the merged wakeups on the

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from cyclone_flow.spec.model import JSON
+from cyclone_flow.flowfile.model import JSON
 
 Conn = psycopg.Connection[Any]
 
@@ -33,8 +33,8 @@ class Context:
         open_tx: Callable[[], Conn],
         upstream: Callable[[str], JSON],
         cancel_event: threading.Event,
-        submit_in_tx: Callable[..., str] | None = None,
-        enqueue_in_tx: Callable[..., str] | None = None,
+        submit_in_tx: Callable[..., str],
+        enqueue_in_tx: Callable[..., str],
         item_index: int | None = None,
     ) -> None:
         self.run_id = run_id
@@ -81,14 +81,10 @@ class Context:
         the completion's (seeds: Transactional Enqueueing, SubmitCompletion). Options as
         for ``Client.submit``; returns the run id. Raises what ``Client.submit`` raises.
         """
-        if self._submit_in_tx is None:
-            raise RuntimeError("submit_completion is not available in this context")
         return self._submit_in_tx(flow, input, **options)
 
     def enqueue_completion(self, callable: str, args: JSON = None, **options: Any) -> str:
         """Enqueue a standalone job (``"package.module:function"``) in this step's
         completion transaction, committed with the step or not at all (seeds:
         EnqueueCompletion). Options as for ``Client.enqueue``; returns the run id."""
-        if self._enqueue_in_tx is None:
-            raise RuntimeError("enqueue_completion is not available in this context")
         return self._enqueue_in_tx(callable, args, **options)

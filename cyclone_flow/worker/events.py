@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from cyclone_flow.engine.tx import EngineEvent
+
 
 @dataclass(frozen=True)
 class StepEvent:
@@ -48,13 +50,13 @@ def call_hook(logger: logging.Logger, hook: Callable[..., Any] | None, *args: An
 def emit_engine_events(
     logger: logging.Logger,
     hook: Callable[..., Any] | None,
-    events: Iterable[tuple[str, str, str, str | None, str | None]],
+    events: Iterable[EngineEvent],
 ) -> None:
     """Send the ``completed`` / ``discarded`` events of nodes the engine decided in a
-    committed transaction (fan-out, child and wait_signal nodes): ``(kind, run_id, node,
-    error, error_kind)`` tuples."""
-    for kind, run_id, node, error, error_kind in events:
-        call_hook(logger, hook, StepEvent(kind, run_id, node, error=error, error_kind=error_kind))
+    committed transaction (fan-out, child and wait_signal nodes)."""
+    for e in events:
+        event = StepEvent(e.kind, e.run_id, e.node, error=e.error, error_kind=e.error_kind)
+        call_hook(logger, hook, event)
 
 
 def emit_cancelled(

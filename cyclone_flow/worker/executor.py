@@ -14,35 +14,39 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
+from psycopg_pool import ConnectionPool
 
+from cyclone_flow._json import JSON, Unencodable, encode_payload
 from cyclone_flow.config import ClientConfig
+from cyclone_flow.db import runs, steps
+from cyclone_flow.db.conn import Conn, Database
+from cyclone_flow.db.rows import ClaimedStep
+from cyclone_flow.engine import complete, fail
+from cyclone_flow.engine.tx import Outcome, Tx
 from cyclone_flow.errors import (
     CycloneError,
+    HandlerImportError,
     PayloadTooLargeError,
     PermanentError,
+    RunNotFoundError,
     StepTimeoutError,
     TemplateError,
 )
+from cyclone_flow.flowfile.template import references, render
 from cyclone_flow.logs import step_extra
+from cyclone_flow.notify import Publish, Wakeups
 from cyclone_flow.options import job_flow, run_options
-from cyclone_flow.spec.model import JSON
-from cyclone_flow.spec.template import references, render
+from cyclone_flow.producer import Producer
 from cyclone_flow.states import ErrorKind, RunState, StepState
-from cyclone_flow.store.store import ClaimedStep, Outcome, Store, Wakeups, dumps
-from cyclone_flow.text import unstorable
 from cyclone_flow.worker.cache import OutputCache
 from cyclone_flow.worker.completer import Completer
 from cyclone_flow.worker.context import Context
 from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled, emit_engine_events
-from cyclone_flow.worker.imports import HandlerImportError, HandlerResolver
+from cyclone_flow.worker.imports import HandlerResolver
 
-if TYPE_CHECKING:
-    from cyclone_flow.producer import Producer
-
-Conn = psycopg.Connection[Any]
 _TRACEBACK_LIMIT = 8_000  # characters of traceback kept per attempt (the last ones)
 _ERROR_LIMIT = 4_000  # characters of error message kept per attempt (the first ones)
 
@@ -62,16 +66,16 @@ class Executor:
 
     def __init__(
         self,
-        store: Store,
+        db: Database,
         config: ClientConfig,
         resolver: HandlerResolver,
         cache: OutputCache,
         tx_slots: threading.BoundedSemaphore,
-        publish: Callable[[Wakeups, Conn | None], None],
-        producer: Producer | None = None,
+        publish: Publish,
+        producer: Producer,
         completer: Completer | None = None,
     ) -> None:
-        self.store = store
+        self.db = db
         self.config = config
         self.resolver = resolver
         self.cache = cache
@@ -97,9 +101,7 @@ class Executor:
     def upstream_output(self, run_id: str, node: str) -> JSON:
         """Output of ``(run_id, node)`` through the LRU cache, decoded afresh for each
         caller (handlers may mutate what they get); ``KeyError`` if not completed."""
-        text = self._cached_text(
-            (run_id, node), lambda: self.store.get_step_output_text(run_id, node)
-        )
+        text = self._cached_text((run_id, node), lambda: self._output_text(run_id, node))
         if text is None:
             raise KeyError(f"node {node!r} of run {run_id} has not completed")
         return json.loads(text)
@@ -109,8 +111,26 @@ class Executor:
         ``prefetched``: its JSON text as the claim returned it (no read, no cache entry)."""
         if prefetched is not None:
             return json.loads(prefetched)
-        text = self._cached_text((run_id, None), lambda: self.store.get_run_input_text(run_id))
+        text = self._cached_text((run_id, None), lambda: self._run_input_text(run_id))
         return json.loads(text or "null")
+
+    def _output_text(self, run_id: str, node: str) -> str | None:
+        """The output of ``(run_id, node)`` as JSON text when that node completed, else
+        None (one statement in autocommit)."""
+        with self.db.autocommit_session() as s:
+            row = steps.step_get_output(s, run_id=run_id, node=node)
+        if row is None or row.state != StepState.COMPLETED:
+            return None
+        return row.output
+
+    def _run_input_text(self, run_id: str) -> str:
+        """The input of a run as JSON text (one statement in autocommit); raises
+        RunNotFoundError."""
+        with self.db.autocommit_session() as s:
+            text = runs.run_get_input(s, run_id=run_id)
+        if text is None:
+            raise RunNotFoundError(run_id)
+        return text
 
     def resolve_input(self, step: ClaimedStep) -> JSON:
         """Render the node's input template; no template means the run input (for a
@@ -156,7 +176,7 @@ class Executor:
         of leaving it to the next sweep (Engine Design: Leases and Heartbeats).
         """
         owner = self.config.client_id
-        tx = _CompletionTx(self.store, self.tx_slots)
+        tx = _CompletionTx(self.db.pool, self.tx_slots)
         extra = Wakeups()  # of runs the handler submits in its completion transaction
         duration_s: float | None = None  # handler time, for StepEvent and metrics
         timer = None
@@ -217,13 +237,11 @@ class Executor:
 
     def _completion_producers(
         self, tx: _CompletionTx, extra: Wakeups
-    ) -> tuple[Callable[..., str] | None, Callable[..., str] | None]:
+    ) -> tuple[Callable[..., str], Callable[..., str]]:
         """``ctx.submit_completion`` / ``ctx.enqueue_completion``: insert in the completion
         transaction and keep the wakeups for after its commit (seeds: Transactional
         Enqueueing)."""
         producer = self.producer
-        if producer is None:
-            return None, None
 
         def submit_in_tx(flow: Any, run_input: JSON = None, **options: Any) -> str:
             opts = run_options(**options)
@@ -275,30 +293,16 @@ class Executor:
 
     def _encode_output(self, output: JSON) -> str:
         try:
-            text = dumps(output)
-        except (TypeError, ValueError) as exc:
+            return encode_payload("output", output, self.config.payload_limits.output_bytes)
+        except Unencodable as exc:
+            # the cause is the encoder's own error (not JSON), none for an unstorable string
             raise StepFailure(
-                ErrorKind.HANDLER_ERROR,
-                f"handler output is not JSON: {exc}",
-                permanent=True,
-                tb=None,
-            ) from exc
-        reason = unstorable(output)
-        if reason is not None:
-            raise StepFailure(
-                ErrorKind.HANDLER_ERROR,
-                f"handler output contains {reason}, which Postgres cannot store",
-                permanent=True,
-                tb=None,
-            )
-        size = len(text.encode("utf-8"))
-        limit = self.config.payload_limits.output_bytes
-        if size > limit:
-            too_large = PayloadTooLargeError("output", size, limit)
+                ErrorKind.HANDLER_ERROR, str(exc), permanent=True, tb=None
+            ) from exc.__cause__
+        except PayloadTooLargeError as too_large:
             raise StepFailure(
                 ErrorKind.PAYLOAD_TOO_LARGE, str(too_large), permanent=True, tb=None
             ) from too_large
-        return text
 
     def _complete(
         self,
@@ -311,7 +315,7 @@ class Executor:
     ) -> None:
         conn = tx.open()
         with _failed_attempt_on_error("the completion transaction failed"):
-            outcome = self.store.complete_step(conn, step, owner, output_json)
+            outcome = complete.complete_step(Tx(conn, self.db.q), step, owner, output_json)
         if outcome is None:
             tx.rollback()
             self._stale(step)
@@ -330,7 +334,7 @@ class Executor:
 
         with _failed_attempt_on_error("the completion transaction failed at commit"):
             tx.commit(committed)
-        self._after_commit(step, outcome, None, duration_s, published=True)
+        self._after_commit(step, outcome, None, duration_s)
 
     def _settler(
         self, step: ClaimedStep, duration_s: float | None, on_settled: Callable[[], None]
@@ -374,7 +378,7 @@ class Executor:
         if outcome is None:
             self._stale(step)
             return
-        self._after_commit(step, outcome, None, duration_s, published=True)
+        self._after_commit(step, outcome, None, duration_s)
 
     def _stale(self, step: ClaimedStep) -> None:
         """The step's completion was stale (nothing of it was written): say so, and record
@@ -411,7 +415,9 @@ class Executor:
     ) -> None:
         timed_out = failure.kind is ErrorKind.TIMEOUT
         with self.tx_slots:
-            outcome, backoff_error = self.store.fail_step_alone(
+            outcome, backoff_error = fail.fail_step_alone(
+                self.db,
+                self.publish,
                 step_id=step.id,
                 run_id=step.run_id,
                 generation=step.lease_generation,
@@ -463,10 +469,9 @@ class Executor:
         outcome: Outcome,
         failure: StepFailure | None = None,
         duration_s: float | None = None,
-        published: bool = False,
     ) -> StepEvent:
-        if not published:
-            self.publish(outcome.wakeups, None)
+        """Report a committed (and published) transition of ``step``: its step event, the
+        steps it cancelled, the nodes the engine decided, the run's end."""
         kind = {
             StepState.COMPLETED: "completed",
             StepState.AVAILABLE: "retry_scheduled",
@@ -496,8 +501,8 @@ class _CompletionTx:
     """The step's completion transaction, opened lazily (by ``ctx.completion_tx()`` or at
     completion) on a pool connection inside a transaction block, within a tx slot."""
 
-    def __init__(self, store: Store, slots: threading.BoundedSemaphore) -> None:
-        self.store = store
+    def __init__(self, pool: ConnectionPool[Any], slots: threading.BoundedSemaphore) -> None:
+        self.pool = pool
         self.slots = slots
         self.conn: Conn | None = None
         self._tx: psycopg.Transaction | None = None
@@ -506,7 +511,7 @@ class _CompletionTx:
         if self.conn is None:
             self.slots.acquire()
             try:
-                conn = self.store.pool.getconn()
+                conn = self.pool.getconn()
             except BaseException:
                 self.slots.release()
                 raise
@@ -553,7 +558,7 @@ class _CompletionTx:
             else:
                 tx.__exit__(type(exc), exc, None)
         finally:
-            self.store.pool.putconn(conn)
+            self.pool.putconn(conn)
             self.slots.release()
 
 

@@ -19,7 +19,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from cyclone_flow.errors import CycloneError
+from cyclone_flow.errors import HandlerImportError as HandlerImportError
 
 Handler = Callable[..., Any]
 
@@ -36,21 +36,6 @@ _UNBOUND_BUILTINS = (
     types.MemberDescriptorType,
 )
 _MAX_UNWRAP = 32  # nested partials / methods deeper than this are refused
-
-
-class HandlerImportError(CycloneError):
-    """A ``call`` that is not allowed, does not import, or is not callable.
-
-    ``reason`` says which: ``"form"`` (not ``package.module:function``), ``"private"``
-    (a part of the attribute path starts with ``_``), ``"module"`` (the module is not
-    allowed), ``"import"`` (importing it failed), ``"attribute"`` (no such attribute),
-    ``"foreign"`` (the path reaches an object not defined in an allowed module, or a
-    module), ``"not_callable"``.
-    """
-
-    def __init__(self, message: str, reason: str = "import") -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 class AllowList:

@@ -13,7 +13,8 @@ import logging
 import time
 
 from cyclone_flow.config import RetentionConfig
-from cyclone_flow.store.store import Store
+from cyclone_flow.db import runs
+from cyclone_flow.db.conn import Database
 
 MAX_BATCHES_PER_PASS = 1_000  # bounds one pass; the next pass goes on where it stopped
 
@@ -21,8 +22,8 @@ MAX_BATCHES_PER_PASS = 1_000  # bounds one pass; the next pass goes on where it 
 class RetentionSweeper:
     """``run_once()`` purges; ``tick()`` runs it when ``config.interval`` has passed."""
 
-    def __init__(self, store: Store, config: RetentionConfig, logger: logging.Logger) -> None:
-        self.store = store
+    def __init__(self, db: Database, config: RetentionConfig, logger: logging.Logger) -> None:
+        self.db = db
         self.config = config
         self.log = logger
         self._next_at = 0.0  # monotonic; 0 runs the first pass at the first tick
@@ -35,7 +36,7 @@ class RetentionSweeper:
             return 0
         total = 0
         for _ in range(MAX_BATCHES_PER_PASS):
-            deleted = self.store.purge_runs(self.config.default_age, self.config.batch_size)
+            deleted = self._purge_batch()
             total += deleted
             if deleted < self.config.batch_size:
                 break
@@ -46,6 +47,13 @@ class RetentionSweeper:
                 self.config.default_age,
             )
         return total
+
+    def _purge_batch(self) -> int:
+        """One batch: at most ``batch_size`` runs deleted (SKIP LOCKED), committed."""
+        with self.db.session() as s:
+            return runs.run_purge_terminal(
+                s, age_us=int(self.config.default_age * 1_000_000), batch=self.config.batch_size
+            )
 
     def tick(self) -> int:
         """Run :meth:`run_once` if ``interval`` seconds passed since the last pass (the

@@ -18,10 +18,14 @@ import time
 from collections.abc import Callable
 
 from cyclone_flow.config import ClientConfig
+from cyclone_flow.db import steps as step_rows
+from cyclone_flow.db.conn import Database
+from cyclone_flow.db.rows import ClaimedStep
+from cyclone_flow.engine import claim, fail
 from cyclone_flow.errors import ReclaimLimitExceeded, StepTimeoutError
 from cyclone_flow.logs import step_extra
+from cyclone_flow.notify import Publish, Wakeups
 from cyclone_flow.states import ErrorKind, StepState
-from cyclone_flow.store.store import ClaimedStep, Store, Wakeups
 from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled, emit_engine_events
 from cyclone_flow.worker.executor import Executor
 from cyclone_flow.worker.retention import RetentionSweeper
@@ -41,13 +45,13 @@ class Worker:
 
     def __init__(
         self,
-        store: Store,
+        db: Database,
         config: ClientConfig,
         executor: Executor,
-        publish: Callable[[Wakeups], None],
+        publish: Publish,
         only_run: str | None = None,
     ) -> None:
-        self.store = store
+        self.db = db
         self.config = config
         self.executor = executor
         self.publish = publish
@@ -77,12 +81,12 @@ class Worker:
         self.maintenance_tasks: list[tuple[str, Callable[[], object]]] = []
         retention = config.retention
         self.retention = (
-            RetentionSweeper(store, retention, self.log)
+            RetentionSweeper(db, retention, self.log)
             if retention is not None and retention.enabled
             else None
         )
-        self.wait_scanner = WaitScanner(store, config, publish)
-        self.deadline_scanner = DeadlineScanner(store, config, publish)
+        self.wait_scanner = WaitScanner(db, config, publish)
+        self.deadline_scanner = DeadlineScanner(db, config, publish)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -130,7 +134,9 @@ class Worker:
         # no longer complete under the lease it was told to give up.
         if leases:
             try:
-                self.publish(self.store.release_leases(self.config.client_id, leases))
+                with self.db.session() as s:
+                    released = claim.release_leases(s, self.config.client_id, leases)
+                self.publish(released)
             except Exception:
                 self.log.exception("could not release %d leases at shutdown", len(leases))
         self._stop_heartbeat.set()
@@ -187,9 +193,15 @@ class Worker:
             if free <= 0 or self._stop.is_set():
                 continue
             self.claim_queries += 1
-            steps = self.store.claim(
-                self.config.client_id, self.config.lease_ttl, [queue_name], free, self.only_run
-            )
+            with self.db.autocommit_session() as s:
+                steps = claim.claim(
+                    s,
+                    self.config.client_id,
+                    self.config.lease_ttl,
+                    [queue_name],
+                    free,
+                    self.only_run,
+                )
             with self._lock:
                 self._busy[queue_name] += len(steps)
                 for step in steps:
@@ -259,7 +271,10 @@ class Worker:
             if not leases:
                 continue
             try:
-                renewed = self.store.heartbeat(self.config.client_id, self.config.lease_ttl, leases)
+                with self.db.session() as s:
+                    renewed = claim.extend_leases(
+                        s, self.config.client_id, self.config.lease_ttl, leases
+                    )
             except Exception:
                 self.log.exception("heartbeat failed for %d leases", len(leases))
                 continue
@@ -305,25 +320,44 @@ class Worker:
         """One pass of the recovery sweep; returns counts per action (Engine Design: Leases
         and Heartbeats; Client Options: WithMaxReclaims)."""
         counts = {"timed_out": 0, "reclaim_limit": 0, "rescued": 0}
-        for sid, run_id, node, gen in self.store.find_timed_out(SWEEP_BATCH):
-            if self._fail_from_sweep(sid, run_id, node, gen, ErrorKind.TIMEOUT, permanent=False):
+        with self.db.session() as s:
+            timed_out = step_rows.step_list_timed_out(s, batch=SWEEP_BATCH)
+        for step in timed_out:
+            if self._fail_from_sweep(
+                step.id,
+                step.run_id,
+                step.node,
+                step.lease_generation,
+                ErrorKind.TIMEOUT,
+                permanent=False,
+            ):
                 counts["timed_out"] += 1
         if self.config.max_reclaims > 0:
-            for sid, run_id, node, gen in self.store.find_reclaim_exhausted(
-                self.config.max_reclaims, SWEEP_BATCH
-            ):
+            with self.db.session() as s:
+                exhausted = step_rows.step_list_reclaim_exhausted(
+                    s, max_reclaims=self.config.max_reclaims, batch=SWEEP_BATCH
+                )
+            for step in exhausted:
                 if self._fail_from_sweep(
-                    sid, run_id, node, gen, ErrorKind.RECLAIM_LIMIT, permanent=True
+                    step.id,
+                    step.run_id,
+                    step.node,
+                    step.lease_generation,
+                    ErrorKind.RECLAIM_LIMIT,
+                    permanent=True,
                 ):
                     counts["reclaim_limit"] += 1
-        rescued = self.store.rescue_expired(self.config.max_reclaims, SWEEP_BATCH)
+        with self.db.session() as s:
+            rescued = step_rows.step_rescue_expired(
+                s, max_reclaims=self.config.max_reclaims, batch=SWEEP_BATCH
+            )
         if rescued:
-            self.publish(Wakeups(queues={queue_name for _, _, queue_name, _ in rescued}))
-            for run_id, node, queue_name, _ in rescued:
+            self.publish(Wakeups(queues={back.queue for back in rescued}))
+            for back in rescued:
                 call_hook(
                     self.log,
                     self.config.on_step_event,
-                    StepEvent("reclaimed", run_id, node, queue=queue_name),
+                    StepEvent("reclaimed", back.run_id, back.node, queue=back.queue),
                 )
             self.log.info("recovery sweep reclaimed %d step(s) with expired leases", len(rescued))
         counts["rescued"] = len(rescued)
@@ -336,7 +370,9 @@ class Worker:
             message = "step timed out (started_at + timeout passed)"
         else:
             message = f"lease expired after {self.config.max_reclaims} reclaims"
-        outcome, backoff_error = self.store.fail_step_alone(
+        outcome, backoff_error = fail.fail_step_alone(
+            self.db,
+            self.publish,
             step_id=step_id,
             run_id=run_id,
             generation=gen,
@@ -357,7 +393,6 @@ class Worker:
             )
         if outcome is None:
             return False
-        self.publish(outcome.wakeups)
         self.log.warning(
             "step %s of run %s: %s", node, run_id, message, extra=step_extra(run_id, node)
         )

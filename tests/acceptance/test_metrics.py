@@ -17,7 +17,7 @@ from helpers.procs import WorkerProcess, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from cyclone_flow import Client
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 OPS = "cyclone_test_handlers.ops"
 OK = load_flow_text("name: m_ok\nnodes:\n  s: {call: 'cyclone_test_handlers.basic:echo'}\n")

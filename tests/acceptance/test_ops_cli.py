@@ -13,7 +13,7 @@ from helpers.cli import Runner, no_traceback
 from helpers.procs import WorkerProcess, wait_until
 
 from cyclone_flow import Client
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 ECHO = load_flow_text("name: ops_echo\nnodes:\n  s: {call: 'cyclone_test_handlers.basic:echo'}\n")
 PARKED = load_flow_text("name: ops_parked\nnodes:\n  s: {call: 'm:f', queue: parked}\n")

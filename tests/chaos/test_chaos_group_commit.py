@@ -32,7 +32,7 @@ from cyclone_test_handlers import group_commit as gc
 from helpers.procs import ModuleWorkerProcess, WorkerProcess
 from test_chaos_workers import Fleet, Plan, drive
 
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 LEASE_TTL_S = 1.0
 

@@ -33,7 +33,7 @@ import pytest
 from cyclone_test_handlers import chaos
 from helpers.procs import ModuleWorkerProcess, WorkerProcess, wait_until
 
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 DIAMOND = """
 name: chaos_diamond

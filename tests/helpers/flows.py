@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from cyclone_flow.spec import Flow, load_flow_text
+from cyclone_flow.flowfile import Flow, load_flow_text
 
 
 def step_flow_text(call: str, *, name: str = "flow", node: str = "s", **keys: object) -> str:

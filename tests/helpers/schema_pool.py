@@ -45,7 +45,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from cyclone_flow.store.migrate import migrate
+from cyclone_flow.db.migrate import migrate
 from helpers.catalog import Entry, describe_schema
 
 # How long release() waits for the sessions of a finished test to end (a closed or killed

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers.engine import claim, fail_step
 from helpers.flows import step_flow
 
 from cyclone_flow import Client
@@ -17,7 +18,7 @@ BOOM = "cyclone_test_handlers.basic:boom"
 
 def _delays(client: Client, db: Any, backoff: str, attempt: int, samples: int = 1) -> list[float]:
     """Fail attempt ``attempt`` of a fresh step ``samples`` times through the real
-    ``step_fail_attempt`` statement; return each exact delay in seconds
+    ``step_fail_if_leased`` statement; return each exact delay in seconds
     (``scheduled_at`` minus the ``statement_timestamp()`` recorded with the attempt)."""
     run_id = client.submit(
         step_flow(
@@ -25,7 +26,7 @@ def _delays(client: Client, db: Any, backoff: str, attempt: int, samples: int = 
         ),
         None,
     )
-    (step,) = client.store.claim(client.config.client_id, 30, ["default"], 1)
+    (step,) = claim(client, client.config.client_id, 30, ["default"], 1)
     out = []
     for _ in range(samples):
         row = db.execute(
@@ -35,7 +36,8 @@ def _delays(client: Client, db: Any, backoff: str, attempt: int, samples: int = 
             (attempt, attempt + 1, step.id),
         ).fetchone()
         with client.pool.connection() as conn, conn.transaction():
-            outcome = client.store.fail_step(
+            outcome = fail_step(
+                client,
                 conn,
                 step_id=step.id,
                 run_id=run_id,

@@ -1,5 +1,5 @@
 """A failed attempt is always recorded, whatever backoff the step carries (issue 13,
-item 3): ``initial: 1.0e-320`` used to overflow float8 in ``step_fail_attempt``, so the
+item 3): ``initial: 1.0e-320`` used to overflow float8 in ``step_fail_if_leased``, so the
 attempt was never written and the step was reclaimed and re-run for ever.
 
 Lint and the job options now refuse such values (tests/unit: E007, SubmitOptionError); these
@@ -13,10 +13,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers.engine import claim, fail_step
 
 from cyclone_flow import Client
-from cyclone_flow.spec.compile import build_flow
-from cyclone_flow.spec.model import Flow
+from cyclone_flow.flowfile.build import build_flow
+from cyclone_flow.flowfile.model import Flow
 
 
 def _flow(backoff: dict[str, Any], max_attempts: int = 3, queue: str = "default") -> Flow:
@@ -31,17 +32,18 @@ def _flow(backoff: dict[str, Any], max_attempts: int = 3, queue: str = "default"
 
 def _fail_once(client: Client, db: Any, stored_backoff: str, attempt: int) -> float:
     """Claim a fresh step, give it ``stored_backoff`` (JSON text, as the plan stores it)
-    and ``attempt``, fail it through the real ``step_fail_attempt``; return the delay in
+    and ``attempt``, fail it through the real ``step_fail_if_leased``; return the delay in
     seconds (``scheduled_at`` minus the instant recorded with the attempt)."""
     run_id = client.submit(_flow({"initial": 1}), None)
-    (step,) = client.store.claim(client.config.client_id, 30, ["default"], 1)
+    (step,) = claim(client, client.config.client_id, 30, ["default"], 1)
     (generation,) = db.execute(
         "UPDATE cyclone_steps SET backoff = %s::jsonb, attempt = %s, max_attempts = %s"
         " WHERE id = %s RETURNING lease_generation",
         (stored_backoff, attempt, attempt + 1, step.id),
     ).fetchone()
     with client.pool.connection() as conn, conn.transaction():
-        outcome = client.store.fail_step(
+        outcome = fail_step(
+            client,
             conn,
             step_id=step.id,
             run_id=run_id,
@@ -133,7 +135,7 @@ def _corrupt_backoff(db: Any, run_id: str) -> None:
 def test_uncomputable_backoff_still_records_every_attempt(
     make_client: Callable[..., Client], db: Any
 ) -> None:
-    """A stored backoff that is not numbers makes step_fail_attempt raise a data error:
+    """A stored backoff that is not numbers makes step_fail_if_leased raise a data error:
     the worker records the attempt again in a fresh transaction, without backoff, so the
     step runs its 3 attempts and is discarded instead of looping on its lease."""
     client = make_client(workers=1, lease_ttl=1.0)
@@ -156,7 +158,7 @@ def test_sweep_records_a_timeout_whose_backoff_cannot_be_computed(
     """The recovery sweep's timeout failure takes the same fallback."""
     client = make_client(workers=1, sweep_interval=60.0)
     run_id = client.submit(_flow({"initial": 1}, queue="idle"), None)
-    (step,) = client.store.claim(client.config.client_id, 30, ["idle"], 1)
+    (step,) = claim(client, client.config.client_id, 30, ["idle"], 1)
     _corrupt_backoff(db, run_id)
     db.execute(
         "UPDATE cyclone_steps SET timeout = interval '1 second',"

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from cyclone_flow import Client
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 
 @pytest.mark.parametrize("backoff", ["{initial: 0s}", "{max: 0s}", "{initial: 0s, max: 0s}"])

@@ -22,7 +22,7 @@ from helpers.procs import wait_until
 from helpers.rows import create_ledger, ledger_rows, step_row
 
 from cyclone_flow import Client, StepEvent
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 FLOW = "name: race\nnodes:\n  s: {call: 'cyclone_test_handlers.failures:ledger_then_race'}\n"
 

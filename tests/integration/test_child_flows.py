@@ -157,7 +157,7 @@ def test_a_child_that_outlives_max_wait_is_cancelled(make_client, db, tmp_path) 
         ).fetchone(),
         what="the child's step to run",
     )
-    scanner = WaitScanner(client.store, client.config, client._publish)
+    scanner = WaitScanner(client.db, client.config, client._publish)
     assert scanner.run_once() == 0  # not expired yet (500ms from the child's start)
     wait_until(
         lambda: (

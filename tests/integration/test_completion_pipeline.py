@@ -1,8 +1,8 @@
 """The completion transaction sends its run lock, the step's compare-and-swap and the
-first advance statements in one pipeline (Store.complete_step): a database error still
-surfaces as the same psycopg error with the connection usable, and a stale completion
-changes nothing even when its transaction is (wrongly) committed (Engine Design: CAS
-State Transitions)."""
+first advance statements in one pipeline (``cyclone_flow.engine.complete.complete_step``):
+a database error still surfaces as the same psycopg error with the connection usable, and
+a stale completion changes nothing even when its transaction is (wrongly) committed
+(Engine Design: CAS State Transitions)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from helpers.engine import claim, complete_step, complete_steps
 from helpers.rows import step_row
 
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 CHAIN = load_flow_text(
     """
@@ -41,18 +42,18 @@ def test_an_error_in_the_pipelined_completion_raises_and_the_connection_stays_us
 ) -> None:
     client = make_client(client_id="pipe")
     run_id = client.submit(CHAIN, {"v": 1})
-    (step,) = client.store.claim("w", 30.0, ["default"], 1)
+    (step,) = claim(client, "w", 30.0, ["default"], 1)
     with client.pool.connection() as conn:
         with pytest.raises(psycopg.errors.InFailedSqlTransaction), conn.transaction():
             with pytest.raises(psycopg.errors.DivisionByZero):
                 conn.execute("SELECT 1/0")  # a handler left its completion_tx failed
-            client.store.complete_step(conn, step, "w", '{"x": 1}')
+            complete_step(client, conn, step, "w", '{"x": 1}')
         # rolled back; pipeline mode left; the same connection completes the step
         assert conn.info.pipeline_status == psycopg.pq.PipelineStatus.OFF
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         assert step_row(db, run_id, "a")["state"] == "running"
         with conn.transaction():
-            outcome = client.store.complete_step(conn, step, "w", '{"x": 1}')
+            outcome = complete_step(client, conn, step, "w", '{"x": 1}')
         assert outcome is not None and outcome.wakeups.queues == {"default"}
     assert (step_row(db, run_id, "a")["state"], step_row(db, run_id, "b")["state"]) == (
         "completed",
@@ -67,22 +68,22 @@ def test_a_stale_completion_changes_nothing_even_when_committed(
     a fan-out item's count is sent only after its CAS hit."""
     client = make_client(client_id="stale-pipe")
     chain_run = client.submit(CHAIN, {"v": 1})
-    (a,) = client.store.claim("w", 30.0, ["default"], 1)
+    (a,) = claim(client, "w", 30.0, ["default"], 1)
     with client.pool.connection() as conn, conn.transaction():  # commits on exit
-        assert client.store.complete_step(conn, a, "not-the-owner", "{}") is None
+        assert complete_step(client, conn, a, "not-the-owner", "{}") is None
     assert [step_row(db, chain_run, n)["state"] for n in ("a", "b")] == ["running", "pending"]
     assert client.get_run(chain_run).state == "running"
 
     items_run = client.submit(ITEMS, {})
-    claimed = client.store.claim("w", 30.0, ["default"], 10)
+    claimed = claim(client, "w", 30.0, ["default"], 10)
     items = [s for s in claimed if s.run_id == items_run]
     assert len(items) == 3 and all(s.parent_node == "each" for s in items)
     with client.pool.connection() as conn, conn.transaction():
-        assert client.store.complete_step(conn, items[0], "not-the-owner", "1") is None
+        assert complete_step(client, conn, items[0], "not-the-owner", "1") is None
     assert step_row(db, items_run, "each")["items_done"] == 0
     for item in items:
         with client.pool.connection() as conn, conn.transaction():
-            assert client.store.complete_step(conn, item, "w", "1") is not None
+            assert complete_step(client, conn, item, "w", "1") is not None
     each = step_row(db, items_run, "each")
     assert (each["state"], each["items_done"], each["output"]) == ("completed", 3, [1, 1, 1])
     assert client.get_run(items_run).state == "completed"
@@ -111,19 +112,18 @@ def test_complete_steps_commits_a_batch_of_completions(
     (a lease generation that is not the claim's) is reported stale without failing the
     others."""
     client = make_client(client_id="batch")
-    store = client.store
     diamond = client.submit(DIAMOND, {})
-    (a,) = store.claim("w", 30.0, ["default"], 1)
+    (a,) = claim(client, "w", 30.0, ["default"], 1)
     with client.pool.connection() as conn, conn.transaction():
-        assert store.complete_step(conn, a, "w", "{}") is not None
+        assert complete_step(client, conn, a, "w", "{}") is not None
     one = client.submit(ONE, {})
     items_run = client.submit(ITEMS, {})
-    claimed = store.claim("w", 30.0, ["default"], 10)
+    claimed = claim(client, "w", 30.0, ["default"], 10)
     assert sorted(s.node for s in claimed) == ["b", "c", "each[0]", "each[1]", "each[2]", "only"]
     stale = dataclasses.replace(claimed[0], lease_generation=claimed[0].lease_generation + 7)
     batch = [(s, "1") for s in claimed] + [(stale, "2")]
     with client.pool.connection() as conn, conn.transaction():
-        outcomes = store.complete_steps(conn, "w", batch)
+        outcomes = complete_steps(client, conn, "w", batch)
     assert outcomes[-1] is None and all(o is not None for o in outcomes[:-1])
     finished = {
         s.run_id: o.run_state

@@ -11,7 +11,7 @@ from cyclone_test_handlers import engine
 from helpers.procs import WorkerProcess, wait_until
 from helpers.rows import create_ledger, ledger_rows, step_rows
 
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 FAIL_FAST = """
 name: fail_fast

@@ -9,10 +9,11 @@ from typing import Any
 
 import psycopg
 from cyclone_test_handlers import engine
+from helpers.engine import claim, complete_step, fail_step, heartbeat, rescue_expired
 from helpers.procs import wait_until
 from helpers.rows import create_ledger, ledger_rows, step_row
 
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 ONE = """
 name: one
@@ -54,7 +55,7 @@ def test_two_clients_race_for_one_step_exactly_one_wins(make_client, db) -> None
             results: dict[str, list[Any]] = results,
         ) -> None:
             barrier.wait(timeout=5)
-            results[owner] = client.store.claim(owner, 30.0, ["default"], 1)
+            results[owner] = claim(client, owner, 30.0, ["default"], 1)
 
         threads = [threading.Thread(target=race, args=(c, c.config.client_id)) for c in (c1, c2)]
         for t in threads:
@@ -75,7 +76,7 @@ def test_two_clients_race_for_one_step_exactly_one_wins(make_client, db) -> None
 
 def test_cas_guard_second_update_changes_zero_rows(make_client, db, database_url) -> None:
     client = make_client(client_id="cas")
-    q = client.store.q
+    q = client.db.q
     flow = load_flow_text(ONE)
 
     # The claim CAS: while one transaction holds the claimed row (uncommitted), a second
@@ -133,21 +134,22 @@ def test_stale_lease_generation_changes_zero_rows(make_client, db) -> None:
     generation is stale (complete, fail, heartbeat); the current lease completes."""
     client = make_client(client_id="stale")
     run_id = client.submit(load_flow_text(ONE), {"v": 1})
-    (old,) = client.store.claim("w-old", 30.0, ["default"], 1)
+    (old,) = claim(client, "w-old", 30.0, ["default"], 1)
     db.execute("UPDATE cyclone_steps SET lease_expiry = now() - interval '1 second'")
-    assert [r[0] for r in client.store.rescue_expired(0, 10)] == [run_id]
-    (new,) = client.store.claim("w-new", 30.0, ["default"], 1)
+    assert [r[0] for r in rescue_expired(client, 0, 10)] == [run_id]
+    (new,) = claim(client, "w-new", 30.0, ["default"], 1)
     assert (old.id, old.lease_generation, new.lease_generation) == (new.id, 1, 2)
 
-    assert client.store.heartbeat("w-old", 30.0, [(old.id, 1)]) == set()
+    assert heartbeat(client, "w-old", 30.0, [(old.id, 1)]) == set()
     with client.pool.connection() as conn, conn.transaction():
-        assert client.store.complete_step(conn, old, "w-old", '{"stale": true}') is None
+        assert complete_step(client, conn, old, "w-old", '{"stale": true}') is None
     # same owner name, old generation: still stale
     with client.pool.connection() as conn, conn.transaction():
-        assert client.store.complete_step(conn, old, "w-new", '{"stale": true}') is None
+        assert complete_step(client, conn, old, "w-new", '{"stale": true}') is None
     with client.pool.connection() as conn, conn.transaction():
         assert (
-            client.store.fail_step(
+            fail_step(
+                client,
                 conn,
                 step_id=old.id,
                 run_id=run_id,
@@ -166,7 +168,7 @@ def test_stale_lease_generation_changes_zero_rows(make_client, db) -> None:
         1,
     )
     with client.pool.connection() as conn, conn.transaction():
-        outcome = client.store.complete_step(conn, new, "w-new", '{"fresh": true}')
+        outcome = complete_step(client, conn, new, "w-new", '{"fresh": true}')
     assert outcome is not None and outcome.run_state == "completed"
     assert client.get_run(run_id).output == {"only": {"fresh": True}}
 

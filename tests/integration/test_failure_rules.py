@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from cyclone_test_handlers import engine
+from helpers.engine import claim, heartbeat
 from helpers.procs import WorkerProcess, wait_until
 from helpers.rows import create_ledger, ledger_rows, step_row
 
@@ -27,7 +28,7 @@ from cyclone_flow import (
     StepEvent,
     StepTimeoutError,
 )
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 TIMEOUT_FLOW = """
 name: timeouts
@@ -101,9 +102,9 @@ def test_heartbeat_stops_renewing_a_lease_past_its_timeout(
     run_id = client.submit(
         load_flow_text("name: t\nnodes:\n  s: {call: 'x.y:z', timeout: 1s}\n"), None
     )
-    (step,) = client.store.claim("hb", 30.0, ["default"], 1)
+    (step,) = claim(client, "hb", 30.0, ["default"], 1)
     lease = (step.id, step.lease_generation)
-    assert client.store.heartbeat("hb", 30.0, [lease]) == {lease}  # before the deadline
+    assert heartbeat(client, "hb", 30.0, [lease]) == {lease}  # before the deadline
     before = step_row(db, run_id)
 
     def past_deadline() -> bool:
@@ -111,7 +112,7 @@ def test_heartbeat_stops_renewing_a_lease_past_its_timeout(
         return bool(row["started_at"] + row["timeout"] <= row["db_now"])
 
     wait_until(past_deadline, timeout=5, what="started_at + timeout to pass")
-    assert client.store.heartbeat("hb", 30.0, [lease]) == set()
+    assert heartbeat(client, "hb", 30.0, [lease]) == set()
     after = step_row(db, run_id)
     assert (after["state"], after["lease_expiry"]) == ("running", before["lease_expiry"])
 

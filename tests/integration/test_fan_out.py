@@ -14,7 +14,7 @@ import psycopg
 from helpers.procs import WorkerProcess
 
 from cyclone_flow import MAX_FAN_OUT_ITEMS, Client, PayloadLimits
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 H = "cyclone_test_handlers.node_types"
 

@@ -2,7 +2,7 @@
 handlers that do not open ``ctx.completion_tx()`` hand their completion to the client's
 completer thread, which commits a batch in one transaction.
 
-Faults are injected in our own code (a wrapped ``Store.complete_steps`` that raises a
+Faults are injected in our own code (a wrapped ``Completer.complete_steps`` that raises a
 ``DeadlockDetected`` or holds the completer until the test's condition holds in the
 database); Postgres is always the real one. Each handler call is recorded in ``gc_calls``
 and each transition of a step to ``completed`` in ``gc_completions`` (a trigger), see
@@ -24,7 +24,7 @@ from cyclone_test_handlers import group_commit as gc
 from helpers.procs import wait_until
 
 from cyclone_flow import Client
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.worker.completer import Completer
 from cyclone_flow.worker.events import StepEvent
 
@@ -58,18 +58,18 @@ def _completer(client: Client) -> Completer:
 
 
 def _wrap_complete_steps(client: Client, before: Callable[[list[Any]], None]) -> list[list[str]]:
-    """Fault injection: ``before(batch)`` runs first in every ``Store.complete_steps``
-    call of ``client`` (the completer's); returns the node lists of the calls so far."""
-    store = client.store
-    original = store.complete_steps
+    """Fault injection: ``before(batch)`` runs first in every group commit of ``client``'s
+    completer (``Completer.complete_steps``); returns the node lists of the calls so far."""
+    completer = client._completer  # the one its worker uses once started
+    original = completer.complete_steps
     calls: list[list[str]] = []
 
-    def complete_steps(conn: Any, owner: str, batch: Any) -> Any:
+    def complete_steps(tx: Any, batch: Any) -> Any:
         calls.append([f"{s.run_id}/{s.node}" for s, _ in batch])
         before(list(batch))
-        return original(conn, owner, batch)
+        return original(tx, batch)
 
-    store.complete_steps = complete_steps  # type: ignore[method-assign]
+    completer.complete_steps = complete_steps  # type: ignore[method-assign]
     return calls
 
 
@@ -160,13 +160,13 @@ def test_a_failed_batch_commits_each_step_alone_and_fires_each_event_once(
         woken[rid] = time.monotonic()
 
     looks: list[str] = []
-    get_run = waiter.store.get_run
+    get_run = waiter.get_run
 
     def counted_get_run(rid: str) -> Any:
         looks.append(rid)
         return get_run(rid)
 
-    waiter.store.get_run = counted_get_run  # type: ignore[method-assign]
+    waiter.get_run = counted_get_run  # type: ignore[method-assign]
     waits = [threading.Thread(target=wait, args=(rid,)) for rid in run_ids]
     for thread in waits:
         thread.start()

@@ -12,10 +12,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from helpers.engine import claim
 from helpers.procs import wait_until
 
 from cyclone_flow import Client, StepEvent
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 EVENTS = """
 name: events
@@ -71,7 +72,7 @@ def test_every_step_event_kind_is_emitted_after_its_commit(
         client = make_client(workers=2, on_step_event=checker, sweep_interval=3600)
         # reclaimed: a lease left by a crashed worker, found by the sweep
         crashed = client.submit(load_flow_text(ONE), {"v": 1})
-        (ghost,) = client.store.claim("ghost", 30.0, ["default"], 1)
+        (ghost,) = claim(client, "ghost", 30.0, ["default"], 1)
         db.execute(
             "UPDATE cyclone_steps SET lease_expiry = now() - interval '1s' WHERE id = %s",
             (ghost.id,),

@@ -18,7 +18,7 @@ from cyclone_flow import (
     ScheduleNotFoundError,
     SubmitOptionError,
 )
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 NOOP = "cyclone_test_handlers.queueing:noop"
 FLOW = load_flow_text("name: hostile\nnodes:\n  a: {call: 'cyclone_test_handlers.basic:echo'}\n")

@@ -11,9 +11,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from helpers.engine import claim, get_step_output_text
 
 from cyclone_flow import Client
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 ONE = """
 name: one
@@ -71,12 +72,12 @@ def test_claim_walks_the_claim_index_in_order_without_sorting(
     db.execute("ANALYZE cyclone_steps")
     if db.info.server_version < 160000:
         pytest.skip("EXPLAIN (GENERIC_PLAN) needs Postgres 16")
-    plan = _generic_plan(db, client.store.q["step_claim"])
+    plan = _generic_plan(db, client.db.q["step_claim"])
     assert "Index Scan using cyclone_steps_claim_idx" in plan, plan
     assert "Sort" not in plan, plan
     # cyclone-flow run's claim is a statement of its own: its run filter never reaches
     # the generic plan of the workers' claim above
-    assert "root_run_id" not in plan and "root_run_id" in client.store.q["step_claim_run"]
+    assert "root_run_id" not in plan and "root_run_id" in client.db.q["step_claim_run"]
 
 
 def test_claim_order_and_queue_are_kept(make_client: Callable[..., Client]) -> None:
@@ -86,9 +87,9 @@ def test_claim_order_and_queue_are_kept(make_client: Callable[..., Client]) -> N
     first = client.submit(flow, {"n": "first"})
     second = client.submit(flow, {"n": "second"})
     other = client.submit(flow, {"n": "other"}, queue="other")
-    claimed = client.store.claim("x", 30.0, ["default"], 10)
+    claimed = claim(client, "x", 30.0, ["default"], 10)
     assert [s.run_id for s in claimed] == [first, second, low]
-    both = client.store.claim("y", 30.0, ["default", "other"], 10)
+    both = claim(client, "y", 30.0, ["default", "other"], 10)
     assert [s.run_id for s in both] == [other]
 
 
@@ -97,7 +98,7 @@ def test_claim_returns_the_run_input_only_when_the_node_may_need_it(
 ) -> None:
     client = make_client()
     client.submit(load_flow_text(ROOTS), {"v": 7})
-    steps = {s.node: s for s in client.store.claim("x", 30.0, ["default"], 10)}
+    steps = {s.node: s for s in claim(client, "x", 30.0, ["default"], 10)}
     assert steps["plain"].run_input_text == '{"v": 7}'
     assert steps["from_run"].run_input_text == '{"v": 7}'
     assert steps["constant"].run_input_text is None
@@ -112,5 +113,5 @@ def test_a_completion_fills_the_output_cache_of_its_client(
     status = client.wait(run_id, timeout=20)
     assert status.state == "completed"
     hit, text = client.cache.get((run_id, "a"))
-    assert hit and text == client.store.get_step_output_text(run_id, "a") == '{"x": 1}'
-    assert client.store.list_steps(run_id)[1].output == {"got": {"x": 1}}
+    assert hit and text == get_step_output_text(client, run_id, "a") == '{"x": 1}'
+    assert client.list_steps(run_id)[1].output == {"got": {"x": 1}}

@@ -14,7 +14,7 @@ from helpers.procs import wait_until
 from helpers.rows import create_ledger, ledger_rows, step_row
 
 from cyclone_flow import AllowList, Client, InputValidationError, RunStateError
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 
 def _one(call: str, **node: Any) -> Any:

@@ -186,7 +186,7 @@ def test_a_sequence_holds_a_run_with_a_child_root_until_the_signal_run_completes
     assert before_signal is not None and created is not None
     assert created[0] >= before_signal[0]  # started by the release, not at submit
     # a child run is not part of the sequence and holds no unique key
-    info = client.store.queue_info(child)
+    info = client.queue_info(child)
     assert info is not None
     assert (info["sequence_key"], info["unique_key"], info["sequence_held"]) == (None, None, False)
 
@@ -243,7 +243,7 @@ nodes:
         "cyclone_test_handlers.queueing:submit_flow", {"flow": str(parent)}
     )
     name = client.add_schedule(load_flow(parent), "* * * * *", input={"name": "tick"})
-    schedule = client.store.get_schedule(name)
+    schedule = client.get_schedule(name)
     assert schedule is not None
     assert client.schedule_scanner.run_once(now=schedule.next_run_at) == 1
     client.start()

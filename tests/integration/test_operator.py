@@ -7,10 +7,11 @@ from typing import Any
 
 import pytest
 from cyclone_test_handlers import operator
+from helpers.engine import claim, fail_step
 from helpers.procs import wait_until
 
 from cyclone_flow import Client, RunStateError
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 FLOW = """
 name: operator
@@ -139,13 +140,14 @@ nodes:
 """
     )
     run_id = client.submit(flow, None)
-    (step,) = client.store.claim(client.config.client_id, 30, ["default"], 1)
+    (step,) = claim(client, client.config.client_id, 30, ["default"], 1)
     db.execute(
         "UPDATE cyclone_steps SET attempt = %s, max_attempts = %s WHERE id = %s",
         (attempt, attempt + 1, step.id),
     )
     with client.pool.connection() as conn, conn.transaction():
-        outcome = client.store.fail_step(
+        outcome = fail_step(
+            client,
             conn,
             step_id=step.id,
             run_id=run_id,
@@ -191,7 +193,7 @@ def test_reclaim_limit_discards_without_charging_an_attempt(
     assert sweeper.worker is not None
 
     def crash_holding_the_lease() -> None:
-        assert len(client.store.claim("ghost", 30, ["default"], 1)) == 1
+        assert len(claim(client, "ghost", 30, ["default"], 1)) == 1
         db.execute("UPDATE cyclone_steps SET lease_expiry = now() - interval '1s'")
 
     crash_holding_the_lease()

@@ -13,7 +13,7 @@ from helpers.procs import wait_until
 from helpers.rows import step_row
 
 from cyclone_flow import Client, PayloadLimits, PayloadTooLargeError
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.worker.events import StepEvent
 
 ECHO = load_flow_text(

@@ -15,7 +15,7 @@ from psycopg_pool import ConnectionPool
 
 from cyclone_flow import Client
 from cyclone_flow.errors import ConfigError
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from cyclone_flow import Client
 from cyclone_flow.cli.progress import follow_run
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 FLOW = load_flow_text(
     """

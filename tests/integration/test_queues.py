@@ -18,7 +18,7 @@ from helpers.rows import step_columns
 from psycopg_pool import ConnectionPool
 
 from cyclone_flow import Client, SubmitOptionError
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 NOOP = "cyclone_test_handlers.queueing:noop"
 

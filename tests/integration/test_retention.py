@@ -12,7 +12,7 @@ import pytest
 from helpers.procs import wait_until
 
 from cyclone_flow import Client, ConfigError, RetentionConfig
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.worker.retention import RetentionSweeper
 
 FLOW = load_flow_text(
@@ -110,7 +110,7 @@ def test_purge_works_in_batches_until_none_is_left(
     _finish(client, run_ids)
     _age(db, run_ids, 2 * HOUR)
     sweeper = RetentionSweeper(
-        client.store, RetentionConfig(default_age=HOUR, batch_size=2), client.config.logger
+        client.db, RetentionConfig(default_age=HOUR, batch_size=2), client.config.logger
     )
     assert sweeper.run_once() == 7
     assert _run_ids(db) == set()
@@ -181,7 +181,7 @@ def test_non_positive_age_disables_the_sweep(
     idle = make_client(retention=RetentionConfig(default_age=age))
     idle.start()
     assert idle.worker is not None and idle.worker.retention is None
-    sweeper = RetentionSweeper(idle.store, RetentionConfig(default_age=age), idle.config.logger)
+    sweeper = RetentionSweeper(idle.db, RetentionConfig(default_age=age), idle.config.logger)
     assert sweeper.run_once() == 0
     assert _run_ids(db) == {run_id}
 

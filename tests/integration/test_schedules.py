@@ -16,7 +16,7 @@ import pytest
 from helpers.procs import wait_until
 
 from cyclone_flow import Client, InputValidationError, ScheduleNotFoundError, SubmitOptionError
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 FLOW_TEXT = """
 name: nightly

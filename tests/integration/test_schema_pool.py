@@ -15,7 +15,7 @@ from helpers.schema_pool import SchemaPool
 from psycopg import sql
 
 from cyclone_flow import Client
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 FLOW = load_flow_text("name: p\nnodes:\n  a: {call: 'cyclone_test_handlers.basic:echo'}\n")
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 FLOW = """
 name: smoke

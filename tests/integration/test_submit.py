@@ -14,7 +14,7 @@ from cyclone_flow import (
     PayloadLimits,
     PayloadTooLargeError,
 )
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 FLOW = load_flow_text(
     """

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 from cyclone_test_handlers.engine import event
+from helpers.engine import release_stalled_sequences
 from helpers.procs import wait_until
 
 from cyclone_flow import Client, RunStateError
-from cyclone_flow.spec import load_flow_text
+from cyclone_flow.flowfile import load_flow_text
 
 NOOP = "cyclone_test_handlers.queueing:noop"
 FLOW = load_flow_text(
@@ -138,7 +139,7 @@ def test_a_failed_run_holds_the_sequence_until_retried_or_cancelled(
     client.start()
     assert client.wait(first, timeout=10).state == "failed"
     # a failed run is not finished for its sequence: even the safety net holds the next
-    assert client.store.release_stalled_sequences()[0] == 0
+    assert release_stalled_sequences(client)[0] == 0
     steps = client.list_steps(second)
     assert [s.state for s in steps] == ["pending"]
     assert client.get_run(second).state == "running"
@@ -195,7 +196,7 @@ def test_the_safety_net_releases_a_stalled_sequence(
         (first,),
     )
     assert [s.state for s in client.list_steps(second)] == ["pending"]
-    released, wakeups = client.store.release_stalled_sequences()
+    released, wakeups = release_stalled_sequences(client)
     assert released == 1 and wakeups.queues == {"default"}
     assert [s.state for s in client.list_steps(second)] == ["available"]
-    assert client.store.release_stalled_sequences()[0] == 0
+    assert release_stalled_sequences(client)[0] == 0

@@ -25,9 +25,8 @@ from helpers.rows import create_ledger, step_row
 from psycopg_pool import ConnectionPool
 
 from cyclone_flow import Client, RunNotFoundError, TransactionOpenError, WaitTimeoutError
-from cyclone_flow.notify import Listener, Publisher
-from cyclone_flow.spec import load_flow_text
-from cyclone_flow.store.store import Wakeups
+from cyclone_flow.flowfile import load_flow_text
+from cyclone_flow.notify import Listener, Publisher, Wakeups
 
 Conn = psycopg.Connection[Any]
 

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from cyclone_flow.store.migrate import migrate
+from cyclone_flow.db.migrate import migrate
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from helpers.procs import env_without_cyclone
 from psycopg import sql
 
 from cyclone_flow import Client
+from cyclone_flow.db.migrate import latest_version, migrate, migrations, schema_version
 from cyclone_flow.errors import SchemaOutdatedError
-from cyclone_flow.store.migrate import latest_version, migrate, migrations, schema_version
 
 HELLO = FLOWS / "hello.yaml"
 PROCESSES = 5

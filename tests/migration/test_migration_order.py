@@ -16,8 +16,8 @@ import pytest
 from psycopg import sql
 
 from cyclone_flow import Client, SchemaOutdatedError, migrate
-from cyclone_flow.spec import load_flow_text
-from cyclone_flow.store.migrate import migrations
+from cyclone_flow.db.migrate import migrations
+from cyclone_flow.flowfile import load_flow_text
 
 FLOW = load_flow_text(
     """

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from helpers.catalog import describe_schema, render
 
-from cyclone_flow.store.migrate import migrations
+from cyclone_flow.db.migrate import migrations
 
 REFERENCE = Path(__file__).with_name("reference_schema.txt")
 UPDATE_ENV = "CYCLONE_UPDATE_REFERENCE_SCHEMA"

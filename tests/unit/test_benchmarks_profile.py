@@ -33,23 +33,23 @@ def test_statement_log_counts_round_trips_and_names_commits_by_transaction() -> 
     trips, server_ms = parse_log(LOG, "s1")
     assert trips == {
         "BEGIN": 2,
-        "run_input_get": 1,
-        "step_output_get": 1,
-        "COMMIT (run_input_get)": 1,
-        "COMMIT (step_output_get)": 1,
+        "run_get_input": 1,
+        "step_get_output": 1,
+        "COMMIT (run_get_input)": 1,
+        "COMMIT (step_get_output)": 1,
     }
-    assert abs(server_ms["run_input_get"] - 0.120) < 1e-9  # parse + bind + execute
-    assert server_ms["COMMIT (step_output_get)"] == 4.0
+    assert abs(server_ms["run_get_input"] - 0.120) < 1e-9  # parse + bind + execute
+    assert server_ms["COMMIT (step_get_output)"] == 4.0
 
 
 def test_pyspy_stacks_by_thread_role_function_and_leaf_module(tmp_path: Path) -> None:
     raw = tmp_path / "raw.txt"
     raw.write_text(
         "Thread._bootstrap (threading.py:1);Worker._work_loop (cyclone_flow/worker/runtime.py:"
-        "1);Executor.execute (cyclone_flow/worker/executor.py:2);Store.publish (cyclone_flow/"
-        "store/store.py:3);Connection.execute (site-packages/psycopg/connection.py:4) 3\n"
+        "1);Executor.execute (cyclone_flow/worker/executor.py:2);Publisher.publish (cyclone_flow/"
+        "notify.py:3);Connection.execute (site-packages/psycopg/connection.py:4) 3\n"
         "Thread._bootstrap (threading.py:1);Worker._claim_loop (cyclone_flow/worker/runtime.py"
-        ":5);Store.claim (cyclone_flow/store/store.py:6) 1\n"
+        ":5);claim (cyclone_flow/engine/claim.py:6) 1\n"
         "<module> (x.py:1);_find_and_load (<frozen importlib._bootstrap>:1) 2\n"
     )
     roles, inclusive, leaf, total = parse_pyspy(raw)
@@ -59,6 +59,6 @@ def test_pyspy_stacks_by_thread_role_function_and_leaf_module(tmp_path: Path) ->
         "claim loop": 1,
         "startup imports (not per step)": 2,
     }
-    assert inclusive["Executor.execute"] == 3 and inclusive["Store.publish"] == 3
-    assert inclusive["Store.claim"] == 1 and inclusive["Connection.execute"] == 3
+    assert inclusive["Executor.execute"] == 3 and inclusive["Publisher.publish"] == 3
+    assert inclusive["claim"] == 1 and inclusive["Connection.execute"] == 3
     assert leaf["psycopg/connection"] == 3

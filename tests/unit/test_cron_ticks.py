@@ -9,9 +9,9 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from cyclone_flow.errors import SubmitOptionError
+from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.options import job_flow, run_options
 from cyclone_flow.schedules import Ticks, default_schedule_name, flow_schedules
-from cyclone_flow.spec import load_flow_text
 
 
 def utc(*args: int) -> datetime:

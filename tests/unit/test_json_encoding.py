@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cyclone_flow.store.store import contains_nul, dumps
+from cyclone_flow._json import contains_nul, dumps
 
 
 def _nested(depth: int, leaf: Any) -> Any:

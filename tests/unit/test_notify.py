@@ -7,8 +7,14 @@ from __future__ import annotations
 import json
 import uuid
 
-from cyclone_flow.notify import MAX_PAYLOAD_BYTES, decode, encode
-from cyclone_flow.store.store import CHANNEL_AVAILABLE, CHANNEL_RUN_DONE, Wakeups
+from cyclone_flow.notify import (
+    CHANNEL_AVAILABLE,
+    CHANNEL_RUN_DONE,
+    MAX_PAYLOAD_BYTES,
+    Wakeups,
+    decode,
+    encode,
+)
 
 
 def test_one_notification_per_channel_names_every_queue_and_run() -> None:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 from cyclone_flow.errors import FlowError
-from cyclone_flow.spec import Flow, lint_paths, lint_text, load_flow_text
+from cyclone_flow.flowfile import Flow, lint_paths, lint_text, load_flow_text
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -11,9 +11,9 @@ import networkx as nx
 import pytest
 
 from cyclone_flow.errors import FlowError
-from cyclone_flow.spec import NoFlowFilesError, lint_paths, lint_text, load, load_flow, source
-from cyclone_flow.spec.check import _non_ancestors
-from cyclone_flow.spec.lint import LintPathError
+from cyclone_flow.flowfile import NoFlowFilesError, lint_paths, lint_text, load, load_flow, read
+from cyclone_flow.flowfile.check import _non_ancestors
+from cyclone_flow.flowfile.lint import LintPathError
 
 
 def _chain(n: int) -> str:
@@ -61,7 +61,7 @@ def test_non_ancestors_matches_networkx_ancestors() -> None:
 def test_file_over_the_size_limit_is_e000_without_reading_it(tmp_path: Path) -> None:
     big = tmp_path / "big.yaml"
     with big.open("wb") as fh:  # sparse: stat says 2 MiB + 1, nothing is written
-        fh.truncate(source.MAX_FILE_BYTES + 1)
+        fh.truncate(read.MAX_FILE_BYTES + 1)
     problems = lint_paths([str(big)])
     assert [(p.code, p.line, p.col, p.message) for p in problems] == [
         (
@@ -78,8 +78,8 @@ def test_file_over_the_size_limit_is_e000_without_reading_it(tmp_path: Path) -> 
 
 
 def test_endless_device_reads_at_most_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(source, "MAX_FILE_BYTES", 4096)
-    text, problem = source.read_text("/dev/zero")  # stat size 0, endless
+    monkeypatch.setattr(read, "MAX_FILE_BYTES", 4096)
+    text, problem = read.read_text("/dev/zero")  # stat size 0, endless
     assert text is None and problem is not None
     assert (problem.code, problem.message) == (
         "E000",
@@ -149,19 +149,19 @@ def test_value_cap_stops_reading_at_the_first_value_over() -> None:
     # values: the root, 'cap', nodes, a, 'm:f', the input list, then its items: the
     # 200,001st value is item 199,994 (line 200,000). The syntax error at the end is never
     # reached: the old reader parsed the whole file first and reported that instead.
-    text = _long_list(source.MAX_VALUES + 1000, tail="bad: [\n")
+    text = _long_list(read.MAX_VALUES + 1000, tail="bad: [\n")
     problems = lint_text(text)
     assert [(p.code, p.line, p.col, p.message) for p in problems] == [
         ("E001", 200_000, 9, "the document expands to more than 200000 values")
     ]
-    assert lint_text(_long_list(source.MAX_VALUES - 6)) == []  # exactly at the cap
+    assert lint_text(_long_list(read.MAX_VALUES - 6)) == []  # exactly at the cap
 
 
 @pytest.mark.parametrize("pure", [False, True], ids=["libyaml", "ruamel"])
 def test_value_cap_counts_while_composing(pure: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(source, "MAX_VALUES", 1000)
+    monkeypatch.setattr(read, "MAX_VALUES", 1000)
     made = []
-    original = source._Node
+    original = read._Node
 
     class Counted(original):  # type: ignore[misc, valid-type]
         __slots__ = ()
@@ -170,8 +170,8 @@ def test_value_cap_counts_while_composing(pure: bool, monkeypatch: pytest.Monkey
             made.append(1)
             super().__init__(*args)
 
-    monkeypatch.setattr(source, "_Node", Counted)
-    doc, problems = source.parse_yaml(_long_list(20_000, tail="bad: [\n"), pure=pure)
+    monkeypatch.setattr(read, "_Node", Counted)
+    doc, problems = read.parse_yaml(_long_list(20_000, tail="bad: [\n"), pure=pure)
     assert doc is None
     assert [(p.code, p.line, p.col) for p in problems] == [("E001", 1000, 9)]
     assert len(made) < 1100  # nodes composed: about the cap, not the 20,000 items
@@ -206,7 +206,7 @@ def _line_of(text: str, line: str) -> int:
 
 def test_dense_2000_node_flow_lints_clean_with_its_positions() -> None:
     text = dense_flow()
-    assert 1_000_000 < len(text) < source.MAX_FILE_BYTES
+    assert 1_000_000 < len(text) < read.MAX_FILE_BYTES
     doc, problems = load.analyse_text(text, "dense.yaml")
     assert problems == [] and doc is not None
     nodes = doc.data["nodes"]  # type: ignore[index, call-overload]
@@ -228,7 +228,7 @@ def test_dense_2000_node_flow_lints_clean_with_its_positions() -> None:
 
 def test_wide_50000_key_mapping_lints_clean_with_its_positions() -> None:
     text = wide_mapping()
-    assert 1_000_000 < len(text) < source.MAX_FILE_BYTES
+    assert 1_000_000 < len(text) < read.MAX_FILE_BYTES
     doc, problems = load.analyse_text(text, "wide.yaml")
     assert problems == [] and doc is not None
     mapping = doc.data["nodes"]["a"]["input"]  # type: ignore[index, call-overload]

@@ -9,7 +9,7 @@ import pytest
 from helpers.paths import REPO
 
 from cyclone_flow.errors import FlowError
-from cyclone_flow.spec import lint_paths, load_flow
+from cyclone_flow.flowfile import lint_paths, load_flow
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lint"
 EXPECT = re.compile(r"^# expect: (E\d{3}) (\d+):(\d+)$", re.MULTILINE)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cyclone_flow.errors import FlowError
-from cyclone_flow.spec import (
+from cyclone_flow.flowfile import (
     LintPathError,
     lint_paths,
     load_flow,
@@ -17,8 +17,8 @@ from cyclone_flow.spec import (
     to_dot,
     to_mermaid,
 )
-from cyclone_flow.spec.compile import document_digest
-from cyclone_flow.spec.model import Backoff, Retry
+from cyclone_flow.flowfile.build import document_digest
+from cyclone_flow.flowfile.model import Backoff, Retry
 
 GOOD = Path(__file__).parent / "fixtures" / "good" / "order.yaml"
 

@@ -1,4 +1,4 @@
-"""The YAML reader (cyclone_flow/spec/source.py): libyaml's events and ruamel.yaml's pure
+"""The YAML reader (cyclone_flow/flowfile/read.py): libyaml's events and ruamel.yaml's pure
 parser must give the same document, positions and problems; what libyaml rejects is read
 by ruamel.yaml; merge keys, duplicate keys and tags behave as they did with ruamel.yaml's
 round-trip loader."""
@@ -17,8 +17,8 @@ from ruamel.yaml import YAML
 from test_spec_fuzz import DOCS
 
 from cyclone_flow.errors import Problem
-from cyclone_flow.spec import source
-from cyclone_flow.spec.source import parse_yaml
+from cyclone_flow.flowfile import read
+from cyclone_flow.flowfile.read import parse_yaml
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = sorted([*REPO.glob("examples/flows/*.yaml"), *REPO.glob("tests/unit/fixtures/**/*.yaml")])
@@ -45,7 +45,7 @@ CASES = [
 ]
 
 
-def _summary(result: tuple[source.Document | None, list[Problem]]) -> Any:
+def _summary(result: tuple[read.Document | None, list[Problem]]) -> Any:
     doc, problems = result
     if doc is None:
         return [(p.code, p.line, p.col, p.message) for p in problems]
@@ -57,7 +57,7 @@ def _same_both_ways(text: str) -> None:
 
 
 def test_libyaml_is_the_parser_in_use() -> None:
-    assert source.YAML_PARSER == "libyaml"  # PyYAML with libyaml: lint is fast
+    assert read.YAML_PARSER == "libyaml"  # PyYAML with libyaml: lint is fast
 
 
 @pytest.mark.parametrize("text", CASES)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from cyclone_flow.errors import TemplateError
-from cyclone_flow.spec.template import Ref, parse_ref, references, render
+from cyclone_flow.flowfile.template import Ref, parse_ref, references, render
 
 OUTPUTS = {"fetch": {"total": 12, "items": [{"sku": "a"}, {"sku": "b"}]}, "empty": None}
 

@@ -197,6 +197,7 @@ def main() -> None:
     cyclone_test_handlers.group_commit`` with ``GC_DATABASE_URL``, ``GC_SCHEMA`` and
     ``GC_LEASE_TTL`` (seconds) set; runs until killed or SIGTERM."""
     from cyclone_flow import Client
+    from cyclone_flow.worker.completer import Completer
 
     client = Client(
         os.environ["GC_DATABASE_URL"],
@@ -208,16 +209,15 @@ def main() -> None:
         allow_modules=["cyclone_test_handlers"],
         on_step_event=_after_commit,
     )
-    store = client.store
-    complete_steps = store.complete_steps
+    complete_steps = Completer.complete_steps  # this process's one client's completer
 
-    def complete_steps_with_kill_point(conn: Any, owner: str, batch: Any) -> Any:
-        outcomes = complete_steps(conn, owner, batch)
+    def complete_steps_with_kill_point(self: Completer, tx: Any, batch: Any) -> Any:
+        outcomes = complete_steps(self, tx, batch)
         step = batch[0][0]
         maybe_die("in_batch", step.run_id, f"{step.node}+{len(batch) - 1}")
         return outcomes
 
-    store.complete_steps = complete_steps_with_kill_point  # type: ignore[method-assign]
+    Completer.complete_steps = complete_steps_with_kill_point  # type: ignore[method-assign]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     client.start()

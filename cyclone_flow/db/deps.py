@@ -1,0 +1,19 @@
+"""The statements of ``sql/deps.sql`` (table ``cyclone_deps``), one typed function each."""
+
+from __future__ import annotations
+
+from cyclone_flow.db.conn import SessionLike, execute, execute_rows
+from cyclone_flow.db.rows import Downstream, rows_of
+
+_DOWNSTREAM = rows_of(Downstream)
+
+
+def dep_insert_plan(s: SessionLike, *, run_id: str, workflow_id: int) -> None:
+    """Write the graph of a new run from its definition's plan: one row per edge."""
+    execute(s, "dep_insert_plan", {"run_id": run_id, "workflow_id": workflow_id})
+
+
+def dep_list_downstream(s: SessionLike, *, run_id: str, node: str) -> list[Downstream]:
+    """Every node downstream of ``node`` (transitively) with its on_dep_failure policy."""
+    params = {"run_id": run_id, "node": node}
+    return execute_rows(s, "dep_list_downstream", params, _DOWNSTREAM).fetchall()

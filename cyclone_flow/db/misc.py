@@ -1,0 +1,44 @@
+"""The statements of ``sql/misc.sql`` (no table): notifications, the database clock and the
+session's plan mode."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from cyclone_flow.db.conn import Pending, SessionLike, execute, nothing
+
+
+def notify_publish(s: SessionLike, *, channels: Sequence[str], payloads: Sequence[str]) -> None:
+    """One ``pg_notify(channels[i], payloads[i])`` per pair, in one statement."""
+    execute(s, "notify_publish", {"channels": channels, "payloads": payloads})
+
+
+def notify_listen(s: SessionLike) -> None:
+    """LISTEN on ``cyclone_available`` and ``cyclone_run_done`` (an autocommit connection)."""
+    execute(s, "notify_listen")
+
+
+def notify_unlisten(s: SessionLike) -> None:
+    """UNLISTEN every channel."""
+    execute(s, "notify_unlisten")
+
+
+def pg_now(s: SessionLike, *, now: datetime | None = None) -> datetime:
+    """The database's ``now()``, or ``now`` when a test pins it."""
+    row = execute(s, "pg_now", {"now": now}).fetchone()
+    assert row is not None  # a SELECT of one value returns its row
+    value: datetime = row[0]
+    return value
+
+
+def send_session_force_generic_plans(s: SessionLike) -> Pending[None]:
+    """Send ``SET LOCAL plan_cache_mode = force_generic_plan`` (first in a completion's
+    pipeline)."""
+    return Pending(execute(s, "session_force_generic_plans"), nothing)
+
+
+def session_force_generic_plans(s: SessionLike) -> None:
+    """Generic plans for the rest of the transaction (see
+    :func:`send_session_force_generic_plans`)."""
+    send_session_force_generic_plans(s).result()

@@ -1,0 +1,465 @@
+"""Typed rows of the named statements, built by column name (:func:`rows_of`).
+
+The public rows (:class:`Run`, :class:`Step`, :class:`ClaimedStep`, :class:`QueueStats`,
+:class:`ScheduleRow`, :class:`DueSchedule`) are frozen dataclasses; the ``RETURNING`` rows
+the engine reads are small NamedTuples. Every ``uuid`` column comes back as ``str`` (run
+ids are text everywhere in cyclone-flow), every timestamp as an aware ``datetime`` (UTC).
+No code outside :mod:`cyclone_flow.db` reads a row by position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, NamedTuple, TypeVar
+
+from psycopg.rows import RowFactory, RowMaker, no_result
+
+from cyclone_flow._json import JSON
+from cyclone_flow.states import RunState, StepState
+
+R = TypeVar("R")
+
+_UUID_OID = 2950
+
+
+def _text(value: Any) -> Any:
+    return None if value is None else str(value)
+
+
+def rows_of(
+    cls: Callable[..., R],
+    *,
+    columns: Mapping[str, str] | None = None,
+    convert: Mapping[str, Callable[[Any], Any]] | None = None,
+) -> RowFactory[R]:
+    """A psycopg row factory that builds ``cls`` (a NamedTuple or dataclass) from each row
+    BY COLUMN NAME: each field takes the column of its name (``columns`` renames a column,
+    e.g. an unnamed ``CASE`` column, to a field), whatever the statement's column order;
+    columns without a field are ignored. ``uuid`` columns become ``str``; ``convert`` maps a
+    field to a function applied to its value (e.g. a state to its enum).
+
+    The plan (which column feeds which field, and how) is computed once per column
+    layout and cached, so a result costs a look at its column names and types and a row
+    one call of ``cls``. Raises TypeError at the first row when a field has no column."""
+    fields: tuple[str, ...] = (
+        tuple(f.name for f in dataclasses.fields(cls))
+        if dataclasses.is_dataclass(cls)
+        else cls._fields  # type: ignore[attr-defined]
+    )
+    renames = dict(columns or {})
+    converters = dict(convert or {})
+    makers: dict[tuple[tuple[bytes | None, ...], tuple[int, ...]], RowMaker[R]] = {}
+
+    def plan(names: tuple[bytes | None, ...], types: tuple[int, ...], encoding: str) -> RowMaker[R]:
+        text = [b.decode(encoding) if b is not None else "" for b in names]
+        where = {renames.get(name, name): i for i, name in enumerate(text)}
+        missing = [f for f in fields if f not in where]
+        if missing:
+            raise TypeError(f"{getattr(cls, '__name__', cls)}: no column for {missing}")
+        steps: list[tuple[int, Callable[[Any], Any] | None]] = []
+        for name in fields:
+            i = where[name]
+            fn = converters.get(name)
+            if fn is None and types[i] == _UUID_OID:
+                fn = _text
+            steps.append((i, fn))
+        if all(fn is None for _, fn in steps):
+            order = [i for i, _ in steps]
+            if order == list(range(len(names))):
+                return lambda values: cls(*values)
+            return lambda values: cls(*[values[i] for i in order])
+        return lambda values: cls(*[values[i] if fn is None else fn(values[i]) for i, fn in steps])
+
+    def factory(cursor: Any) -> RowMaker[R]:
+        res = cursor.pgresult
+        if res is None or not res.nfields:
+            return no_result
+        span = range(res.nfields)
+        key = (tuple(map(res.fname, span)), tuple(map(res.ftype, span)))
+        maker = makers.get(key)
+        if maker is None:
+            maker = makers[key] = plan(key[0], key[1], cursor.connection.info.encoding)
+        return maker
+
+    return factory
+
+
+# -- public rows ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimedStep:
+    """A step this client claimed: the lease is identified by ``(id, lease_generation)``.
+
+    ``input`` is the node's unresolved input template; ``timeout_s`` is seconds or None;
+    ``wait_s`` the seconds it waited claimable (from ``scheduled_at``) before this claim.
+    A fan-out item also has ``parent_node`` (its fan-out node), ``item_index`` (0-based)
+    and ``item`` (its list element). ``run_input_text`` is the run's input as JSON text
+    when the claim prefetched it (the node may need it), else None (Output Resolution).
+    """
+
+    id: int
+    run_id: str
+    node: str
+    type: str
+    call: str | None
+    queue: str
+    attempt: int
+    max_attempts: int
+    reclaims: int
+    lease_generation: int
+    input: JSON
+    timeout_s: float | None
+    wait_s: float = 0.0
+    parent_node: str | None = None
+    item_index: int | None = None
+    item: JSON = None
+    run_input_text: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One row of ``cyclone_runs`` (timestamps from the database, UTC)."""
+
+    id: str
+    flow_name: str
+    state: RunState
+    input: JSON
+    output: JSON
+    error: str | None
+    error_kind: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    digest: str
+    parent_run_id: str | None = None
+    parent_node: str | None = None
+    deadline_at: datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One row of ``cyclone_steps`` as reported by ``status`` and ``list_steps``.
+
+    Node-type fields: ``parent_node`` and ``item_index`` (a fan-out item), ``items_total``
+    and ``items_done`` (a started fan-out node), ``signal`` (a wait_signal node),
+    ``child_run_id`` (a started child node), ``wait_until`` (when a child or signal wait
+    expires; None: no bound).
+    """
+
+    id: int
+    node: str
+    type: str
+    call: str | None
+    state: StepState
+    queue: str
+    priority: int
+    attempt: int
+    max_attempts: int
+    reclaims: int
+    lease_owner: str | None
+    lease_expiry: datetime | None
+    lease_generation: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    scheduled_at: datetime
+    output: JSON
+    error: str | None
+    error_kind: str | None
+    errors: list[dict[str, Any]]
+    parent_node: str | None = None
+    item_index: int | None = None
+    items_total: int | None = None
+    items_done: int | None = None
+    signal: str | None = None
+    wait_until: datetime | None = None
+    child_run_id: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueStats:
+    """One queue's steps now: ``available`` (claimable: the depth), ``scheduled``
+    (available at a later ``scheduled_at``, e.g. a retry in backoff), ``running``, and
+    ``oldest_available_s``, seconds the oldest claimable step has waited (0 when none)."""
+
+    queue: str
+    available: int
+    scheduled: int
+    running: int
+    oldest_available_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleRow:
+    """One row of ``cyclone_schedules`` (instants are UTC-aware datetimes)."""
+
+    id: int
+    name: str
+    flow_name: str
+    cron: str
+    timezone: str
+    input: Any
+    source: str
+    paused: bool
+    next_run_at: datetime
+    last_run_at: datetime | None
+    last_run_id: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class DueRef:
+    """A due schedule as the scanner lists it: id, name and ``version``, a digest of its
+    whole row (it changes with any edit: sync, add, pause/resume, a tick)."""
+
+    id: int
+    name: str
+    version: str
+
+
+@dataclasses.dataclass(frozen=True)
+class DueSchedule:
+    """A due schedule locked by the scanner's transaction, with its flow definition (the
+    flow file as JSON) and the id of that stored definition (``no_plan``: stored before
+    compiled plans existed)."""
+
+    id: int
+    name: str
+    cron: str
+    timezone: str
+    input_json: str
+    next_run_at: datetime
+    definition: dict[str, Any]
+    workflow_id: int = 0
+    no_plan: bool = False
+
+
+# -- RETURNING rows the engine reads ---------------------------------------------------------
+
+
+class RunLock(NamedTuple):
+    """``run_lock``: one locked run (``own``: the run asked for, not the root of its tree
+    locked first) and its state."""
+
+    own: bool
+    state: RunState
+
+
+class LockedRun(NamedTuple):
+    """``run_lock_many``: one locked run and its state."""
+
+    id: str
+    state: RunState
+
+
+class CompletedRun(NamedTuple):
+    """``run_complete_if_done``: a run that just completed, its parent run and node (a
+    child run) and its sequence key."""
+
+    id: str
+    parent_run_id: str | None
+    parent_node: str | None
+    sequence_key: str | None
+
+
+class EndedRun(NamedTuple):
+    """``run_fail_if_running`` / ``run_cancel_if_running``: a run that just failed or was
+    cancelled, with its parent run and node (a child run)."""
+
+    id: str
+    parent_run_id: str | None
+    parent_node: str | None
+
+
+class DeadlineFailedRun(NamedTuple):
+    """``run_fail_if_past_deadline``: a run failed by its deadline, and its error."""
+
+    id: str
+    parent_run_id: str | None
+    parent_node: str | None
+    error: str
+
+
+class InsertedChild(NamedTuple):
+    """``run_insert_child``: the child run and the root run of its tree."""
+
+    id: str
+    root_run_id: str
+
+
+class InsertedStep(NamedTuple):
+    """``step_insert_plan``: one inserted step's queue, state and whether it is claimable
+    now."""
+
+    queue: str
+    state: StepState
+    due: bool
+
+
+class CompletedStep(NamedTuple):
+    """``step_complete_if_leased``: the completed step's run, fan-out node (an item) and
+    output as the database stores it (jsonb text)."""
+
+    run_id: str
+    parent_node: str | None
+    output: str
+
+
+class CompletedLease(NamedTuple):
+    """``step_complete_if_leased_many``: one completed step of a group commit."""
+
+    id: int
+    lease_generation: int
+    run_id: str
+    parent_node: str | None
+    output: str
+
+
+class ReleasedStep(NamedTuple):
+    """``step_release_ready`` / ``step_release_dependents``: a released step (an action is
+    now available, any other node type waiting and to be started)."""
+
+    run_id: str
+    queue: str
+    node: str
+    type: str
+
+
+class FailedAttempt(NamedTuple):
+    """``step_fail_if_leased``: the step after its failed attempt (available again or
+    discarded)."""
+
+    run_id: str
+    node: str
+    state: StepState
+    queue: str
+    attempt: int
+    parent_node: str | None
+
+
+class RescuedStep(NamedTuple):
+    """``step_rescue_expired``: a step whose expired lease the sweep gave back."""
+
+    id: int
+    run_id: str
+    node: str
+    queue: str
+    reclaims: int
+
+
+class LeasedStep(NamedTuple):
+    """``step_list_timed_out`` / ``step_list_reclaim_exhausted``: a running step and its
+    lease generation."""
+
+    id: int
+    run_id: str
+    node: str
+    lease_generation: int
+
+
+class StepOutput(NamedTuple):
+    """``step_get_output``: a node's output as JSON text and its state."""
+
+    output: str | None
+    state: StepState
+
+
+class ResetStep(NamedTuple):
+    """``step_reset_for_retry``: a reset step and its fan-out node (an item)."""
+
+    node: str
+    parent_node: str | None
+
+
+class NodeState(NamedTuple):
+    """``step_get_state``: a node's state and its fan-out node (an item)."""
+
+    state: StepState
+    parent_node: str | None
+
+
+class NodeInfo(NamedTuple):
+    """``step_get_node_info``: what starting a released fan_out, child or wait_signal node
+    needs (``not_before``: the start of a delayed run that has not started yet)."""
+
+    type: str
+    queue: str
+    input: JSON
+    over: JSON
+    signal: str | None
+    child_workflow_id: int | None
+    child_input_schema: Any
+    not_before: datetime | None
+
+
+class ListShape(NamedTuple):
+    """``step_get_list_shape``: the JSON type of a fan-out list (None: missing) and its
+    length (an array)."""
+
+    kind: str | None
+    length: int | None
+
+
+class ItemCounts(NamedTuple):
+    """``step_set_items_total``: a started fan-out node's completed and total items."""
+
+    items_done: int
+    items_total: int
+
+
+class ItemsDone(NamedTuple):
+    """``step_count_item_done``: the fan-out node's counts and the queue of the items it
+    released (None: none)."""
+
+    items_done: int
+    items_total: int
+    queue: str | None
+
+
+class DecidedNode(NamedTuple):
+    """``step_complete_fan_out`` / ``step_complete_from_child_if_waiting``: the node's new
+    state (completed, or discarded for an output over the limit) and its error."""
+
+    state: StepState
+    error: str | None
+
+
+class ExpiredWait(NamedTuple):
+    """``step_list_expired_waits``: a waiting node past its ``wait_until``."""
+
+    run_id: str
+    node: str
+    type: str
+    signal: str | None
+    child_run_id: str | None
+    waited_s: float | None
+
+
+class ExpiredNode(NamedTuple):
+    """``step_discard_if_wait_expired``: the discarded node's type and the child run it
+    waited for."""
+
+    type: str
+    child_run_id: str | None
+
+
+class Downstream(NamedTuple):
+    """``dep_list_downstream``: a node downstream of another and its on_dep_failure."""
+
+    node: str
+    on_dep_failure: str
+
+
+class StoredWorkflow(NamedTuple):
+    """``workflow_upsert``: the definition's id and whether its stored row lacks a plan."""
+
+    id: int
+    no_plan: bool
+
+
+class SignalRoom(NamedTuple):
+    """``signal_count_awaiting``: nodes still awaiting a signal name, and signals of that
+    name kept unconsumed."""
+
+    awaiting: int
+    stored: int

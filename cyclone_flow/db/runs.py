@@ -1,0 +1,270 @@
+"""The statements of ``sql/runs.sql`` (table ``cyclone_runs``), one typed function each.
+
+Each runs in the caller's transaction on ``s.conn`` and decides nothing; a guarded
+compare-and-swap that changed no row returns None or False (stale), never raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import dict_row
+
+from cyclone_flow.db.conn import Pending, SessionLike, every, execute, execute_rows
+from cyclone_flow.db.rows import (
+    CompletedRun,
+    DeadlineFailedRun,
+    EndedRun,
+    InsertedChild,
+    LockedRun,
+    Run,
+    RunLock,
+    rows_of,
+)
+from cyclone_flow.states import RunState
+
+_RUN = rows_of(Run, convert={"state": RunState})
+_RUN_LOCK = rows_of(RunLock, convert={"state": RunState})
+_LOCKED_RUN = rows_of(LockedRun, convert={"state": RunState})
+_COMPLETED_RUN = rows_of(CompletedRun)
+_ENDED_RUN = rows_of(EndedRun)
+_DEADLINE_FAILED = rows_of(DeadlineFailedRun)
+_INSERTED_CHILD = rows_of(InsertedChild)
+
+
+def _own_state(locks: list[RunLock]) -> RunState | None:
+    return next((lock.state for lock in locks if lock.own), None)
+
+
+# -- locks ---------------------------------------------------------------------------------
+
+
+def send_run_lock(s: SessionLike, *, run_id: str) -> Pending[RunState | None]:
+    """Send ``run_lock``: the run row lock (for a child run: its top run's first) for the
+    rest of the transaction; the result is the run's state (None: no such run)."""
+    cur = execute_rows(s, "run_lock", {"run_id": run_id}, _RUN_LOCK)
+    return Pending(cur, lambda c: _own_state(c.fetchall()))
+
+
+def run_lock(s: SessionLike, *, run_id: str) -> RunState | None:
+    """Take the run row lock (see :func:`send_run_lock`); the run's state, None when the
+    run does not exist."""
+    return send_run_lock(s, run_id=run_id).result()
+
+
+def send_run_lock_many(s: SessionLike, *, run_ids: Sequence[str]) -> Pending[list[LockedRun]]:
+    """Send ``run_lock_many``: the run row locks of a batch in one global order."""
+    return Pending(execute_rows(s, "run_lock_many", {"run_ids": run_ids}, _LOCKED_RUN), every)
+
+
+def run_lock_many(s: SessionLike, *, run_ids: Sequence[str]) -> list[LockedRun]:
+    """Lock the runs ``run_ids`` (see :func:`send_run_lock_many`)."""
+    return send_run_lock_many(s, run_ids=run_ids).result()
+
+
+# -- transitions ---------------------------------------------------------------------------
+
+
+def send_run_complete_if_done(
+    s: SessionLike, *, run_ids: Sequence[str]
+) -> Pending[list[CompletedRun]]:
+    """Send ``run_complete_if_done`` for ``run_ids``; the result is the runs it completed."""
+    cur = execute_rows(s, "run_complete_if_done", {"run_ids": run_ids}, _COMPLETED_RUN)
+    return Pending(cur, every)
+
+
+def run_complete_if_done(s: SessionLike, *, run_ids: Sequence[str]) -> list[CompletedRun]:
+    """running -> completed for each run of ``run_ids`` with no non-terminal step left."""
+    return send_run_complete_if_done(s, run_ids=run_ids).result()
+
+
+def run_fail_if_running(
+    s: SessionLike, *, run_id: str, error: str, error_kind: str
+) -> EndedRun | None:
+    """running -> failed, once; None when the run is terminal already."""
+    params = {"run_id": run_id, "error": error, "error_kind": error_kind}
+    return execute_rows(s, "run_fail_if_running", params, _ENDED_RUN).fetchone()
+
+
+def run_cancel_if_running(s: SessionLike, *, run_id: str, error: str) -> EndedRun | None:
+    """running -> cancelled (operator cancel); None when the run is terminal already."""
+    params = {"run_id": run_id, "error": error}
+    return execute_rows(s, "run_cancel_if_running", params, _ENDED_RUN).fetchone()
+
+
+def run_cancel_if_failed_in_sequence(s: SessionLike, *, run_id: str, error: str) -> bool:
+    """failed -> cancelled for a run of a sequence; False for any other run."""
+    params = {"run_id": run_id, "error": error}
+    return execute(s, "run_cancel_if_failed_in_sequence", params).fetchone() is not None
+
+
+def run_fail_if_past_deadline(s: SessionLike, *, run_id: str) -> DeadlineFailedRun | None:
+    """running -> failed with kind ``deadline``; None when stale."""
+    params = {"run_id": run_id}
+    return execute_rows(s, "run_fail_if_past_deadline", params, _DEADLINE_FAILED).fetchone()
+
+
+def run_cancel_tree(s: SessionLike, *, run_id: str, with_self: bool, error: str) -> list[str]:
+    """Cancel the running descendants of ``run_id`` (and itself when ``with_self``) with
+    their unfinished steps; the ids of the runs cancelled."""
+    params = {"run_id": run_id, "with_self": with_self, "error": error}
+    return [str(r[0]) for r in execute(s, "run_cancel_tree", params).fetchall()]
+
+
+def run_reopen_if_terminal(s: SessionLike, *, run_id: str) -> bool:
+    """failed | cancelled | completed -> running (operator retry); False when running."""
+    return execute(s, "run_reopen_if_terminal", {"run_id": run_id}).fetchone() is not None
+
+
+def run_release_next_in_sequence(s: SessionLike, *, key: str) -> list[str]:
+    """Unhold the head run of sequence ``key`` when it is held; the ids released."""
+    return [str(r[0]) for r in execute(s, "run_release_next_in_sequence", {"key": key})]
+
+
+# -- inserts -------------------------------------------------------------------------------
+
+
+def run_insert(
+    s: SessionLike,
+    *,
+    workflow_id: int,
+    input: str,
+    unique_key: str | None,
+    unique_window_s: float | None,
+    unique_states: list[str] | None,
+    sequence_key: str | None,
+    sequence_pos: int | None,
+    sequence_held: bool,
+    schedule_id: int | None,
+    scheduled_for: datetime | None,
+    output_limit: int | None,
+    max_signal_wait_s: float | None,
+    run_at: datetime | None,
+    delay_us: int | None,
+) -> str | None:
+    """Insert a new top run; its id, or None when a unique key conflicted (or the
+    definition ``workflow_id`` is not stored)."""
+    params = {
+        "workflow_id": workflow_id,
+        "input": input,
+        "unique_key": unique_key,
+        "unique_window_s": unique_window_s,
+        "unique_states": unique_states,
+        "sequence_key": sequence_key,
+        "sequence_pos": sequence_pos,
+        "sequence_held": sequence_held,
+        "schedule_id": schedule_id,
+        "scheduled_for": scheduled_for,
+        "output_limit": output_limit,
+        "max_signal_wait_s": max_signal_wait_s,
+        "run_at": run_at,
+        "delay_us": delay_us,
+    }
+    row = execute(s, "run_insert", params).fetchone()
+    return None if row is None else str(row[0])
+
+
+def run_insert_child(
+    s: SessionLike,
+    *,
+    workflow_id: int,
+    input: str,
+    parent_run_id: str,
+    node: str,
+    not_before: datetime | None,
+) -> InsertedChild | None:
+    """Insert the child run of a released child node; None when the definition or the
+    parent run is gone."""
+    params = {
+        "workflow_id": workflow_id,
+        "input": input,
+        "parent_run_id": parent_run_id,
+        "node": node,
+        "not_before": not_before,
+    }
+    return execute_rows(s, "run_insert_child", params, _INSERTED_CHILD).fetchone()
+
+
+# -- reads ---------------------------------------------------------------------------------
+
+
+def run_get(s: SessionLike, *, run_id: str) -> Run | None:
+    """One run, None when there is none."""
+    return execute_rows(s, "run_get", {"run_id": run_id}, _RUN).fetchone()
+
+
+def run_list(s: SessionLike, *, flow: str | None, state: str | None, limit: int) -> list[Run]:
+    """The most recent runs, newest first (optionally of one flow and/or state)."""
+    params = {"flow": flow, "state": state, "limit": limit}
+    return execute_rows(s, "run_list", params, _RUN).fetchall()
+
+
+def run_get_input(s: SessionLike, *, run_id: str) -> str | None:
+    """The input of a run as JSON text; None when there is no such run."""
+    row = execute(s, "run_get_input", {"run_id": run_id}).fetchone()
+    return None if row is None else str(row[0])
+
+
+def run_get_definition(s: SessionLike, *, run_id: str) -> dict[str, Any] | None:
+    """The flow document a run was submitted with; None when there is no such run."""
+    row = execute(s, "run_get_definition", {"run_id": run_id}).fetchone()
+    return None if row is None else dict(row[0])
+
+
+def run_get_queue_info(s: SessionLike, *, run_id: str) -> dict[str, Any] | None:
+    """The unique/sequence/schedule columns of a run by name; None when unknown."""
+    return execute_rows(s, "run_get_queue_info", {"run_id": run_id}, dict_row).fetchone()
+
+
+def run_get_sequence(s: SessionLike, *, run_id: str) -> str | None:
+    """The sequence key of a run; None when it is in none (or does not exist)."""
+    row = execute(s, "run_get_sequence", {"run_id": run_id}).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
+
+
+def run_get_unique_holder(
+    s: SessionLike, *, unique_key: str | None, unique_window_s: float | None
+) -> str | None:
+    """The run holding ``unique_key`` now; None when none does."""
+    params = {"unique_key": unique_key, "unique_window_s": unique_window_s}
+    row = execute(s, "run_get_unique_holder", params).fetchone()
+    return None if row is None else str(row[0])
+
+
+def run_exists_open_in_sequence(s: SessionLike, *, key: str) -> bool:
+    """Whether a run of sequence ``key`` is neither completed nor cancelled."""
+    row = execute(s, "run_exists_open_in_sequence", {"key": key}).fetchone()
+    return bool(row and row[0])
+
+
+def run_list_failed(s: SessionLike, *, flow: str | None) -> list[str]:
+    """Ids of the failed top runs (optionally of one flow), oldest first."""
+    return [str(r[0]) for r in execute(s, "run_list_failed", {"flow": flow}).fetchall()]
+
+
+def run_list_past_deadline(s: SessionLike, *, batch: int) -> list[str]:
+    """Running runs past their flow's deadline (at most ``batch``)."""
+    return [str(r[0]) for r in execute(s, "run_list_past_deadline", {"batch": batch})]
+
+
+def run_list_stalled_sequences(s: SessionLike, *, batch: int) -> list[str]:
+    """Keys of sequences whose first open run is still held (at most ``batch``)."""
+    return [str(r[0]) for r in execute(s, "run_list_stalled_sequences", {"batch": batch})]
+
+
+# -- retention -----------------------------------------------------------------------------
+
+
+def run_purge_terminal(s: SessionLike, *, age_us: int, batch: int) -> int:
+    """Delete up to ``batch`` terminal top runs finished more than ``age_us`` microseconds
+    ago; how many were deleted."""
+    params = {"age_us": age_us, "batch": batch}
+    return len(execute(s, "run_purge_terminal", params).fetchall())
+
+
+def run_count_purgeable(s: SessionLike, *, age_us: int) -> tuple[int, int]:
+    """``(runs, steps)`` a purge with ``age_us`` would delete now."""
+    row = execute(s, "run_count_purgeable", {"age_us": age_us}).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)

@@ -1,0 +1,88 @@
+-- Table cyclone_schedules: cron schedules that submit runs of a stored definition.
+-- Defined by migration 0003_queue_features.
+
+-- name: schedule_advance_if_unchanged
+-- Scanner: the tick's compare-and-swap, in the transaction that inserted its run: moves
+-- next_run_at forward only from the value this scanner read; zero rows = another client
+-- already did (the transaction then rolls back with its run).
+UPDATE {schema}.cyclone_schedules
+SET next_run_at = %(next_run_at)s, last_run_at = %(tick)s, last_run_id = %(run_id)s,
+    updated_at = now()
+WHERE id = %(id)s AND next_run_at = %(expected)s
+RETURNING id
+
+-- name: schedule_delete
+-- schedule remove: delete one schedule by name.
+DELETE FROM {schema}.cyclone_schedules WHERE name = %(name)s RETURNING id
+
+-- name: schedule_delete_flow_stale
+-- schedule sync: remove the flow-file schedules of a flow that the file no longer declares.
+DELETE FROM {schema}.cyclone_schedules
+WHERE flow_name = %(flow_name)s AND source = 'flow' AND NOT (name = ANY(%(keep)s::text[]))
+RETURNING name
+
+-- name: schedule_get
+-- One schedule by name.
+SELECT id, name, flow_name, cron, timezone, input, source, paused, next_run_at,
+       last_run_at, last_run_id
+FROM {schema}.cyclone_schedules WHERE name = %(name)s
+
+-- name: schedule_get_source
+-- The source ('flow' or 'manual') of a schedule, to refuse overwriting one with the other.
+SELECT source FROM {schema}.cyclone_schedules WHERE name = %(name)s
+
+-- name: schedule_list
+-- Every schedule, by name.
+SELECT id, name, flow_name, cron, timezone, input, source, paused, next_run_at,
+       last_run_at, last_run_id
+FROM {schema}.cyclone_schedules
+ORDER BY name
+
+-- name: schedule_list_due
+-- Scanner: unpaused schedules whose next tick is at or before %(now)s: id, name and a
+-- digest of the whole row (the scanner retries a failing schedule at once when it changed).
+SELECT id, name, md5(s::text) AS version FROM {schema}.cyclone_schedules s
+WHERE NOT paused AND next_run_at <= %(now)s
+ORDER BY next_run_at, id
+LIMIT %(batch)s
+
+-- name: schedule_lock_due
+-- Scanner: lock one due schedule for the tick's transaction; SKIP LOCKED leaves it to the
+-- client that already holds it. Returns the stored definition to submit (and whether it
+-- lacks its compiled plan: stored before plans existed).
+SELECT s.id, s.name, s.cron, s.timezone, s.input::text AS input, s.next_run_at,
+       w.definition, w.id AS workflow_id, w.plan IS NULL AS no_plan
+FROM {schema}.cyclone_schedules s
+JOIN {schema}.cyclone_workflows w ON w.id = s.workflow_id
+WHERE s.id = %(id)s AND NOT s.paused AND s.next_run_at <= %(now)s
+FOR NO KEY UPDATE OF s SKIP LOCKED
+
+-- name: schedule_set_paused
+-- schedule pause / resume. Resuming recomputes nothing here: the caller passes the next
+-- tick after now, so the ticks missed while paused are skipped.
+UPDATE {schema}.cyclone_schedules
+SET paused = %(paused)s,
+    next_run_at = coalesce(%(next_run_at)s::timestamptz, next_run_at),
+    updated_at = now()
+WHERE name = %(name)s
+RETURNING id
+
+-- name: schedule_upsert
+-- Create or update a schedule by name (schedule add, schedule sync). next_run_at is kept
+-- when neither the cron expression nor the timezone changed, so a re-sync neither skips
+-- nor repeats a tick; paused is kept too.
+INSERT INTO {schema}.cyclone_schedules AS s
+    (name, flow_name, workflow_id, cron, timezone, input, source, next_run_at)
+VALUES (%(name)s, %(flow_name)s, %(workflow_id)s, %(cron)s, %(timezone)s, %(input)s,
+        %(source)s, %(next_run_at)s)
+ON CONFLICT (name) DO UPDATE
+SET flow_name = EXCLUDED.flow_name,
+    workflow_id = EXCLUDED.workflow_id,
+    input = EXCLUDED.input,
+    source = EXCLUDED.source,
+    next_run_at = CASE WHEN s.cron = EXCLUDED.cron AND s.timezone = EXCLUDED.timezone
+                       THEN s.next_run_at ELSE EXCLUDED.next_run_at END,
+    cron = EXCLUDED.cron,
+    timezone = EXCLUDED.timezone,
+    updated_at = now()
+RETURNING id, (xmax = 0) AS inserted

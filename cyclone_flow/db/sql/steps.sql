@@ -1,0 +1,674 @@
+-- Table cyclone_steps: one row per node of a run (and per item of a started fan-out node),
+-- with its state, lease, attempts, output and error history. Defined by migrations
+-- 0001_initial and 0002_node_types (node types: fan-out items and counts, child runs,
+-- signals, wait_until). Every transition is a compare-and-swap guarded by the state (and,
+-- for a leased step, by lease_owner and lease_generation); zero rows is a stale result,
+-- never an error (Engine Design: CAS State Transitions). Nodes that wait without a worker
+-- (child and wait_signal nodes, fan-out nodes while their items run) sit in state
+-- waiting, never claimed; the engine completes or discards them in the transaction of the
+-- event that decides them, under the run row lock.
+
+-- name: step_cancel_items
+-- Every unfinished item of a fan-out node -> cancelled (the node was discarded or
+-- cancelled); a running item learns it on its next heartbeat.
+UPDATE {schema}.cyclone_steps
+SET state = 'cancelled', finished_at = statement_timestamp(), lease_expiry = NULL,
+    error = %(error)s, error_kind = 'cancelled'
+WHERE run_id = %(run_id)s AND parent_node = %(node)s
+  AND state NOT IN ('completed', 'discarded', 'cancelled')
+RETURNING node
+
+-- name: step_cancel_nodes
+-- The named non-terminal steps of a run -> cancelled (a contained branch: cancel_branch).
+UPDATE {schema}.cyclone_steps
+SET state = 'cancelled', finished_at = statement_timestamp(), lease_expiry = NULL,
+    error = %(error)s, error_kind = 'cancelled'
+WHERE run_id = %(run_id)s AND node = ANY(%(nodes)s::text[])
+  AND state NOT IN ('completed', 'discarded', 'cancelled')
+RETURNING node
+
+-- name: step_cancel_remaining
+-- Every non-terminal step of a failed or cancelled run -> cancelled (a second UPDATE in the
+-- discarding transaction; Engine Design: Failure Propagation).
+UPDATE {schema}.cyclone_steps
+SET state = 'cancelled', finished_at = statement_timestamp(), lease_expiry = NULL,
+    error = %(error)s, error_kind = 'cancelled'
+WHERE run_id = %(run_id)s AND state NOT IN ('completed', 'discarded', 'cancelled')
+RETURNING node
+
+-- name: step_claim
+-- available -> running for up to %(limit)s steps of one queue: SKIP LOCKED, then the CAS
+-- that takes the lease with the database's now() and a TTL in microseconds (Engine Design:
+-- The Claiming Algorithm, CAS State Transitions). queue = %(queue)s (one queue per
+-- statement) lets Postgres walk cyclone_steps_claim_idx in (priority, scheduled_at, id)
+-- order and stop after %(limit)s rows instead of sorting the queue's backlog. run_input is
+-- the run's input as JSON text when the node may need it (no input template and not a
+-- fan-out item, or a template that mentions run.input), else NULL: a prefetch that spares
+-- the worker a separate read (Output Resolution).
+WITH claimable AS (
+    SELECT id
+    FROM {schema}.cyclone_steps
+    WHERE state = 'available' AND queue = %(queue)s AND scheduled_at <= now()
+    ORDER BY priority, scheduled_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.cyclone_steps s
+SET state = 'running',
+    lease_owner = %(owner)s,
+    lease_expiry = now() + (%(ttl_us)s::bigint * interval '1 microsecond'),
+    heartbeat_at = now(),
+    started_at = now(),
+    lease_generation = s.lease_generation + 1
+FROM claimable c
+WHERE s.id = c.id AND s.state = 'available'
+RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_attempts,
+          s.reclaims, s.lease_generation, s.input,
+          extract(epoch FROM s.timeout)::float8 AS timeout_s,
+          greatest(extract(epoch FROM now() - s.scheduled_at), 0)::float8 AS wait_s,
+          s.parent_node, s.item_index, s.item,
+          CASE WHEN (s.input IS NULL AND s.parent_node IS NULL)
+                    OR strpos(s.input::text, 'run.input') > 0
+               THEN (SELECT r.input::text FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
+          END AS run_input
+
+-- name: step_claim_run
+-- step_claim restricted to one run and its child runs (cyclone-flow run's %(run_id)s): a
+-- statement of its own so the generic plan of step_claim never carries the run filter.
+WITH claimable AS (
+    SELECT id
+    FROM {schema}.cyclone_steps
+    WHERE state = 'available' AND queue = %(queue)s AND scheduled_at <= now()
+      AND coalesce(root_run_id, run_id) = %(run_id)s::uuid
+    ORDER BY priority, scheduled_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.cyclone_steps s
+SET state = 'running',
+    lease_owner = %(owner)s,
+    lease_expiry = now() + (%(ttl_us)s::bigint * interval '1 microsecond'),
+    heartbeat_at = now(),
+    started_at = now(),
+    lease_generation = s.lease_generation + 1
+FROM claimable c
+WHERE s.id = c.id AND s.state = 'available'
+RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_attempts,
+          s.reclaims, s.lease_generation, s.input,
+          extract(epoch FROM s.timeout)::float8 AS timeout_s,
+          greatest(extract(epoch FROM now() - s.scheduled_at), 0)::float8 AS wait_s,
+          s.parent_node, s.item_index, s.item,
+          CASE WHEN (s.input IS NULL AND s.parent_node IS NULL)
+                    OR strpos(s.input::text, 'run.input') > 0
+               THEN (SELECT r.input::text FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
+          END AS run_input
+
+-- name: step_complete_fan_out
+-- waiting -> completed with the item outputs in item order (jsonb_agg), or -> discarded
+-- with payload_too_large when that list is over the output limit of the client that
+-- submitted the run (Client Options: Limits and Retention).
+UPDATE {schema}.cyclone_steps p
+SET state = CASE WHEN a.size <= coalesce(r.output_limit, 2147483647)
+                 THEN 'completed' ELSE 'discarded' END,
+    output = CASE WHEN a.size <= coalesce(r.output_limit, 2147483647) THEN a.list END,
+    error = CASE WHEN a.size <= coalesce(r.output_limit, 2147483647) THEN NULL
+                 ELSE format('collected output of %%s items is %%s bytes, over the limit of %%s bytes',
+                             p.items_total, a.size, r.output_limit) END,
+    error_kind = CASE WHEN a.size <= coalesce(r.output_limit, 2147483647)
+                      THEN NULL ELSE 'payload_too_large' END,
+    finished_at = statement_timestamp()
+FROM (SELECT l.list, octet_length(l.list::text) AS size
+      FROM (SELECT coalesce(jsonb_agg(i.output ORDER BY i.item_index), '[]'::jsonb) AS list
+            FROM {schema}.cyclone_steps i
+            WHERE i.run_id = %(run_id)s AND i.parent_node = %(node)s) l) a,
+     {schema}.cyclone_runs r
+WHERE p.run_id = %(run_id)s AND p.node = %(node)s AND p.state = 'waiting' AND r.id = p.run_id
+RETURNING p.state, p.error
+
+-- name: step_complete_from_child_if_waiting
+-- A child run completed, in its completion transaction: the child node waiting for it ->
+-- completed with the child run's output, or -> discarded with payload_too_large when that
+-- output is over the output limit of the client that submitted the run.
+UPDATE {schema}.cyclone_steps p
+SET state = CASE WHEN c.size <= coalesce(pr.output_limit, 2147483647)
+                 THEN 'completed' ELSE 'discarded' END,
+    output = CASE WHEN c.size <= coalesce(pr.output_limit, 2147483647) THEN c.output END,
+    error = CASE WHEN c.size <= coalesce(pr.output_limit, 2147483647) THEN NULL
+                 ELSE format('output of child run %%s is %%s bytes, over the limit of %%s bytes',
+                             c.id, c.size, pr.output_limit) END,
+    error_kind = CASE WHEN c.size <= coalesce(pr.output_limit, 2147483647)
+                      THEN NULL ELSE 'payload_too_large' END,
+    finished_at = statement_timestamp()
+FROM (SELECT id, output, octet_length(output::text) AS size FROM {schema}.cyclone_runs
+      WHERE id = %(child_run_id)s) c,
+     {schema}.cyclone_runs pr
+WHERE p.run_id = %(run_id)s AND p.node = %(node)s AND p.state = 'waiting'
+  AND p.child_run_id = %(child_run_id)s AND pr.id = p.run_id
+RETURNING p.state, p.error
+
+-- name: step_complete_if_leased
+-- running -> completed with the output, guarded by the claim's owner and lease_generation,
+-- and by the step's timeout: a completion after started_at + timeout is late even before
+-- the sweep took the step (the timeout is durable); zero rows means stale (CAS State
+-- Transitions). statement_timestamp(), not now(): the completion transaction may have been
+-- opened early in the handler. Returns the output as the database stores it (jsonb text)
+-- for the worker's output cache (Output Resolution).
+UPDATE {schema}.cyclone_steps
+SET state = 'completed', output = %(output)s, finished_at = statement_timestamp(), lease_expiry = NULL
+WHERE id = %(id)s AND state = 'running'
+  AND lease_owner = %(owner)s AND lease_generation = %(generation)s
+  AND (timeout IS NULL OR started_at + timeout > statement_timestamp())
+RETURNING run_id, parent_node, output::text
+
+-- name: step_complete_if_leased_many
+-- Group commit of completions: running -> completed for a batch of steps whose
+-- handlers did not open ctx.completion_tx(), each row guarded exactly as
+-- step_complete_if_leased by its own claim (%(owner)s and its lease_generation) and its
+-- timeout (CAS State Transitions). A step missing from the result is stale. Runs under the
+-- run row locks of run_lock_many. Returns each completed step's id, lease_generation,
+-- run_id, parent_node and output as the database stores it (jsonb text).
+UPDATE {schema}.cyclone_steps s
+SET state = 'completed', output = b.output::jsonb, finished_at = statement_timestamp(),
+    lease_expiry = NULL
+FROM unnest(%(ids)s::bigint[], %(generations)s::bigint[], %(outputs)s::text[])
+     AS b(id, generation, output)
+WHERE s.id = b.id AND s.state = 'running'
+  AND s.lease_owner = %(owner)s AND s.lease_generation = b.generation
+  AND (s.timeout IS NULL OR s.started_at + s.timeout > statement_timestamp())
+RETURNING s.id, s.lease_generation, s.run_id, s.parent_node, s.output::text
+
+-- name: step_complete_if_waiting
+-- waiting -> completed with %(output)s (a signal's payload, a child run's output).
+UPDATE {schema}.cyclone_steps
+SET state = 'completed', output = %(output)s, finished_at = statement_timestamp()
+WHERE run_id = %(run_id)s AND node = %(node)s AND state = 'waiting'
+RETURNING node
+
+-- name: step_count_active
+-- How many steps of the given queues are available (at any scheduled_at) or running:
+-- zero means a worker serving them has nothing left to do (worker --exit-when-idle).
+SELECT count(*) FROM {schema}.cyclone_steps
+WHERE state IN ('available', 'running') AND queue = ANY(%(queues)s::text[])
+
+-- name: step_count_by_queue
+-- Observability (worker --metrics-port): per queue, the steps claimable now (the depth),
+-- those available later (backoff), those running, and the age in seconds of the oldest
+-- claimable one, all by the database's now().
+SELECT queue,
+       count(*) FILTER (WHERE state = 'available' AND scheduled_at <= now()) AS available,
+       count(*) FILTER (WHERE state = 'available' AND scheduled_at > now()) AS scheduled,
+       count(*) FILTER (WHERE state = 'running') AS running,
+       coalesce(extract(epoch FROM now() - min(scheduled_at)
+                FILTER (WHERE state = 'available' AND scheduled_at <= now())), 0)::float8
+           AS oldest_available_s
+FROM {schema}.cyclone_steps
+WHERE state IN ('available', 'running')
+GROUP BY queue
+ORDER BY queue
+
+-- name: step_count_item_done
+-- %(n)s items of a waiting fan-out node completed (1, or more in a group commit): count
+-- them on the node and, unless they were the last ones, release the next pending items up
+-- to max_parallel (as step_release_items), in one statement. Returns the node's done and
+-- total counts and the queue of the items released (NULL: none).
+WITH parent AS (
+    UPDATE {schema}.cyclone_steps
+    SET items_done = items_done + %(n)s
+    WHERE run_id = %(run_id)s AND node = %(node)s AND state = 'waiting'
+    RETURNING run_id, node, items_done, items_total, max_parallel, queue
+), released AS (
+    UPDATE {schema}.cyclone_steps s
+    SET state = 'available', scheduled_at = greatest(s.scheduled_at, statement_timestamp())
+    WHERE s.id IN (
+            SELECT i.id FROM {schema}.cyclone_steps i
+            WHERE i.run_id = %(run_id)s AND i.parent_node = %(node)s AND i.state = 'pending'
+            ORDER BY i.item_index
+            LIMIT coalesce((
+                SELECT CASE WHEN p.items_done >= p.items_total THEN 0
+                            WHEN p.max_parallel IS NULL THEN 2147483647
+                            ELSE greatest(0, p.max_parallel - (
+                                SELECT count(*) FROM {schema}.cyclone_steps a
+                                WHERE a.run_id = %(run_id)s AND a.parent_node = %(node)s
+                                  AND a.state IN ('available', 'running'))) END
+                FROM parent p), 0))
+      AND s.state = 'pending'
+    RETURNING s.id
+)
+SELECT p.items_done, p.items_total,
+       CASE WHEN EXISTS (SELECT 1 FROM released) THEN p.queue END
+FROM parent p
+
+-- name: step_count_items
+-- Item counts per fan-out node and state, for status.
+SELECT parent_node, state, count(*)
+FROM {schema}.cyclone_steps
+WHERE run_id = %(run_id)s AND parent_node IS NOT NULL
+GROUP BY parent_node, state
+
+-- name: step_discard_if_wait_expired
+-- Wait scanner: waiting -> discarded with error_kind timeout, guarded by wait_until (a
+-- signal or a child that finished meanwhile wins; zero rows is stale).
+UPDATE {schema}.cyclone_steps
+SET state = 'discarded', finished_at = statement_timestamp(), error = %(error)s,
+    error_kind = 'timeout',
+    errors = errors || jsonb_build_array(jsonb_build_object(
+        'attempt', attempt, 'error', %(error)s::text, 'error_kind', 'timeout',
+        'traceback', NULL, 'at', statement_timestamp()))
+WHERE run_id = %(run_id)s AND node = %(node)s AND state = 'waiting'
+  AND wait_until IS NOT NULL AND wait_until <= now()
+RETURNING type, child_run_id
+
+-- name: step_discard_if_waiting
+-- waiting -> discarded with an error (a bad fan-out list, a failed child or item, an
+-- expired wait); the error joins the step's error history. With %(child_run_id)s set,
+-- only while the node still waits for that child run.
+UPDATE {schema}.cyclone_steps
+SET state = 'discarded', finished_at = statement_timestamp(), error = %(error)s,
+    error_kind = %(error_kind)s,
+    errors = errors || jsonb_build_array(jsonb_build_object(
+        'attempt', attempt, 'error', %(error)s::text, 'error_kind', %(error_kind)s::text,
+        'traceback', NULL, 'at', statement_timestamp()))
+WHERE run_id = %(run_id)s AND node = %(node)s AND state = 'waiting'
+  AND (%(child_run_id)s::uuid IS NULL OR child_run_id = %(child_run_id)s::uuid)
+RETURNING node, child_run_id
+
+-- name: step_extend_lease_many
+-- Renew the leases this client holds, each guarded by its own lease_generation; a step past
+-- started_at + timeout is not renewed, which makes the timeout durable (Engine Design:
+-- Leases and Heartbeats). Returns the (id, generation) pairs renewed; a missing one lost
+-- its lease.
+UPDATE {schema}.cyclone_steps s
+SET lease_expiry = now() + (%(ttl_us)s::bigint * interval '1 microsecond'),
+    heartbeat_at = now()
+FROM unnest(%(ids)s::bigint[], %(generations)s::bigint[]) AS h(id, generation)
+WHERE s.id = h.id
+  AND s.state = 'running'
+  AND s.lease_owner = %(owner)s
+  AND s.lease_generation = h.generation
+  AND (s.timeout IS NULL OR s.started_at + s.timeout > now())
+RETURNING s.id, s.lease_generation
+
+-- name: step_fail_if_leased
+-- A failed attempt of a running step, guarded by lease_generation (and, when a worker
+-- reports it, by the owner and the timeout: past started_at + timeout only a timeout
+-- failure counts, which timed_out marks and requires the deadline to have passed): back
+-- to available at now() + backoff while attempts remain and the failure is not permanent,
+-- else discarded (dead letter). Each attempt's error is appended to errors. The backoff
+-- is min(max, initial * multiplier^(attempt - 1) * (1 +/- jitter)), computed as
+-- exp(min(ln max, ln initial + (attempt - 1) * ln multiplier)) so that no stored value
+-- and no attempt number can overflow or underflow float8: every parameter is clamped in
+-- numeric first (initial and max to 0 or [1ms, 366d], multiplier to [1, 1e300], jitter to
+-- [0, 1]), the exponent never exceeds ln max (attempt 10,000 waits max) and the jitter
+-- never pushes the wait past max; an initial or max of 0 means no wait (Engine Design:
+-- Failure Propagation, Leases and Heartbeats). step_fail_without_backoff_if_leased records
+-- the attempt when even this cannot be computed (a stored backoff that is not numbers).
+UPDATE {schema}.cyclone_steps s
+SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
+    attempt = CASE WHEN p.retry THEN s.attempt + 1 ELSE s.attempt END,
+    scheduled_at = CASE WHEN p.retry THEN statement_timestamp() + p.delay_s * interval '1 second'
+                        ELSE s.scheduled_at END,
+    finished_at = CASE WHEN p.retry THEN NULL ELSE statement_timestamp() END,
+    lease_owner = CASE WHEN p.retry THEN NULL ELSE s.lease_owner END,
+    lease_expiry = NULL,
+    heartbeat_at = CASE WHEN p.retry THEN NULL ELSE s.heartbeat_at END,
+    error = %(error)s,
+    error_kind = %(error_kind)s,
+    errors = s.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', s.attempt, 'error', %(error)s::text, 'error_kind', %(error_kind)s::text,
+        'traceback', %(traceback)s::text, 'at', statement_timestamp()))
+FROM (
+    SELECT b.id, b.retry,
+           CASE WHEN b.initial_s <= 0 OR b.max_s <= 0 THEN 0
+                ELSE least(b.max_s,
+                           exp(least(ln(b.max_s),
+                                     ln(b.initial_s)
+                                     + greatest(b.attempt - 1, 0) * ln(b.multiplier)))
+                           * (1 + b.jitter * (2 * random() - 1)))
+           END AS delay_s
+    FROM (
+        SELECT c.id, c.attempt, c.retry,
+               (CASE WHEN c.initial_n <= 0 THEN 0
+                     ELSE least(greatest(c.initial_n, 0.001), 31622400) END)::float8 AS initial_s,
+               (CASE WHEN c.max_n <= 0 THEN 0
+                     ELSE least(greatest(c.max_n, 0.001), 31622400) END)::float8 AS max_s,
+               least(greatest(c.multiplier_n, 1), 1e300)::float8 AS multiplier,
+               least(greatest(c.jitter_n, 0), 1)::float8 AS jitter
+        FROM (
+            SELECT id, attempt,
+                   attempt < max_attempts AND NOT %(permanent)s::boolean AS retry,
+                   coalesce((backoff->>'initial_s')::numeric, 1) AS initial_n,
+                   coalesce((backoff->>'max_s')::numeric, 300) AS max_n,
+                   coalesce((backoff->>'multiplier')::numeric, 2) AS multiplier_n,
+                   coalesce((backoff->>'jitter')::numeric, 0.1) AS jitter_n
+            FROM {schema}.cyclone_steps
+            WHERE id = %(id)s
+        ) c
+    ) b
+) p
+WHERE s.id = p.id
+  AND s.state = 'running'
+  AND s.lease_generation = %(generation)s
+  AND (%(owner)s::text IS NULL
+       OR (s.lease_owner = %(owner)s
+           AND (s.timeout IS NULL OR s.started_at + s.timeout > statement_timestamp())))
+  AND (NOT %(timed_out)s::boolean
+       OR (s.timeout IS NOT NULL AND s.started_at + s.timeout <= statement_timestamp()))
+RETURNING s.run_id, s.node, s.state, s.queue, s.attempt, s.parent_node
+
+-- name: step_fail_without_backoff_if_leased
+-- step_fail_if_leased without reading the step's backoff (used when computing it raised a
+-- data error, in a fresh transaction): the same guards and the same record of the
+-- attempt, but a retry is available at once, so a failure is never left unrecorded.
+UPDATE {schema}.cyclone_steps s
+SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
+    attempt = CASE WHEN p.retry THEN s.attempt + 1 ELSE s.attempt END,
+    scheduled_at = CASE WHEN p.retry THEN statement_timestamp() ELSE s.scheduled_at END,
+    finished_at = CASE WHEN p.retry THEN NULL ELSE statement_timestamp() END,
+    lease_owner = CASE WHEN p.retry THEN NULL ELSE s.lease_owner END,
+    lease_expiry = NULL,
+    heartbeat_at = CASE WHEN p.retry THEN NULL ELSE s.heartbeat_at END,
+    error = %(error)s,
+    error_kind = %(error_kind)s,
+    errors = s.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', s.attempt, 'error', %(error)s::text, 'error_kind', %(error_kind)s::text,
+        'traceback', %(traceback)s::text, 'at', statement_timestamp()))
+FROM (
+    SELECT id, attempt < max_attempts AND NOT %(permanent)s::boolean AS retry
+    FROM {schema}.cyclone_steps
+    WHERE id = %(id)s
+) p
+WHERE s.id = p.id
+  AND s.state = 'running'
+  AND s.lease_generation = %(generation)s
+  AND (%(owner)s::text IS NULL
+       OR (s.lease_owner = %(owner)s
+           AND (s.timeout IS NULL OR s.started_at + s.timeout > statement_timestamp())))
+  AND (NOT %(timed_out)s::boolean
+       OR (s.timeout IS NOT NULL AND s.started_at + s.timeout <= statement_timestamp()))
+RETURNING s.run_id, s.node, s.state, s.queue, s.attempt, s.parent_node
+
+-- name: step_get_list_shape
+-- The JSON type and length of the list a fan-out node iterates: a literal list, a part of
+-- the run input, or a part of an upstream output (path as text[]; NULL when missing).
+-- The list itself stays in the database.
+SELECT jsonb_typeof(l.list),
+       CASE WHEN jsonb_typeof(l.list) = 'array' THEN jsonb_array_length(l.list) END
+FROM (SELECT CASE
+          WHEN %(literal)s::jsonb IS NOT NULL THEN %(literal)s::jsonb
+          WHEN %(from_node)s::text IS NULL
+              THEN (SELECT r.input #> %(path)s::text[] FROM {schema}.cyclone_runs r
+                    WHERE r.id = %(run_id)s)
+          ELSE (SELECT u.output #> %(path)s::text[] FROM {schema}.cyclone_steps u
+                WHERE u.run_id = %(run_id)s AND u.node = %(from_node)s)
+      END AS list) l
+
+-- name: step_get_node_info
+-- What the engine needs to start a released fan_out, child or wait_signal node
+-- (not_before: the start of a delayed run that has not started yet).
+SELECT s.type, s.queue, s.input, s.over, s.signal, s.child_workflow_id,
+       w.definition->'input_schema' AS child_input_schema,
+       CASE WHEN s.scheduled_at > statement_timestamp() THEN s.scheduled_at END AS not_before
+FROM {schema}.cyclone_steps s
+LEFT JOIN {schema}.cyclone_workflows w ON w.id = s.child_workflow_id
+WHERE s.run_id = %(run_id)s AND s.node = %(node)s
+
+-- name: step_get_output
+-- The output of one node of a run as JSON text (output resolution by (run_id, node)).
+SELECT output::text, state FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND node = %(node)s
+
+-- name: step_get_signal_waiter
+-- The first waiting wait_signal node of a run that awaits signal %(name)s.
+SELECT node FROM {schema}.cyclone_steps
+WHERE run_id = %(run_id)s AND type = 'wait_signal' AND signal = %(name)s AND state = 'waiting'
+ORDER BY id
+LIMIT 1
+
+-- name: step_get_state
+-- The state of one node of a run, and its fan-out node when it is an item.
+SELECT state, parent_node FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND node = %(node)s
+
+-- name: step_insert_items
+-- One item step per list element, in one INSERT ... SELECT over jsonb_array_elements:
+-- named NODE[i] (0-based), with the node's call, queue, priority, retry and timeout; the
+-- first max_parallel items available, the rest pending, none claimable before the node's
+-- scheduled_at (a delayed run). Items that exist already (an operator retry expands the
+-- node again) are kept as they are.
+INSERT INTO {schema}.cyclone_steps
+    (run_id, root_run_id, node, type, call, state, queue, priority, max_attempts, backoff,
+     timeout, input, parent_node, item_index, item, scheduled_at)
+SELECT p.run_id, p.root_run_id, p.node || '[' || (e.ord - 1) || ']', 'fan_out_item', p.call,
+       CASE WHEN p.max_parallel IS NULL OR e.ord <= p.max_parallel
+            THEN 'available' ELSE 'pending' END,
+       p.queue, p.priority, p.max_attempts, p.backoff, p.timeout, p.input, p.node,
+       (e.ord - 1)::int, e.value, greatest(p.scheduled_at, statement_timestamp())
+FROM {schema}.cyclone_steps p
+CROSS JOIN LATERAL jsonb_array_elements(CASE
+          WHEN %(literal)s::jsonb IS NOT NULL THEN %(literal)s::jsonb
+          WHEN %(from_node)s::text IS NULL
+              THEN (SELECT r.input #> %(path)s::text[] FROM {schema}.cyclone_runs r
+                    WHERE r.id = %(run_id)s)
+          ELSE (SELECT u.output #> %(path)s::text[] FROM {schema}.cyclone_steps u
+                WHERE u.run_id = %(run_id)s AND u.node = %(from_node)s)
+      END) WITH ORDINALITY AS e(value, ord)
+WHERE p.run_id = %(run_id)s AND p.node = %(node)s AND p.state = 'waiting'
+ORDER BY e.ord
+ON CONFLICT (run_id, node) DO NOTHING
+
+-- name: step_insert_plan
+-- Insert one step per node of a new run from its definition's compiled plan, in file order
+-- (submit, or the start of a child run; Engine Design: Why Static DAGs): action roots
+-- available, every other node pending; every step pending when %(hold)s (a held run of a
+-- sequence). The submission's %(queue)s / %(priority)s replace those of the nodes that do
+-- not set their own (Queues and Priority). No step is claimable before %(run_at)s, or
+-- now() plus %(delay_us)s microseconds (a delayed run). Returns each step's queue, state,
+-- and whether it is claimable now.
+INSERT INTO {schema}.cyclone_steps
+    (run_id, root_run_id, node, type, call, state, queue, priority, max_attempts, backoff,
+     on_dep_failure, timeout, input, over, max_parallel, signal, max_wait, child_workflow_id,
+     scheduled_at)
+SELECT %(run_id)s, %(root_run_id)s, p.node, p.type, p.call,
+       CASE WHEN p.type = 'action' AND jsonb_array_length(p.needs) = 0
+                 AND NOT %(hold)s::boolean
+            THEN 'available' ELSE 'pending' END,
+       CASE WHEN %(queue)s::text IS NULL OR coalesce(p.queue_own, false) THEN p.queue
+            ELSE %(queue)s::text END,
+       CASE WHEN %(priority)s::int IS NULL OR coalesce(p.priority_own, false) THEN p.priority
+            ELSE %(priority)s::int END,
+       p.max_attempts, p.backoff, p.on_dep_failure,
+       make_interval(secs => p.timeout_s), p.input, p.over, p.max_parallel, p.signal,
+       make_interval(secs => p.max_wait_s), p.child_workflow_id,
+       coalesce(%(run_at)s::timestamptz,
+                now() + (%(delay_us)s::bigint * interval '1 microsecond'), now())
+FROM {schema}.cyclone_workflows w
+CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') WITH ORDINALITY AS e(value, ord)
+CROSS JOIN LATERAL jsonb_to_record(e.value) AS p(
+    node text, type text, call text, needs jsonb, queue text, queue_own boolean,
+    priority int, priority_own boolean, max_attempts int, backoff jsonb,
+    on_dep_failure text, timeout_s float8, input jsonb, over jsonb, max_parallel int,
+    signal text, max_wait_s float8, child_workflow_id bigint)
+WHERE w.id = %(workflow_id)s
+ORDER BY e.ord
+RETURNING queue, state, scheduled_at <= statement_timestamp() AS due
+
+-- name: step_list
+-- Every step of a run in creation order (fan-out items only when %(items)s).
+SELECT id, node, type, call, state, queue, priority, attempt, max_attempts, reclaims,
+       lease_owner, lease_expiry, lease_generation, started_at, finished_at, scheduled_at,
+       output, error, error_kind, errors, parent_node, item_index, items_total, items_done,
+       signal, wait_until, child_run_id
+FROM {schema}.cyclone_steps
+WHERE run_id = %(run_id)s AND (%(items)s OR parent_node IS NULL)
+ORDER BY id
+
+-- name: step_list_discarded
+-- The discarded nodes of a run.
+SELECT node FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND state = 'discarded'
+
+-- name: step_list_expired_waits
+-- Wait scanner: waiting child and wait_signal nodes past wait_until.
+SELECT run_id, node, type, signal, child_run_id,
+       extract(epoch FROM wait_until - started_at)::float8 AS waited_s
+FROM {schema}.cyclone_steps
+WHERE state = 'waiting' AND wait_until IS NOT NULL AND wait_until <= now()
+ORDER BY wait_until
+LIMIT %(batch)s
+
+-- name: step_list_reclaim_exhausted
+-- Recovery sweep: expired leases of steps already reclaimed max_reclaims times.
+SELECT id, run_id, node, lease_generation
+FROM {schema}.cyclone_steps
+WHERE state = 'running' AND lease_expiry < now()
+  AND %(max_reclaims)s::int > 0 AND reclaims >= %(max_reclaims)s::int
+ORDER BY lease_expiry
+LIMIT %(batch)s
+
+-- name: step_list_timed_out
+-- Recovery sweep: running steps past started_at + timeout, even with a fresh lease.
+SELECT id, run_id, node, lease_generation
+FROM {schema}.cyclone_steps
+WHERE state = 'running' AND timeout IS NOT NULL AND started_at + timeout <= now()
+ORDER BY started_at
+LIMIT %(batch)s
+
+-- name: step_release_dependents
+-- After completions: the dependents of each completed (%(run_ids)s[i], %(nodes)s[i]) whose
+-- every dependency completed, pending -> available (actions) or waiting (the engine starts
+-- the others in the same transaction); one node, or every node of a group commit. Runs
+-- under the run row locks, so two fan-in completions cannot both miss each other. Returns
+-- each released step's run, queue, node and type.
+UPDATE {schema}.cyclone_steps s
+SET state = CASE WHEN s.type = 'action' THEN 'available' ELSE 'waiting' END,
+    scheduled_at = greatest(s.scheduled_at, statement_timestamp()),
+    started_at = CASE WHEN s.type = 'action' THEN s.started_at ELSE statement_timestamp() END
+FROM (SELECT DISTINCT d.run_id, d.node
+      FROM unnest(%(run_ids)s::uuid[], %(nodes)s::text[]) AS c(run_id, node)
+      -- LATERAL: one index lookup per completed node, never a scan of cyclone_deps
+      CROSS JOIN LATERAL (SELECT x.run_id, x.node FROM {schema}.cyclone_deps x
+                          WHERE x.run_id = c.run_id AND x.depends_on = c.node) d) t
+WHERE s.run_id = t.run_id AND s.node = t.node
+  AND s.state = 'pending'
+  AND s.parent_node IS NULL
+  AND NOT EXISTS (
+      SELECT 1
+      FROM {schema}.cyclone_deps d
+      JOIN {schema}.cyclone_steps u ON u.run_id = d.run_id AND u.node = d.depends_on
+      WHERE d.run_id = s.run_id AND d.node = s.node AND u.state <> 'completed')
+RETURNING s.run_id, s.queue, s.node, s.type
+
+-- name: step_release_items
+-- pending -> available for the next items of a fan-out node, in item order, until
+-- max_parallel items are available or running (all of them without max_parallel). Each
+-- item's terminal transition calls it, so max_parallel holds across every worker without
+-- touching the claim.
+UPDATE {schema}.cyclone_steps s
+SET state = 'available', scheduled_at = greatest(s.scheduled_at, statement_timestamp())
+WHERE s.id IN (
+        SELECT i.id FROM {schema}.cyclone_steps i
+        WHERE i.run_id = %(run_id)s AND i.parent_node = %(node)s AND i.state = 'pending'
+        ORDER BY i.item_index
+        LIMIT coalesce((
+            SELECT CASE WHEN p.max_parallel IS NULL THEN 2147483647
+                        ELSE greatest(0, p.max_parallel - (
+                            SELECT count(*) FROM {schema}.cyclone_steps a
+                            WHERE a.run_id = p.run_id AND a.parent_node = p.node
+                              AND a.state IN ('available', 'running'))) END
+            FROM {schema}.cyclone_steps p
+            WHERE p.run_id = %(run_id)s AND p.node = %(node)s AND p.state = 'waiting'), 0))
+  AND s.state = 'pending'
+RETURNING s.queue
+
+-- name: step_release_lease_many
+-- Graceful shutdown: this client's unfinished steps running -> available at once (lease
+-- cleared, no attempt and no reclaim charged), each guarded by its lease_generation.
+UPDATE {schema}.cyclone_steps s
+SET state = 'available', lease_owner = NULL, lease_expiry = NULL, heartbeat_at = NULL
+FROM unnest(%(ids)s::bigint[], %(generations)s::bigint[]) AS h(id, generation)
+WHERE s.id = h.id AND s.state = 'running' AND s.lease_owner = %(owner)s
+  AND s.lease_generation = h.generation
+RETURNING s.queue
+
+-- name: step_release_ready
+-- pending -> available (action nodes) or waiting (fan_out, child and wait_signal nodes,
+-- which the engine starts in the same transaction) for every step of run %(run_id)s whose
+-- every dependency completed: after a submit, the release of a held run of a sequence, or
+-- an operator retry (the dependents of completed nodes: step_release_dependents). A later
+-- scheduled_at (a delayed run) is kept. Fan-out items are released by
+-- step_release_items instead.
+UPDATE {schema}.cyclone_steps s
+SET state = CASE WHEN s.type = 'action' THEN 'available' ELSE 'waiting' END,
+    scheduled_at = greatest(s.scheduled_at, statement_timestamp()),
+    started_at = CASE WHEN s.type = 'action' THEN s.started_at ELSE statement_timestamp() END
+WHERE s.run_id = %(run_id)s
+  AND s.state = 'pending'
+  AND s.parent_node IS NULL
+  AND NOT EXISTS (
+      SELECT 1
+      FROM {schema}.cyclone_deps d
+      JOIN {schema}.cyclone_steps u ON u.run_id = d.run_id AND u.node = d.depends_on
+      WHERE d.run_id = %(run_id)s AND d.node = s.node AND u.state <> 'completed')
+RETURNING s.run_id, s.queue, s.node, s.type
+
+-- name: step_rescue_expired
+-- Recovery sweep: running steps whose lease expired (and whose timeout has not passed) ->
+-- available, lease cleared, reclaims + 1, no attempt charged, scheduled_at untouched
+-- (Engine Design: Leases and Heartbeats). Steps that reached max_reclaims are left to
+-- step_list_reclaim_exhausted.
+UPDATE {schema}.cyclone_steps s
+SET state = 'available', lease_owner = NULL, lease_expiry = NULL, heartbeat_at = NULL,
+    reclaims = s.reclaims + 1
+WHERE s.id IN (
+        SELECT id FROM {schema}.cyclone_steps
+        WHERE state = 'running' AND lease_expiry < now()
+          AND (timeout IS NULL OR started_at + timeout > now())
+          AND (%(max_reclaims)s::int = 0 OR reclaims < %(max_reclaims)s::int)
+        ORDER BY lease_expiry
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED)
+  AND s.state = 'running'
+  AND s.lease_expiry < now()
+RETURNING s.id, s.run_id, s.node, s.queue, s.reclaims
+
+-- name: step_reset_for_retry
+-- Operator retry: discarded steps (all, or only %(node)s and its fan-out items) and every
+-- cancelled step of the run -> pending with attempts and reclaims reset; step_release_ready
+-- then releases those whose dependencies completed (a fan-out node releases its reset
+-- items again; a child node starts a new child run). The per-attempt error history is kept.
+UPDATE {schema}.cyclone_steps
+SET state = 'pending', attempt = 1, reclaims = 0, error = NULL, error_kind = NULL,
+    finished_at = NULL, lease_owner = NULL, lease_expiry = NULL, heartbeat_at = NULL,
+    started_at = NULL, output = NULL, scheduled_at = statement_timestamp(),
+    wait_until = NULL, child_run_id = NULL
+WHERE run_id = %(run_id)s
+  AND (state = 'cancelled'
+       OR (state = 'discarded'
+           AND (%(node)s::text IS NULL OR node = %(node)s OR parent_node = %(node)s)))
+RETURNING node, parent_node
+
+-- name: step_set_child_run
+-- Record the child run a waiting child node started.
+UPDATE {schema}.cyclone_steps
+SET child_run_id = %(child_run_id)s
+WHERE run_id = %(run_id)s AND node = %(node)s AND state = 'waiting'
+
+-- name: step_set_items_total
+-- Record a started fan-out node's item count and how many of its items completed already
+-- (zero, unless an operator retry expands it again).
+UPDATE {schema}.cyclone_steps p
+SET items_total = %(total)s,
+    items_done = (SELECT count(*) FROM {schema}.cyclone_steps i
+                  WHERE i.run_id = p.run_id AND i.parent_node = p.node
+                    AND i.state = 'completed')
+WHERE p.run_id = %(run_id)s AND p.node = %(node)s AND p.state = 'waiting'
+RETURNING p.items_done, p.items_total
+
+-- name: step_start_wait
+-- A child or wait_signal node starts waiting: wait_until = now() (or the start of a
+-- delayed run, when later) + max_wait, where a wait_signal node without max_wait takes the
+-- max_signal_wait of the client that submitted the run (Client Options: WithMaxSignalWait);
+-- NULL waits without a bound.
+UPDATE {schema}.cyclone_steps s
+SET wait_until = greatest(s.scheduled_at, statement_timestamp())
+        + coalesce(s.max_wait, CASE WHEN s.type = 'wait_signal' THEN r.max_signal_wait END)
+FROM {schema}.cyclone_runs r
+WHERE r.id = s.run_id AND s.run_id = %(run_id)s AND s.node = %(node)s AND s.state = 'waiting'
+RETURNING s.wait_until

@@ -1,0 +1,555 @@
+"""The statements of ``sql/steps.sql`` (table ``cyclone_steps``), one typed function each.
+
+Each runs in the caller's transaction on ``s.conn`` and decides nothing; a guarded
+compare-and-swap that changed no row returns None or False (stale), never raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from cyclone_flow.db.conn import Pending, SessionLike, every, execute, execute_rows, one
+from cyclone_flow.db.rows import (
+    ClaimedStep,
+    CompletedLease,
+    CompletedStep,
+    DecidedNode,
+    ExpiredNode,
+    ExpiredWait,
+    FailedAttempt,
+    InsertedStep,
+    ItemCounts,
+    ItemsDone,
+    LeasedStep,
+    ListShape,
+    NodeInfo,
+    NodeState,
+    QueueStats,
+    ReleasedStep,
+    RescuedStep,
+    ResetStep,
+    Step,
+    StepOutput,
+    rows_of,
+)
+from cyclone_flow.states import StepState
+
+_CLAIMED = rows_of(ClaimedStep, columns={"run_input": "run_input_text"})
+_STEP = rows_of(Step, convert={"state": StepState})
+_QUEUE_STATS = rows_of(QueueStats)
+_INSERTED = rows_of(InsertedStep, convert={"state": StepState})
+_COMPLETED = rows_of(CompletedStep)
+_COMPLETED_LEASE = rows_of(CompletedLease)
+_RELEASED = rows_of(ReleasedStep)
+_FAILED = rows_of(FailedAttempt, convert={"state": StepState})
+_RESCUED = rows_of(RescuedStep)
+_LEASED = rows_of(LeasedStep)
+_OUTPUT = rows_of(StepOutput, convert={"state": StepState})
+_RESET = rows_of(ResetStep)
+_NODE_STATE = rows_of(NodeState, convert={"state": StepState})
+_NODE_INFO = rows_of(NodeInfo)
+_LIST_SHAPE = rows_of(ListShape, columns={"jsonb_typeof": "kind", "case": "length"})
+_ITEM_COUNTS = rows_of(ItemCounts)
+_ITEMS_DONE = rows_of(ItemsDone, columns={"case": "queue"})
+_DECIDED = rows_of(DecidedNode, convert={"state": StepState})
+_EXPIRED_WAIT = rows_of(ExpiredWait)
+_EXPIRED_NODE = rows_of(ExpiredNode)
+
+
+def _firsts(cursor: psycopg.Cursor[Any]) -> list[str]:
+    return [r[0] for r in cursor.fetchall()]
+
+
+# -- insert --------------------------------------------------------------------------------
+
+
+def step_insert_plan(
+    s: SessionLike,
+    *,
+    run_id: str,
+    root_run_id: str | None,
+    workflow_id: int,
+    queue: str | None,
+    priority: int | None,
+    hold: bool,
+    run_at: datetime | None,
+    delay_us: int | None,
+) -> list[InsertedStep]:
+    """Insert one step per node of a new run from its definition's plan."""
+    params = {
+        "run_id": run_id,
+        "root_run_id": root_run_id,
+        "workflow_id": workflow_id,
+        "queue": queue,
+        "priority": priority,
+        "hold": hold,
+        "run_at": run_at,
+        "delay_us": delay_us,
+    }
+    return execute_rows(s, "step_insert_plan", params, _INSERTED).fetchall()
+
+
+# -- claim and leases ------------------------------------------------------------------------
+
+
+def step_claim(
+    s: SessionLike, *, queue: str, limit: int, owner: str, ttl_us: int
+) -> list[ClaimedStep]:
+    """available -> running for up to ``limit`` steps of ``queue`` (SKIP LOCKED, then the
+    CAS that takes the lease for ``ttl_us`` microseconds)."""
+    params = {"queue": queue, "limit": limit, "owner": owner, "ttl_us": ttl_us}
+    return execute_rows(s, "step_claim", params, _CLAIMED).fetchall()
+
+
+def step_claim_run(
+    s: SessionLike, *, queue: str, limit: int, owner: str, ttl_us: int, run_id: str
+) -> list[ClaimedStep]:
+    """:func:`step_claim` restricted to run ``run_id`` and its child runs."""
+    params = {"queue": queue, "limit": limit, "owner": owner, "ttl_us": ttl_us, "run_id": run_id}
+    return execute_rows(s, "step_claim_run", params, _CLAIMED).fetchall()
+
+
+def step_extend_lease_many(
+    s: SessionLike, *, ids: Sequence[int], generations: Sequence[int], owner: str, ttl_us: int
+) -> set[tuple[int, int]]:
+    """Renew the leases ``(ids[i], generations[i])`` of ``owner``; the pairs renewed."""
+    params = {"ids": ids, "generations": generations, "owner": owner, "ttl_us": ttl_us}
+    return {(r[0], r[1]) for r in execute(s, "step_extend_lease_many", params).fetchall()}
+
+
+def step_release_lease_many(
+    s: SessionLike, *, ids: Sequence[int], generations: Sequence[int], owner: str
+) -> list[str]:
+    """running -> available at once for the leases of ``owner``; the queues of the steps
+    given back."""
+    params = {"ids": ids, "generations": generations, "owner": owner}
+    return _firsts(execute(s, "step_release_lease_many", params))
+
+
+# -- completion ----------------------------------------------------------------------------
+
+
+def send_step_complete_if_leased(
+    s: SessionLike, *, id: int, owner: str, generation: int, output: str
+) -> Pending[CompletedStep | None]:
+    """Send ``step_complete_if_leased``; the result is None when stale."""
+    params = {"id": id, "owner": owner, "generation": generation, "output": output}
+    return Pending(execute_rows(s, "step_complete_if_leased", params, _COMPLETED), one)
+
+
+def step_complete_if_leased(
+    s: SessionLike, *, id: int, owner: str, generation: int, output: str
+) -> CompletedStep | None:
+    """running -> completed with ``output`` (JSON text) under the claim's lease; None when
+    stale."""
+    return send_step_complete_if_leased(
+        s, id=id, owner=owner, generation=generation, output=output
+    ).result()
+
+
+def send_step_complete_if_leased_many(
+    s: SessionLike,
+    *,
+    ids: Sequence[int],
+    generations: Sequence[int],
+    outputs: Sequence[str],
+    owner: str,
+) -> Pending[list[CompletedLease]]:
+    """Send ``step_complete_if_leased_many``; the result lists the steps completed (a step
+    missing from it is stale)."""
+    params = {"ids": ids, "generations": generations, "outputs": outputs, "owner": owner}
+    cur = execute_rows(s, "step_complete_if_leased_many", params, _COMPLETED_LEASE)
+    return Pending(cur, every)
+
+
+def step_complete_if_leased_many(
+    s: SessionLike,
+    *,
+    ids: Sequence[int],
+    generations: Sequence[int],
+    outputs: Sequence[str],
+    owner: str,
+) -> list[CompletedLease]:
+    """running -> completed for a batch, each row under its own lease."""
+    return send_step_complete_if_leased_many(
+        s, ids=ids, generations=generations, outputs=outputs, owner=owner
+    ).result()
+
+
+def step_complete_if_waiting(s: SessionLike, *, run_id: str, node: str, output: str) -> bool:
+    """waiting -> completed with ``output`` (JSON text); False when stale."""
+    params = {"run_id": run_id, "node": node, "output": output}
+    return execute(s, "step_complete_if_waiting", params).fetchone() is not None
+
+
+def step_complete_from_child_if_waiting(
+    s: SessionLike, *, run_id: str, node: str, child_run_id: str
+) -> DecidedNode | None:
+    """The child node waiting for ``child_run_id`` -> completed with its output (or
+    discarded: over the output limit); None when the node no longer waits for it."""
+    params = {"run_id": run_id, "node": node, "child_run_id": child_run_id}
+    return execute_rows(s, "step_complete_from_child_if_waiting", params, _DECIDED).fetchone()
+
+
+# -- release -------------------------------------------------------------------------------
+
+
+def step_release_ready(s: SessionLike, *, run_id: str) -> list[ReleasedStep]:
+    """Release every pending step of ``run_id`` whose dependencies all completed."""
+    return execute_rows(s, "step_release_ready", {"run_id": run_id}, _RELEASED).fetchall()
+
+
+def send_step_release_dependents(
+    s: SessionLike, *, run_ids: Sequence[str], nodes: Sequence[str]
+) -> Pending[list[ReleasedStep]]:
+    """Send ``step_release_dependents`` for the completed ``(run_ids[i], nodes[i])``."""
+    params = {"run_ids": run_ids, "nodes": nodes}
+    return Pending(execute_rows(s, "step_release_dependents", params, _RELEASED), every)
+
+
+def step_release_dependents(
+    s: SessionLike, *, run_ids: Sequence[str], nodes: Sequence[str]
+) -> list[ReleasedStep]:
+    """Release the dependents of completed nodes whose dependencies all completed."""
+    return send_step_release_dependents(s, run_ids=run_ids, nodes=nodes).result()
+
+
+# -- failure and cancel --------------------------------------------------------------------
+
+
+def _fail_params(
+    id: int,
+    generation: int,
+    owner: str | None,
+    error: str,
+    error_kind: str,
+    traceback: str | None,
+    permanent: bool,
+    timed_out: bool,
+) -> dict[str, object]:
+    return {
+        "id": id,
+        "generation": generation,
+        "owner": owner,
+        "error": error,
+        "error_kind": error_kind,
+        "traceback": traceback,
+        "permanent": permanent,
+        "timed_out": timed_out,
+    }
+
+
+def send_step_fail_if_leased(
+    s: SessionLike,
+    *,
+    id: int,
+    generation: int,
+    owner: str | None,
+    error: str,
+    error_kind: str,
+    traceback: str | None,
+    permanent: bool,
+    timed_out: bool,
+) -> Pending[FailedAttempt | None]:
+    """Send ``step_fail_if_leased``; the result is None when stale."""
+    params = _fail_params(id, generation, owner, error, error_kind, traceback, permanent, timed_out)
+    return Pending(execute_rows(s, "step_fail_if_leased", params, _FAILED), one)
+
+
+def step_fail_if_leased(
+    s: SessionLike,
+    *,
+    id: int,
+    generation: int,
+    owner: str | None,
+    error: str,
+    error_kind: str,
+    traceback: str | None,
+    permanent: bool,
+    timed_out: bool,
+) -> FailedAttempt | None:
+    """A failed attempt (retry after backoff, or discard); None when stale."""
+    return send_step_fail_if_leased(
+        s,
+        id=id,
+        generation=generation,
+        owner=owner,
+        error=error,
+        error_kind=error_kind,
+        traceback=traceback,
+        permanent=permanent,
+        timed_out=timed_out,
+    ).result()
+
+
+def send_step_fail_without_backoff_if_leased(
+    s: SessionLike,
+    *,
+    id: int,
+    generation: int,
+    owner: str | None,
+    error: str,
+    error_kind: str,
+    traceback: str | None,
+    permanent: bool,
+    timed_out: bool,
+) -> Pending[FailedAttempt | None]:
+    """Send ``step_fail_without_backoff_if_leased``; the result is None when stale."""
+    params = _fail_params(id, generation, owner, error, error_kind, traceback, permanent, timed_out)
+    cur = execute_rows(s, "step_fail_without_backoff_if_leased", params, _FAILED)
+    return Pending(cur, one)
+
+
+def step_fail_without_backoff_if_leased(
+    s: SessionLike,
+    *,
+    id: int,
+    generation: int,
+    owner: str | None,
+    error: str,
+    error_kind: str,
+    traceback: str | None,
+    permanent: bool,
+    timed_out: bool,
+) -> FailedAttempt | None:
+    """:func:`step_fail_if_leased` without reading the step's backoff (a retry is
+    available at once); None when stale."""
+    return send_step_fail_without_backoff_if_leased(
+        s,
+        id=id,
+        generation=generation,
+        owner=owner,
+        error=error,
+        error_kind=error_kind,
+        traceback=traceback,
+        permanent=permanent,
+        timed_out=timed_out,
+    ).result()
+
+
+def step_cancel_remaining(s: SessionLike, *, run_id: str, error: str) -> list[str]:
+    """Every non-terminal step of ``run_id`` -> cancelled; the nodes cancelled."""
+    return _firsts(execute(s, "step_cancel_remaining", {"run_id": run_id, "error": error}))
+
+
+def step_cancel_nodes(
+    s: SessionLike, *, run_id: str, nodes: Sequence[str], error: str
+) -> list[str]:
+    """The named non-terminal steps of ``run_id`` -> cancelled; the nodes cancelled."""
+    params = {"run_id": run_id, "nodes": nodes, "error": error}
+    return _firsts(execute(s, "step_cancel_nodes", params))
+
+
+def step_discard_if_waiting(
+    s: SessionLike,
+    *,
+    run_id: str,
+    node: str,
+    error: str,
+    error_kind: str,
+    child_run_id: str | None = None,
+) -> bool:
+    """waiting -> discarded with ``error`` (only while it waits for ``child_run_id``,
+    when given); False when stale."""
+    params = {
+        "run_id": run_id,
+        "node": node,
+        "error": error,
+        "error_kind": error_kind,
+        "child_run_id": child_run_id,
+    }
+    return execute(s, "step_discard_if_waiting", params).fetchone() is not None
+
+
+def step_reset_for_retry(s: SessionLike, *, run_id: str, node: str | None) -> list[ResetStep]:
+    """Operator retry: discarded (all, or ``node`` and its items) and cancelled steps ->
+    pending; the steps reset."""
+    params = {"run_id": run_id, "node": node}
+    return execute_rows(s, "step_reset_for_retry", params, _RESET).fetchall()
+
+
+# -- recovery sweep ------------------------------------------------------------------------
+
+
+def step_rescue_expired(s: SessionLike, *, max_reclaims: int, batch: int) -> list[RescuedStep]:
+    """Expired leases back to available (reclaims + 1); the steps rescued."""
+    params = {"max_reclaims": max_reclaims, "batch": batch}
+    return execute_rows(s, "step_rescue_expired", params, _RESCUED).fetchall()
+
+
+def step_list_timed_out(s: SessionLike, *, batch: int) -> list[LeasedStep]:
+    """Running steps past ``started_at + timeout``."""
+    return execute_rows(s, "step_list_timed_out", {"batch": batch}, _LEASED).fetchall()
+
+
+def step_list_reclaim_exhausted(
+    s: SessionLike, *, max_reclaims: int, batch: int
+) -> list[LeasedStep]:
+    """Expired leases of steps reclaimed ``max_reclaims`` times already."""
+    params = {"max_reclaims": max_reclaims, "batch": batch}
+    return execute_rows(s, "step_list_reclaim_exhausted", params, _LEASED).fetchall()
+
+
+# -- nodes that wait -----------------------------------------------------------------------
+
+
+def step_get_node_info(s: SessionLike, *, run_id: str, node: str) -> NodeInfo | None:
+    """What starting the released node ``node`` needs; None when there is no such step."""
+    params = {"run_id": run_id, "node": node}
+    return execute_rows(s, "step_get_node_info", params, _NODE_INFO).fetchone()
+
+
+def step_start_wait(s: SessionLike, *, run_id: str, node: str) -> None:
+    """A child or wait_signal node starts waiting (its ``wait_until`` is set)."""
+    execute(s, "step_start_wait", {"run_id": run_id, "node": node})
+
+
+def step_set_child_run(s: SessionLike, *, run_id: str, node: str, child_run_id: str) -> None:
+    """Record the child run a waiting child node started."""
+    params = {"run_id": run_id, "node": node, "child_run_id": child_run_id}
+    execute(s, "step_set_child_run", params)
+
+
+def step_list_expired_waits(s: SessionLike, *, batch: int) -> list[ExpiredWait]:
+    """Waiting child and wait_signal nodes past ``wait_until``."""
+    return execute_rows(s, "step_list_expired_waits", {"batch": batch}, _EXPIRED_WAIT).fetchall()
+
+
+def step_discard_if_wait_expired(
+    s: SessionLike, *, run_id: str, node: str, error: str
+) -> ExpiredNode | None:
+    """waiting -> discarded with kind ``timeout`` past ``wait_until``; None when stale."""
+    params = {"run_id": run_id, "node": node, "error": error}
+    return execute_rows(s, "step_discard_if_wait_expired", params, _EXPIRED_NODE).fetchone()
+
+
+def step_get_signal_waiter(s: SessionLike, *, run_id: str, name: str) -> str | None:
+    """The first waiting wait_signal node of ``run_id`` that awaits ``name``."""
+    row = execute(s, "step_get_signal_waiter", {"run_id": run_id, "name": name}).fetchone()
+    return None if row is None else str(row[0])
+
+
+# -- fan-out -------------------------------------------------------------------------------
+
+
+def step_get_list_shape(
+    s: SessionLike,
+    *,
+    run_id: str,
+    node: str,
+    literal: str | None,
+    from_node: str | None,
+    path: list[str],
+) -> ListShape | None:
+    """The JSON type and length of a fan-out node's list (a literal, a part of the run
+    input, or a part of ``from_node``'s output at ``path``)."""
+    params = {
+        "run_id": run_id,
+        "node": node,
+        "literal": literal,
+        "from_node": from_node,
+        "path": path,
+    }
+    return execute_rows(s, "step_get_list_shape", params, _LIST_SHAPE).fetchone()
+
+
+def step_insert_items(
+    s: SessionLike,
+    *,
+    run_id: str,
+    node: str,
+    literal: str | None,
+    from_node: str | None,
+    path: list[str],
+) -> None:
+    """One item step per element of the fan-out node's list (see
+    :func:`step_get_list_shape`)."""
+    params = {
+        "run_id": run_id,
+        "node": node,
+        "literal": literal,
+        "from_node": from_node,
+        "path": path,
+    }
+    execute(s, "step_insert_items", params)
+
+
+def step_set_items_total(
+    s: SessionLike, *, run_id: str, node: str, total: int
+) -> ItemCounts | None:
+    """Record a started fan-out node's item count; its done and total counts."""
+    params = {"run_id": run_id, "node": node, "total": total}
+    return execute_rows(s, "step_set_items_total", params, _ITEM_COUNTS).fetchone()
+
+
+def step_release_items(s: SessionLike, *, run_id: str, node: str) -> list[str]:
+    """pending -> available for the next items of a fan-out node; their queues."""
+    return _firsts(execute(s, "step_release_items", {"run_id": run_id, "node": node}))
+
+
+def step_count_item_done(s: SessionLike, *, run_id: str, node: str, n: int) -> ItemsDone | None:
+    """``n`` items of the waiting fan-out node ``node`` completed: count them and release
+    the next ones; None when the node no longer waits."""
+    params = {"run_id": run_id, "node": node, "n": n}
+    return execute_rows(s, "step_count_item_done", params, _ITEMS_DONE).fetchone()
+
+
+def step_complete_fan_out(s: SessionLike, *, run_id: str, node: str) -> DecidedNode | None:
+    """waiting -> completed with the item outputs (or discarded: over the output limit);
+    None when stale."""
+    params = {"run_id": run_id, "node": node}
+    return execute_rows(s, "step_complete_fan_out", params, _DECIDED).fetchone()
+
+
+def step_cancel_items(s: SessionLike, *, run_id: str, node: str, error: str) -> list[str]:
+    """Every unfinished item of a fan-out node -> cancelled; the items cancelled."""
+    params = {"run_id": run_id, "node": node, "error": error}
+    return _firsts(execute(s, "step_cancel_items", params))
+
+
+def step_count_items(s: SessionLike, *, run_id: str) -> dict[str, dict[str, int]]:
+    """Item counts of each started fan-out node of a run: node -> state -> count."""
+    out: dict[str, dict[str, int]] = {}
+    for node, state, count in execute(s, "step_count_items", {"run_id": run_id}).fetchall():
+        out.setdefault(node, {})[state] = int(count)
+    return out
+
+
+# -- reads ---------------------------------------------------------------------------------
+
+
+def step_get_output(s: SessionLike, *, run_id: str, node: str) -> StepOutput | None:
+    """The output of ``(run_id, node)`` as JSON text, with the step's state."""
+    params = {"run_id": run_id, "node": node}
+    return execute_rows(s, "step_get_output", params, _OUTPUT).fetchone()
+
+
+def step_get_state(s: SessionLike, *, run_id: str, node: str) -> NodeState | None:
+    """The state of one node of a run (and its fan-out node when it is an item)."""
+    params = {"run_id": run_id, "node": node}
+    return execute_rows(s, "step_get_state", params, _NODE_STATE).fetchone()
+
+
+def step_list(s: SessionLike, *, run_id: str, items: bool) -> list[Step]:
+    """Every step of a run in creation order (fan-out items only when ``items``)."""
+    return execute_rows(s, "step_list", {"run_id": run_id, "items": items}, _STEP).fetchall()
+
+
+def step_list_discarded(s: SessionLike, *, run_id: str) -> list[str]:
+    """The discarded nodes of a run."""
+    return _firsts(execute(s, "step_list_discarded", {"run_id": run_id}))
+
+
+def step_count_active(s: SessionLike, *, queues: Sequence[str]) -> int:
+    """Steps of ``queues`` that are available (at any time) or running."""
+    row = execute(s, "step_count_active", {"queues": list(queues)}).fetchone()
+    return int(row[0]) if row else 0
+
+
+def step_count_by_queue(s: SessionLike) -> list[QueueStats]:
+    """Per queue with available or running steps: depth, delayed, running, oldest age."""
+    return execute_rows(s, "step_count_by_queue", None, _QUEUE_STATS).fetchall()

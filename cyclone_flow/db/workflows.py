@@ -1,0 +1,24 @@
+"""The statements of ``sql/workflows.sql`` (table ``cyclone_workflows``), one typed function
+each."""
+
+from __future__ import annotations
+
+from cyclone_flow.db.conn import SessionLike, execute, execute_rows
+from cyclone_flow.db.rows import StoredWorkflow, rows_of
+
+_STORED = rows_of(StoredWorkflow)
+
+
+def workflow_upsert(
+    s: SessionLike, *, name: str, digest: str, definition: str, plan: str
+) -> StoredWorkflow | None:
+    """Store a definition (JSON text) and its plan once per ``(name, digest)``; its id and
+    whether the stored row lacks a plan. None only when a concurrent first insert of the
+    same digest had not committed when the statement started (ask again)."""
+    params = {"name": name, "digest": digest, "definition": definition, "plan": plan}
+    return execute_rows(s, "workflow_upsert", params, _STORED).fetchone()
+
+
+def workflow_fill_plan(s: SessionLike, *, id: int, plan: str) -> None:
+    """Give a definition stored before plans existed its plan."""
+    execute(s, "workflow_fill_plan", {"id": id, "plan": plan})

@@ -1,0 +1,112 @@
+"""Build the typed :class:`Flow` from a document that passed the schema and the checks.
+
+``defaults`` are applied here: a node's ``queue``, ``priority``, ``timeout`` and
+``on_dep_failure`` replace the default when given; ``retry`` merges key by key (and
+``retry.backoff`` too), so ``defaults: {retry: {max_attempts: 3}}`` plus a node's
+``retry: {backoff: {initial: 1s}}`` gives 3 attempts with a 1s initial backoff.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, cast
+
+from cyclone_flow.durations import parse_duration
+from cyclone_flow.flowfile.model import (
+    JSON,
+    Backoff,
+    Flow,
+    Node,
+    NodeType,
+    OnDepFailure,
+    Retry,
+)
+from cyclone_flow.names import DEFAULT_QUEUE
+
+__all__ = ["OPTION_KEYS", "build_flow", "document_digest"]
+
+OPTION_KEYS = ("over", "max_parallel", "flow", "signal", "max_wait")
+"""Type-specific node keys, kept as written in :attr:`Node.options`."""
+
+
+def document_digest(document: JSON) -> str:
+    """sha256 hex of the canonical JSON of ``document`` (sorted keys, no spaces)."""
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _retry(defaults: Mapping[str, Any], node: Mapping[str, Any]) -> Retry:
+    merged: dict[str, Any] = {**defaults.get("retry", {}), **node.get("retry", {})}
+    backoff_doc: dict[str, Any] = {
+        **defaults.get("retry", {}).get("backoff", {}),
+        **node.get("retry", {}).get("backoff", {}),
+    }
+    base = Backoff()
+    backoff = Backoff(
+        initial_s=parse_duration(backoff_doc.get("initial", base.initial_s)),
+        max_s=parse_duration(backoff_doc.get("max", base.max_s)),
+        multiplier=float(backoff_doc.get("multiplier", base.multiplier)),
+        jitter=float(backoff_doc.get("jitter", base.jitter)),
+    )
+    return Retry(
+        max_attempts=int(merged.get("max_attempts", Retry().max_attempts)), backoff=backoff
+    )
+
+
+def build_flow(
+    document: Mapping[str, Any],
+    path: str | None = None,
+    children: Mapping[str, Flow] | None = None,
+) -> Flow:
+    """Return the :class:`Flow` of a valid ``document`` (plain JSON data).
+
+    ``children`` maps each ``type: child`` node to its loaded flow (a flow without them can
+    be shown and inspected, not submitted). The digest covers the
+    document and, when there are child flows, their digests: a changed child file makes
+    a new definition of the parent too.
+
+    The caller must have validated and checked ``document``; a document that is not valid
+    may raise ``KeyError``, ``TypeError`` or ``ValueError`` here.
+    """
+    defaults: Mapping[str, Any] = document.get("defaults", {})
+    nodes: dict[str, Node] = {}
+    for name, spec in document["nodes"].items():
+        timeout = spec.get("timeout", defaults.get("timeout"))
+        nodes[name] = Node(
+            name=name,
+            type=cast(NodeType, spec.get("type", "action")),
+            call=spec.get("call"),
+            needs=tuple(spec.get("needs", ())),
+            input=spec.get("input"),
+            queue=spec.get("queue", defaults.get("queue", DEFAULT_QUEUE)),
+            priority=int(spec.get("priority", defaults.get("priority", 0))),
+            timeout_s=None if timeout is None else parse_duration(timeout),
+            retry=_retry(defaults, spec),
+            on_dep_failure=cast(
+                OnDepFailure, spec.get("on_dep_failure", defaults.get("on_dep_failure", "fail_run"))
+            ),
+            options={k: spec[k] for k in OPTION_KEYS if k in spec},
+            queue_set="queue" in spec,
+            priority_set="priority" in spec,
+            max_wait_s=None if spec.get("max_wait") is None else parse_duration(spec["max_wait"]),
+        )
+    children = dict(children or {})
+    digest = document_digest(document)
+    if children:
+        digest = document_digest(
+            {"document": digest, "children": {k: c.digest for k, c in sorted(children.items())}}
+        )
+    deadline = document.get("deadline")
+    return Flow(
+        name=document["name"],
+        nodes=nodes,
+        document=document,
+        digest=digest,
+        description=document.get("description"),
+        input_schema=document.get("input_schema"),
+        path=path,
+        deadline_s=None if deadline is None else parse_duration(deadline),
+        children=children,
+    )

@@ -1,0 +1,414 @@
+"""Semantic checks of a parsed flow that the JSON Schema cannot express.
+
+The checks tolerate a document that failed the schema: they skip the parts whose shape
+is wrong (the schema reports those), so one run reports as much as possible.
+
+Codes: E007 (duration or backoff out of range: zero, shorter than 1ms, longer than 366
+days, backoff initial > max), E008 (a string Postgres cannot store: NUL, lone surrogate),
+E010 (dependency cycle), E011 (unknown ``needs``), E012 (a node needs
+itself), E013 (reference to a node that is not an ancestor), E014 (reference to an
+unknown node), E016 (malformed ``${{`` expression), E017 (``${{ item }}`` outside the
+``input`` of a fan_out node), E050 (invalid cron expression), E051 (unknown time zone),
+E052 (two schedules with one name). Child-flow checks (E030-E032) live in
+:mod:`cyclone_flow.flowfile.children`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+import networkx as nx
+from croniter import CroniterBadDateError, croniter
+
+from cyclone_flow.durations import (
+    DURATION_PATTERN,
+    MAX_FLOW_DURATION_S,
+    MIN_FLOW_DURATION_S,
+    format_duration,
+    parse_duration,
+)
+from cyclone_flow.errors import Problem, TemplateError, shown
+from cyclone_flow.flowfile.read import Document, JsonPath
+from cyclone_flow.flowfile.template import find_strings, parse_ref
+from cyclone_flow.text import iter_unstorable, zone_info
+
+__all__ = ["check_document", "dependency_graph"]
+
+_DURATION_TEXT = re.compile(DURATION_PATTERN)
+
+
+def _nodes(doc: Document) -> dict[str, dict[str, Any]]:
+    data = doc.data
+    nodes = data.get("nodes") if isinstance(data, dict) else None
+    if not isinstance(nodes, dict):
+        return {}
+    return {name: node for name, node in nodes.items() if isinstance(node, dict)}
+
+
+def _needs(node: dict[str, Any]) -> list[tuple[int, str]]:
+    needs = node.get("needs")
+    if not isinstance(needs, list):
+        return []
+    return [(i, n) for i, n in enumerate(needs) if isinstance(n, str)]
+
+
+def dependency_graph(nodes: dict[str, dict[str, Any]]) -> nx.DiGraph:
+    """The DAG of ``nodes`` (name -> node mapping): an edge ``a -> b`` when ``b`` needs ``a``.
+
+    Unknown names and self-dependencies are left out.
+    """
+    graph = nx.DiGraph()
+    graph.add_nodes_from(nodes)
+    for name, node in nodes.items():
+        for _, need in _needs(node):
+            if need in nodes and need != name:
+                graph.add_edge(need, name)
+    return graph
+
+
+def check_document(doc: Document) -> list[Problem]:
+    """Every semantic problem of ``doc``, sorted by position."""
+    nodes = _nodes(doc)
+    problems: list[Problem] = []
+    problems += _check_needs(doc, nodes)
+    graph = dependency_graph(nodes)
+    problems += _check_cycles(doc, nodes, graph)
+    problems += _check_refs(doc, nodes, graph)
+    problems += _check_durations(doc, nodes)
+    problems += _check_schedules(doc)
+    problems += _check_text(doc)
+    return sorted(set(problems), key=lambda p: (p.line, p.col, p.code, p.message))
+
+
+def _check_text(doc: Document) -> list[Problem]:
+    """E008 for every string or mapping key of the document that Postgres cannot store:
+    a NUL character (a ``"\\0"`` / ``"\\u0000"`` escape; jsonb cannot hold U+0000) or a
+    lone surrogate (``"\\ud800"``; not UTF-8 text). Such a string could not be submitted,
+    and a path or time zone holding it could not even be looked up."""
+    out = []
+    for path, is_key, reason in iter_unstorable(doc.data):
+        label = ".".join(map(str, path)) or "the document"
+        what = f"the key {shown(path[-1])}" if is_key else "the string"
+        pos = doc.key_pos(path) if is_key else doc.value_pos(path)
+        fix = (
+            "remove the escape"
+            if "NUL" in reason
+            else "write the character itself, or a \\UXXXXXXXX escape for one above U+FFFF"
+        )
+        message = f"{label}: {what} contains {reason}, which cannot be stored: {fix}"
+        out.append(doc.problem(pos, "E008", message))
+    return out
+
+
+def _check_needs(doc: Document, nodes: dict[str, dict[str, Any]]) -> list[Problem]:
+    out = []
+    for name, node in nodes.items():
+        for index, need in _needs(node):
+            pos = doc.value_pos(("nodes", name, "needs", index))
+            if need == name:
+                out.append(doc.problem(pos, "E012", f"node {name!r} needs itself"))
+            elif need not in nodes:
+                out.append(
+                    doc.problem(pos, "E011", f"node {name!r} needs {need!r}, which is not a node")
+                )
+    return out
+
+
+def _check_cycles(
+    doc: Document, nodes: dict[str, dict[str, Any]], graph: nx.DiGraph
+) -> list[Problem]:
+    order = {name: i for i, name in enumerate(nodes)}
+    out = []
+    for component in nx.strongly_connected_components(graph):
+        if len(component) < 2:
+            continue
+        first = min(component, key=order.__getitem__)
+        edges = nx.find_cycle(graph.subgraph(component), source=first)
+        cycle = [u for u, _ in edges]
+        # rotate so the report starts at the first node in file order
+        start = cycle.index(first) if first in cycle else 0
+        cycle = cycle[start:] + cycle[:start]
+        text = " -> ".join([*cycle, cycle[0]])
+        # point at the `needs` entry of the cycle's first node naming its predecessor
+        pred = cycle[-1]
+        index = next((i for i, n in _needs(nodes[cycle[0]]) if n == pred), None)
+        where: JsonPath = ("nodes", cycle[0], "needs")
+        pos = doc.value_pos((*where, index)) if index is not None else doc.key_pos(where)
+        out.append(
+            doc.problem(
+                pos, "E010", f"dependency cycle: {text} (each node needs the one before it)"
+            )
+        )
+    return out
+
+
+def _check_refs(
+    doc: Document, nodes: dict[str, dict[str, Any]], graph: nx.DiGraph
+) -> list[Problem]:
+    out: list[Problem] = []
+    # (node, target) -> where the node refers to the target, for the ancestor check
+    wanted: dict[str, dict[str, list[tuple[JsonPath, str]]]] = {}
+    for name, node in nodes.items():
+        for key in ("input", "over"):
+            if key not in node:
+                continue
+            for path, text in find_strings(node[key], ("nodes", name, key)):
+                try:
+                    ref = parse_ref(text)
+                except TemplateError as exc:
+                    out.append(doc.problem(doc.value_pos(path), "E016", str(exc)))
+                    continue
+                if ref is not None and ref.kind == "item":
+                    if key != "input" or node.get("type") != "fan_out":
+                        out.append(
+                            doc.problem(
+                                doc.value_pos(path),
+                                "E017",
+                                f"{text!r}: an item reference is only allowed in the input "
+                                "of a fan_out node (each item step receives its list element)",
+                            )
+                        )
+                    continue
+                if ref is None or ref.node is None:
+                    continue
+                if ref.node not in nodes:
+                    out.append(
+                        doc.problem(
+                            doc.value_pos(path),
+                            "E014",
+                            f"{text!r} refers to node {ref.node!r}, which is not a node",
+                        )
+                    )
+                else:
+                    wanted.setdefault(name, {}).setdefault(ref.node, []).append((path, text))
+    for name, targets in _non_ancestors(graph, {n: set(t) for n, t in wanted.items()}).items():
+        for target in targets:
+            for path, text in wanted[name][target]:
+                out.append(
+                    doc.problem(
+                        doc.value_pos(path),
+                        "E013",
+                        f"{text!r} in node {name!r} refers to node {target!r}, which is "
+                        f"not an ancestor: add it to needs (directly or through another node)",
+                    )
+                )
+    data = doc.data if isinstance(doc.data, dict) else {}
+    schedules = data.get("schedules")
+    if isinstance(schedules, list):
+        for i, schedule in enumerate(schedules):
+            if isinstance(schedule, dict) and "input" in schedule:
+                for path, text in find_strings(schedule["input"], ("schedules", i, "input")):
+                    out.append(
+                        doc.problem(
+                            doc.value_pos(path),
+                            "E016",
+                            f"{text!r}: references are not allowed in a schedule's input",
+                        )
+                    )
+    return out
+
+
+def _non_ancestors(graph: nx.DiGraph, wanted: dict[str, set[str]]) -> dict[str, set[str]]:
+    """For each node ``name`` in ``wanted``: the names in ``wanted[name]`` that are not
+    ancestors of it (not reachable through ``needs``; a node is never its own ancestor).
+
+    Near-linear, unlike one ``nx.ancestors`` per node (quadratic on long chains): the
+    ancestors of each strongly connected component are a bitset (a Python int, one bit
+    per component) built in topological order, each dropped after its last successor.
+    """
+    if not wanted:
+        return {}
+    cond = nx.condensation(graph)
+    component: dict[str, int] = cond.graph["mapping"]
+    members: dict[int, set[str]] = nx.get_node_attributes(cond, "members")
+    remaining = {c: cond.out_degree(c) for c in cond}
+    above: dict[int, int] = {}
+    out: dict[str, set[str]] = {}
+    for c in nx.topological_sort(cond):
+        bits = 0
+        for p in cond.predecessors(c):
+            bits |= above[p] | (1 << p)
+            remaining[p] -= 1
+            if remaining[p] == 0:
+                del above[p]
+        if remaining[c]:
+            above[c] = bits
+        cyclic = len(members[c]) > 1
+        for name in members[c] & wanted.keys():
+            out[name] = {
+                t
+                for t in wanted[name]
+                if t == name or not ((bits >> component[t]) & 1 or (cyclic and component[t] == c))
+            }
+    return out
+
+
+def _duration(value: Any) -> float | None:
+    try:
+        return parse_duration(value)
+    except ValueError:
+        return None  # the schema reports it (or _too_long does)
+
+
+def _too_long(doc: Document, path: JsonPath, value: Any) -> Problem | None:
+    """E007 when ``value`` is a well-formed duration string longer than 366 days.
+
+    The schema's ``maximum`` bounds numbers; its ``pattern`` cannot bound strings.
+    """
+    if not isinstance(value, str) or not _DURATION_TEXT.fullmatch(value):
+        return None
+    try:
+        parse_duration(value, max_s=MAX_FLOW_DURATION_S)
+    except ValueError:
+        limit = format_duration(MAX_FLOW_DURATION_S)
+        return doc.problem(
+            doc.value_pos(path),
+            "E007",
+            f"{'.'.join(map(str, path))}: {value!r} is longer than the maximum of {limit}",
+        )
+    return None
+
+
+def _too_short(doc: Document, path: JsonPath, value: Any, *, zero_ok: bool) -> Problem | None:
+    """E007 when the duration ``value`` (a string or a number) is above 0 but below 1ms
+    (or is 0 where ``zero_ok`` is False, for a string: the schema bounds numbers)."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    seconds = _duration(value)
+    if seconds is None or seconds >= MIN_FLOW_DURATION_S:
+        return None
+    label = ".".join(map(str, path))
+    if seconds == 0:
+        if zero_ok or not isinstance(value, str):
+            return None
+        return doc.problem(doc.value_pos(path), "E007", f"{label}: must be longer than 0s")
+    minimum = format_duration(MIN_FLOW_DURATION_S)
+    allowed = "0 (no wait) or at least" if zero_ok else "at least"
+    return doc.problem(
+        doc.value_pos(path),
+        "E007",
+        f"{label}: {value!r} is shorter than 1ms: must be {allowed} {minimum}",
+    )
+
+
+def _check_durations(doc: Document, nodes: dict[str, dict[str, Any]]) -> list[Problem]:
+    out: list[Problem] = []
+    data = doc.data if isinstance(doc.data, dict) else {}
+    holders: list[tuple[JsonPath, Any]] = [(("defaults",), data.get("defaults"))]
+    holders += [(("nodes", name), node) for name, node in nodes.items()]
+    holders.append(((), {"deadline": data["deadline"]} if "deadline" in data else {}))
+    for where, holder in holders:
+        if not isinstance(holder, dict):
+            continue
+        for key in ("timeout", "max_wait", "deadline"):
+            if key in holder:
+                if (too_long := _too_long(doc, (*where, key), holder[key])) is not None:
+                    out.append(too_long)
+                    continue
+                short = _too_short(doc, (*where, key), holder[key], zero_ok=False)
+                if short is not None:
+                    out.append(short)
+        retry = holder.get("retry")
+        backoff = retry.get("backoff") if isinstance(retry, dict) else None
+        if not isinstance(backoff, dict):
+            continue
+        bounded = True
+        for key in ("initial", "max"):
+            if key in backoff:
+                path = (*where, "retry", "backoff", key)
+                if (too_long := _too_long(doc, path, backoff[key])) is not None:
+                    out.append(too_long)
+                    bounded = False
+                elif (short := _too_short(doc, path, backoff[key], zero_ok=True)) is not None:
+                    out.append(short)
+                    bounded = False
+        if bounded and "initial" in backoff and "max" in backoff:
+            initial, most = _duration(backoff["initial"]), _duration(backoff["max"])
+            if (
+                initial is not None
+                and most is not None
+                and most < initial <= MAX_FLOW_DURATION_S  # above: the schema's maximum
+            ):
+                label = ".".join(map(str, (*where, "retry", "backoff")))
+                out.append(
+                    doc.problem(
+                        doc.value_pos((*where, "retry", "backoff", "initial")),
+                        "E007",
+                        f"{label}: initial ({format_duration(initial)}) is longer than "
+                        f"max ({format_duration(most)})",
+                    )
+                )
+    return out
+
+
+def _check_schedules(doc: Document) -> list[Problem]:
+    """E050 a cron expression croniter rejects, E051 an unknown IANA time zone, E052 a
+    schedule name used twice (given, or defaulted as ``schedule sync`` does)."""
+    data = doc.data if isinstance(doc.data, dict) else {}
+    schedules = data.get("schedules")
+    if not isinstance(schedules, list):
+        return []
+    flow_name = data.get("name")
+    flow = flow_name if isinstance(flow_name, str) else "flow"
+    out: list[Problem] = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(schedules):
+        if not isinstance(entry, dict):
+            continue
+        cron = entry.get("cron")
+        if isinstance(cron, str) and cron and not croniter.is_valid(cron):
+            out.append(
+                doc.problem(
+                    doc.value_pos(("schedules", i, "cron")),
+                    "E050",
+                    f"schedules.{i}.cron: {cron!r} is not a cron expression (5 fields "
+                    "'minute hour day month weekday', a 6th for seconds, or @daily & co.)",
+                )
+            )
+        elif isinstance(cron, str) and cron and _never_fires(cron):
+            out.append(
+                doc.problem(
+                    doc.value_pos(("schedules", i, "cron")),
+                    "E050",
+                    f"schedules.{i}.cron: {cron!r} never fires (no date matches its day "
+                    "and month fields, e.g. '0 0 31 2 *')",
+                )
+            )
+        zone = entry.get("timezone")
+        if isinstance(zone, str) and zone and zone_info(zone) is None:
+            out.append(
+                doc.problem(
+                    doc.value_pos(("schedules", i, "timezone")),
+                    "E051",
+                    f"schedules.{i}.timezone: {shown(zone)} is not an IANA time zone "
+                    "(e.g. UTC, Europe/Paris)",
+                )
+            )
+        name = entry.get("name")
+        if not isinstance(name, str):
+            name = flow if len(schedules) == 1 else f"{flow}-{i + 1}"
+        if name in seen:
+            where: JsonPath = ("schedules", i, "name") if "name" in entry else ("schedules", i)
+            pos = doc.value_pos(where) if "name" in entry else doc.key_pos(where)
+            out.append(
+                doc.problem(
+                    pos,
+                    "E052",
+                    f"schedules.{i}: the name {name!r} is already used by schedules.{seen[name]}",
+                )
+            )
+        else:
+            seen[name] = i
+    return out
+
+
+def _never_fires(cron: str) -> bool:
+    """True when no date matches ``cron`` (``0 0 31 2 *``): croniter finds no next tick.
+    Leap days (``0 0 29 2 *``) do fire."""
+    try:
+        croniter(cron, datetime(2000, 1, 1)).get_next(datetime)
+    except CroniterBadDateError:
+        return True
+    return False

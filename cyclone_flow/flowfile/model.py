@@ -1,0 +1,112 @@
+"""The typed flow: what the flow-file pipeline (read -> validate -> check -> build)
+produces and :mod:`cyclone_flow.flowfile.plan` turns into rows. Pure data, no database.
+
+A :class:`Flow` is immutable. ``document`` is the flow file as plain JSON data (anchors and
+merge keys expanded, defaults NOT applied); it is what ``cyclone_workflows.definition``
+stores, and ``digest`` (sha256 hex of its canonical JSON) content-addresses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from cyclone_flow._json import JSON as JSON
+from cyclone_flow.names import DEFAULT_QUEUE as DEFAULT_QUEUE
+
+NodeType = Literal["action", "fan_out", "child", "wait_signal"]
+OnDepFailure = Literal["fail_run", "cancel_branch"]
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff between attempts; durations in seconds."""
+
+    initial_s: float = 1.0
+    max_s: float = 300.0
+    multiplier: float = 2.0
+    jitter: float = 0.1
+
+
+@dataclass(frozen=True)
+class Retry:
+    """``retry:`` of a node (after ``defaults``). ``max_attempts`` counts the first attempt."""
+
+    max_attempts: int = 1
+    backoff: Backoff = field(default_factory=Backoff)
+
+
+@dataclass(frozen=True)
+class Node:
+    """One declared node, with the flow's ``defaults`` already applied.
+
+    ``input`` is the JSON template (``None`` when the file gives none: the handler then
+    receives the run input). ``options`` holds the type-specific keys as written
+    (``over``, ``max_parallel``, ``flow``, ``signal``, ``max_wait``).
+
+    Node types (Engine Design: Why Static DAGs): ``action`` calls ``call`` once;
+    ``fan_out`` calls ``call`` once per element of the list ``over`` (one item step each,
+    at most ``max_parallel`` at once) and outputs the list of item outputs; ``child``
+    runs the flow ``flow`` as a separate child run and outputs its output; ``wait_signal``
+    waits for the signal ``signal`` and outputs its payload. ``max_wait`` bounds the
+    wait of the last two.
+    """
+
+    name: str
+    type: NodeType = "action"
+    call: str | None = None
+    needs: tuple[str, ...] = ()
+    input: JSON = None
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    timeout_s: float | None = None
+    retry: Retry = field(default_factory=Retry)
+    on_dep_failure: OnDepFailure = "fail_run"
+    options: Mapping[str, JSON] = field(default_factory=dict)
+    queue_set: bool = False
+    """The node names its own ``queue`` (not from ``defaults``): a submission's ``queue``
+    does not replace it (Queues and Priority)."""
+    priority_set: bool = False
+    """The node names its own ``priority``, likewise."""
+    max_wait_s: float | None = None
+    """``max_wait`` of a child or wait_signal node, in seconds (None: no bound)."""
+
+
+@dataclass(frozen=True)
+class Flow:
+    """A loaded, validated and checked flow; nodes in file order."""
+
+    name: str
+    nodes: Mapping[str, Node]
+    document: Mapping[str, JSON]
+    digest: str
+    description: str | None = None
+    input_schema: Mapping[str, JSON] | None = None
+    path: str | None = None
+    deadline_s: float | None = None
+    children: Mapping[str, Flow] = field(default_factory=dict)
+    """The loaded flow of each ``type: child`` node, by node name."""
+
+    def tree(self) -> list[Flow]:
+        """This flow and every child flow below it (depth first, each once)."""
+        out: list[Flow] = []
+        seen: set[int] = set()
+        stack: list[Flow] = [self]
+        while stack:
+            flow = stack.pop()
+            if id(flow) in seen:
+                continue
+            seen.add(id(flow))
+            out.append(flow)
+            stack.extend(reversed(list(flow.children.values())))
+        return out
+
+    def dependents(self, name: str) -> list[str]:
+        """Names of the nodes that list ``name`` in ``needs``, in file order."""
+        return [n.name for n in self.nodes.values() if name in n.needs]
+
+    def leaves(self) -> list[str]:
+        """Names of the nodes no other node needs, in file order."""
+        needed = {d for n in self.nodes.values() for d in n.needs}
+        return [name for name in self.nodes if name not in needed]

@@ -1,0 +1,50 @@
+"""Names that every layer checks the same way: Postgres schema names and queue names, and
+the default queue (shared by the options, the flow-file pipeline and the database code).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from cyclone_flow.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_QUEUE",
+    "QUEUE_NAME_RE",
+    "QUEUE_NAME_RULE",
+    "is_queue_name",
+    "validate_queue_name",
+    "validate_schema_name",
+]
+
+DEFAULT_QUEUE = "default"
+"""The queue of a node that names none (and of a worker started without queues)."""
+
+QUEUE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
+QUEUE_NAME_RULE = "1-63 lowercase letters, digits, '_', '.', '-' starting with a letter or digit"
+"""What :data:`QUEUE_NAME_RE` accepts, for error messages."""
+
+_SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def validate_schema_name(schema: Any) -> str:
+    """Return ``schema`` if it is a plain lowercase identifier; raise :class:`ConfigError`."""
+    if not isinstance(schema, str) or not _SCHEMA_RE.fullmatch(schema):
+        raise ConfigError(
+            f"invalid schema name {schema!r}: use lowercase letters, digits and _ "
+            "(at most 63 characters, not starting with a digit)"
+        )
+    return schema
+
+
+def is_queue_name(name: Any) -> bool:
+    """True when ``name`` is a valid queue name (see :data:`QUEUE_NAME_RULE`)."""
+    return isinstance(name, str) and QUEUE_NAME_RE.fullmatch(name) is not None
+
+
+def validate_queue_name(name: Any) -> str:
+    """Return ``name`` if it is a valid queue name; raise :class:`ConfigError`."""
+    if not is_queue_name(name):
+        raise ConfigError(f"invalid queue name {name!r}: use {QUEUE_NAME_RULE}")
+    return str(name)

@@ -1,0 +1,99 @@
+"""Driving the engine's transitions directly, for deterministic race and pipeline tests:
+the claim, heartbeat, completion and failure of a step, the recovery sweep's rescue and
+the sequence safety net, each through the functions a client itself calls
+(:mod:`cyclone_flow.engine`, :mod:`cyclone_flow.db`) on ``client``'s database.
+
+The functions that take a ``conn`` run in the caller's transaction on it (as a worker's
+completion does) and never commit; the others take a pool connection of ``client``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from cyclone_flow import Client
+from cyclone_flow.db import steps
+from cyclone_flow.db.rows import ClaimedStep
+from cyclone_flow.engine import claim as claiming
+from cyclone_flow.engine import complete, fail
+from cyclone_flow.engine.tx import Outcome, Tx
+from cyclone_flow.notify import Wakeups
+from cyclone_flow.states import StepState
+from cyclone_flow.worker.scanners import SequenceScanner
+
+Conn = psycopg.Connection[Any]
+
+
+def claim(
+    client: Client,
+    owner: str,
+    ttl_s: float,
+    queues: Sequence[str],
+    limit: int,
+    run_id: str | None = None,
+) -> list[ClaimedStep]:
+    """Claim up to ``limit`` steps of ``queues`` for ``owner`` (a lease of ``ttl_s``
+    seconds), in autocommit, as the worker's claim loop does."""
+    with client.db.autocommit_session() as s:
+        return claiming.claim(s, owner, ttl_s, queues, limit, run_id)
+
+
+def heartbeat(
+    client: Client, owner: str, ttl_s: float, leases: Sequence[tuple[int, int]]
+) -> set[tuple[int, int]]:
+    """Renew ``leases`` (``(step id, generation)``) of ``owner``; the leases renewed."""
+    with client.db.session() as s:
+        return claiming.extend_leases(s, owner, ttl_s, leases)
+
+
+def complete_step(
+    client: Client, conn: Conn, step: ClaimedStep, owner: str, output_json: str
+) -> Outcome | None:
+    """Complete ``step`` in the caller's transaction on ``conn``; None when stale."""
+    return complete.complete_step(Tx(conn, client.db.q), step, owner, output_json)
+
+
+def complete_steps(
+    client: Client, conn: Conn, owner: str, batch: Sequence[tuple[ClaimedStep, str]]
+) -> list[Outcome | None]:
+    """The group commit of ``batch`` in the caller's transaction on ``conn``."""
+    return complete.complete_steps(Tx(conn, client.db.q), owner, batch)
+
+
+def fail_step(client: Client, conn: Conn, **attempt: Any) -> Outcome | None:
+    """A failed attempt (keywords of :func:`cyclone_flow.engine.fail.fail_step`) in the
+    caller's transaction on ``conn``; None when stale."""
+    return fail.fail_step(Tx(conn, client.db.q), **attempt)
+
+
+def rescue_expired(
+    client: Client, max_reclaims: int, batch: int
+) -> list[tuple[str, str, str, int]]:
+    """The sweep's rescue of expired leases: ``(run_id, node, queue, reclaims)`` per
+    step put back."""
+    with client.db.session() as s:
+        rescued = steps.step_rescue_expired(s, max_reclaims=max_reclaims, batch=batch)
+    return [(r.run_id, r.node, r.queue, r.reclaims) for r in rescued]
+
+
+def release_stalled_sequences(client: Client) -> tuple[int, Wakeups]:
+    """One pass of the sequence safety net of ``client`` (its ``SequenceScanner``); the
+    sequences released and the wakeups it published."""
+    published = Wakeups()
+
+    def publish(wakeups: Wakeups, conn: Conn | None = None) -> None:
+        published.merge(wakeups)
+        client._publish(wakeups, conn)
+
+    released = SequenceScanner(client.db, publish).run_once()
+    return released, published
+
+
+def get_step_output_text(client: Client, run_id: str, node: str) -> str | None:
+    """The output of ``(run_id, node)`` as JSON text when that node completed, else None
+    (what a worker reads when its output cache misses)."""
+    with client.db.autocommit_session() as s:
+        row = steps.step_get_output(s, run_id=run_id, node=node)
+    return row.output if row is not None and row.state == StepState.COMPLETED else None
