@@ -15,7 +15,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Unpack
 
 import psycopg
@@ -146,7 +146,14 @@ class Client:
                 check_schema_version(conn, cfg.schema)
         self.store = Store(self.pool, cfg.schema)
         self.producer = Producer(self.store, cfg)
-        self._scanner = ScheduleScanner(self.store, self.producer, self._publish, cfg.logger)
+        self._scanner = ScheduleScanner(
+            self.store,
+            self.producer,
+            self._publish,
+            cfg.logger,
+            # skipped ticks are a downtime's, not the sweep's grain, past 3 sweeps
+            misfire_warning_after=timedelta(seconds=3 * cfg.sweep_interval),
+        )
         self.cache = OutputCache()
         self._tx_slots = threading.BoundedSemaphore(cfg.tx_slots)
         self._worker: Worker | None = None
