@@ -22,6 +22,7 @@ from jsonschema.validators import validator_for
 
 from cyclone_flow.errors import Problem, shown
 from cyclone_flow.resources import schemas_dir
+from cyclone_flow.spec.inputs import ref_problems
 from cyclone_flow.spec.source import Document, JsonPath
 
 __all__ = ["check_input_schema", "flow_schema", "validate_document"]
@@ -110,7 +111,9 @@ def validate_document(doc: Document) -> list[Problem]:
 
 
 def check_input_schema(doc: Document) -> list[Problem]:
-    """E006 when ``input_schema`` is a mapping that is not a valid JSON Schema.
+    """E006 when ``input_schema`` is a mapping that is not a valid JSON Schema, or has a
+    reference that points outside it, does not resolve or loops (see
+    :func:`cyclone_flow.spec.inputs.ref_problems`), at the reference's position.
 
     The metaschema is the one named by its ``$schema`` (default 2020-12).
     """
@@ -128,7 +131,13 @@ def check_input_schema(doc: Document) -> list[Problem]:
         return [
             doc.problem(doc.value_pos(("input_schema",)), "E006", f"invalid input_schema: {exc}")
         ]
-    return []
+    # references: inside the schema only, resolvable, not looping (nothing is fetched)
+    return [
+        doc.problem(
+            doc.value_pos(("input_schema", *where)), "E006", f"invalid input_schema: {message}"
+        )
+        for where, message in ref_problems(schema)
+    ]
 
 
 def _label(path: JsonPath) -> str:

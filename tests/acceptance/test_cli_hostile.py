@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from helpers.cli import Runner, no_traceback, run_cli
+from helpers.http import counting_server
 
 NODE = "  a: {call: 'cyclone_test_handlers.basic:echo'}\n"
 LONG_ZONE = "name: zone\nnodes:\n" + NODE + "schedules:\n  - {cron: '0 * * * *', timezone: %s}\n"
@@ -156,3 +157,25 @@ def test_lookups_by_an_unencodable_name_find_nothing(
     no_traceback(proc)
     assert proc.returncode == exit_code, (proc.stdout, proc.stderr)
     assert needle in proc.stdout + proc.stderr
+
+
+# -- issue 13, second round -------------------------------------------------------------
+
+
+def test_lint_and_submit_fetch_no_remote_ref_of_an_input_schema(
+    cli: Runner, tmp_path: Path
+) -> None:
+    with counting_server() as server:
+        flow = tmp_path / "refs.yaml"
+        flow.write_text(
+            f'name: refs\ninput_schema: {{$ref: "{server.url}/x.json"}}\nnodes:\n' + NODE,
+            "utf-8",
+        )
+        lint = run_cli("lint", flow)
+        submit = cli("submit", flow, "--input", '"x"')
+    assert server.requests == []
+    for proc in (lint, submit):
+        no_traceback(proc)
+        assert proc.returncode == 1, (proc.stdout, proc.stderr)
+        assert f"{flow}:2:" in proc.stdout + proc.stderr
+        assert "error[E006]" in proc.stdout + proc.stderr
