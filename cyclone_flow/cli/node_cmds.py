@@ -4,7 +4,6 @@ wait_signal nodes."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -13,10 +12,12 @@ from cyclone_flow.cli.common import (
     database_options,
     handle_errors,
     parse_json,
+    read_payload_file,
     resolve_database,
     setup_logging,
 )
 from cyclone_flow.client import SIGNAL_NAME_RE, Client
+from cyclone_flow.config import PayloadLimits
 from cyclone_flow.store.store import StepStatus
 
 __all__ = ["signal_cmd", "step_detail", "step_fields"]
@@ -104,10 +105,8 @@ def signal_cmd(
         raise click.UsageError("give --payload or --payload-file, not both")
     text, source = payload, "--payload"
     if payload_file is not None:
-        try:
-            text = Path(payload_file).read_text("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise click.BadParameter(str(exc), param_hint="--payload-file") from None
+        limit = PayloadLimits().signal_bytes
+        text = read_payload_file(payload_file, "--payload-file", "signal", limit)
         source = "--payload-file"
     value: Any = None
     if text is not None:

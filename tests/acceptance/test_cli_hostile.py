@@ -179,3 +179,33 @@ def test_lint_and_submit_fetch_no_remote_ref_of_an_input_schema(
         assert proc.returncode == 1, (proc.stdout, proc.stderr)
         assert f"{flow}:2:" in proc.stdout + proc.stderr
         assert "error[E006]" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("source", ["device", "file"])
+def test_input_and_payload_files_are_read_up_to_their_payload_limit(
+    cli: Runner, tmp_path: Path, source: str
+) -> None:
+    """`--payload-file /dev/zero` grew to 6.3 GB, `--input-file /dev/zero` hung: at most
+    the limit + 1 byte is read, and a larger file is a usage error naming the limit."""
+    big = tmp_path / "big.json"
+    big.write_text('"' + "x" * (2 * 1024 * 1024) + '"', "utf-8")
+    path = "/dev/zero" if source == "device" else str(big)
+    flow = tmp_path / "ok.yaml"
+    flow.write_text("name: ok\nnodes:\n" + NODE, "utf-8")
+    run_id = "0190a5a4-0000-7000-8000-000000000000"
+    for args, needle in (
+        (["submit", flow, "--input-file", path], "input payload limit of 1048576 bytes"),
+        (["run", flow, "--input-file", path], "input payload limit of 1048576 bytes"),
+        (["signal", run_id, "go", "--payload-file", path], "signal payload limit of 262144"),
+    ):
+        stderr = _error(cli(*args, timeout=60), 2)
+        assert needle in stderr and path in stderr, stderr
+    assert json.loads(cli("runs", "--json").stdout) == []
+
+
+def test_a_payload_file_at_the_limit_is_sent(cli: Runner, tmp_path: Path) -> None:
+    at_limit = tmp_path / "at.json"
+    at_limit.write_text('"' + "x" * (256 * 1024 - 2) + '"', "utf-8")  # 262144 bytes
+    run_id = "0190a5a4-0000-7000-8000-000000000000"
+    stderr = _error(cli("signal", run_id, "go", "--payload-file", at_limit), 1)
+    assert f"run {run_id} not found" in stderr, stderr  # read, sent, no such run
