@@ -209,3 +209,23 @@ def test_a_payload_file_at_the_limit_is_sent(cli: Runner, tmp_path: Path) -> Non
     run_id = "0190a5a4-0000-7000-8000-000000000000"
     stderr = _error(cli("signal", run_id, "go", "--payload-file", at_limit), 1)
     assert f"run {run_id} not found" in stderr, stderr  # read, sent, no such run
+
+
+@pytest.mark.parametrize(
+    ("value", "code", "col"),
+    [
+        ('{k: "\\U0010FFFF\\UFFFFFFFF"}', "E001", 25),  # was 1:1 "Python int too large ..."
+        ('!!int "0x_"', "E004", 8),  # was 1:1 "string index out of range"
+        ('!!timestamp "2001-99-99"', "E004", 8),  # was 1:1 "month must be in 1..12"
+    ],
+)
+def test_lint_graph_and_submit_report_a_bad_scalar_at_its_position(
+    cli: Runner, tmp_path: Path, value: str, code: str, col: int
+) -> None:
+    flow = tmp_path / "bad.yaml"
+    flow.write_text(f"name: bad\nnodes:\n{NODE}input: {value}\n", "utf-8")
+    for proc in (run_cli("lint", flow), run_cli("graph", flow), cli("submit", flow)):
+        no_traceback(proc)
+        assert proc.returncode == 1, (proc.stdout, proc.stderr)
+        assert f"{flow}:4:{col}: error[{code}]" in proc.stdout + proc.stderr
+        assert "cannot parse YAML" not in proc.stdout + proc.stderr
