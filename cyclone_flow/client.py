@@ -38,6 +38,7 @@ from cyclone_flow.errors import (
     SubmitOptionError,
     TransactionOpenError,
     WaitTimeoutError,
+    shown,
 )
 from cyclone_flow.notify import Listener, Publisher, WakeupTracker, WakeupTracking
 from cyclone_flow.options import JobOptions, RunOptions, SubmitOptions, job_flow, run_options
@@ -629,18 +630,20 @@ class Client:
         rid = parse_run_id(run_id)
         if not isinstance(name, str) or not SIGNAL_NAME_RE.fullmatch(name):
             raise InputValidationError(
-                "signal",
-                f"invalid signal name {name!r}: letters, digits, '_', '.', ':', '-' "
-                "(at most 128, not starting with '.', ':' or '-')",
+                "",
+                "letters, digits, '_', '.', ':', '-' (at most 128, not starting with '.', "
+                "':' or '-')",
+                subject=f"invalid signal name {shown(name)}",
             )
+        subject = f"payload of signal {name!r}"
         try:
             text = dumps(payload)
         except (TypeError, ValueError) as exc:
-            raise InputValidationError("signal", f"payload is not JSON: {exc}") from None
+            raise InputValidationError("", f"not JSON: {exc}", subject=subject) from None
         reason = unstorable(payload)
         if reason is not None:
             raise InputValidationError(
-                "signal", f"payload contains {reason}, which Postgres cannot store"
+                "", f"contains {reason}, which Postgres cannot store", subject=subject
             )
         size = len(text.encode("utf-8"))
         if size > self.config.payload_limits.signal_bytes:

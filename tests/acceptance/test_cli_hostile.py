@@ -135,7 +135,8 @@ def test_signal_refuses_an_unstorable_payload(cli: Runner, tmp_path: Path) -> No
     run_id = submitted.stdout.strip()
     for payload, needle in (('"\\ud800"', "lone surrogate"), ('{"k\\u0000": 1}', "NUL")):
         stderr = _error(cli("signal", run_id, "go", "--payload", payload), 1)
-        assert needle in stderr and "error: " in stderr, stderr
+        assert needle in stderr and "error: payload of signal 'go': contains" in stderr, stderr
+        assert "input of flow" not in stderr  # issue 13, second round: about the signal
 
 
 @pytest.mark.parametrize(
@@ -229,3 +230,9 @@ def test_lint_graph_and_submit_report_a_bad_scalar_at_its_position(
         assert proc.returncode == 1, (proc.stdout, proc.stderr)
         assert f"{flow}:4:{col}: error[{code}]" in proc.stdout + proc.stderr
         assert "cannot parse YAML" not in proc.stdout + proc.stderr
+
+
+def test_a_long_run_id_is_shortened_in_not_found(cli: Runner) -> None:
+    stderr = _error(cli("status", "r" * 10_000), 1)
+    assert "error: run 'rrr" in stderr and "more characters) not found" in stderr, stderr
+    assert len(stderr) < 1000

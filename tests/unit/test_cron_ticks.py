@@ -293,3 +293,13 @@ def test_zones_that_depend_on_the_host_are_refused_by_lint_and_the_api(zone: str
     assert _lint_codes("@daily", zone) == ["E051"]
     with pytest.raises(SubmitOptionError, match="unknown IANA time zone"):
         Ticks("@daily", zone)
+
+
+@pytest.mark.parametrize("initial", [float("nan"), float("inf"), -1])
+def test_a_backoff_that_is_no_duration_says_what_it_must_be(initial: float) -> None:
+    # it read "retry.backoff.initial=nan: >= 0"
+    with pytest.raises(SubmitOptionError) as info:
+        job_flow("pkg.mod:fn", retry={"max_attempts": 3, "backoff": {"initial": initial}})
+    assert str(info.value) == (
+        f"retry.backoff.initial={initial!r}: must be a finite number of seconds >= 0"
+    )
