@@ -93,8 +93,8 @@ def signal_cmd(
     """Send signal NAME to run RUN_ID: a wait_signal node of the run waiting for NAME
     completes with the payload as its output (a signal sent before the node waits is kept
     until it does). Exit 1 for an unknown or finished run, a signal no node awaits, or a
-    payload over the signal size limit (256 KiB); exit 2 for a bad signal name or a
-    payload that is not JSON."""
+    payload over the signal size limit (256 KiB); exit 2 for a bad signal name, a payload
+    that is not JSON, or a --payload-file larger than that limit (never read further)."""
     if not SIGNAL_NAME_RE.fullmatch(name):
         raise click.BadParameter(
             f"invalid signal name {name!r}: letters, digits, '_', '.', ':', '-' (at most 128, "
