@@ -33,7 +33,12 @@ class Unencodable(ValueError):
     """A payload that cannot be stored: not JSON, or holding a string Postgres cannot store
     (a NUL, a lone surrogate). The message says which (``input is not JSON: ...``,
     ``payload contains a NUL character (U+0000), which Postgres cannot store``); callers
-    turn it into their own error (InputValidationError, a failed attempt)."""
+    turn it into their own error (InputValidationError, a failed attempt). ``reason`` is
+    the message without its noun (``not JSON: ...``, ``contains a NUL character ...``)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def dumps(value: JSON) -> str:
@@ -80,10 +85,13 @@ def encode_payload(kind: PayloadKind, value: JSON, limit: int) -> str:
     try:
         text = dumps(value)
     except (TypeError, ValueError) as exc:
-        raise Unencodable(f"{noun} is not JSON: {exc}") from exc
+        raise Unencodable(f"{noun} is not JSON: {exc}", f"not JSON: {exc}") from exc
     reason = unstorable(value)
     if reason is not None:
-        raise Unencodable(f"{noun} contains {reason}, which Postgres cannot store")
+        raise Unencodable(
+            f"{noun} contains {reason}, which Postgres cannot store",
+            f"contains {reason}, which Postgres cannot store",
+        )
     size = len(text.encode("utf-8"))
     if size > limit:
         raise PayloadTooLargeError(kind, size, limit)

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Unpack
 
 import psycopg
@@ -49,6 +49,7 @@ from cyclone_flow.errors import (
     SubmitOptionError,
     TransactionOpenError,
     WaitTimeoutError,
+    shown,
 )
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.flowfile.model import JSON, Flow
@@ -148,7 +149,14 @@ class Client:
         self.db = Database(self.pool, cfg.schema)
         """The pool and the statements of this client's schema (:mod:`cyclone_flow.db`)."""
         self.producer = Producer(self.db, cfg)
-        self._scanner = ScheduleScanner(self.db, self.producer, self._publish, cfg.logger)
+        self._scanner = ScheduleScanner(
+            self.db,
+            self.producer,
+            self._publish,
+            cfg.logger,
+            # skipped ticks are a downtime's, not the sweep's grain, past 3 sweeps
+            misfire_warning_after=timedelta(seconds=3 * cfg.sweep_interval),
+        )
         self._sequences = SequenceScanner(self.db, self._publish)
         self.cache = OutputCache()
         self._tx_slots = threading.BoundedSemaphore(cfg.tx_slots)
@@ -683,14 +691,16 @@ class Client:
         rid = parse_run_id(run_id)
         if not isinstance(name, str) or not SIGNAL_NAME_RE.fullmatch(name):
             raise InputValidationError(
-                "signal",
-                f"invalid signal name {name!r}: letters, digits, '_', '.', ':', '-' "
-                "(at most 128, not starting with '.', ':' or '-')",
+                "",
+                "letters, digits, '_', '.', ':', '-' (at most 128, not starting with '.', "
+                "':' or '-')",
+                subject=f"invalid signal name {shown(name)}",
             )
+        subject = f"payload of signal {name!r}"
         try:
             text = encode_payload("signal", payload, self.config.payload_limits.signal_bytes)
         except Unencodable as exc:
-            raise InputValidationError("signal", str(exc)) from None
+            raise InputValidationError("", exc.reason, subject=subject) from None
         with transaction(self.db, self._publish) as tx:
             node = signals.deliver_signal(tx, rid, name, text)
         emit_engine_events(self.config.logger, self._emit, tx.effects.events)

@@ -81,13 +81,25 @@ class FlowError(CycloneError):
 
 
 class InputValidationError(CycloneError):
-    """A run input that does not match the flow's ``input_schema``; nothing was written."""
+    """A run input that does not match the flow's ``input_schema``, or a signal's name or
+    payload that cannot be sent; nothing was written.
 
-    def __init__(self, flow: str, message: str, path: str = "") -> None:
+    ``flow`` names the flow (``""`` for a signal), ``path`` the JSON path of the bad part
+    of the input, ``subject`` what is invalid when it is not a run input (``"payload of
+    signal 'go'"``): the message then starts with it instead of "input of flow ...".
+    """
+
+    def __init__(
+        self, flow: str, message: str, path: str = "", *, subject: str | None = None
+    ) -> None:
         self.flow = flow
         self.path = path
+        self.subject = subject
         where = f" at {path}" if path else ""
-        super().__init__(f"input of flow {flow!r} is invalid{where}: {message}")
+        if subject is None:
+            super().__init__(f"input of flow {flow!r} is invalid{where}: {message}")
+        else:
+            super().__init__(f"{subject}{where}: {message}")
 
 
 class SchemaOutdatedError(CycloneError):
@@ -119,7 +131,10 @@ class RunNotFoundError(CycloneError):
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        super().__init__(f"run {run_id} not found")
+        # a run id as given (10,000 characters of it, a newline): quoted and shortened
+        plain = len(run_id) <= _SHOWN_CHARS and run_id.isprintable()
+        shown_id = run_id if plain else shown(run_id)
+        super().__init__(f"run {shown_id} not found")
 
 
 class PayloadTooLargeError(CycloneError):

@@ -108,7 +108,11 @@ def _seconds(option: str, value: Any, *, allow_zero: bool) -> float:
         )
     if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
         raise SubmitOptionError(
-            option, value, "must be a positive number of seconds" if not allow_zero else ">= 0"
+            option,
+            value,
+            "must be a positive number of seconds"
+            if not allow_zero
+            else "must be a finite number of seconds >= 0",
         )
     if seconds > MAX_FLOW_DURATION_S:
         raise SubmitOptionError(option, value, "must be at most 366 days")

@@ -38,6 +38,7 @@ from zoneinfo import ZoneInfo
 import psycopg
 from croniter import CroniterBadDateError, croniter
 
+from cyclone_flow.cron import cron_problem
 from cyclone_flow.db import misc
 from cyclone_flow.db import schedules as stored
 from cyclone_flow.db.conn import Database, Session
@@ -69,14 +70,18 @@ _MAX_STEPS = 10_000  # croniter steps per search: a few are needed, this is a sa
 
 
 def validate_cron(expr: object) -> str:
-    """Return ``expr`` when croniter accepts it; raise :class:`SubmitOptionError`."""
-    if not isinstance(expr, str) or not expr.strip() or not croniter.is_valid(expr):
+    """Return ``expr`` when it is a cron expression cyclone-flow accepts (the check lint's
+    E050 makes: :func:`cyclone_flow.cron.cron_problem`); raise :class:`SubmitOptionError`
+    naming the problem."""
+    problem = cron_problem(expr)
+    if problem is not None:
         raise SubmitOptionError(
             "cron",
             expr,
-            "not a cron expression: 5 fields 'minute hour day month weekday' (a 6th for "
-            "seconds), e.g. '*/5 * * * *', or @hourly/@daily/@weekly/@monthly/@yearly",
+            f"not a cron expression: {problem}; e.g. '*/5 * * * *' (5 fields 'minute hour "
+            "day month weekday', a 6th for seconds), or @hourly/@daily/@weekly/@monthly/@yearly",
         )
+    assert isinstance(expr, str)
     return expr
 
 
@@ -295,7 +300,10 @@ class ScheduleScanner:
     once across all clients and returns how many runs it submitted.
 
     ``publish`` sends the wakeups of each committed tick; ``logger`` reports misfires and
-    failing schedules.
+    failing schedules. Skipped ticks are a warning only after a real downtime: when they
+    span more than ``misfire_warning_after`` (a started client passes three sweep
+    intervals); ticks closer together than the sweep (``* * * * * *``: one run per sweep)
+    are skipped at every pass, which is logged at debug level.
 
     A schedule whose tick fails (its cron edited by hand into one that never fires, a
     stored definition that no longer inserts, a statement error) is logged with its name
@@ -309,6 +317,7 @@ class ScheduleScanner:
 
     RETRY_FIRST = timedelta(seconds=10)
     RETRY_MAX = timedelta(minutes=10)
+    MISFIRE_WARNING_AFTER = timedelta(seconds=30)
 
     def __init__(
         self,
@@ -317,12 +326,14 @@ class ScheduleScanner:
         publish: Publish,
         logger: logging.Logger,
         batch: int = SCAN_BATCH,
+        misfire_warning_after: timedelta = MISFIRE_WARNING_AFTER,
     ) -> None:
         self.db = db
         self.producer = producer
         self.publish = publish
         self.log = logger
         self.batch = batch
+        self.misfire_warning_after = misfire_warning_after
         self._failing: dict[int, _Failure] = {}  # schedule id -> its last failure
 
     def run_once(self, now: datetime | None = None) -> int:
@@ -402,20 +413,29 @@ class ScheduleScanner:
             ):
                 raise _Stale  # rolls the run back with the transaction
         if tick > due.next_run_at:
-            missed = 0
-            for _ in ticks.between(due.next_run_at, tick):
-                missed += 1
-                if missed >= 1000:
-                    break
-            self.log.warning(
-                "schedule %s: %s missed tick(s) skipped after downtime; submitted the most "
-                "recent one, %s",
-                due.name,
-                f"{missed}+" if missed >= 1000 else missed,
-                tick.isoformat(),
-            )
+            self._skipped(due.name, ticks, due.next_run_at, tick)
         self.publish(wakeups)
         return True
+
+    def _skipped(self, name: str, ticks: Ticks, first: datetime, tick: datetime) -> None:
+        """Log the ticks skipped from ``first`` (the due one) to ``tick`` (the one
+        submitted): a warning after a downtime, debug when they are the sweep's grain."""
+        level = logging.WARNING if tick - first > self.misfire_warning_after else logging.DEBUG
+        if not self.log.isEnabledFor(level):
+            return
+        missed = 0  # as many as in (first, tick]
+        for _ in ticks.between(first, tick):
+            missed += 1
+            if missed >= 1000:
+                break
+        if level == logging.WARNING:
+            message = "schedule %s: %s missed tick(s) skipped after downtime; submitted the most "
+            message += "recent one, %s"
+        else:
+            message = "schedule %s: %s tick(s) closer than the sweep skipped; submitted %s"
+        self.log.log(
+            level, message, name, f"{missed}+" if missed >= 1000 else missed, tick.isoformat()
+        )
 
 
 class _Stale(Exception):

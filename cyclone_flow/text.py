@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = [
+    "HOST_ZONE_NAMES",
     "MAX_ZONE_NAME_CHARS",
     "describe_unstorable",
     "iter_unstorable",
@@ -92,13 +93,23 @@ def printable(text: str | None) -> str | None:
     return _UNSTORABLE.sub(lambda m: repr(m.group())[1:-1], text)
 
 
+HOST_ZONE_NAMES = frozenset(("localtime", "posixrules", "Factory"))
+"""Files of a zoneinfo folder that are no IANA zone of their own: ``localtime`` is the
+host's zone and ``posixrules`` a copy of one, both differing between machines;
+``Factory`` is a placeholder ("-00"). Refused, as are the ``posix/`` and ``right/``
+trees (copies of the zones, ``right/`` counting leap seconds)."""
+
+
 def zone_info(name: object) -> ZoneInfo | None:
     """The IANA time zone ``name`` (e.g. ``Europe/Paris``), or None when it is not one:
     not a string, empty, longer than :data:`MAX_ZONE_NAME_CHARS`, holding a character a
-    file name cannot, or unknown. Never raises."""
+    file name cannot, one of :data:`HOST_ZONE_NAMES` or under ``posix/`` or ``right/``
+    (whose meaning depends on the host's files), or unknown. Never raises."""
     if not isinstance(name, str) or not name or len(name) > MAX_ZONE_NAME_CHARS:
         return None
     if describe_unstorable(name) is not None:
+        return None
+    if name in HOST_ZONE_NAMES or name.partition("/")[0] in ("posix", "right"):
         return None
     try:
         return ZoneInfo(name)

@@ -17,6 +17,7 @@ import click
 import psycopg
 import psycopg_pool
 
+from cyclone_flow.config import PayloadLimits
 from cyclone_flow.durations import parse_duration
 from cyclone_flow.errors import ConfigError, CycloneError, FlowError
 from cyclone_flow.flowfile.model import JSON
@@ -114,19 +115,42 @@ def handle_errors(func: F) -> F:
 
 
 def read_input(input_json: str | None, input_file: str | None) -> JSON:
-    """The run input from ``--input JSON`` or ``--input-file PATH`` (None when neither)."""
+    """The run input from ``--input JSON`` or ``--input-file PATH`` (None when neither).
+    The file is read up to the input payload limit (:func:`read_payload_file`)."""
     if input_json is not None and input_file is not None:
         raise click.UsageError("give --input or --input-file, not both")
     text, source = input_json, "--input"
     if input_file is not None:
-        try:
-            text = Path(input_file).read_text("utf-8")
-        except OSError as exc:
-            raise click.BadParameter(str(exc), param_hint="--input-file") from None
+        text = read_payload_file(input_file, "--input-file", "input", PayloadLimits().input_bytes)
         source = input_file
     if text is None:
         return None
     return parse_json(text, source)
+
+
+def read_payload_file(path: str, option: str, kind: str, limit: int) -> str:
+    """The UTF-8 text of ``path`` given with ``option``, at most ``limit`` bytes (the
+    ``kind`` payload limit): at most ``limit + 1`` bytes are ever read, so a device or a
+    pipe (``/dev/zero``) cannot exhaust memory or hang the command. A click usage error
+    (exit 2) naming the option when the file cannot be read, is larger than ``limit``
+    or is not UTF-8."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(limit + 1)
+    except OSError as exc:
+        raise click.BadParameter(str(exc), param_hint=option) from None
+    if len(raw) > limit:
+        raise click.BadParameter(
+            f"{path} is larger than the {kind} payload limit of {limit} bytes "
+            f"({limit / 1024:g} KiB); nothing was sent",
+            param_hint=option,
+        )
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise click.BadParameter(
+            f"{path} is not UTF-8 text (invalid byte at offset {exc.start})", param_hint=option
+        ) from None
 
 
 def parse_json(text: str, source: str) -> JSON:

@@ -4,7 +4,6 @@ wait_signal nodes."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -13,10 +12,12 @@ from cyclone_flow.cli.common import (
     database_options,
     handle_errors,
     parse_json,
+    read_payload_file,
     resolve_database,
     setup_logging,
 )
 from cyclone_flow.client import SIGNAL_NAME_RE, Client
+from cyclone_flow.config import PayloadLimits
 from cyclone_flow.db.rows import Step
 
 __all__ = ["signal_cmd", "step_detail", "step_fields"]
@@ -92,8 +93,8 @@ def signal_cmd(
     """Send signal NAME to run RUN_ID: a wait_signal node of the run waiting for NAME
     completes with the payload as its output (a signal sent before the node waits is kept
     until it does). Exit 1 for an unknown or finished run, a signal no node awaits, or a
-    payload over the signal size limit (256 KiB); exit 2 for a bad signal name or a
-    payload that is not JSON."""
+    payload over the signal size limit (256 KiB); exit 2 for a bad signal name, a payload
+    that is not JSON, or a --payload-file larger than that limit (never read further)."""
     if not SIGNAL_NAME_RE.fullmatch(name):
         raise click.BadParameter(
             f"invalid signal name {name!r}: letters, digits, '_', '.', ':', '-' (at most 128, "
@@ -104,10 +105,8 @@ def signal_cmd(
         raise click.UsageError("give --payload or --payload-file, not both")
     text, source = payload, "--payload"
     if payload_file is not None:
-        try:
-            text = Path(payload_file).read_text("utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise click.BadParameter(str(exc), param_hint="--payload-file") from None
+        limit = PayloadLimits().signal_bytes
+        text = read_payload_file(payload_file, "--payload-file", "signal", limit)
         source = "--payload-file"
     value: Any = None
     if text is not None:

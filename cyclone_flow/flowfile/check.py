@@ -22,6 +22,7 @@ from typing import Any
 import networkx as nx
 from croniter import CroniterBadDateError, croniter
 
+from cyclone_flow.cron import cron_problem
 from cyclone_flow.durations import (
     DURATION_PATTERN,
     MAX_FLOW_DURATION_S,
@@ -344,7 +345,8 @@ def _check_durations(doc: Document, nodes: dict[str, dict[str, Any]]) -> list[Pr
 
 
 def _check_schedules(doc: Document) -> list[Problem]:
-    """E050 a cron expression croniter rejects, E051 an unknown IANA time zone, E052 a
+    """E050 a cron expression cyclone-flow does not accept (:func:`cron_problem`, as the
+    API checks it) or one that never fires, E051 an unknown IANA time zone, E052 a
     schedule name used twice (given, or defaulted as ``schedule sync`` does)."""
     data = doc.data if isinstance(doc.data, dict) else {}
     schedules = data.get("schedules")
@@ -358,13 +360,15 @@ def _check_schedules(doc: Document) -> list[Problem]:
         if not isinstance(entry, dict):
             continue
         cron = entry.get("cron")
-        if isinstance(cron, str) and cron and not croniter.is_valid(cron):
+        problem = cron_problem(cron) if isinstance(cron, str) and cron else None
+        if problem is not None:
             out.append(
                 doc.problem(
                     doc.value_pos(("schedules", i, "cron")),
                     "E050",
-                    f"schedules.{i}.cron: {cron!r} is not a cron expression (5 fields "
-                    "'minute hour day month weekday', a 6th for seconds, or @daily & co.)",
+                    f"schedules.{i}.cron: {shown(cron)} is not a cron expression: {problem} "
+                    "(5 fields 'minute hour day month weekday', a 6th for seconds, or "
+                    "@hourly, @daily, @weekly, @monthly, @yearly)",
                 )
             )
         elif isinstance(cron, str) and cron and _never_fires(cron):

@@ -1,9 +1,11 @@
 """Read a flow file's YAML into plain JSON data, remembering where every key and value is.
 
 The YAML events come from libyaml's C parser (the one PyYAML ships); when libyaml rejects
-a file, or is not installed, ruamel.yaml's pure-Python parser reads it, so a file means
-what ruamel.yaml says it means (YAML 1.2 by default), and a YAML syntax error is reported
-as ruamel.yaml words it. This module composes the events itself, keeping 1-based
+a file of up to :data:`RUAMEL_FALLBACK_MAX_CHARS`, or is not installed, ruamel.yaml's
+pure-Python parser reads it, so a file means what ruamel.yaml says it means (YAML 1.2 by
+default), and a YAML syntax error is reported as ruamel.yaml words it. A larger file that
+libyaml rejects gets libyaml's own error, at libyaml's position (reading it again in pure
+Python would take seconds). This module composes the events itself, keeping 1-based
 positions for the problems, and stops as soon as the document grows past
 :data:`MAX_VALUES` values or :data:`MAX_DEPTH` levels (an alias bomb or a huge file is
 never expanded). Scalars are resolved and constructed as ruamel.yaml's round-trip loader
@@ -31,8 +33,9 @@ from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.resolver import implicit_resolvers
+from ruamel.yaml.scanner import Scanner, ScannerError
 
-from cyclone_flow.errors import Problem
+from cyclone_flow.errors import Problem, shown
 from cyclone_flow.flowfile.model import JSON
 
 _event_modules: list[Any] = [_events]
@@ -48,6 +51,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_FILE_BYTES",
     "MAX_VALUES",
+    "RUAMEL_FALLBACK_MAX_CHARS",
     "YAML_PARSER",
     "Document",
     "JsonPath",
@@ -66,6 +70,10 @@ MAX_FILE_BYTES = 2 * 1024 * 1024
 """Largest flow file read (E000 beyond): checked before reading, and at most one byte
 more is ever read, so a device or pipe cannot exhaust memory."""
 
+RUAMEL_FALLBACK_MAX_CHARS = 256 * 1024
+"""Largest text that ruamel.yaml's pure-Python parser reads again when libyaml rejects it
+(about a second at most); above it, libyaml's error is reported."""
+
 YAML_PARSER = "libyaml" if _CParser is not None else "pure"
 """The YAML parser :func:`parse_yaml` tries first: ``"libyaml"`` (C) or ``"pure"``."""
 
@@ -79,7 +87,7 @@ _BOOL = _STD_TAG + "bool"
 _INT = _STD_TAG + "int"
 _FLOAT = _STD_TAG + "float"
 _MERGE = _STD_TAG + "merge"
-_DECIMAL = re.compile(r"[-+]?[1-9][0-9]*|0")
+_DECIMAL = re.compile(r"[-+]?[0-9]+")  # leading zeros too: YAML 1.2 reads 007 as 7
 _SIMPLE_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _BOOLS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
 
@@ -200,13 +208,22 @@ def parse_yaml(
     if not pure and _CParser is not None and not _LINE_BREAKS_1_1.search(text):
         try:
             return _parse(text, path, _libyaml_events_of(text))
-        except _LibyamlFailed:
-            pass  # ruamel.yaml accepts some YAML 1.2 that libyaml does not, and words errors
-    return _parse(text, path, YAML(typ="safe", pure=True).parse(text))
+        except _LibyamlFailed as failed:
+            # ruamel.yaml accepts some YAML 1.2 that libyaml does not, and words errors;
+            # in pure Python, at about 5 s per MiB: only for a file of a moderate size
+            if len(text) > RUAMEL_FALLBACK_MAX_CHARS:
+                return None, [_libyaml_problem(path, text, failed.error)]
+    yaml = YAML(typ="safe", pure=True)
+    yaml.Scanner = _Scanner
+    return _parse(text, path, yaml.parse(text))
 
 
 class _LibyamlFailed(Exception):
-    """libyaml stopped on the text: ruamel.yaml's parser reads it again."""
+    """libyaml stopped on the text (``error``: what it raised)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _libyaml_events_of(text: str) -> Iterator[Any]:
@@ -218,7 +235,47 @@ def _libyaml_events_of(text: str) -> Iterator[Any]:
             if _EVENT_KINDS.get(type(event)) == _STREAM_END:
                 return
     except Exception as exc:
-        raise _LibyamlFailed(str(exc)) from exc
+        raise _LibyamlFailed(exc) from exc
+
+
+def _libyaml_problem(path: str, text: str, error: Exception) -> Problem:
+    """E001 for what libyaml raised, at its position: a marked error (scanner, parser)
+    at its problem mark, a reader error (a character YAML does not allow) at its byte
+    offset."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    if mark is not None:
+        context, problem = getattr(error, "context", None), getattr(error, "problem", None)
+        message = " ".join(s for s in (context, problem) if s) or "invalid YAML"
+        return Problem(
+            path, mark.line + 1, mark.column + 1, "E001", f"YAML syntax error: {message}"
+        )
+    position = getattr(error, "position", None)
+    if isinstance(position, int):  # a byte offset into the UTF-8 text
+        chars = len(text.encode("utf-8")[:position].decode("utf-8", "ignore"))
+        line, col = _offset_pos(text, chars)
+        reason = getattr(error, "reason", None) or "invalid character"
+        return Problem(path, line, col, "E001", f"YAML syntax error: {reason}")
+    return Problem(path, 1, 1, "E001", f"YAML syntax error: {error}")
+
+
+class _Scanner(Scanner):
+    """ruamel.yaml's scanner, but an escape that is no Unicode character (``"\\UFFFFFFFF"``)
+    is a :class:`ScannerError` at the escape, not a bare OverflowError or ValueError."""
+
+    def scan_flow_scalar_non_spaces(self, double: Any, start_mark: Any) -> Any:
+        try:
+            return super().scan_flow_scalar_non_spaces(double, start_mark)
+        except (OverflowError, ValueError):
+            reader = self.reader
+            letter = reader.peek(-1)  # the escape's letter, its hex digits next
+            digits = reader.prefix(self.ESCAPE_CODES.get(letter, 8))
+            raise ScannerError(
+                "while scanning a double-quoted scalar",
+                start_mark,
+                f"found the escape \\{letter}{digits}, which is no Unicode character (the "
+                "largest is \\U0010FFFF)",
+                reader.get_mark(),
+            ) from None
 
 
 def _parse(text: str, path: str, events: Iterator[Any]) -> tuple[Document | None, list[Problem]]:
@@ -262,6 +319,28 @@ def _parse(text: str, path: str, events: Iterator[Any]) -> tuple[Document | None
     if converter.problems:
         return None, converter.problems
     return doc, []
+
+
+_TAG_KINDS = {
+    _INT: "an integer",
+    _FLOAT: "a number",
+    _BOOL: "a boolean",
+    _NULL: "null",
+    _STD_TAG + "timestamp": "a date/time",
+}
+
+
+def _unreadable(tag: str, value: str) -> str:
+    """Why the scalar ``value`` tagged ``tag`` is no JSON value (it does not read as what
+    its tag says)."""
+    short = "!!" + tag.removeprefix(_STD_TAG) if tag.startswith(_STD_TAG) else tag
+    kind = _TAG_KINDS.get(tag)
+    if kind is None:
+        return f"{shown(value)} cannot be read as {short}: not a JSON value"
+    message = f"{shown(value)} is not {kind} (its tag is {short}): not a JSON value"
+    if tag == _STD_TAG + "timestamp":
+        message += "; quote a date/time to keep it as a string"
+    return message
 
 
 def _marked(path: str, exc: MarkedYAMLError, code: str, message: str) -> Problem:
@@ -452,7 +531,7 @@ class _Composer:
             obj = None
         elif tag == _BOOL and value.lower() in _BOOLS:
             obj = _BOOLS[value.lower()]
-        elif tag == _INT and self.version == (1, 2) and _DECIMAL.fullmatch(value.lstrip("+-")):
+        elif tag == _INT and self.version == (1, 2) and _DECIMAL.fullmatch(value):
             obj = int(value)
         elif tag == _FLOAT and _SIMPLE_FLOAT.fullmatch(value):
             obj = float(value)
@@ -476,11 +555,14 @@ class _Composer:
         node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, event.style)
         try:
             return self.constructor.construct_object(node, deep=True)
-        except MarkedYAMLError as exc:
-            message = " ".join(s for s in (exc.context, exc.problem) if s) or "invalid YAML"
-            problem = _marked(self.path, exc, "E001", f"YAML syntax error: {message}")
         except Exception as exc:
-            problem = Problem(self.path, 1, 1, "E001", f"cannot parse YAML: {exc}")
+            if isinstance(exc, MarkedYAMLError) and tag not in _TAG_KINDS:  # binary, ...
+                message = " ".join(s for s in (exc.context, exc.problem) if s) or "invalid YAML"
+                problem = _marked(self.path, exc, "E001", f"YAML syntax error: {message}")
+            else:  # the constructor's own error (an IndexError, ...) says nothing
+                mark = event.start_mark
+                pos = (mark.line + 1, mark.column + 1)
+                problem = Problem(self.path, *pos, "E004", _unreadable(tag, event.value))
         if self.deferred is None:
             self.deferred = problem
         return None

@@ -21,6 +21,7 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
 from cyclone_flow.errors import Problem, shown
+from cyclone_flow.flowfile.inputs import ref_problems
 from cyclone_flow.flowfile.read import Document, JsonPath
 from cyclone_flow.resources import schemas_dir
 
@@ -110,7 +111,9 @@ def validate_document(doc: Document) -> list[Problem]:
 
 
 def check_input_schema(doc: Document) -> list[Problem]:
-    """E006 when ``input_schema`` is a mapping that is not a valid JSON Schema.
+    """E006 when ``input_schema`` is a mapping that is not a valid JSON Schema, or has a
+    reference that points outside it, does not resolve or loops (see
+    :func:`cyclone_flow.flowfile.inputs.ref_problems`), at the reference's position.
 
     The metaschema is the one named by its ``$schema`` (default 2020-12).
     """
@@ -128,7 +131,13 @@ def check_input_schema(doc: Document) -> list[Problem]:
         return [
             doc.problem(doc.value_pos(("input_schema",)), "E006", f"invalid input_schema: {exc}")
         ]
-    return []
+    # references: inside the schema only, resolvable, not looping (nothing is fetched)
+    return [
+        doc.problem(
+            doc.value_pos(("input_schema", *where)), "E006", f"invalid input_schema: {message}"
+        )
+        for where, message in ref_problems(schema)
+    ]
 
 
 def _label(path: JsonPath) -> str:

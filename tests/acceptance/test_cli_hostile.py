@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from helpers.cli import Runner, no_traceback, run_cli
+from helpers.http import counting_server
 
 NODE = "  a: {call: 'cyclone_test_handlers.basic:echo'}\n"
 LONG_ZONE = "name: zone\nnodes:\n" + NODE + "schedules:\n  - {cron: '0 * * * *', timezone: %s}\n"
@@ -134,7 +135,8 @@ def test_signal_refuses_an_unstorable_payload(cli: Runner, tmp_path: Path) -> No
     run_id = submitted.stdout.strip()
     for payload, needle in (('"\\ud800"', "lone surrogate"), ('{"k\\u0000": 1}', "NUL")):
         stderr = _error(cli("signal", run_id, "go", "--payload", payload), 1)
-        assert needle in stderr and "error: " in stderr, stderr
+        assert needle in stderr and "error: payload of signal 'go': contains" in stderr, stderr
+        assert "input of flow" not in stderr  # issue 13, second round: about the signal
 
 
 @pytest.mark.parametrize(
@@ -156,3 +158,81 @@ def test_lookups_by_an_unencodable_name_find_nothing(
     no_traceback(proc)
     assert proc.returncode == exit_code, (proc.stdout, proc.stderr)
     assert needle in proc.stdout + proc.stderr
+
+
+# -- issue 13, second round -------------------------------------------------------------
+
+
+def test_lint_and_submit_fetch_no_remote_ref_of_an_input_schema(
+    cli: Runner, tmp_path: Path
+) -> None:
+    with counting_server() as server:
+        flow = tmp_path / "refs.yaml"
+        flow.write_text(
+            f'name: refs\ninput_schema: {{$ref: "{server.url}/x.json"}}\nnodes:\n' + NODE,
+            "utf-8",
+        )
+        lint = run_cli("lint", flow)
+        submit = cli("submit", flow, "--input", '"x"')
+    assert server.requests == []
+    for proc in (lint, submit):
+        no_traceback(proc)
+        assert proc.returncode == 1, (proc.stdout, proc.stderr)
+        assert f"{flow}:2:" in proc.stdout + proc.stderr
+        assert "error[E006]" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("source", ["device", "file"])
+def test_input_and_payload_files_are_read_up_to_their_payload_limit(
+    cli: Runner, tmp_path: Path, source: str
+) -> None:
+    """`--payload-file /dev/zero` grew to 6.3 GB, `--input-file /dev/zero` hung: at most
+    the limit + 1 byte is read, and a larger file is a usage error naming the limit."""
+    big = tmp_path / "big.json"
+    big.write_text('"' + "x" * (2 * 1024 * 1024) + '"', "utf-8")
+    path = "/dev/zero" if source == "device" else str(big)
+    flow = tmp_path / "ok.yaml"
+    flow.write_text("name: ok\nnodes:\n" + NODE, "utf-8")
+    run_id = "0190a5a4-0000-7000-8000-000000000000"
+    for args, needle in (
+        (["submit", flow, "--input-file", path], "input payload limit of 1048576 bytes"),
+        (["run", flow, "--input-file", path], "input payload limit of 1048576 bytes"),
+        (["signal", run_id, "go", "--payload-file", path], "signal payload limit of 262144"),
+    ):
+        stderr = _error(cli(*args, timeout=60), 2)
+        assert needle in stderr and path in stderr, stderr
+    assert json.loads(cli("runs", "--json").stdout) == []
+
+
+def test_a_payload_file_at_the_limit_is_sent(cli: Runner, tmp_path: Path) -> None:
+    at_limit = tmp_path / "at.json"
+    at_limit.write_text('"' + "x" * (256 * 1024 - 2) + '"', "utf-8")  # 262144 bytes
+    run_id = "0190a5a4-0000-7000-8000-000000000000"
+    stderr = _error(cli("signal", run_id, "go", "--payload-file", at_limit), 1)
+    assert f"run {run_id} not found" in stderr, stderr  # read, sent, no such run
+
+
+@pytest.mark.parametrize(
+    ("value", "code", "col"),
+    [
+        ('{k: "\\U0010FFFF\\UFFFFFFFF"}', "E001", 25),  # was 1:1 "Python int too large ..."
+        ('!!int "0x_"', "E004", 8),  # was 1:1 "string index out of range"
+        ('!!timestamp "2001-99-99"', "E004", 8),  # was 1:1 "month must be in 1..12"
+    ],
+)
+def test_lint_graph_and_submit_report_a_bad_scalar_at_its_position(
+    cli: Runner, tmp_path: Path, value: str, code: str, col: int
+) -> None:
+    flow = tmp_path / "bad.yaml"
+    flow.write_text(f"name: bad\nnodes:\n{NODE}input: {value}\n", "utf-8")
+    for proc in (run_cli("lint", flow), run_cli("graph", flow), cli("submit", flow)):
+        no_traceback(proc)
+        assert proc.returncode == 1, (proc.stdout, proc.stderr)
+        assert f"{flow}:4:{col}: error[{code}]" in proc.stdout + proc.stderr
+        assert "cannot parse YAML" not in proc.stdout + proc.stderr
+
+
+def test_a_long_run_id_is_shortened_in_not_found(cli: Runner) -> None:
+    stderr = _error(cli("status", "r" * 10_000), 1)
+    assert "error: run 'rrr" in stderr and "more characters) not found" in stderr, stderr
+    assert len(stderr) < 1000

@@ -113,7 +113,7 @@ def test_status_shows_the_awaited_signal_and_signal_errors(cli: Runner, tmp_path
         (("not-a-uuid", "go"), 1, "not found"),
         ((run_id, "other"), 1, "no wait_signal node of the run waits for it"),
         ((run_id, "go", "--payload", "{nope"), 2, "not valid JSON"),
-        ((run_id, "go", "--payload-file", big), 1, "signal payload is 300002 bytes, over"),
+        ((run_id, "go", "--payload-file", big), 2, "larger than the signal payload limit"),
         ((run_id, "bad name"), 2, "invalid signal name"),
         ((run_id, ""), 2, "invalid signal name"),
         ((run_id, "go", "--payload-file", deep), 2, "nested too deeply"),

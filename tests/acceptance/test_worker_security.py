@@ -16,6 +16,14 @@ BYPASSES = (
     "send",  # a bound method of a foreign object
     "evil_partial",  # a functools.partial of a foreign function
     "fn.__globals__.__setitem__",  # writes into the allowed module's globals
+    # issue 13, second round
+    "inst_call",  # an allowed class inheriting a foreign __call__
+    "SubInit",  # ... a foreign __init__
+    "WithMeta",  # ... a foreign metaclass
+    "partial_sub",  # an allowed subclass of functools.partial
+    "ga.anything",  # a foreign __getattr__, asked while walking
+    "Holder.d",  # a foreign descriptor's __get__, run while walking
+    "evil_decorated",  # a foreign functools.wraps decorator
 )
 
 

@@ -11,5 +11,6 @@ option puts ``tests/`` on ``sys.path``):
 - :mod:`helpers.catalog`: a version-stable description of a schema (the reference of
   ``tests/migration``).
 - :mod:`helpers.schema_pool`: the migrated schemas the ``schema`` fixture hands out.
+- :mod:`helpers.http`: a local HTTP server counting its requests.
 
 Handler modules that worker processes import stay in ``tests/handlers``."""

@@ -14,6 +14,7 @@ from cyclone_flow import (
     Client,
     ConfigError,
     InputValidationError,
+    RunNotFoundError,
     RunStateError,
     ScheduleNotFoundError,
     SubmitOptionError,
@@ -64,9 +65,32 @@ def test_unstorable_signal_payload_is_refused(make_client: Callable[..., Client]
     client = make_client()
     run_id = client.submit(WAITS)
     for payload in ("\ud800", {"x": "a\x00"}, {"\udc80": 1}):
-        with pytest.raises(InputValidationError, match="payload contains"):
+        with pytest.raises(InputValidationError, match=r"^payload of signal 'go': contains"):
             client.signal(run_id, "go", payload)
     assert db.execute("SELECT count(*) FROM cyclone_signals").fetchone() == (0,)
+
+
+def test_signal_errors_are_about_the_signal(make_client: Callable[..., Client]) -> None:
+    # they read "input of flow 'signal' is invalid: ..."
+    client = make_client()
+    run_id = client.submit(WAITS)
+    for name, payload, start in (
+        ("bad name", None, "invalid signal name 'bad name': letters, digits"),
+        ("x" * 10_000, None, "invalid signal name 'xxx"),
+        ("go", {1, 2}, "payload of signal 'go': not JSON: "),
+    ):
+        with pytest.raises(InputValidationError) as info:
+            client.signal(run_id, name, payload)
+        assert str(info.value).startswith(start) and "input of flow" not in str(info.value)
+        assert len(str(info.value)) < 400
+
+
+def test_a_long_run_id_is_not_echoed_in_full(make_client: Callable[..., Client]) -> None:
+    client = make_client()
+    with pytest.raises(RunNotFoundError) as info:
+        client.get_run("r" * 10_000)
+    assert str(info.value).startswith("run 'rrr") and str(info.value).endswith(" not found")
+    assert "more characters" in str(info.value) and len(str(info.value)) < 300
 
 
 @pytest.mark.parametrize(

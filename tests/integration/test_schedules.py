@@ -370,3 +370,38 @@ def test_a_daily_schedule_fires_at_its_minute_in_a_started_client(
         "UTC": target + timedelta(days=1),
         "Asia.Kolkata": target + timedelta(days=1),
     }
+
+
+def test_skipped_ticks_warn_after_a_downtime_not_at_every_sweep_of_a_fast_cron(
+    make_client: Callable[..., Client], db: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A per-second cron skips the ticks between two sweeps at every pass: debug. Ticks
+    skipped over more than three sweep intervals are a downtime: a warning."""
+    caplog.set_level(logging.DEBUG, logger="cyclone_flow")
+    client = make_client(sweep_interval=10.0)  # a warning past 30 s of skipped ticks
+    t0 = utc(2024, 6, 1, 12, 0)
+    client.add_schedule(FLOW, "* * * * * *", name="every-second", now=t0)
+    scanner = client.schedule_scanner
+
+    def skipped(level: int) -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno == level and "skipped" in r.getMessage()
+        ]
+
+    for sweep in range(1, 4):  # three sweeps 10 s apart, a worker running
+        assert scanner.run_once(now=t0 + timedelta(seconds=10 * sweep)) == 1
+    assert skipped(logging.WARNING) == []
+    assert skipped(logging.DEBUG) == [
+        "schedule every-second: 9 tick(s) closer than the sweep skipped; submitted "
+        f"{(t0 + timedelta(seconds=10 * s)).isoformat()}"
+        for s in range(1, 4)
+    ]
+    caplog.clear()
+    assert scanner.run_once(now=t0 + timedelta(minutes=10)) == 1  # 9.5 minutes down
+    assert skipped(logging.WARNING) == [
+        "schedule every-second: 569 missed tick(s) skipped after downtime; submitted the "
+        f"most recent one, {(t0 + timedelta(minutes=10)).isoformat()}"
+    ]
+    assert len(_ticks(db)) == 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -225,3 +226,80 @@ def test_instants_in_any_zone_give_the_same_ticks() -> None:
         elsewhere = instant.astimezone(ZoneInfo("America/New_York"))
         assert ticks.after(elsewhere) == ticks.after(instant)
         assert ticks.at_or_before(elsewhere) == ticks.at_or_before(instant)
+
+
+# -- one validator for lint (E050/E051) and the API (issue 13, second round) ------------
+
+_REFUSED_CRONS = [
+    "R R * * *",  # random: drawn again at each parse, so the ticks moved
+    "H * * * *",  # hashed
+    "0 0 1 1 * 0 2020",  # a year field: a past year never ticks
+    "0 0 1 1 * 0 2027",  # ... nor once its year has passed
+    "@reboot",
+    "@midnight",  # a croniter alias the docs do not list
+    "0 0 L * *",
+    "0 9 * * 1#2",
+    "0 0 1W * *",
+    "0 0 ? * *",
+    "0 0 * * *\n",
+    "61 * * * *",
+    "* * * *",
+]
+_ACCEPTED_CRONS = [
+    "*/5 * * * *",
+    "0 9-17/2 * * 1-5",
+    "5/10 * * * *",
+    "0 0 1,15 jan-mar MON-fri",
+    "30 2 * * * 15",
+    "* * * * * */20",
+    *("@hourly", "@daily", "@weekly", "@monthly", "@yearly"),
+]
+
+
+def _lint_codes(cron: str, zone: str = "UTC") -> list[str]:
+    from cyclone_flow.flowfile.load import lint_text
+
+    entry = json.dumps({"cron": cron, "timezone": zone})  # JSON is YAML
+    text = f"name: f\nnodes: {{a: {{call: 'm:f'}}}}\nschedules: [{entry}]\n"
+    return [p.code for p in lint_text(text)]
+
+
+@pytest.mark.parametrize("cron", _REFUSED_CRONS)
+def test_croniter_extensions_are_refused_by_lint_and_the_api(cron: str) -> None:
+    assert _lint_codes(cron) == ["E050"]
+    with pytest.raises(SubmitOptionError, match="not a cron expression: "):
+        Ticks(cron)
+
+
+@pytest.mark.parametrize("cron", _ACCEPTED_CRONS)
+def test_documented_expressions_are_accepted_by_lint_and_the_api(cron: str) -> None:
+    assert _lint_codes(cron) == []
+    Ticks(cron).after(utc(2027, 1, 1))
+
+
+def test_a_random_field_would_tick_at_moving_times() -> None:
+    """Why R is refused: croniter draws it again at every parse, and Ticks parses the
+    expression for every scan."""
+    from croniter import croniter
+
+    firsts = {croniter("R R * * *", datetime(2027, 1, 1)).get_next(datetime) for _ in range(20)}
+    assert len(firsts) > 1
+
+
+@pytest.mark.parametrize(
+    "zone", ["localtime", "posixrules", "Factory", "posix/Europe/Paris", "right/UTC"]
+)
+def test_zones_that_depend_on_the_host_are_refused_by_lint_and_the_api(zone: str) -> None:
+    assert _lint_codes("@daily", zone) == ["E051"]
+    with pytest.raises(SubmitOptionError, match="unknown IANA time zone"):
+        Ticks("@daily", zone)
+
+
+@pytest.mark.parametrize("initial", [float("nan"), float("inf"), -1])
+def test_a_backoff_that_is_no_duration_says_what_it_must_be(initial: float) -> None:
+    # it read "retry.backoff.initial=nan: >= 0"
+    with pytest.raises(SubmitOptionError) as info:
+        job_flow("pkg.mod:fn", retry={"max_attempts": 3, "backoff": {"initial": initial}})
+    assert str(info.value) == (
+        f"retry.backoff.initial={initial!r}: must be a finite number of seconds >= 0"
+    )

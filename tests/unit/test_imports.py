@@ -191,7 +191,27 @@ def _attempt(resolver: HandlerResolver, call: str) -> HandlerImportError | None:
         ("send", "foreign", "method defined in module '{evil}'"),
         ("client.send", "foreign", "'client' is an instance of a class defined in"),
         ("CONFIG.update", "foreign", "instance of a class defined in module 'builtins'"),
-        ("Handler.mro", "foreign", "builtin method defined in module 'builtins'"),
+        ("Handler.mro", "foreign", "'mro' is a descriptor defined in module 'builtins'"),
+        # issue 13, second round: code inherited, run while walking, or behind a decorator
+        ("inst_call", "foreign", "of a class whose base 'CallBase' is defined in module '{evil}'"),
+        ("SubInit", "foreign", "is a class whose base 'InitBase' is defined in module '{evil}'"),
+        ("SubNew", "foreign", "is a class whose base 'NewBase' is defined in module '{evil}'"),
+        ("WithMeta", "foreign", "is a class whose metaclass 'Meta' is defined in module '{evil}'"),
+        ("partial_sub", "foreign", "whose base 'partial' is defined in module 'functools'"),
+        ("partial_sub_ok", "foreign", "whose base 'partial' is defined in module 'functools'"),
+        ("ga.anything", "foreign", "'ga' is an instance of a class whose base 'GetattrBase'"),
+        ("Holder.d", "foreign", "'d' is an instance of a class defined in module '{evil}'"),
+        ("holder.d", "foreign", "'d' is an instance of a class defined in module '{evil}'"),
+        ("holder.p", "foreign", "'p' is a property whose getter is defined in module '{evil}'"),
+        ("Holder.p", "foreign", "'p' is a property whose getter is defined in module '{evil}'"),
+        ("holder.call_attr", "foreign", "'call_attr' is a method defined in module '{evil}'"),
+        ("Holder.call_attr", "foreign", "'call_attr' is defined in module '{evil}'"),
+        ("assigned", "foreign", "class whose __call__ is defined in module '{evil}'"),
+        ("liar", "foreign", "'liar' is an instance of a class defined in module '{evil}'"),
+        ("liar.anything", "foreign", "'liar' is an instance of a class defined in module"),
+        ("decorated", "foreign", "'decorated' is defined in module '{deco}'"),
+        ("evil_decorated", "foreign", "'evil_decorated' is defined in module '{evil}'"),
+        ("cached", "foreign", "'cached' is an instance of a class defined in module 'functools'"),
     ],
 )
 def test_allowed_module_does_not_lend_its_names_to_foreign_code(
@@ -202,7 +222,7 @@ def test_allowed_module_does_not_lend_its_names_to_foreign_code(
     assert not bypass.marker.exists(), f"foreign code ran: {bypass.marker.read_text()}"
     assert refused is not None, f"{path} resolved"
     assert refused.reason == reason
-    assert needle.format(evil=bypass.evil) in str(refused)
+    assert needle.format(evil=bypass.evil, deco=bypass.deco) in str(refused)
     assert "not allowed on this worker" in str(refused) or reason == "private"
 
 
@@ -237,7 +257,11 @@ def test_private_part_is_refused_before_anything_is_imported(
         ("{a}.mod:Handler.static", {"static": 7}),
         ("{a}.mod:Handler.klass", {"klass": 7}),
         ("{a}.mod:ok_partial", {"ok": 7}),  # partials of an allowed function
-        ("{a}.mod:decorated", {"traced": {"ok": 7}}),  # functools.wraps keeps __module__
+        ("{a}.mod:decorated_here", {"traced": {"ok": 7}}),  # a decorator of the package
+        ("{a}.mod:dynamic", {"ok": 7}),  # the allowed module's own __getattr__
+        ("{a}.mod:lazy.anything", {"ok": 7}),  # an allowed class's __getattr__
+        ("{a}.mod:props.handler", {"ok": 7}),  # a property of an allowed class
+        ("{a}.mod:DictHandler", {"got": 7}),  # a class with a builtin base
         ("{a}.mod:sub_handler", {"sub": 7}),  # re-exported from an allowed submodule
         ("{a}:sub_handler", {"sub": 7}),  # re-exported by the package's __init__
     ],
@@ -271,12 +295,53 @@ def test_object_without_a_module_is_refused_unless_everything_is_allowed(
 ) -> None:
     name = f"cyclone_nomodule_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{name}.py").write_text(
-        "def handler(ctx, input):\n    return input\nhandler.__module__ = None\n"
+        "class Handler:\n    __module__ = None\n"
+        "    def __init__(self, ctx, input):\n        self.input = input\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         with pytest.raises(HandlerImportError, match="cannot be determined"):
-            HandlerResolver(AllowList(prefixes=[name])).resolve(f"{name}:handler")
-        assert HandlerResolver(AllowList(allow_all=True)).resolve(f"{name}:handler")(None, 3) == 3
+            HandlerResolver(AllowList(prefixes=[name])).resolve(f"{name}:Handler")
+        everything = HandlerResolver(AllowList(allow_all=True))
+        assert everything.resolve(f"{name}:Handler")(None, 3).input == 3
     finally:
         sys.modules.pop(name, None)
+
+
+LINT_BYPASSES = (
+    "inst_call",
+    "SubInit",
+    "SubNew",
+    "WithMeta",
+    "partial_sub",
+    "ga.anything",
+    "Holder.d",
+    "holder.d",
+    "holder.p",
+    "liar",
+    "decorated",
+    "evil_decorated",
+    "cached",
+)
+
+
+def test_lint_check_imports_refuses_the_same_and_runs_no_foreign_code(
+    bypass: BypassPackages, tmp_path: Path
+) -> None:
+    """`lint --check-imports` walks the path as a worker does (E024), running nothing of
+    what it refuses, and accepts what a worker accepts."""
+    from cyclone_flow.flowfile import lint_paths
+
+    nodes = [f"  n{i}: {{call: '{bypass.allowed}.mod:{p}'}}" for i, p in enumerate(LINT_BYPASSES)]
+    nodes += [f"  ok{i}: {{call: '{bypass.allowed}.mod:{p}'}}" for i, p in enumerate(OK_PATHS)]
+    flow = tmp_path / "flow.yaml"
+    flow.write_text("name: f\nnodes:\n" + "\n".join(nodes) + "\n")
+    problems = lint_paths([str(flow)], check_imports=True)
+    assert not bypass.marker.exists(), f"foreign code ran: {bypass.marker.read_text()}"
+    assert [(p.code, p.line) for p in problems] == [
+        ("E024", 3 + i) for i in range(len(LINT_BYPASSES))
+    ]
+    assert all("a worker refuses it" in p.message for p in problems)
+
+
+OK_PATHS = ("ok", "handler_obj", "decorated_here", "dynamic", "lazy.anything", "props.handler")

@@ -154,3 +154,88 @@ def test_tags_on_collections() -> None:
     )
     doc, _ = parse_yaml("a: !!map {x: 1}\nb: !!seq [1]\n")
     assert doc is not None and doc.data == {"a": {"x": 1}, "b": [1]}
+
+
+# -- issue 13, second round: errors at their position, in words of their own ------------
+
+BAD_SCALARS = [
+    # (text of the `input:` value, code, column, words of the message)
+    ('{k: "\\U0010FFFF\\UFFFFFFFF"}', "E001", 25, "escape \\UFFFFFFFF, which is no Unicode"),
+    ('{k: "\\U00110000"}', "E001", 15, "escape \\U00110000, which is no Unicode"),
+    ('!!int "0x_"', "E004", 8, "'0x_' is not an integer (its tag is !!int)"),
+    ('!!int ""', "E004", 8, "'' is not an integer"),
+    ('!!timestamp "2001-99-99"', "E004", 8, "'2001-99-99' is not a date/time"),
+    ('!!timestamp "x"', "E004", 8, "'x' is not a date/time"),
+    ('!!float "abc"', "E004", 8, "'abc' is not a number (its tag is !!float)"),
+    ("!!bool maybe", "E004", 8, "'maybe' is not a boolean"),
+]
+
+
+@pytest.mark.parametrize(("value", "code", "col", "words"), BAD_SCALARS)
+@pytest.mark.parametrize("pure", [False, True], ids=["libyaml", "ruamel"])
+def test_a_bad_scalar_is_reported_at_its_position(
+    value: str, code: str, col: int, words: str, pure: bool
+) -> None:
+    text = f"name: f\nnodes: {{a: {{call: 'm:f'}}}}\ninput: {value}\n"
+    doc, problems = parse_yaml(text, pure=pure)
+    assert doc is None
+    assert [(p.code, p.line, p.col) for p in problems] == [(code, 3, col)]
+    assert words in problems[0].message, problems[0].message
+    for internal in ("Python int", "out of range", "must be in", "could not convert", "C int"):
+        assert internal not in problems[0].message
+
+
+def test_an_explicit_int_with_two_signs_reads_as_ruamel_reads_it() -> None:
+    # the composer's shortcut for decimals gave int('+-5'): a ValueError at 1:1
+    _same_both_ways("a: !!int '+-5'\nb: 007\nc: -007\n")
+    doc, problems = parse_yaml("a: !!int '+-5'\nb: 007\n")
+    assert problems == [] and doc is not None and doc.data == {"a": -5, "b": 7}
+
+
+def _big(text: str) -> str:
+    """``text`` after comment lines that make it larger than the ruamel fallback."""
+    lines = read.RUAMEL_FALLBACK_MAX_CHARS // 100 + 1
+    return ("#" * 99 + "\n") * lines + text
+
+
+@pytest.fixture
+def ruamel_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times ruamel.yaml's parser was set up (it reads what libyaml rejects)."""
+    made: list[int] = []
+
+    class Counted(YAML):
+        def parse(self, stream: Any) -> Any:
+            made.append(1)
+            return super().parse(stream)
+
+    monkeypatch.setattr(read, "YAML", Counted)
+    return made
+
+
+def test_a_large_file_libyaml_rejects_gets_libyamls_error_without_ruamel(
+    ruamel_reads: list[int],
+) -> None:
+    small = "name: f\nnodes: {a: {call: 'm:f'}}\ninput: [1, 2\n"
+    big = _big(small)
+    assert len(small) < read.RUAMEL_FALLBACK_MAX_CHARS < len(big)
+    (worded_by_ruamel,) = parse_yaml(small)[1]
+    assert ruamel_reads == [1]
+    (worded_by_libyaml,) = parse_yaml(big)[1]
+    assert ruamel_reads == [1]  # not read again in pure Python
+    offset = big.count("\n") - small.count("\n")
+    assert (worded_by_libyaml.code, worded_by_libyaml.line - offset) == ("E001", 4)
+    assert worded_by_libyaml.message.startswith("YAML syntax error: while parsing a flow")
+    assert worded_by_ruamel.code == "E001" and worded_by_ruamel.line == 4
+
+
+def test_a_large_file_with_a_bad_escape_gets_libyamls_error_at_the_escape(
+    ruamel_reads: list[int],
+) -> None:
+    text = _big("name: f\nnodes: {a: {call: 'm:f'}}\ninput: {k: \"\\U0010FFFF\\UFFFFFFFF\"}\n")
+    (problem,) = parse_yaml(text)[1]
+    assert ruamel_reads == []
+    assert (problem.code, problem.line, problem.col) == ("E001", text.count("\n"), 25)
+    assert problem.message == (
+        "YAML syntax error: while parsing a quoted scalar found invalid Unicode character "
+        "escape code"
+    )

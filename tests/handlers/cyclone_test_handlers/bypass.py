@@ -1,8 +1,9 @@
 """Packages for the allow-list bypass tests: an allowed package whose module imports
 objects from a foreign module, and that foreign module, which writes a marker file
 whenever any of its code runs (a function called, a class instantiated, a method or a
-callable instance called). Written into a folder the test puts on ``sys.path`` (or a
-worker's ``--import-path``)."""
+callable instance called, a descriptor or ``__getattr__`` asked, a subclass's inherited
+``__call__``/``__init__``/``__new__`` or a metaclass run). Written into a folder the test
+puts on ``sys.path`` (or a worker's ``--import-path``)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,55 @@ def write_bypass_packages(root: Path, suffix: str = "") -> BypassPackages:
                     _ran("sneaky partial")
                     return super().__call__(*args)
 
+            class CallBase:  # each of these runs evil code when a subclass is used
+                def __call__(self, ctx, input):
+                    _ran("inherited __call__")
+                    return {{"evil": True}}
+
+            class InitBase:
+                def __init__(self, ctx=None, input=None):
+                    _ran("inherited __init__")
+
+            class NewBase:
+                def __new__(cls, *args):
+                    _ran("inherited __new__")
+                    return super().__new__(cls)
+
+            class Meta(type):
+                def __call__(cls, *args):
+                    _ran("metaclass __call__")
+                    return super().__call__()
+
+            class GetattrBase:
+                def __getattr__(self, name):
+                    _ran("__getattr__")
+                    return do
+
+            class Descriptor:
+                def __get__(self, obj, owner=None):
+                    _ran("descriptor __get__")
+                    return do
+
+            class Liar:  # isinstance() would ask for its __class__
+                @property
+                def __class__(self):
+                    _ran("__class__")
+                    return type(self)
+
+                def __call__(self, ctx, input):
+                    _ran("liar()")
+
+            def getter(self):
+                _ran("property getter")
+                return do
+
+            def wrapping(fn):  # a decorator of this module: its wrapper is evil code
+                @functools.wraps(fn)
+                def wrapper(ctx, input):
+                    _ran("wrapper")
+                    return fn(ctx, input)
+                return wrapper
+
             caller = Caller()
             client = Client()
             """
@@ -83,8 +133,14 @@ def write_bypass_packages(root: Path, suffix: str = "") -> BypassPackages:
     (pkg / "__init__.py").write_text(f"from {allowed}.sub import sub_handler  # re-export\n")
     (pkg / "other.py").write_text("def other_handler(ctx, input):\n    return {'other': input}\n")
     (pkg / "sub.py").write_text(
+        "import functools\n"
         f"from {allowed}.other import other_handler  # re-export from a sibling\n\n"
-        "def sub_handler(ctx, input):\n    return {'sub': input}\n"
+        "def sub_handler(ctx, input):\n    return {'sub': input}\n\n"
+        "def traced_here(fn):  # an allowed decorator\n"
+        "    @functools.wraps(fn)\n"
+        "    def wrapper(ctx, input):\n"
+        "        return {'traced': fn(ctx, input)}\n"
+        "    return wrapper\n"
     )
     (pkg / "mod.py").write_text(
         textwrap.dedent(
@@ -93,9 +149,12 @@ def write_bypass_packages(root: Path, suffix: str = "") -> BypassPackages:
             from os import system
             from subprocess import Popen, run
 
-            from {evil} import Evil, Sneaky, caller, client, do
+            from {evil} import (
+                CallBase, Descriptor, Evil, GetattrBase, InitBase, Liar, Meta, NewBase, Sneaky,
+                caller, client, do, getter, wrapping,
+            )
             from {deco} import traced
-            from {allowed}.sub import sub_handler
+            from {allowed}.sub import sub_handler, traced_here
 
             CONFIG = {{"mode": "safe"}}
             send = client.send
@@ -127,8 +186,66 @@ def write_bypass_packages(root: Path, suffix: str = "") -> BypassPackages:
 
             handler_obj = Handler()
             ok_partial = functools.partial(functools.partial(ok))
-            decorated = traced(ok)
+            decorated = traced(ok)  # a harmless foreign decorator: its wrapper is foreign
+            decorated_here = traced_here(ok)  # a decorator of the allowed package
+            evil_decorated = wrapping(ok)  # functools.wraps gives it this module's name
+            cached = functools.lru_cache(ok)
             sneaky = Sneaky(ok)  # a partial of an allowed function, but not a functools.partial
+
+            # classes of this module that take their code from evil_lib
+            class SubCall(CallBase):
+                pass
+
+            class SubInit(InitBase):
+                pass
+
+            class SubNew(NewBase):
+                pass
+
+            class WithMeta(metaclass=Meta):
+                pass
+
+            class Partial(functools.partial):
+                pass
+
+            class GetattrSub(GetattrBase):
+                pass
+
+            class Holder:
+                d = Descriptor()
+                p = property(getter)
+                call_attr = do
+
+            class Assigned:  # its special method is evil_lib's function
+                __call__ = do
+
+            class Lazy:
+                def __getattr__(self, name):
+                    return ok
+
+            class Props:
+                @property
+                def handler(self):
+                    return ok
+
+            class DictHandler(dict):  # builtin bases run C code only
+                def __init__(self, ctx=None, input=None):
+                    super().__init__(got=input)
+
+            inst_call = SubCall()
+            partial_sub = Partial(do)
+            partial_sub_ok = Partial(ok)
+            ga = GetattrSub()
+            holder = Holder()
+            assigned = Assigned()
+            liar = Liar()
+            lazy = Lazy()
+            props = Props()
+
+            def __getattr__(name):  # this module's own: allowed code
+                if name == "dynamic":
+                    return ok
+                raise AttributeError(name)
             """
         )
     )
