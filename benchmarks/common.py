@@ -173,7 +173,7 @@ def submit_backlog(
         batch: list[JSON] = []
 
         def flush() -> None:
-            with client.pool.connection() as conn, conn.transaction():
+            with client._pool.connection() as conn, conn.transaction():
                 for item in batch:
                     client.submit_tx(conn, flow, item)
             batch.clear()

@@ -1,19 +1,26 @@
 """cyclone-flow: a Postgres-backed workflow engine for YAML DAG flows.
 
-Public API: :class:`Client`, :class:`Context` (what a handler receives), the option types
-and the error tree.
+Public API: :class:`Client` and :func:`migrate`, :func:`load_flow`, :class:`Context` (what
+a handler receives), the option types, the rows and states a user reads (:class:`Run`,
+:class:`Step`, :class:`RunState`, :class:`StepState`, :class:`ErrorKind`,
+:class:`StepEvent`) and the error tree (also reachable as ``cyclone_flow.errors``).
+Everything else stays importable from its own module, without a stability promise.
 """
 
 from cyclone_flow.client import Client, migrate
-from cyclone_flow.config import ClientConfig, PayloadLimits, RetentionConfig
-from cyclone_flow.db.rows import Run as RunStatus
-from cyclone_flow.db.rows import Step as StepStatus
+from cyclone_flow.config import ClientConfig, ClientOptions, PayloadLimits, RetentionConfig
+from cyclone_flow.db.rows import QueueStats, Run, ScheduleRow, Step
 from cyclone_flow.engine.fan_out import MAX_FAN_OUT_ITEMS
 from cyclone_flow.errors import (
+    ClientStateError,
     ConfigError,
     CycloneError,
+    EmbeddedUnavailableError,
     FlowError,
+    HandlerImportError,
     InputValidationError,
+    LintPathError,
+    NoFlowFilesError,
     PayloadTooLargeError,
     PermanentError,
     Problem,
@@ -30,46 +37,58 @@ from cyclone_flow.errors import (
     WaitTimeoutError,
 )
 from cyclone_flow.flowfile import load_flow
-from cyclone_flow.flowfile.model import Flow, Node
+from cyclone_flow.flowfile.model import Flow
+from cyclone_flow.handlers import AllowList
 from cyclone_flow.notify import WakeupTracker
+from cyclone_flow.options import JobOptions, SubmitOptions
 from cyclone_flow.producer import RunId
+from cyclone_flow.schedules import SyncResult
 from cyclone_flow.states import ErrorKind, RunState, StepState
 from cyclone_flow.worker.context import Context
 from cyclone_flow.worker.events import StepEvent
-from cyclone_flow.worker.imports import AllowList
 
 __all__ = [
     "MAX_FAN_OUT_ITEMS",
     "AllowList",
     "Client",
     "ClientConfig",
+    "ClientOptions",
+    "ClientStateError",
     "ConfigError",
     "Context",
     "CycloneError",
+    "EmbeddedUnavailableError",
     "ErrorKind",
     "Flow",
     "FlowError",
+    "HandlerImportError",
     "InputValidationError",
-    "Node",
+    "JobOptions",
+    "LintPathError",
+    "NoFlowFilesError",
     "PayloadLimits",
     "PayloadTooLargeError",
     "PermanentError",
     "Problem",
+    "QueueStats",
     "ReclaimLimitExceeded",
     "RetentionConfig",
+    "Run",
     "RunId",
     "RunNotFoundError",
     "RunState",
     "RunStateError",
-    "RunStatus",
     "ScheduleNotFoundError",
+    "ScheduleRow",
     "SchemaOutdatedError",
     "SignalRejectedError",
+    "Step",
     "StepEvent",
     "StepState",
-    "StepStatus",
     "StepTimeoutError",
     "SubmitOptionError",
+    "SubmitOptions",
+    "SyncResult",
     "TemplateError",
     "TransactionOpenError",
     "WaitTimeoutError",

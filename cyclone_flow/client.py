@@ -11,9 +11,7 @@ calls :meth:`Client.wait`, which starts its listener); call :meth:`Client.shutdo
 from __future__ import annotations
 
 import dataclasses
-import re
 import threading
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -31,54 +29,39 @@ from cyclone_flow.config import (
     build_config,
     validate_retention,
 )
-from cyclone_flow.db import misc, runs, steps
-from cyclone_flow.db import schedules as stored
-from cyclone_flow.db.conn import Database, Session
+from cyclone_flow.db import runs, steps
+from cyclone_flow.db.conn import Database
 from cyclone_flow.db.migrate import check_schema_version
 from cyclone_flow.db.migrate import migrate as migrate_schema
-from cyclone_flow.db.rows import Run, ScheduleRow, Step
+from cyclone_flow.db.rows import QueueStats, Run, ScheduleRow, Step
 from cyclone_flow.engine import operator, signals
-from cyclone_flow.engine.submit import store_definition
-from cyclone_flow.engine.tx import Tx, transaction
+from cyclone_flow.engine.tx import transaction
 from cyclone_flow.errors import (
+    ClientStateError,
     ConfigError,
     InputValidationError,
     RunNotFoundError,
     RunStateError,
-    ScheduleNotFoundError,
-    SubmitOptionError,
-    TransactionOpenError,
-    WaitTimeoutError,
     shown,
 )
-from cyclone_flow.flowfile import load_flow
 from cyclone_flow.flowfile.model import JSON, Flow
-from cyclone_flow.notify import Listener, Publisher, Wakeups, WakeupTracker, WakeupTracking
+from cyclone_flow.handlers import AllowList, HandlerResolver
+from cyclone_flow.names import SIGNAL_NAME_RULE, is_signal_name
+from cyclone_flow.notify import Listener, Publisher, WakeupHub, Wakeups, WakeupTracker
 from cyclone_flow.options import JobOptions, RunOptions, SubmitOptions, job_flow, run_options
 from cyclone_flow.producer import FlowLike, Producer, RunId
-from cyclone_flow.schedules import (
-    ScheduleScanner,
-    ScheduleSpec,
-    SyncResult,
-    Ticks,
-    default_schedule_name,
-    flow_schedules,
-    validate_schedule_name,
-)
-from cyclone_flow.text import describe_unstorable, printable
+from cyclone_flow.schedule_admin import Schedules
+from cyclone_flow.schedules import ScheduleScanner, SyncResult
+from cyclone_flow.text import printable, storable
 from cyclone_flow.worker.cache import OutputCache
 from cyclone_flow.worker.completer import Completer
 from cyclone_flow.worker.events import StepEvent, call_hook, emit_engine_events
 from cyclone_flow.worker.executor import Executor
-from cyclone_flow.worker.imports import AllowList, HandlerResolver
 from cyclone_flow.worker.retention import RetentionSweeper
 from cyclone_flow.worker.runtime import Worker
 from cyclone_flow.worker.scanners import SequenceScanner
 
 __all__ = ["Client", "FlowLike", "RunId", "migrate"]
-_LISTENER_READY_S = 2.0  # how long wait() lets a starting listener connect before polling
-
-SIGNAL_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$")  # as in flow.schema.json
 
 
 class Client:
@@ -126,14 +109,14 @@ class Client:
                     "the recovery sweep, the scanners, the listener and API calls; raise "
                     "max_size or lower tx_slots"
                 )
-            self.pool = database
+            self._pool = database
             self._owns_pool = False
         elif isinstance(database, str):
             # Probe first: a bad URL is one clear error now, not a pool retrying forever.
             with psycopg.connect(database, connect_timeout=10) as probe:
                 if cfg.check_schema:
                     check_schema_version(probe, cfg.schema)
-            self.pool = ConnectionPool(
+            self._pool = ConnectionPool(
                 database,
                 min_size=min(2, cfg.pool_min_size),
                 max_size=cfg.pool_min_size,
@@ -144,40 +127,37 @@ class Client:
         else:
             raise ConfigError("database must be a URL string or a psycopg_pool.ConnectionPool")
         if not self._owns_pool and cfg.check_schema:
-            with self.pool.connection() as conn:
+            with self._pool.connection() as conn:
                 check_schema_version(conn, cfg.schema)
-        self.db = Database(self.pool, cfg.schema)
-        """The pool and the statements of this client's schema (:mod:`cyclone_flow.db`)."""
-        self.producer = Producer(self.db, cfg)
+        self._db = Database(self._pool, cfg.schema)
+        self._producer = Producer(self._db, cfg)
         self._scanner = ScheduleScanner(
-            self.db,
-            self.producer,
+            self._db,
+            self._producer,
             self._publish,
             cfg.logger,
             # skipped ticks are a downtime's, not the sweep's grain, past 3 sweeps
             misfire_warning_after=timedelta(seconds=3 * cfg.sweep_interval),
         )
-        self._sequences = SequenceScanner(self.db, self._publish)
-        self.cache = OutputCache()
+        self._sequences = SequenceScanner(self._db, self._publish)
+        self._cache = OutputCache()
         self._tx_slots = threading.BoundedSemaphore(cfg.tx_slots)
         # the group commit of this client's worker (its thread starts with start())
-        self._completer = Completer(self.db, cfg, self.cache, self._publish, self._tx_slots)
+        self._completer = Completer(self._db, cfg, self._cache, self._publish, self._tx_slots)
         self._worker: Worker | None = None
-        self._waiters: dict[str, set[threading.Event]] = {}
-        self._waiters_lock = threading.Lock()
         self._closed = False
         self._observers: list[Callable[[StepEvent], None]] = []
-        self.publisher = Publisher(self.db, coalesce=cfg.notify_coalesce, logger=cfg.logger)
-        """Publishes this client's wakeups after each commit (:mod:`cyclone_flow.notify`)."""
-        self._listener: Listener | None = None
-        self._listener_lock = threading.Lock()
-        self._tracking = WakeupTracking()
+        # the publisher, the listener, the waiters of wait() and the tracked connections
+        self._hub = WakeupHub(
+            self._db, coalesce=cfg.notify_coalesce, logger=cfg.logger, worker=lambda: self._worker
+        )
+        self._schedules = Schedules(self._db, self._producer)
 
     # -- schema ----------------------------------------------------------------------------
 
     def migrate(self) -> list[int]:
         """Apply missing migrations to this client's schema; return the versions applied."""
-        with self.pool.connection() as conn:
+        with self._pool.connection() as conn:
             conn.commit()
             return migrate_schema(conn, self.config.schema)
 
@@ -197,10 +177,10 @@ class Client:
         SubmitOptionError.
         """
         opts = run_options(**options)
-        spec, input_json = self.producer.prepare(flow, input)
-        with self.pool.connection() as conn:
+        spec, input_json = self._producer.prepare(flow, input)
+        with self._pool.connection() as conn:
             with conn.transaction():
-                run_id, wakeups = self.producer.insert(conn, spec, input_json, opts)
+                run_id, wakeups = self._producer.insert(conn, spec, input_json, opts)
             # committed: publish on the same connection (no second pool checkout)
             self._publish(wakeups, conn)
         return run_id
@@ -218,7 +198,7 @@ class Client:
         (:meth:`track_wakeups`) and the caller calls :meth:`publish_wakeups` after the
         commit."""
         opts = run_options(**options)
-        spec, input_json = self.producer.prepare(flow, input)
+        spec, input_json = self._producer.prepare(flow, input)
         return self._insert_tx(conn, spec, input_json, opts)
 
     def enqueue(self, callable: str, args: JSON = None, **options: Unpack[JobOptions]) -> RunId:
@@ -232,10 +212,10 @@ class Client:
         the run id. Raises SubmitOptionError, InputValidationError, PayloadTooLargeError.
         """
         flow, opts = self._job(callable, options)
-        spec, input_json = self.producer.prepare(flow, args)
-        with self.pool.connection() as conn:
+        spec, input_json = self._producer.prepare(flow, args)
+        with self._pool.connection() as conn:
             with conn.transaction():
-                run_id, wakeups = self.producer.insert(conn, spec, input_json, opts)
+                run_id, wakeups = self._producer.insert(conn, spec, input_json, opts)
             self._publish(wakeups, conn)  # committed: publish on the same connection
         return run_id
 
@@ -249,7 +229,7 @@ class Client:
         """Like :meth:`enqueue`, inside the caller's transaction on ``conn`` (committed or
         rolled back with it); publishes nothing."""
         flow, opts = self._job(callable, options)
-        spec, input_json = self.producer.prepare(flow, args)
+        spec, input_json = self._producer.prepare(flow, args)
         return self._insert_tx(conn, spec, input_json, opts)
 
     def _job(self, call: str, options: JobOptions) -> tuple[Flow, RunOptions]:
@@ -264,12 +244,12 @@ class Client:
     ) -> RunId:
         if conn.autocommit:  # no caller transaction to join: be atomic on our own
             with conn.transaction():
-                run_id, wakeups = self.producer.insert(conn, spec, input_json, opts)
+                run_id, wakeups = self._producer.insert(conn, spec, input_json, opts)
         else:
             # Inside (or implicitly opening) the caller's transaction: the caller commits or
             # rolls back. (conn.transaction() here would commit an idle connection's work.)
-            run_id, wakeups = self.producer.insert(conn, spec, input_json, opts)
-        self._record_wakeups(conn, wakeups)
+            run_id, wakeups = self._producer.insert(conn, spec, input_json, opts)
+        self._hub.record(conn, wakeups)  # kept only when conn is tracked, never published here
         return run_id
 
     # -- wakeups of caller-owned transactions ----------------------------------------------
@@ -297,8 +277,7 @@ class Client:
         Tracking an already tracked connection keeps its record. Untracked, a
         caller-owned transaction's work waits for the next poll (``poll_interval`` max at
         worst)."""
-        self._tracking.track(conn)
-        return WakeupTracker(conn, self._tracking, self.publish_wakeups)
+        return self._hub.track(conn, self.publish_wakeups)
 
     def publish_wakeups(self, conn: psycopg.Connection[Any]) -> None:
         """Publish the wakeups recorded on ``conn`` since :meth:`track_wakeups` and stop
@@ -312,17 +291,7 @@ class Client:
             ``conn`` is still inside a transaction (not committed yet); nothing is
             published and the record is kept.
         """
-        status = conn.info.transaction_status
-        if status in (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR):
-            raise TransactionOpenError(status.name)
-        wakeups = self._tracking.take(conn)
-        if wakeups:
-            self._publish(wakeups)
-
-    def _record_wakeups(self, conn: psycopg.Connection[Any], wakeups: Wakeups) -> None:
-        """Caller-owned-transaction calls record their wakeups here (kept only when
-        ``conn`` is tracked; never published by the call itself)."""
-        self._tracking.record(conn, wakeups)
+        self._hub.publish_tracked(conn)
 
     # -- schedules -------------------------------------------------------------------------
 
@@ -332,9 +301,7 @@ class Client:
         and the flow's other file-declared schedules are removed, in one transaction.
         Schedules added with :meth:`add_schedule` are left alone. ``now`` pins the clock
         (tests). Raises FlowError, InputValidationError, SubmitOptionError."""
-        spec = flow if isinstance(flow, Flow) else load_flow(flow)
-        entries = flow_schedules(spec)
-        return self._register(spec, entries, "flow", now)
+        return self._schedules.sync(flow, now=now)
 
     def add_schedule(
         self,
@@ -349,112 +316,30 @@ class Client:
         """Add (or update, by name) a schedule that submits a run of ``flow`` at every tick
         of ``cron`` read in ``timezone``; return its name (default: the flow's name and a
         digest of cron, timezone and input, so adding the same schedule twice is one).
-        Raises FlowError, InputValidationError, SubmitOptionError."""
-        spec = flow if isinstance(flow, Flow) else load_flow(flow)
-        entry = ScheduleSpec(
-            name=name or default_schedule_name(spec.name, cron, timezone, input),
-            cron=cron,
-            timezone=timezone,
-            input=input,
-        )
-        self._register(spec, [entry], "manual", now)
-        return entry.name
-
-    def _register(
-        self, spec: Flow, entries: list[ScheduleSpec], source: str, now: datetime | None
-    ) -> SyncResult:
-        prepared = []
-        for entry in entries:
-            validate_schedule_name(entry.name)
-            ticks = Ticks(entry.cron, entry.timezone)
-            _, input_json = self.producer.prepare(spec, entry.input)
-            prepared.append((entry, ticks, input_json))
-        with self.db.session() as s:
-            current = misc.pg_now(s, now=now)
-        added: list[str] = []
-        updated: list[str] = []
-        with self.pool.connection() as conn, conn.transaction():
-            s = Session(conn, self.db.q)
-            for entry, ticks, input_json in prepared:
-                other = stored.schedule_get_source(s, name=entry.name)
-                if other is not None and other != source:
-                    raise SubmitOptionError(
-                        "name",
-                        entry.name,
-                        f"a schedule of this name was created by "
-                        f"{'schedule sync' if other == 'flow' else 'schedule add'}; remove it "
-                        "first or pick another name",
-                    )
-                created = stored.schedule_upsert(
-                    s,
-                    name=entry.name,
-                    flow_name=spec.name,
-                    workflow_id=store_definition(Tx(conn, self.db.q), spec),
-                    cron=entry.cron,
-                    timezone=entry.timezone,
-                    input=input_json,
-                    source=source,
-                    next_run_at=ticks.after(current),
-                )
-                (added if created else updated).append(entry.name)
-            removed = (
-                stored.schedule_delete_flow_stale(
-                    s, flow_name=spec.name, keep=[e.name for e in entries]
-                )
-                if source == "flow"
-                else []
-            )
-        return SyncResult(added=added, updated=updated, removed=removed)
+        ``now`` pins the clock (tests). Raises FlowError, InputValidationError,
+        SubmitOptionError."""
+        return self._schedules.add(flow, cron, timezone=timezone, input=input, name=name, now=now)
 
     def list_schedules(self) -> list[ScheduleRow]:
         """Every schedule of this schema, by name."""
-        with self.db.session() as s:
-            return stored.schedule_list(s)
+        return self._schedules.rows()
 
     def get_schedule(self, name: str) -> ScheduleRow | None:
         """One schedule of this schema by name, None when there is none."""
-        if not _storable(name):
-            return None
-        with self.db.session() as s:
-            return stored.schedule_get(s, name=name)
+        return self._schedules.get(name)
 
     def remove_schedule(self, name: str) -> None:
         """Delete a schedule (its past runs stay). Raises ScheduleNotFoundError."""
-        if not _storable(name) or not self._set_schedule(name, delete=True):
-            raise ScheduleNotFoundError(name)
+        self._schedules.remove(name)
 
     def pause_schedule(self, name: str) -> None:
         """Stop a schedule from submitting runs. Raises ScheduleNotFoundError."""
-        if not _storable(name) or not self._set_schedule(name, paused=True):
-            raise ScheduleNotFoundError(name)
+        self._schedules.pause(name)
 
     def resume_schedule(self, name: str, *, now: datetime | None = None) -> None:
         """Resume a paused schedule from the first tick after now (ticks missed while
         paused are skipped). Raises ScheduleNotFoundError."""
-        row = self.get_schedule(name)
-        if row is None:
-            raise ScheduleNotFoundError(name)
-        with self.db.session() as s:
-            current = misc.pg_now(s, now=now)
-        next_run_at = Ticks(row.cron, row.timezone).after(current)
-        if not self._set_schedule(
-            name, paused=False, next_run_at=next_run_at if row.paused else None
-        ):
-            raise ScheduleNotFoundError(name)
-
-    def _set_schedule(
-        self,
-        name: str,
-        *,
-        delete: bool = False,
-        paused: bool = False,
-        next_run_at: datetime | None = None,
-    ) -> bool:
-        """Delete, pause or resume the schedule ``name``; False when none has that name."""
-        with self.db.session() as s:
-            if delete:
-                return stored.schedule_delete(s, name=name)
-            return stored.schedule_set_paused(s, name=name, paused=paused, next_run_at=next_run_at)
+        self._schedules.resume(name, now=now)
 
     @property
     def schedule_scanner(self) -> ScheduleScanner:
@@ -481,17 +366,17 @@ class Client:
             else self.config
         )
         executor = Executor(
-            self.db,
+            self._db,
             config,
             HandlerResolver(self._allow),
-            self.cache,
+            self._cache,
             self._tx_slots,
             self._publish,
-            producer=self.producer,
+            producer=self._producer,
             completer=self._completer,
         )
         self._worker = Worker(
-            self.db,
+            self._db,
             config,
             executor,
             self._publish,
@@ -501,15 +386,15 @@ class Client:
         self._worker.maintenance_tasks.append(("sequence release", self._sequences.run_once))
         self._worker.start()
         if self.config.notify:
-            self._ensure_listener()
+            self._hub.listen()
 
     def observe_steps(self, observer: Callable[[StepEvent], None]) -> None:
         """Also send every step event (see ``on_step_event``) to ``observer``, after the
         ``on_step_event`` option; an exception inside it is logged and ignored. For
         instrumentation such as :class:`cyclone_flow.metrics.Metrics`; call it before
-        :meth:`start`."""
+        :meth:`start` (after it: ClientStateError)."""
         if self._worker is not None:
-            raise RuntimeError("observe_steps() must be called before start()")
+            raise ClientStateError("observe_steps()", "must be called before start()")
         self._observers.append(observer)
 
     def _emit(self, event: StepEvent) -> None:
@@ -519,8 +404,29 @@ class Client:
 
     @property
     def worker(self) -> Worker | None:
-        """The started worker machinery, or None before :meth:`start`."""
+        """The started worker machinery, or None before :meth:`start`; for its read-only
+        counters (``claim_queries``, ``wakeups_forwarded``, ``wakeups_ignored``:
+        docs/wakeups.md)."""
         return self._worker
+
+    @property
+    def listener(self) -> Listener | None:
+        """The running listener, or None (``notify=False``, not needed yet, or shut
+        down); for its read-only counters and state (``received``, ``connects``,
+        ``backend_pid``, ``ready``: docs/wakeups.md)."""
+        return self._hub.listener
+
+    @property
+    def publisher(self) -> Publisher:
+        """What publishes this client's wakeups after each commit; for its read-only
+        counters (``notifications``, ``batches``, ``failures``: docs/wakeups.md)."""
+        return self._hub.publisher
+
+    def in_flight(self) -> int:
+        """How many steps this client's worker holds a lease on now (executing, or done and
+        waiting for the group commit); 0 before :meth:`start`."""
+        worker = self._worker
+        return worker.in_flight() if worker is not None else 0
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop claiming, let in-flight handlers finish for up to ``timeout`` seconds, tell
@@ -536,13 +442,9 @@ class Client:
         self._closed = True
         if self._worker is not None:
             self._worker.shutdown(timeout)
-        with self._listener_lock:
-            listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.stop()
-        self.publisher.shutdown(timeout)
+        self._hub.shutdown(timeout)  # the listener, then the wakeups still buffered
         if self._owns_pool:
-            self.pool.close()
+            self._pool.close()
 
     def __enter__(self) -> Client:
         return self
@@ -555,7 +457,7 @@ class Client:
     def get_run(self, run_id: str) -> Run:
         """The run's state, input, output and error; raises RunNotFoundError."""
         rid = parse_run_id(run_id)
-        with self.db.session() as s:
+        with self._db.session() as s:
             run = runs.run_get(s, run_id=rid)
         if run is None:
             raise RunNotFoundError(rid)
@@ -565,7 +467,7 @@ class Client:
         """Every step of the run (fan-out item steps only when ``items``); raises
         RunNotFoundError for an unknown run."""
         rid = parse_run_id(run_id)
-        with self.db.session() as s:
+        with self._db.session() as s:
             if runs.run_get(s, run_id=rid) is None:
                 raise RunNotFoundError(rid)
             return steps.step_list(s, run_id=rid, items=items)
@@ -573,22 +475,22 @@ class Client:
     def item_progress(self, run_id: str) -> dict[str, dict[str, int]]:
         """Item counts of each started fan-out node of the run: node -> step state ->
         count (e.g. ``{"ship_each": {"completed": 40, "running": 8, "pending": 52}}``)."""
-        with self.db.session() as s:
+        with self._db.session() as s:
             return steps.step_count_items(s, run_id=parse_run_id(run_id))
 
     def list_runs(
         self, *, flow: str | None = None, state: str | None = None, limit: int = 50
     ) -> list[Run]:
         """The most recent runs, newest first."""
-        if flow is not None and not _storable(flow):
+        if flow is not None and not storable(flow):
             return []  # no flow has such a name
-        with self.db.session() as s:
+        with self._db.session() as s:
             return runs.run_list(s, flow=flow, state=state, limit=limit)
 
     def run_definition(self, run_id: str) -> dict[str, Any]:
         """The flow document the run was submitted with; raises RunNotFoundError."""
         rid = parse_run_id(run_id)
-        with self.db.session() as s:
+        with self._db.session() as s:
             definition = runs.run_get_definition(s, run_id=rid)
         if definition is None:
             raise RunNotFoundError(rid)
@@ -598,13 +500,23 @@ class Client:
         """The unique/sequence/schedule columns of the run by name (``unique_key``,
         ``unique_held``, ``unique_states``, ``sequence_key``, ``sequence_pos``,
         ``sequence_held``, ``schedule_id``, ``scheduled_for``); None for an unknown run."""
-        with self.db.session() as s:
+        with self._db.session() as s:
             return runs.run_get_queue_info(s, run_id=parse_run_id(run_id))
 
     def count_active(self, queues: Sequence[str]) -> int:
-        """Steps of ``queues`` that are available (at any time) or running."""
-        with self.db.session() as s:
+        """Steps of ``queues`` (queue names) that are available (now or at a later
+        ``scheduled_at``) or running, by any worker of this schema."""
+        with self._db.session() as s:
             return steps.step_count_active(s, queues=queues)
+
+    def queue_stats(self) -> list[QueueStats]:
+        """Per queue with available or running steps (any worker of this schema): steps
+        ``available`` now (the depth), ``scheduled`` later (e.g. retries in backoff),
+        ``running``, and ``oldest_available_s``, seconds the oldest claimable step has
+        waited. Queues without such steps are left out. What the metrics' queue gauges
+        read (:meth:`cyclone_flow.metrics.Metrics.watch_queues`)."""
+        with self._db.session() as s:
+            return steps.step_count_by_queue(s)
 
     def cancel(self, run_id: str, reason: str = "cancelled by operator") -> bool:
         """Cancel a running run and every non-terminal step, with the whole trees of its
@@ -616,7 +528,7 @@ class Client:
         one wins). Raises RunNotFoundError."""
         rid = parse_run_id(run_id)
         reason = printable(str(reason)) or ""
-        with transaction(self.db, self._publish) as tx:
+        with transaction(self._db, self._publish) as tx:
             done, cancelled = operator.cancel_run(tx, rid, reason)
         if done:
             for node in cancelled:
@@ -630,17 +542,17 @@ class Client:
         ``node``) and every cancelled step go back to pending/available with attempts and
         reclaims reset; the run is running again. Returns the nodes reset.
         Raises RunNotFoundError, RunStateError."""
-        if node is not None and not _storable(node):
+        if node is not None and not storable(node):
             node = printable(node)  # spelled out: no node has that name (RunStateError)
-        with transaction(self.db, self._publish) as tx:
+        with transaction(self._db, self._publish) as tx:
             return operator.retry_run(tx, parse_run_id(run_id), node)
 
     def retry_all(self, flow: str | None = None) -> list[str]:
         """:meth:`retry` every failed run (of ``flow`` when given); returns their ids."""
         retried: list[str] = []
-        if flow is not None and not _storable(flow):
+        if flow is not None and not storable(flow):
             return retried  # no flow has such a name
-        with self.db.session() as s:
+        with self._db.session() as s:
             failed = runs.run_list_failed(s, flow=flow)
         for rid in failed:
             try:
@@ -657,12 +569,12 @@ class Client:
         WithRetentionSweep). Returns the number of runs deleted. Safe while other clients
         purge too. Raises ConfigError for a non-positive age or a bad batch size."""
         config = _purge_config(older_than, batch_size)
-        return RetentionSweeper(self.db, config, self.config.logger).run_once()
+        return RetentionSweeper(self._db, config, self.config.logger).run_once()
 
     def count_purgeable(self, older_than: float) -> tuple[int, int]:
         """``(runs, steps)`` that :meth:`purge` with ``older_than`` would delete now."""
         _purge_config(older_than, RETENTION_BATCH_SIZE)
-        with self.db.session() as s:
+        with self._db.session() as s:
             return runs.run_count_purgeable(s, age_us=int(older_than * 1_000_000))
 
     def signal(self, run_id: str, name: str, payload: JSON = None) -> str | None:
@@ -689,19 +601,16 @@ class Client:
             that does has a signal kept already.
         """
         rid = parse_run_id(run_id)
-        if not isinstance(name, str) or not SIGNAL_NAME_RE.fullmatch(name):
+        if not is_signal_name(name):
             raise InputValidationError(
-                "",
-                "letters, digits, '_', '.', ':', '-' (at most 128, not starting with '.', "
-                "':' or '-')",
-                subject=f"invalid signal name {shown(name)}",
+                "", SIGNAL_NAME_RULE, subject=f"invalid signal name {shown(name)}"
             )
         subject = f"payload of signal {name!r}"
         try:
             text = encode_payload("signal", payload, self.config.payload_limits.signal_bytes)
         except Unencodable as exc:
             raise InputValidationError("", exc.reason, subject=subject) from None
-        with transaction(self.db, self._publish) as tx:
+        with transaction(self._db, self._publish) as tx:
             node = signals.deliver_signal(tx, rid, name, text)
         emit_engine_events(self.config.logger, self._emit, tx.effects.events)
         return node
@@ -729,99 +638,20 @@ class Client:
         ):
             raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         rid = parse_run_id(run_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        event = threading.Event()
-        with self._waiters_lock:
-            self._waiters.setdefault(rid, set()).add(event)
-        try:
-            listener = self._ensure_listener() if self.config.notify else None
-            if listener is not None:  # listen before the first look: no wakeup slips by
-                ready_for = (
-                    _LISTENER_READY_S
-                    if deadline is None
-                    else min(_LISTENER_READY_S, max(0.0, deadline - time.monotonic()))
-                )
-                listener.ready.wait(ready_for)
-            lo, hi = self.config.poll_interval
-            interval = lo
-            while True:
-                status = self.get_run(rid)
-                if status.state.terminal:
-                    return status
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    assert timeout is not None
-                    raise WaitTimeoutError(rid, timeout, str(status.state))
-                if event.wait(interval if left is None else min(interval, left)):
-                    event.clear()
-                else:
-                    interval = min(interval * 2, hi)
-        finally:
-            with self._waiters_lock:
-                events = self._waiters.get(rid)
-                if events is not None:
-                    events.discard(event)
-                    if not events:
-                        del self._waiters[rid]
-
-    # -- wakeups -----------------------------------------------------------------------------
-
-    def _ensure_listener(self) -> Listener | None:
-        """This client's one LISTEN connection, started on first need; None once shut
-        down."""
-        with self._listener_lock:
-            if self._closed:
-                return None
-            if self._listener is None:
-                self._listener = Listener(
-                    self.db,
-                    self.config.logger,
-                    on_available=self._on_available,
-                    on_run_done=self._on_runs_done,
-                    on_connected=self._on_listening,
-                )
-                self._listener.start()
-            return self._listener
-
-    @property
-    def listener(self) -> Listener | None:
-        """The running listener, or None (``notify=False``, not needed yet, or shut
-        down)."""
-        return self._listener
-
-    def _on_available(self, queues: list[str]) -> None:
-        worker = self._worker
-        if worker is not None:
-            worker.notice_available(queues)
-
-    def _on_runs_done(self, run_ids: list[str]) -> None:
-        for run_id in run_ids:
-            self._run_done(run_id)
-
-    def _on_listening(self) -> None:
-        # Wakeups published while nobody listened are lost: look again now.
-        worker = self._worker
-        if worker is not None:
-            worker.wake()
-        with self._waiters_lock:
-            for events in self._waiters.values():
-                for event in events:
-                    event.set()
-
-    def _run_done(self, run_id: str) -> None:
-        with self._waiters_lock:
-            for event in self._waiters.get(run_id, ()):
-                event.set()
+        return self._hub.wait(
+            rid,
+            lambda: self.get_run(rid),
+            timeout=timeout,
+            poll_interval=self.config.poll_interval,
+            listen=self.config.notify,
+        )
 
     def _publish(self, wakeups: Wakeups, conn: psycopg.Connection[Any] | None = None) -> None:
         """Publish after a commit (waiters of this client are told at once), on ``conn``
         when given (idle, just committed); a failure is logged at error level and loses
-        no work (the polling floor finds it)."""
-        if not wakeups:
-            return
-        for run_id in wakeups.runs_done:
-            self._run_done(run_id)
-        self.publisher.publish(wakeups, conn)
+        no work (the polling floor finds it). The transitions and services of this client
+        call it after their commits."""
+        self._hub.publish(wakeups, conn)
 
 
 def parse_run_id(run_id: str | uuid.UUID) -> str:
@@ -849,8 +679,3 @@ def _purge_config(older_than: float, batch_size: int) -> RetentionConfig:
     config = validate_retention(RetentionConfig(default_age=older_than, batch_size=batch_size))
     assert config is not None
     return config
-
-
-def _storable(name: object) -> bool:
-    """False for a name Postgres cannot compare (a NUL or a lone surrogate): no row has it."""
-    return not isinstance(name, str) or describe_unstorable(name) is None

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from cyclone_flow.durations import MAX_FLOW_DURATION_S, DurationError, check_seconds
 from cyclone_flow.errors import ConfigError
 from cyclone_flow.logs import default_logger
 from cyclone_flow.names import (
@@ -30,7 +31,7 @@ POOL_RESERVE = 6  # Engine Design: Pool Budget, MaxConns >= txSlots + 6
 MAX_LEASE_TTL_S = 86_400.0  # a day: the TTL bounds crash detection, not handler length
 MAX_POLL_S = 3_600.0
 MAX_NOTIFY_COALESCE_S = 60.0  # a longer window only delays what polling would find anyway
-MAX_SIGNAL_WAIT_S = 366 * 86_400.0  # the longest duration a flow file may give
+MAX_SIGNAL_WAIT_S = MAX_FLOW_DURATION_S  # the longest duration a flow file may give
 
 # The seeds' Client Options one for one: keyword option -> the seed's option. docs/options.md
 # lists exactly these (tests/unit/test_options_doc.py keeps the table, this mapping and the
@@ -177,11 +178,26 @@ class ClientConfig:
 
 def _seconds(name: str, value: Any, max_s: float) -> float:
     """A positive number of seconds up to ``max_s``; raise :class:`ConfigError`."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{name} must be a number of seconds, got {value!r}")
-    if not 0 < value <= max_s:
-        raise ConfigError(f"{name} must be above 0 and at most {max_s:g} seconds, got {value!r}")
-    return float(value)
+    try:
+        return check_seconds(value, max_s=max_s)
+    except DurationError as exc:
+        if exc.kind == "type":
+            raise ConfigError(f"{name} must be a number of seconds, got {value!r}") from None
+        raise ConfigError(
+            f"{name} must be above 0 and at most {max_s:g} seconds, got {value!r}"
+        ) from None
+
+
+def _is_int_at_least(value: Any, low: int) -> bool:
+    """``value`` is an int (not a bool) of at least ``low``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _int_at_least(name: str, value: Any, low: int) -> int:
+    """An integer of at least ``low``; raise :class:`ConfigError`."""
+    if not _is_int_at_least(value, low):
+        raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
 
 
 def validate_retention(value: Any) -> RetentionConfig | None:
@@ -200,109 +216,133 @@ def validate_retention(value: Any) -> RetentionConfig | None:
     return value
 
 
+# -- one validator per option: (name, value) -> the validated value ----------------------
+
+
+def _workers(name: str, value: Any) -> dict[str, int]:
+    return {DEFAULT_QUEUE: _int_at_least(name, value, 1)}
+
+
+def _worker_queues(_name: str, value: Any) -> dict[str, int]:
+    if not isinstance(value, Mapping) or not value:
+        raise ConfigError("worker_queues must be a non-empty mapping of queue -> count")
+    queues = {}
+    for queue, count in value.items():
+        validate_queue_name(queue)
+        queues[queue] = _int_at_least(f"worker count of queue {queue!r}", count, 1)
+    return queues
+
+
+def _client_id(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
+    if (reason := describe_unstorable(value)) is not None:
+        raise ConfigError(f"{name} must not contain {reason}, got {value!r}")
+    return value
+
+
+def _poll_interval(name: str, value: Any) -> tuple[float, float]:
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        raise ConfigError(f"{name} must be (min, max) seconds, got {value!r}")
+    lo = _seconds(f"{name} min", value[0], MAX_POLL_S)
+    hi = _seconds(f"{name} max", value[1], MAX_POLL_S)
+    if lo > hi:
+        raise ConfigError(f"{name} min {lo} s is above max {hi} s")
+    return lo, hi
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _notify_coalesce(name: str, value: Any) -> float:
+    try:
+        return check_seconds(value, max_s=MAX_NOTIFY_COALESCE_S, allow_zero=True)
+    except DurationError:
+        raise ConfigError(
+            f"{name} must be a number of seconds from 0 (off) to "
+            f"{MAX_NOTIFY_COALESCE_S:g}, got {value!r}"
+        ) from None
+
+
+def _logger(name: str, value: Any) -> logging.Logger:
+    if value is not None and not isinstance(value, logging.Logger):
+        raise ConfigError(f"{name} must be a logging.Logger or None, got {value!r}")
+    return value if value is not None else default_logger()
+
+
+def _callback(name: str, value: Any) -> Any:
+    if value is not None and not callable(value):
+        raise ConfigError(f"{name} must be callable or None, got {value!r}")
+    return value
+
+
+def _payload_limits(name: str, value: Any) -> PayloadLimits:
+    if not isinstance(value, PayloadLimits):
+        raise ConfigError(f"{name} must be a PayloadLimits")
+    for field_name in ("input_bytes", "output_bytes", "signal_bytes"):
+        if not _is_int_at_least(getattr(value, field_name), 1):
+            raise ConfigError(f"{name}.{field_name} must be an integer >= 1")
+    return value
+
+
+def _max_signal_wait(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        raise ConfigError(f"{name} must be a number of seconds, got {value!r}")
+    if value > MAX_SIGNAL_WAIT_S:
+        raise ConfigError(
+            f"{name} must be at most {MAX_SIGNAL_WAIT_S:g} seconds (366 days), got {value!r}"
+        )
+    return float(value) if value > 0 else 0.0  # zero or negative: no cap
+
+
+def _seconds_up_to(max_s: float) -> Callable[[str, Any], float]:
+    return lambda name, value: _seconds(name, value, max_s)
+
+
+def _int_from(low: int) -> Callable[[str, Any], int]:
+    return lambda name, value: _int_at_least(name, value, low)
+
+
+_VALIDATORS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
+    # option -> (the ClientConfig field it sets, its validator)
+    "workers": ("worker_queues", _workers),
+    "worker_queues": ("worker_queues", _worker_queues),
+    "tx_slots": ("tx_slots", _int_from(1)),
+    "schema": ("schema", lambda _name, value: validate_schema_name(value)),
+    "client_id": ("client_id", _client_id),
+    "lease_ttl": ("lease_ttl", _seconds_up_to(MAX_LEASE_TTL_S)),
+    "max_reclaims": ("max_reclaims", _int_from(0)),
+    "poll_interval": ("poll_interval", _poll_interval),
+    "notify": ("notify", _flag),
+    "notify_coalesce": ("notify_coalesce", _notify_coalesce),
+    "logger": ("logger", _logger),
+    "on_step_event": ("on_step_event", _callback),
+    "error_handler": ("error_handler", _callback),
+    "payload_limits": ("payload_limits", _payload_limits),
+    "retention": ("retention", lambda _name, value: validate_retention(value)),
+    "allow_modules": ("allow_modules", lambda _name, value: value),
+    "sweep_interval": ("sweep_interval", _seconds_up_to(MAX_POLL_S)),
+    "check_schema": ("check_schema", lambda _name, value: bool(value)),
+    "max_signal_wait": ("max_signal_wait", _max_signal_wait),
+}
+
+
 def build_config(options: Mapping[str, Any]) -> ClientConfig:
     """Validate ``options`` in the order given; raise :class:`ConfigError` naming the
-    first bad option."""
+    first bad option. ``tx_slots`` defaults to the total worker count and
+    ``sweep_interval`` to ``lease_ttl / 3`` (at least 0.05 s, at most 10 s), whatever the
+    order."""
     values: dict[str, Any] = {}
-    tx_slots: int | None = None
-    sweep_interval: float | None = None
     for name, value in options.items():
-        if name == "workers":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"workers must be an integer >= 1, got {value!r}")
-            values["worker_queues"] = {DEFAULT_QUEUE: value}
-        elif name == "worker_queues":
-            if not isinstance(value, Mapping) or not value:
-                raise ConfigError("worker_queues must be a non-empty mapping of queue -> count")
-            queues = {}
-            for queue, count in value.items():
-                validate_queue_name(queue)
-                if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-                    raise ConfigError(
-                        f"worker count of queue {queue!r} must be an integer >= 1, got {count!r}"
-                    )
-                queues[queue] = count
-            values["worker_queues"] = queues
-        elif name == "tx_slots":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"tx_slots must be an integer >= 1, got {value!r}")
-            tx_slots = value
-        elif name == "schema":
-            values["schema"] = validate_schema_name(value)
-        elif name == "client_id":
-            if not isinstance(value, str) or not value.strip():
-                raise ConfigError(f"client_id must be a non-empty string, got {value!r}")
-            if (reason := describe_unstorable(value)) is not None:
-                raise ConfigError(f"client_id must not contain {reason}, got {value!r}")
-            values["client_id"] = value
-        elif name == "lease_ttl":
-            values["lease_ttl"] = _seconds("lease_ttl", value, MAX_LEASE_TTL_S)
-        elif name == "max_reclaims":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"max_reclaims must be an integer >= 0, got {value!r}")
-            values["max_reclaims"] = value
-        elif name == "poll_interval":
-            if not isinstance(value, tuple | list) or len(value) != 2:
-                raise ConfigError(f"poll_interval must be (min, max) seconds, got {value!r}")
-            lo = _seconds("poll_interval min", value[0], MAX_POLL_S)
-            hi = _seconds("poll_interval max", value[1], MAX_POLL_S)
-            if lo > hi:
-                raise ConfigError(f"poll_interval min {lo} s is above max {hi} s")
-            values["poll_interval"] = (lo, hi)
-        elif name == "notify":
-            if not isinstance(value, bool):
-                raise ConfigError(f"notify must be True or False, got {value!r}")
-            values["notify"] = value
-        elif name == "notify_coalesce":
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or not 0 <= value <= MAX_NOTIFY_COALESCE_S
-            ):
-                raise ConfigError(
-                    f"notify_coalesce must be a number of seconds from 0 (off) to "
-                    f"{MAX_NOTIFY_COALESCE_S:g}, got {value!r}"
-                )
-            values["notify_coalesce"] = float(value)
-        elif name == "logger":
-            if value is not None and not isinstance(value, logging.Logger):
-                raise ConfigError(f"logger must be a logging.Logger or None, got {value!r}")
-            values["logger"] = value if value is not None else default_logger()
-        elif name in ("on_step_event", "error_handler"):
-            if value is not None and not callable(value):
-                raise ConfigError(f"{name} must be callable or None, got {value!r}")
-            values[name] = value
-        elif name == "payload_limits":
-            if not isinstance(value, PayloadLimits):
-                raise ConfigError("payload_limits must be a PayloadLimits")
-            for fname in ("input_bytes", "output_bytes", "signal_bytes"):
-                limit = getattr(value, fname)
-                if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-                    raise ConfigError(f"payload_limits.{fname} must be an integer >= 1")
-            values["payload_limits"] = value
-        elif name == "retention":
-            values["retention"] = validate_retention(value)
-        elif name == "allow_modules":
-            values["allow_modules"] = value
-        elif name == "sweep_interval":
-            sweep_interval = _seconds(name, value, MAX_POLL_S)
-        elif name == "check_schema":
-            values["check_schema"] = bool(value)
-        elif name == "max_signal_wait":
-            if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-                raise ConfigError(f"max_signal_wait must be a number of seconds, got {value!r}")
-            if value > MAX_SIGNAL_WAIT_S:
-                raise ConfigError(
-                    f"max_signal_wait must be at most {MAX_SIGNAL_WAIT_S:g} seconds (366 days), "
-                    f"got {value!r}"
-                )
-            values["max_signal_wait"] = max(0.0, float(value))
-        else:
+        entry = _VALIDATORS.get(name)
+        if entry is None:
             raise ConfigError(f"unknown option {name!r}")
+        field_name, validate = entry
+        values[field_name] = validate(name, value)
     workers = sum(values.get("worker_queues", {DEFAULT_QUEUE: 4}).values())
-    values["tx_slots"] = tx_slots if tx_slots is not None else workers
-    ttl = values.get("lease_ttl", 30.0)
-    values["sweep_interval"] = (
-        sweep_interval if sweep_interval is not None else min(10.0, max(0.05, ttl / 3))
-    )
+    values.setdefault("tx_slots", workers)
+    values.setdefault("sweep_interval", min(10.0, max(0.05, values.get("lease_ttl", 30.0) / 3)))
     return ClientConfig(**values)

@@ -22,6 +22,8 @@ __all__ = [
     "DURATION_PATTERN",
     "MAX_FLOW_DURATION_S",
     "MIN_FLOW_DURATION_S",
+    "DurationError",
+    "check_seconds",
     "format_duration",
     "parse_duration",
 ]
@@ -74,6 +76,46 @@ def parse_duration(text: str | int | float, max_s: float | None = None) -> float
         raise ValueError(
             f"invalid duration {text!r}: longer than the maximum of {_format_limit(max_s)}"
         )
+    return seconds
+
+
+class DurationError(ValueError):
+    """A number of seconds out of bounds (:func:`check_seconds`). ``kind`` says which bound:
+    ``"type"`` (not an int or float, or a bool), ``"sign"`` (negative, not finite, or 0 where
+    it must be positive), ``"long"`` (over the maximum) or ``"short"`` (above 0, below the
+    minimum). Each caller words its own error from ``kind``."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def check_seconds(
+    value: object, *, max_s: float, allow_zero: bool = False, min_s: float = 0.0
+) -> float:
+    """``value`` as float seconds: an int or float (not a bool), finite, above 0 (or 0 when
+    ``allow_zero``), at most ``max_s``, and either 0 or at least ``min_s``. The one bound
+    check of every seconds option (client options, submission options, CLI durations).
+
+    Raises :class:`DurationError` (a ``ValueError``) naming the bound that failed.
+
+    >>> check_seconds(30, max_s=60)
+    30.0
+    >>> check_seconds(0, max_s=60, allow_zero=True)
+    0.0
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DurationError("type", "must be a number of seconds")
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        raise DurationError("long", f"must be at most {_format_limit(max_s)}") from None
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        raise DurationError("sign", ">= 0" if allow_zero else "must be above 0")
+    if seconds > max_s:
+        raise DurationError("long", f"must be at most {_format_limit(max_s)}")
+    if 0 < seconds < min_s:
+        raise DurationError("short", f"must be at least {_format_limit(min_s)}")
     return seconds
 
 

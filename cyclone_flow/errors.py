@@ -255,6 +255,18 @@ class TransactionOpenError(CycloneError):
         )
 
 
+class ClientStateError(CycloneError):
+    """A :class:`~cyclone_flow.Client` method called at the wrong time in the client's
+    life, e.g. ``observe_steps`` after ``start``. ``method`` names the method. A usage
+    mistake (exit code 2)."""
+
+    exit_code = 2
+
+    def __init__(self, method: str, message: str) -> None:
+        self.method = method
+        super().__init__(f"{method}: {message}")
+
+
 class HandlerImportError(CycloneError):
     """A ``call`` that is not allowed, does not import, or is not callable.
 

@@ -11,7 +11,7 @@ Library users can do what the CLI does::
 
     metrics = Metrics()
     client.observe_steps(metrics.observe)
-    metrics.watch_queues(client.db, client.config.worker_queues)
+    metrics.watch_queues(client, client.config.worker_queues)
     server = serve_metrics(metrics, 9464)
 
 Series (``queue`` label on all; ``error_kind`` where it says so):
@@ -37,13 +37,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable, Iterator
+from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from cyclone_flow.db import steps
-from cyclone_flow.db.conn import Database
+from cyclone_flow.db.rows import QueueStats
 from cyclone_flow.worker.events import StepEvent
 
 DURATION_BUCKETS_S = (
@@ -55,6 +55,13 @@ LATENCY_BUCKETS_S = (
     3600.0,
 )  # fmt: skip
 UNKNOWN_QUEUE = "unknown"  # a cancelled step's event does not say its queue
+
+
+class QueueSource(Protocol):
+    """Where the queue gauges are read: a :class:`cyclone_flow.Client`
+    (:meth:`~cyclone_flow.Client.queue_stats`)."""
+
+    def queue_stats(self) -> list[QueueStats]: ...
 
 
 class Metrics:
@@ -133,21 +140,24 @@ class Metrics:
             self.handler_duration.labels(queue).observe(event.duration_s)
 
     def watch_queues(
-        self, db: Database, queues: Iterable[str] = (), logger: logging.Logger | None = None
+        self,
+        source: QueueSource,
+        queues: Iterable[str] = (),
+        logger: logging.Logger | None = None,
     ) -> None:
-        """Add the queue gauges, read from ``db`` (a client's ``db``) at each scrape;
-        ``queues`` are reported even when empty (with 0)."""
+        """Add the queue gauges, read from ``source`` (a client: its ``queue_stats()``) at
+        each scrape; ``queues`` are reported even when empty (with 0)."""
         self.registry.register(
-            QueueCollector(db, queues, logger or logging.getLogger("cyclone_flow"))
+            QueueCollector(source, queues, logger or logging.getLogger("cyclone_flow"))
         )
 
 
 class QueueCollector:
-    """Reads the per-queue counts (``step_count_by_queue``) at each scrape. A failed read is
-    logged and leaves the gauges out of that scrape; the counters are still served."""
+    """Reads the per-queue counts (``source.queue_stats()``) at each scrape. A failed read
+    is logged and leaves the gauges out of that scrape; the counters are still served."""
 
-    def __init__(self, db: Database, queues: Iterable[str], logger: logging.Logger) -> None:
-        self.db = db
+    def __init__(self, source: QueueSource, queues: Iterable[str], logger: logging.Logger) -> None:
+        self.source = source
         self.queues = tuple(queues)
         self.log = logger
 
@@ -156,8 +166,7 @@ class QueueCollector:
 
     def collect(self) -> Iterator[Metric]:
         try:
-            with self.db.session() as session:
-                stats = steps.step_count_by_queue(session)
+            stats = self.source.queue_stats()
         except Exception as exc:
             self.log.warning("metrics: could not read the queue gauges: %s", exc)
             return iter(())

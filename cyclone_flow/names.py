@@ -1,5 +1,6 @@
-"""Names that every layer checks the same way: Postgres schema names and queue names, and
-the default queue (shared by the options, the flow-file pipeline and the database code).
+"""Names that every layer checks the same way: Postgres schema names, queue names and
+signal names, and the default queue (shared by the options, the flow-file pipeline, the
+database code, the Client and the CLI).
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ __all__ = [
     "DEFAULT_QUEUE",
     "QUEUE_NAME_RE",
     "QUEUE_NAME_RULE",
+    "SIGNAL_NAME_RE",
+    "SIGNAL_NAME_RULE",
     "is_queue_name",
+    "is_signal_name",
     "validate_queue_name",
     "validate_schema_name",
 ]
@@ -24,6 +28,12 @@ DEFAULT_QUEUE = "default"
 QUEUE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 QUEUE_NAME_RULE = "1-63 lowercase letters, digits, '_', '.', '-' starting with a letter or digit"
 """What :data:`QUEUE_NAME_RE` accepts, for error messages."""
+
+SIGNAL_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}$")  # as in flow.schema.json
+SIGNAL_NAME_RULE = (
+    "letters, digits, '_', '.', ':', '-' (at most 128, not starting with '.', ':' or '-')"
+)
+"""What :data:`SIGNAL_NAME_RE` accepts, for error messages."""
 
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -48,3 +58,8 @@ def validate_queue_name(name: Any) -> str:
     if not is_queue_name(name):
         raise ConfigError(f"invalid queue name {name!r}: use {QUEUE_NAME_RULE}")
     return str(name)
+
+
+def is_signal_name(name: Any) -> bool:
+    """True when ``name`` is a valid signal name (see :data:`SIGNAL_NAME_RULE`)."""
+    return isinstance(name, str) and SIGNAL_NAME_RE.fullmatch(name) is not None

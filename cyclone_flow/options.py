@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
-from cyclone_flow.durations import MAX_FLOW_DURATION_S, MIN_FLOW_DURATION_S, parse_duration
+from cyclone_flow.durations import (
+    MAX_FLOW_DURATION_S,
+    MIN_FLOW_DURATION_S,
+    DurationError,
+    check_seconds,
+    parse_duration,
+)
 from cyclone_flow.errors import SubmitOptionError, shown
 from cyclone_flow.flowfile.build import build_flow, document_digest
 from cyclone_flow.flowfile.model import Flow
@@ -89,7 +95,16 @@ class RunOptions:
         return self.run_at is not None or bool(self.delay_s)
 
 
+_SECONDS_PROBLEMS = {
+    "type": "must be a number of seconds, a timedelta or a duration like '30s'",
+    "long": "must be at most 366 days",
+}
+
+
 def _seconds(option: str, value: Any, *, allow_zero: bool) -> float:
+    """A duration option (number of seconds, ``timedelta`` or ``'30s'``) as seconds: 0 (when
+    ``allow_zero``) or 1 ms to 366 days; raise :class:`SubmitOptionError`."""
+    seconds: object = value
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, str):
@@ -97,30 +112,22 @@ def _seconds(option: str, value: Any, *, allow_zero: bool) -> float:
             seconds = parse_duration(value)
         except ValueError as exc:
             raise SubmitOptionError(option, value, str(exc)) from None
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        try:
-            seconds = float(value)
-        except OverflowError:  # an int too large for a float
-            raise SubmitOptionError(option, value, "must be at most 366 days") from None
-    else:
-        raise SubmitOptionError(
-            option, value, "must be a number of seconds, a timedelta or a duration like '30s'"
+    try:
+        return check_seconds(
+            seconds, max_s=MAX_FLOW_DURATION_S, allow_zero=allow_zero, min_s=MIN_FLOW_DURATION_S
         )
-    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
-        raise SubmitOptionError(
-            option,
-            value,
-            "must be a positive number of seconds"
-            if not allow_zero
-            else "must be a finite number of seconds >= 0",
-        )
-    if seconds > MAX_FLOW_DURATION_S:
-        raise SubmitOptionError(option, value, "must be at most 366 days")
-    if 0 < seconds < MIN_FLOW_DURATION_S:
-        raise SubmitOptionError(
-            option, value, "must be 0 or at least 1ms" if allow_zero else "must be at least 1ms"
-        )
-    return seconds
+    except DurationError as exc:
+        if exc.kind == "sign":
+            problem = (
+                "must be a finite number of seconds >= 0"
+                if allow_zero
+                else "must be a positive number of seconds"
+            )
+        elif exc.kind == "short":
+            problem = "must be 0 or at least 1ms" if allow_zero else "must be at least 1ms"
+        else:
+            problem = _SECONDS_PROBLEMS[exc.kind]
+        raise SubmitOptionError(option, value, problem) from None
 
 
 def _key(option: str, value: Any) -> str:

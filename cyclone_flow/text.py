@@ -28,6 +28,7 @@ __all__ = [
     "describe_unstorable",
     "iter_unstorable",
     "printable",
+    "storable",
     "unstorable",
     "zone_info",
 ]
@@ -54,6 +55,12 @@ def describe_unstorable(text: str) -> str | None:
     if char == "\x00":
         return "a NUL character (U+0000)"
     return f"a lone surrogate (U+{ord(char):04X}) that is not UTF-8 text"
+
+
+def storable(name: object) -> bool:
+    """False for a string Postgres cannot compare (a NUL or a lone surrogate): no row holds
+    such a name, so a lookup by it finds nothing. True for anything else."""
+    return not isinstance(name, str) or describe_unstorable(name) is None
 
 
 def iter_unstorable(value: object, path: Path = ()) -> Iterator[tuple[Path, bool, str]]:

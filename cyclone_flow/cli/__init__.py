@@ -1,23 +1,21 @@
-"""The ``cyclone-flow`` command line."""
+"""The ``cyclone-flow`` command line, one module per command family: ``lint_cmds`` (lint,
+graph), ``schema_cmds`` (migrate), ``submit_cmds`` (submit, run), ``queue_cmds`` (enqueue,
+schedule), ``worker_cmd`` (worker), ``inspect_cmds`` (status, runs), ``operator_cmds``
+(cancel, retry, signal, purge); ``common`` (options, errors, logging), ``render`` (how runs
+and steps are shown) and ``progress`` (live progress of a run) are shared. Every command
+goes through the :class:`cyclone_flow.Client`'s public methods."""
 
 from __future__ import annotations
 
 import click
 
-from cyclone_flow.cli.engine_cmds import (
-    cancel_cmd,
-    migrate_cmd,
-    retry_cmd,
-    run_cmd,
-    runs_cmd,
-    status_cmd,
-    submit_cmd,
-    worker_cmd,
-)
+from cyclone_flow.cli.inspect_cmds import runs_cmd, status_cmd
 from cyclone_flow.cli.lint_cmds import graph, lint
-from cyclone_flow.cli.node_cmds import signal_cmd
+from cyclone_flow.cli.operator_cmds import cancel_cmd, purge_cmd, retry_cmd, signal_cmd
 from cyclone_flow.cli.queue_cmds import enqueue_cmd, schedule_group
-from cyclone_flow.cli.retention_cmds import purge_cmd
+from cyclone_flow.cli.schema_cmds import migrate_cmd
+from cyclone_flow.cli.submit_cmds import run_cmd, submit_cmd
+from cyclone_flow.cli.worker_cmd import worker_cmd
 
 
 @click.group()

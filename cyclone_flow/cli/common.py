@@ -18,7 +18,7 @@ import psycopg
 import psycopg_pool
 
 from cyclone_flow.config import PayloadLimits
-from cyclone_flow.durations import parse_duration
+from cyclone_flow.durations import DurationError, check_seconds, parse_duration
 from cyclone_flow.errors import ConfigError, CycloneError, FlowError
 from cyclone_flow.flowfile.model import JSON
 from cyclone_flow.logs import TextFormatter, debug_requested
@@ -172,9 +172,20 @@ def duration_option(value: str, option: str, *, max_s: float, allow_zero: bool =
         seconds = parse_duration(value, max_s=max_s)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=option) from None
-    if seconds <= 0 and not allow_zero:
-        raise click.BadParameter("must be positive", param_hint=option)
-    return seconds
+    try:
+        return check_seconds(seconds, max_s=max_s, allow_zero=allow_zero)
+    except DurationError:  # parsed, so finite and at most max_s: only 0 is left
+        raise click.BadParameter("must be positive", param_hint=option) from None
+
+
+MAX_AGE_S = 100 * 366 * 86_400.0
+"""The longest retention age (``worker --retention``, ``purge --older-than``): a century;
+anything longer is a typo."""
+
+
+def parse_age(value: str, option: str) -> float:
+    """A positive retention age such as ``7d`` as seconds; a click usage error if not."""
+    return duration_option(value, option, max_s=MAX_AGE_S)
 
 
 def add_import_paths(paths: tuple[str, ...]) -> None:

@@ -149,7 +149,7 @@ def graph(
 @handle_errors
 def run_graph(run_id: str, database_url: str | None, schema: str) -> tuple[Flow, dict[str, str]]:
     """The flow a run was submitted with and a note per node: its state and detail."""
-    from cyclone_flow.cli.node_cmds import step_detail
+    from cyclone_flow.cli.render import step_detail
     from cyclone_flow.client import Client
 
     setup_logging()

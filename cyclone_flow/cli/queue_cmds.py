@@ -124,22 +124,6 @@ def submission_kwargs(values: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def queue_info_lines(info: dict[str, Any]) -> list[str]:
-    """``status`` lines for a run's unique key, sequence and schedule (none when unused)."""
-    lines = []
-    if info.get("unique_key") is not None:
-        held = "held" if info.get("unique_held") else "released"
-        lines.append(f"unique key {info['unique_key']!r} ({held})")
-    if info.get("sequence_key") is not None:
-        where = f"sequence {info['sequence_key']!r} #{info['sequence_pos']}"
-        if info.get("sequence_held"):
-            where += ": held until the earlier runs of the sequence complete or are cancelled"
-        lines.append(where)
-    if info.get("schedule_id") is not None:
-        lines.append(f"scheduled tick {info['scheduled_for']}")
-    return lines
-
-
 def _json_arg(text: str | None, option: str) -> JSON:
     if text is None:
         return None

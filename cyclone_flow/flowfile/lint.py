@@ -16,7 +16,7 @@ from typing import Any
 from cyclone_flow.errors import LintPathError, NoFlowFilesError, Problem
 from cyclone_flow.flowfile.load import analyse_text
 from cyclone_flow.flowfile.read import Document, read_text
-from cyclone_flow.worker.imports import AllowList, HandlerImportError, HandlerResolver, split_call
+from cyclone_flow.handlers import AllowList, HandlerImportError, HandlerResolver, split_call
 
 __all__ = [
     "LintPathError",

@@ -36,7 +36,7 @@ def claim(
 ) -> list[ClaimedStep]:
     """Claim up to ``limit`` steps of ``queues`` for ``owner`` (a lease of ``ttl_s``
     seconds), in autocommit, as the worker's claim loop does."""
-    with client.db.autocommit_session() as s:
+    with client._db.autocommit_session() as s:
         return claiming.claim(s, owner, ttl_s, queues, limit, run_id)
 
 
@@ -44,7 +44,7 @@ def heartbeat(
     client: Client, owner: str, ttl_s: float, leases: Sequence[tuple[int, int]]
 ) -> set[tuple[int, int]]:
     """Renew ``leases`` (``(step id, generation)``) of ``owner``; the leases renewed."""
-    with client.db.session() as s:
+    with client._db.session() as s:
         return claiming.extend_leases(s, owner, ttl_s, leases)
 
 
@@ -52,20 +52,20 @@ def complete_step(
     client: Client, conn: Conn, step: ClaimedStep, owner: str, output_json: str
 ) -> Outcome | None:
     """Complete ``step`` in the caller's transaction on ``conn``; None when stale."""
-    return complete.complete_step(Tx(conn, client.db.q), step, owner, output_json)
+    return complete.complete_step(Tx(conn, client._db.q), step, owner, output_json)
 
 
 def complete_steps(
     client: Client, conn: Conn, owner: str, batch: Sequence[tuple[ClaimedStep, str]]
 ) -> list[Outcome | None]:
     """The group commit of ``batch`` in the caller's transaction on ``conn``."""
-    return complete.complete_steps(Tx(conn, client.db.q), owner, batch)
+    return complete.complete_steps(Tx(conn, client._db.q), owner, batch)
 
 
 def fail_step(client: Client, conn: Conn, **attempt: Any) -> Outcome | None:
     """A failed attempt (keywords of :func:`cyclone_flow.engine.fail.fail_step`) in the
     caller's transaction on ``conn``; None when stale."""
-    return fail.fail_step(Tx(conn, client.db.q), **attempt)
+    return fail.fail_step(Tx(conn, client._db.q), **attempt)
 
 
 def rescue_expired(
@@ -73,7 +73,7 @@ def rescue_expired(
 ) -> list[tuple[str, str, str, int]]:
     """The sweep's rescue of expired leases: ``(run_id, node, queue, reclaims)`` per
     step put back."""
-    with client.db.session() as s:
+    with client._db.session() as s:
         rescued = steps.step_rescue_expired(s, max_reclaims=max_reclaims, batch=batch)
     return [(r.run_id, r.node, r.queue, r.reclaims) for r in rescued]
 
@@ -87,13 +87,24 @@ def release_stalled_sequences(client: Client) -> tuple[int, Wakeups]:
         published.merge(wakeups)
         client._publish(wakeups, conn)
 
-    released = SequenceScanner(client.db, publish).run_once()
+    released = SequenceScanner(client._db, publish).run_once()
     return released, published
 
 
 def get_step_output_text(client: Client, run_id: str, node: str) -> str | None:
     """The output of ``(run_id, node)`` as JSON text when that node completed, else None
     (what a worker reads when its output cache misses)."""
-    with client.db.autocommit_session() as s:
+    with client._db.autocommit_session() as s:
         row = steps.step_get_output(s, run_id=run_id, node=node)
     return row.output if row is not None and row.state == StepState.COMPLETED else None
+
+
+def drop_wakeups(client: Client) -> None:
+    """Make every wakeup ``client`` publishes from now on vanish silently, as a lost
+    notification would (its own waiters are still told: the client tells them before
+    publishing). For the polling-floor tests; the client is not usable normally after."""
+
+    def lost(wakeups: Wakeups, conn: Conn | None = None) -> None:
+        return None
+
+    client.publisher.publish = lost  # type: ignore[method-assign]

@@ -35,7 +35,7 @@ def _delays(client: Client, db: Any, backoff: str, attempt: int, samples: int = 
             " lease_generation = lease_generation + 1 WHERE id = %s RETURNING lease_generation",
             (attempt, attempt + 1, step.id),
         ).fetchone()
-        with client.pool.connection() as conn, conn.transaction():
+        with client._pool.connection() as conn, conn.transaction():
             outcome = fail_step(
                 client,
                 conn,

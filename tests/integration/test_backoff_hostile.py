@@ -41,7 +41,7 @@ def _fail_once(client: Client, db: Any, stored_backoff: str, attempt: int) -> fl
         " WHERE id = %s RETURNING lease_generation",
         (stored_backoff, attempt, attempt + 1, step.id),
     ).fetchone()
-    with client.pool.connection() as conn, conn.transaction():
+    with client._pool.connection() as conn, conn.transaction():
         outcome = fail_step(
             client,
             conn,

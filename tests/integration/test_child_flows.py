@@ -157,7 +157,7 @@ def test_a_child_that_outlives_max_wait_is_cancelled(make_client, db, tmp_path) 
         ).fetchone(),
         what="the child's step to run",
     )
-    scanner = WaitScanner(client.db, client.config, client._publish)
+    scanner = WaitScanner(client._db, client.config, client._publish)
     assert scanner.run_once() == 0  # not expired yet (500ms from the child's start)
     wait_until(
         lambda: (
@@ -178,7 +178,7 @@ def test_a_child_that_outlives_max_wait_is_cancelled(make_client, db, tmp_path) 
     child_id, child_state, _ = _child_run(db, run_id)
     assert child_state == "cancelled"
     # the child's running handler learns it on its next heartbeat
-    wait_until(lambda: client.worker.in_flight() == 0, what="the child handler to stop")
+    wait_until(lambda: client.in_flight() == 0, what="the child handler to stop")
     maybe = next(s for s in client.list_steps(child_id) if s.node == "maybe")
     assert (maybe.state, maybe.output) == ("cancelled", None)
 
@@ -208,7 +208,7 @@ def test_cancelling_the_parent_cancels_the_whole_child_tree(make_client, db, tmp
     assert client.cancel(run_id)
     states = db.execute("SELECT flow_name, state FROM cyclone_runs ORDER BY flow_name").fetchall()
     assert states == [("grandchild", "cancelled"), ("middle", "cancelled"), ("top", "cancelled")]
-    wait_until(lambda: client.worker.in_flight() == 0, what="the grandchild handler to stop")
+    wait_until(lambda: client.in_flight() == 0, what="the grandchild handler to stop")
     hang = db.execute("SELECT state, output FROM cyclone_steps WHERE node = 'hang'").fetchone()
     assert hang == ("cancelled", None)
 

@@ -74,7 +74,7 @@ def test_stale_completion_rolls_back_business_write(make_client, db, schema) -> 
     assert status.state == "completed", (status, second.list_steps(run_id))
 
     engine.event(key, "release").set()
-    wait_until(lambda: first.worker.in_flight() == 0, what="the first handler to return")
+    wait_until(lambda: first.in_flight() == 0, what="the first handler to return")
     assert [o["call"] for o in engine.observed(key)] == [2, 1]
     assert ledger_rows(db, run_id) == [(run_id, "s", "call2", os.getpid())]
     row = step_row(db, run_id)

@@ -63,7 +63,7 @@ def test_fail_run_cancels_running_sibling_and_ignores_its_completion(
     assert "sibling failure" in (status.error or "")
     wait_until(lambda: engine.observed(key), timeout=5, what="the sibling to see the cancel")
     assert engine.observed(key) == [{"call": 1, "cancelled": True}]
-    wait_until(lambda: client.worker.in_flight() == 0, what="the sibling to return")
+    wait_until(lambda: client.in_flight() == 0, what="the sibling to return")
 
     steps = step_rows(db, run_id)
     assert (steps["bad"]["state"], steps["bad"]["error_kind"]) == ("discarded", "handler_error")

@@ -75,7 +75,7 @@ def test_timeout_fails_step_with_fresh_lease_and_cancels_handler(make_client, db
     engine.event(key, "release").set()
     wait_until(lambda: engine.observed(key), timeout=5, what="the handler to return")
     assert engine.observed(key) == [{"call": 1, "released": True, "cancelled": True}]
-    wait_until(lambda: client.worker.in_flight() == 0, what="the handler to finish")
+    wait_until(lambda: client.in_flight() == 0, what="the handler to finish")
     assert step_row(db, run_id)["state"] == "discarded"  # the late completion was ignored
     assert ledger_rows(db, run_id) == []
 
@@ -102,7 +102,7 @@ def test_graceful_shutdown_releases_lease_for_immediate_claim(make_client, db, s
     assert status.state == "completed", second.list_steps(run_id)
 
     engine.event(key, "release").set()
-    wait_until(lambda: first.worker.in_flight() == 0, what="the first handler to return")
+    wait_until(lambda: first.in_flight() == 0, what="the first handler to return")
     assert ledger_rows(db, run_id) == [(run_id, "s", "call2", os.getpid())]
     row = step_row(db, run_id)
     assert (row["state"], row["lease_owner"], row["output"]) == (

@@ -394,7 +394,7 @@ def test_a_step_reclaimed_while_queued_is_stale_in_its_batch_next_to_its_new_cla
     assert set(_completions(db).values()) == {1}
     completer = _completer(client)
     wait_until(lambda: completer.steps >= 4, timeout=5, what="4 settled")
-    wait_until(lambda: client.worker is None or client.worker.in_flight() == 0, timeout=5)
+    wait_until(lambda: client.worker is None or client.in_flight() == 0, timeout=5)
     assert completer.steps == 4  # the stale old completion is not counted
     assert Counter(e.run_id for e in events if e.kind == "completed") == Counter(
         dict.fromkeys(run_ids, 1)

@@ -15,7 +15,7 @@ import pytest
 from helpers.engine import claim
 from helpers.procs import wait_until
 
-from cyclone_flow import Client, StepEvent
+from cyclone_flow import Client, ClientStateError, StepEvent
 from cyclone_flow.flowfile import load_flow_text
 
 EVENTS = """
@@ -83,7 +83,7 @@ def test_every_step_event_kind_is_emitted_after_its_commit(
         assert client.worker.sweep_once()["rescued"] == 1
         assert client.wait(crashed, timeout=10).state == "completed"
         assert client.wait(run_id, timeout=10).state == "failed"
-        wait_until(lambda: client.worker.in_flight() == 0, what="idle workers")
+        wait_until(lambda: client.in_flight() == 0, what="idle workers")
     finally:
         checker.close()
     kinds = [(kind, node) for kind, node, _ in checker.seen]
@@ -170,3 +170,12 @@ def test_hooks_that_raise_are_logged_and_the_worker_keeps_working(
     client.shutdown()
     ignored = [r for r in caplog.records if "raised; ignored" in r.getMessage()]
     assert len(ignored) == called["event"] + called["error"]  # every raise was logged
+
+
+def test_observe_steps_after_start_is_a_typed_usage_error(make_client) -> None:
+    client = make_client(workers=1)
+    client.observe_steps(lambda event: None)  # before start(): accepted
+    client.start()
+    with pytest.raises(ClientStateError, match=r"observe_steps\(\): must be called before") as info:
+        client.observe_steps(lambda event: None)
+    assert (info.value.method, info.value.exit_code) == ("observe_steps()", 2)

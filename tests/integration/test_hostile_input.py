@@ -51,7 +51,7 @@ def test_unstorable_input_and_args_are_refused(
     with pytest.raises(InputValidationError, match=re.escape(needle)):
         client.enqueue(NOOP, value)
     with (
-        client.pool.connection() as conn,
+        client._pool.connection() as conn,
         pytest.raises(InputValidationError, match=re.escape(needle)),
     ):
         client.submit_tx(conn, FLOW, value)

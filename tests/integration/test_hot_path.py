@@ -66,18 +66,18 @@ def test_claim_walks_the_claim_index_in_order_without_sorting(
 ) -> None:
     client = make_client()
     flow = load_flow_text(ONE)
-    with client.pool.connection() as conn:
+    with client._pool.connection() as conn:
         for i in range(300):
             client.submit_tx(conn, flow, {"i": i})
     db.execute("ANALYZE cyclone_steps")
     if db.info.server_version < 160000:
         pytest.skip("EXPLAIN (GENERIC_PLAN) needs Postgres 16")
-    plan = _generic_plan(db, client.db.q["step_claim"])
+    plan = _generic_plan(db, client._db.q["step_claim"])
     assert "Index Scan using cyclone_steps_claim_idx" in plan, plan
     assert "Sort" not in plan, plan
     # cyclone-flow run's claim is a statement of its own: its run filter never reaches
     # the generic plan of the workers' claim above
-    assert "root_run_id" not in plan and "root_run_id" in client.db.q["step_claim_run"]
+    assert "root_run_id" not in plan and "root_run_id" in client._db.q["step_claim_run"]
 
 
 def test_claim_order_and_queue_are_kept(make_client: Callable[..., Client]) -> None:
@@ -112,6 +112,6 @@ def test_a_completion_fills_the_output_cache_of_its_client(
     client.start()
     status = client.wait(run_id, timeout=20)
     assert status.state == "completed"
-    hit, text = client.cache.get((run_id, "a"))
+    hit, text = client._cache.get((run_id, "a"))
     assert hit and text == get_step_output_text(client, run_id, "a") == '{"x": 1}'
     assert client.list_steps(run_id)[1].output == {"got": {"x": 1}}

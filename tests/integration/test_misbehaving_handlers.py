@@ -100,7 +100,7 @@ def test_a_lease_that_comes_back_to_the_same_client_keeps_its_heartbeat(
     assert client.worker.sweep_once()["rescued"] == 1
     assert engine.event(key, "entered2").wait(10)  # the same client claimed it again
     engine.event(key, "release1").set()  # the first handler returns: stale
-    wait_until(lambda: client.worker.in_flight() == 1, what="the first handler to return")
+    wait_until(lambda: client.in_flight() == 1, what="the first handler to return")
     released_at = db.execute("SELECT now()").fetchone()[0]
     wait_until(
         lambda: step_row(db, run_id)["heartbeat_at"] > released_at,

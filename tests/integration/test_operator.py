@@ -96,7 +96,7 @@ nodes:
     assert client.cancel(run_id) is True
     assert client.cancel(run_id) is False  # already terminal: nothing changes
     operator.GATE.set()  # the handler returns now; its completion must be stale
-    wait_until(lambda: client.worker is not None and client.worker.in_flight() == 0, 10)
+    wait_until(lambda: client.worker is not None and client.in_flight() == 0, 10)
     run = client.get_run(run_id)
     assert run.state == "cancelled"
     steps = {s.node: s for s in client.list_steps(run_id)}
@@ -145,7 +145,7 @@ nodes:
         "UPDATE cyclone_steps SET attempt = %s, max_attempts = %s WHERE id = %s",
         (attempt, attempt + 1, step.id),
     )
-    with client.pool.connection() as conn, conn.transaction():
+    with client._pool.connection() as conn, conn.transaction():
         outcome = fail_step(
             client,
             conn,

@@ -264,6 +264,6 @@ def test_a_producer_only_client_starts_no_thread(
     client = make_client()
     client.enqueue(NOOP, {"x": 3})
     new = set(threading.enumerate()) - before
-    assert new and all(t.name.startswith(f"{client.pool.name}-") for t in new), new
+    assert new and all(t.name.startswith(f"{client._pool.name}-") for t in new), new
     assert client.worker is None
     assert db.execute("SELECT count(*) FROM cyclone_runs").fetchone() == (4,)

@@ -110,7 +110,7 @@ def test_purge_works_in_batches_until_none_is_left(
     _finish(client, run_ids)
     _age(db, run_ids, 2 * HOUR)
     sweeper = RetentionSweeper(
-        client.db, RetentionConfig(default_age=HOUR, batch_size=2), client.config.logger
+        client._db, RetentionConfig(default_age=HOUR, batch_size=2), client.config.logger
     )
     assert sweeper.run_once() == 7
     assert _run_ids(db) == set()
@@ -181,7 +181,7 @@ def test_non_positive_age_disables_the_sweep(
     idle = make_client(retention=RetentionConfig(default_age=age))
     idle.start()
     assert idle.worker is not None and idle.worker.retention is None
-    sweeper = RetentionSweeper(idle.db, RetentionConfig(default_age=age), idle.config.logger)
+    sweeper = RetentionSweeper(idle._db, RetentionConfig(default_age=age), idle.config.logger)
     assert sweeper.run_once() == 0
     assert _run_ids(db) == {run_id}
 

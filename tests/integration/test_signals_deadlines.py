@@ -154,7 +154,7 @@ def _expired(db: psycopg.Connection[Any], run_id: str, node: str) -> bool:
 
 def test_a_signal_wait_expires_with_timeout(make_client, db) -> None:
     client = make_client()
-    scanner = WaitScanner(client.db, client.config, client._publish)
+    scanner = WaitScanner(client._db, client.config, client._publish)
     run_id = client.submit(_flow(max_wait="300ms"), {"x": 1})
     approve = next(s for s in client.list_steps(run_id) if s.node == "approve")
     assert approve.wait_until is not None
@@ -181,7 +181,7 @@ def test_max_signal_wait_of_the_submitting_client_caps_a_node_without_max_wait(
     assert next(s for s in uncapped.list_steps(free) if s.node == "approve").wait_until is None
     wait_until(lambda: _expired(db, capped, "approve"), what="max_signal_wait to pass")
     # whichever client scans, the submitting client's cap applies
-    assert WaitScanner(uncapped.db, uncapped.config, uncapped._publish).run_once() == 1
+    assert WaitScanner(uncapped._db, uncapped.config, uncapped._publish).run_once() == 1
     assert uncapped.get_run(capped).state == "failed"
     assert uncapped.get_run(free).state == "running"
 
@@ -201,7 +201,7 @@ def test_many_clients_scan_at_once_and_each_wait_expires_once(make_client, db) -
 
     def scan(client: Any) -> None:
         barrier.wait()
-        counts.append(WaitScanner(client.db, client.config, client._publish).run_once())
+        counts.append(WaitScanner(client._db, client.config, client._publish).run_once())
 
     threads = [threading.Thread(target=scan, args=(c,)) for c in clients]
     for t in threads:
@@ -235,7 +235,7 @@ def test_a_run_past_its_deadline_fails_and_its_steps_are_cancelled(make_client, 
         lambda: next(s for s in client.list_steps(run_id) if s.node == "slow").state == "running",
         what="the step to run",
     )
-    scanners = [DeadlineScanner(client.db, client.config, client._publish) for _ in range(3)]
+    scanners = [DeadlineScanner(client._db, client.config, client._publish) for _ in range(3)]
     wait_until(
         lambda: (
             db.execute(
@@ -257,7 +257,7 @@ def test_a_run_past_its_deadline_fails_and_its_steps_are_cancelled(make_client, 
     assert "deadline" in (status.error or "")
     steps = {s.node: s for s in client.list_steps(run_id)}
     assert (steps["slow"].state, steps["later"].state) == ("cancelled", "cancelled")
-    wait_until(lambda: client.worker.in_flight() == 0, what="the handler to learn it")
+    wait_until(lambda: client.in_flight() == 0, what="the handler to learn it")
 
 
 def test_the_maintenance_loop_runs_the_scanners(make_client) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 from cyclone_test_handlers import engine
+from helpers.engine import drop_wakeups
 from helpers.flows import step_flow
 from helpers.procs import wait_until
 from helpers.rows import create_ledger, step_row
@@ -136,7 +137,7 @@ def test_lost_wakeup_is_claimed_by_polling_within_poll_max(
     worker.start()
     assert worker.worker is not None
     producer = make_client()
-    producer.publisher._drop_for_tests = True  # every NOTIFY of the producer is lost
+    drop_wakeups(producer)  # every NOTIFY of the producer is lost
     for _ in range(3):
         # let the idle claim loop back off to its longest sleep (0.05 doubling to 0.3 s)
         polls = worker.worker.claim_queries + 6
@@ -393,7 +394,7 @@ def test_wait_returns_promptly_on_completion_via_run_done(make_client, db, schem
     thread.start()
     wait_until(
         lambda: (
-            run_id in waiter._waiters
+            run_id in waiter._hub._waiters
             and waiter.listener is not None
             and waiter.listener.ready.is_set()
         ),

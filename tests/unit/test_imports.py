@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from cyclone_test_handlers.bypass import BypassPackages, write_bypass_packages
 
-from cyclone_flow.worker.imports import AllowList, HandlerImportError, HandlerResolver
+from cyclone_flow.handlers import AllowList, HandlerImportError, HandlerResolver
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,179 @@
+"""Operator commands on runs: ``cancel``, ``retry``, ``signal`` and ``purge`` (delete
+terminal runs older than an age: the same pass a client with ``retention=`` runs in the
+background)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from cyclone_flow.cli.common import (
+    database_options,
+    echo_json,
+    handle_errors,
+    parse_age,
+    parse_json,
+    read_payload_file,
+    resolve_database,
+    setup_logging,
+)
+from cyclone_flow.client import Client
+from cyclone_flow.config import RETENTION_BATCH_SIZE, PayloadLimits
+from cyclone_flow.names import SIGNAL_NAME_RULE, is_signal_name
+
+
+@click.command("cancel")
+@click.argument("run_id")
+@database_options
+@handle_errors
+def cancel_cmd(run_id: str, database_url: str | None, schema: str) -> None:
+    """Cancel a running run and every step that has not finished."""
+    setup_logging()
+    url = resolve_database(database_url)
+    with Client(url, schema=schema) as client:
+        if client.cancel(run_id):
+            click.echo(f"run {run_id} cancelled")
+            return
+        state = client.get_run(run_id).state
+    click.echo(f"error: run {run_id} is already {state}; nothing cancelled", err=True)
+    sys.exit(1)
+
+
+@click.command("retry")
+@click.argument("run_id", required=False)
+@click.option(
+    "--node", default=None, help="Retry only this discarded node (and the cancelled steps)."
+)
+@click.option("--all-failed", is_flag=True, help="Retry every failed run.")
+@click.option("--flow", default=None, help="With --all-failed: only runs of this flow.")
+@database_options
+@handle_errors
+def retry_cmd(
+    run_id: str | None,
+    node: str | None,
+    all_failed: bool,
+    flow: str | None,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Put a failed or cancelled run back to work: discarded and cancelled steps are reset
+    (attempts and reclaims to zero) and the run is running again."""
+    if all_failed == (run_id is not None):
+        raise click.UsageError("give a RUN_ID or --all-failed (not both)")
+    if node is not None and all_failed:
+        raise click.UsageError("--node goes with a RUN_ID, not with --all-failed")
+    if flow is not None and not all_failed:
+        raise click.UsageError("--flow goes with --all-failed")
+    setup_logging()
+    url = resolve_database(database_url)
+    with Client(url, schema=schema) as client:
+        if all_failed:
+            retried = client.retry_all(flow)
+            for rid in retried:
+                click.echo(rid)
+            click.echo(f"retried {len(retried)} failed run(s)", err=True)
+            return
+        assert run_id is not None
+        reset = client.retry(run_id, node)
+    click.echo(f"run {run_id} retried: {', '.join(reset) or 'no step to redo'}")
+
+
+@click.command("signal")
+@click.argument("run_id")
+@click.argument("name")
+@click.option("--payload", default=None, help="The signal's payload as JSON (default null).")
+@click.option(
+    "--payload-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Read the payload (JSON) from a file.",
+)
+@database_options
+@handle_errors
+def signal_cmd(
+    run_id: str,
+    name: str,
+    payload: str | None,
+    payload_file: str | None,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Send signal NAME to run RUN_ID: a wait_signal node of the run waiting for NAME
+    completes with the payload as its output (a signal sent before the node waits is kept
+    until it does). Exit 1 for an unknown or finished run, a signal no node awaits, or a
+    payload over the signal size limit (256 KiB); exit 2 for a bad signal name, a payload
+    that is not JSON, or a --payload-file larger than that limit (never read further)."""
+    if not is_signal_name(name):
+        raise click.BadParameter(
+            f"invalid signal name {name!r}: {SIGNAL_NAME_RULE}", param_hint="NAME"
+        )
+    if payload is not None and payload_file is not None:
+        raise click.UsageError("give --payload or --payload-file, not both")
+    text, source = payload, "--payload"
+    if payload_file is not None:
+        limit = PayloadLimits().signal_bytes
+        text = read_payload_file(payload_file, "--payload-file", "signal", limit)
+        source = "--payload-file"
+    value: Any = None
+    if text is not None:
+        value = parse_json(text, source)
+    setup_logging()
+    url = resolve_database(database_url)
+    with Client(url, schema=schema) as client:
+        node = client.signal(run_id, name, value)
+    if node is None:
+        click.echo(
+            f"signal {name} kept for run {run_id}: a node consumes it when it starts waiting"
+        )
+    else:
+        click.echo(f"signal {name} delivered to node {node} of run {run_id}")
+
+
+@click.command("purge")
+@click.option(
+    "--older-than",
+    required=True,
+    metavar="DURATION",
+    help="Delete completed, failed and cancelled runs that finished longer ago than this "
+    "(e.g. 7d, 12h, 30m).",
+)
+@click.option("--dry-run", is_flag=True, help="Only count what would be deleted.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1, max=100_000),
+    default=RETENTION_BATCH_SIZE,
+    show_default=True,
+    help="Runs deleted per statement.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
+@database_options
+@handle_errors
+def purge_cmd(
+    older_than: str,
+    dry_run: bool,
+    batch_size: int,
+    as_json: bool,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Delete terminal runs older than --older-than, with their steps and deps; running
+    runs are never touched. Safe while workers run and while other purges run."""
+    age = parse_age(older_than, "--older-than")
+    setup_logging()
+    url = resolve_database(database_url)
+    with Client(url, schema=schema) as client:
+        if dry_run:
+            runs, steps = client.count_purgeable(age)
+        else:
+            runs, steps = client.purge(age, batch_size=batch_size), None
+    if as_json:
+        data: dict[str, object] = {"dry_run": dry_run, "older_than_s": age, "runs": runs}
+        if steps is not None:
+            data["steps"] = steps
+        echo_json(data)
+    elif dry_run:
+        click.echo(f"would delete {runs} run(s) with {steps} step(s)")
+    else:
+        click.echo(f"deleted {runs} run(s)")

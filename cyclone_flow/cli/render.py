@@ -1,0 +1,107 @@
+"""How the CLI shows runs and steps: the ``--json`` form of a run, the one-line detail of
+a step's node type (item progress of fan-out nodes, the child run of child nodes, the
+awaited signal of wait_signal nodes) for ``status`` and ``graph --run``, and the ``status``
+lines of a run's unique key, sequence and schedule."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from cyclone_flow.db.rows import Run, Step
+
+__all__ = ["queue_info_lines", "run_dict", "step_detail", "step_fields"]
+
+
+def run_dict(
+    run: Run,
+    steps: list[Step] | None = None,
+    progress: dict[str, dict[str, int]] | None = None,
+) -> dict[str, Any]:
+    """The ``--json`` form of a run (``submit --wait``, ``run``, ``status``, ``runs``):
+    its row, and with ``steps`` each step's fields and node-type fields (``progress``:
+    the item counts of its fan-out nodes, :meth:`Client.item_progress`)."""
+    data = asdict(run)
+    data["state"] = str(run.state)
+    if steps is not None:
+        data["steps"] = [
+            {
+                "node": s.node,
+                "state": str(s.state),
+                "attempt": s.attempt,
+                "max_attempts": s.max_attempts,
+                "reclaims": s.reclaims,
+                "queue": s.queue,
+                "started_at": s.started_at,
+                "finished_at": s.finished_at,
+                "error": s.error,
+                "error_kind": s.error_kind,
+                "errors": s.errors,  # one entry per failed attempt, with its traceback
+                **step_fields(s, progress or {}),
+            }
+            for s in steps
+        ]
+    return data
+
+
+def step_detail(step: Step, progress: dict[str, dict[str, int]]) -> str:
+    """One line about a step's node type: ``items 42/100 done, 8 running`` for a fan-out
+    node, ``child run ID`` for a child node, ``awaits signal 'NAME'`` for a wait_signal
+    node, ``item 3 of NODE`` for a fan-out item; "" for an action."""
+    if step.parent_node is not None:
+        return f"item {step.item_index} of {step.parent_node}"
+    if step.type == "fan_out":
+        if step.items_total is None:
+            return "items: not started"
+        counts = progress.get(step.node, {})
+        text = f"items {step.items_done or 0}/{step.items_total} done"
+        for state in ("running", "available", "discarded", "cancelled"):
+            if counts.get(state):
+                text += f", {counts[state]} {state}"
+        return text
+    if step.type == "child":
+        return f"child run {step.child_run_id}" if step.child_run_id else "child run: not started"
+    if step.type == "wait_signal":
+        if step.state == "waiting":
+            until = (
+                f" until {step.wait_until.isoformat(timespec='seconds')}" if step.wait_until else ""
+            )
+            return f"awaits signal {step.signal!r}{until}"
+        return f"signal {step.signal!r}"
+    return ""
+
+
+def step_fields(step: Step, progress: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """The node-type fields of a step for ``--json`` output (only those that apply)."""
+    out: dict[str, Any] = {"type": step.type}
+    if step.parent_node is not None:
+        out.update(parent_node=step.parent_node, item_index=step.item_index)
+    if step.type == "fan_out":
+        out["items"] = {
+            "total": step.items_total,
+            "done": step.items_done,
+            "states": progress.get(step.node, {}),
+        }
+    if step.type == "child":
+        out["child_run_id"] = step.child_run_id
+    if step.type == "wait_signal":
+        out["signal"] = step.signal
+    if step.type in ("child", "wait_signal"):
+        out["wait_until"] = step.wait_until
+    return out
+
+
+def queue_info_lines(info: dict[str, Any]) -> list[str]:
+    """``status`` lines for a run's unique key, sequence and schedule (none when unused)."""
+    lines = []
+    if info.get("unique_key") is not None:
+        held = "held" if info.get("unique_held") else "released"
+        lines.append(f"unique key {info['unique_key']!r} ({held})")
+    if info.get("sequence_key") is not None:
+        where = f"sequence {info['sequence_key']!r} #{info['sequence_pos']}"
+        if info.get("sequence_held"):
+            where += ": held until the earlier runs of the sequence complete or are cancelled"
+        lines.append(where)
+    if info.get("schedule_id") is not None:
+        lines.append(f"scheduled tick {info['scheduled_for']}")
+    return lines

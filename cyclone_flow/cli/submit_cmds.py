@@ -1,0 +1,184 @@
+"""Commands that submit a run: ``submit`` (optionally waiting for it) and ``run`` (submit and
+work in-process until the run ends)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any
+
+import click
+
+from cyclone_flow.cli.common import (
+    add_import_paths,
+    database_options,
+    duration_option,
+    echo_json,
+    handle_errors,
+    input_options,
+    read_input,
+    resolve_database,
+    setup_logging,
+)
+from cyclone_flow.cli.progress import follow_run
+from cyclone_flow.cli.queue_cmds import queue_options, submission_kwargs
+from cyclone_flow.cli.render import run_dict
+from cyclone_flow.client import Client, migrate
+from cyclone_flow.durations import MAX_FLOW_DURATION_S
+from cyclone_flow.errors import WaitTimeoutError
+from cyclone_flow.flowfile import load_flow
+from cyclone_flow.handlers import AllowList
+
+
+@click.command("submit")
+@click.argument("file", type=click.Path(dir_okay=False, exists=True))
+@input_options
+@queue_options
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='Print {"run_id": ..., "duplicate": ...} (with --wait: the run).',
+)
+@click.option(
+    "--wait",
+    "wait",
+    is_flag=True,
+    help="Wait until the run ends (workers elsewhere run it); exit 0 when it completed, "
+    "1 when it failed or was cancelled.",
+)
+@click.option(
+    "--timeout",
+    default=None,
+    help="With --wait: give up after this long, e.g. 30s or 5m (exit 1; the run goes on).",
+)
+@database_options
+@handle_errors
+def submit_cmd(
+    file: str,
+    input_json: str | None,
+    input_file: str | None,
+    as_json: bool,
+    wait: bool,
+    timeout: str | None,
+    database_url: str | None,
+    schema: str,
+    **queue_values: Any,
+) -> None:
+    """Lint FILE, then write a run of it (definition, run, steps, deps) in one transaction;
+    print its id. Queue options: docs/queues.md. With --wait, then wait for the run to end
+    (Client.wait: woken by cyclone_run_done, polling as the floor)."""
+    if timeout is not None and not wait:
+        raise click.UsageError("--timeout goes with --wait")
+    wait_s = None
+    if timeout is not None:
+        wait_s = duration_option(timeout, "--timeout", max_s=MAX_FLOW_DURATION_S, allow_zero=True)
+    setup_logging()
+    run_input = read_input(input_json, input_file)
+    options = submission_kwargs(queue_values)
+    flow = load_flow(file)
+    url = resolve_database(database_url)
+    client = Client(url, schema=schema)
+    try:
+        run_id = client.submit(flow, run_input, **options)
+        if not wait:
+            if as_json:
+                echo_json({"run_id": str(run_id), "duplicate": run_id.duplicate})
+            else:
+                click.echo(run_id)
+                if run_id.duplicate:
+                    click.echo("duplicate: an existing run holds this unique key", err=True)
+            return
+        if not as_json:
+            click.echo(run_id)
+            click.echo(f"waiting for run {run_id} of flow {flow.name} ...", err=True)
+        try:
+            status = follow_run(client, run_id, quiet=as_json, timeout=wait_s)
+        except WaitTimeoutError as exc:
+            if as_json:
+                echo_json({"run_id": run_id, "state": exc.state, "timed_out": True})
+            click.echo(f"error: {exc}; it goes on (see `cyclone-flow status {run_id}`)", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt:
+            click.echo(f"\ninterrupted: run {run_id} goes on", err=True)
+            sys.exit(130)
+    finally:
+        client.shutdown()
+    if as_json:
+        echo_json(run_dict(status))
+    elif status.state == "completed":
+        click.echo(f"run {run_id} completed", err=True)
+    else:
+        click.echo(f"run {run_id} {status.state}: {status.error}", err=True)
+    sys.exit(0 if status.state == "completed" else 1)
+
+
+@click.command("run")
+@click.argument("file", type=click.Path(dir_okay=False, exists=True))
+@input_options
+@click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option(
+    "--import-path",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Folder to put on sys.path (repeatable); the current folder always is.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the run status as JSON.")
+@database_options
+@handle_errors
+def run_cmd(
+    file: str,
+    input_json: str | None,
+    input_file: str | None,
+    workers: int,
+    import_path: tuple[str, ...],
+    as_json: bool,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Migrate, submit FILE and work in-process until that run is terminal; print the
+    run's output. Exit 0 when it completed, 1 when it failed. Handlers are imported only
+    from the modules the flow names."""
+    setup_logging()
+    run_input = read_input(input_json, input_file)
+    flow = load_flow(file)
+    nodes = [n for part in flow.tree() for n in part.nodes.values()]  # with child flows
+    modules = {n.call.partition(":")[0] for n in nodes if n.call}
+    add_import_paths(import_path)
+    url = resolve_database(database_url)
+    migrate(url, schema=schema)
+    # SIGTERM stops `run` like Ctrl-C: leases released, the run left for other workers
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    client = Client(
+        url,
+        schema=schema,
+        worker_queues=dict.fromkeys(sorted({n.queue for n in nodes}), workers),
+        allow_modules=AllowList(exact=modules),
+    )
+    try:
+        run_id = client.submit(flow, run_input)
+        if not as_json:
+            click.echo(f"run {run_id} of flow {flow.name} submitted", err=True)
+        client.start(run_id=run_id)
+        try:
+            status = follow_run(client, run_id, quiet=as_json)
+        except KeyboardInterrupt:
+            client.shutdown(timeout=0)  # releases the leases of steps still running
+            click.echo(
+                f"\ninterrupted: run {run_id} is still running; a `cyclone-flow worker` can "
+                f"finish it, or `cyclone-flow cancel {run_id}` stops it",
+                err=True,
+            )
+            sys.exit(130)
+        steps = client.list_steps(run_id, items=False) if as_json else None
+        progress = client.item_progress(run_id) if as_json else None
+    finally:
+        client.shutdown()
+    if as_json:
+        echo_json(run_dict(status, steps, progress))
+    else:
+        if status.state == "completed":
+            echo_json(status.output)
+        else:
+            click.echo(f"run {run_id} {status.state}: {status.error}", err=True)
+    sys.exit(0 if status.state == "completed" else 1)

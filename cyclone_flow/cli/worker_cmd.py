@@ -1,0 +1,247 @@
+"""``cyclone-flow worker``: claim and execute steps until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+import click
+
+from cyclone_flow.cli.common import (
+    add_import_paths,
+    database_options,
+    duration_option,
+    handle_errors,
+    parse_age,
+    resolve_database,
+    setup_logging,
+)
+from cyclone_flow.client import Client
+from cyclone_flow.config import MAX_LEASE_TTL_S, RetentionConfig
+from cyclone_flow.errors import ConfigError
+from cyclone_flow.handlers import AllowList
+from cyclone_flow.names import DEFAULT_QUEUE, validate_queue_name
+
+
+def _duration(value: str, option: str) -> float:
+    return duration_option(value, option, max_s=MAX_LEASE_TTL_S)
+
+
+def _parse_queues(specs: tuple[str, ...], workers: int) -> dict[str, int]:
+    """``--queue NAME[=N]`` options as ``worker_queues``; none: ``{"default": workers}``."""
+    if not specs:
+        return {DEFAULT_QUEUE: workers}
+    out: dict[str, int] = {}
+    for spec in specs:
+        name, sep, count = spec.partition("=")
+        try:
+            validate_queue_name(name)
+            n = int(count) if sep else workers
+        except (ConfigError, ValueError) as exc:
+            raise click.BadParameter(f"{spec!r}: {exc}", param_hint="--queue") from None
+        if n < 1:
+            raise click.BadParameter(
+                f"{spec!r}: the worker count must be >= 1", param_hint="--queue"
+            )
+        out[name] = n
+    return out
+
+
+def _allow_list(allow_module: tuple[str, ...]) -> AllowList:
+    prefixes = [p for item in allow_module for p in item.split(",") if p.strip()]
+    return AllowList(prefixes=prefixes)
+
+
+@click.command("worker")
+@click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option("--lease-ttl", default="30s", show_default=True, help="Lease TTL, e.g. 30s.")
+@click.option(
+    "--max-reclaims",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Reclaims after which an expired lease discards the step (0: unbounded).",
+)
+@click.option(
+    "--allow-module",
+    multiple=True,
+    envvar="CYCLONE_ALLOW_MODULES",
+    help="Module prefix handlers may be imported from (repeatable; env "
+    "CYCLONE_ALLOW_MODULES, comma-separated).",
+)
+@click.option(
+    "--import-path",
+    multiple=True,
+    type=click.Path(file_okay=False),
+    help="Folder to put on sys.path (repeatable).",
+)
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    metavar="NAME[=N]",
+    help="Serve queue NAME with N workers (repeatable; N defaults to --workers). Without "
+    "it the worker serves the default queue with --workers workers.",
+)
+@click.option(
+    "--shutdown-timeout",
+    default="10s",
+    show_default=True,
+    help="On SIGTERM/SIGINT, how long running handlers may finish before their leases "
+    "are released for other workers.",
+)
+@click.option(
+    "--exit-when-idle",
+    is_flag=True,
+    help="Exit once no step of the served queues is available or running.",
+)
+@click.option(
+    "--tx-slots",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Cap on completion transactions open at once (default: the total worker count); "
+    "the pool is tx_slots + 6 connections.",
+)
+@click.option("--client-id", default=None, help="Lease owner name (default: host/pid/random).")
+@click.option(
+    "--poll-interval",
+    default="100ms,1s",
+    show_default=True,
+    metavar="MIN,MAX",
+    help="Claim polling floor: poll at MIN, back off to MAX while idle.",
+)
+@click.option(
+    "--notify/--no-notify",
+    default=True,
+    show_default=True,
+    help="LISTEN for wakeups; --no-notify polls only (PgBouncer in transaction mode).",
+)
+@click.option(
+    "--retention",
+    default=None,
+    metavar="DURATION",
+    help="Also purge completed, failed and cancelled runs older than this (e.g. 30d).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve Prometheus metrics on http://ADDR:PORT/metrics (0: any free port).",
+)
+@click.option(
+    "--metrics-addr",
+    default="0.0.0.0",
+    show_default=True,
+    help="Address the metrics endpoint listens on.",
+)
+@database_options
+@handle_errors
+def worker_cmd(
+    workers: int,
+    lease_ttl: str,
+    max_reclaims: int,
+    allow_module: tuple[str, ...],
+    import_path: tuple[str, ...],
+    queues: tuple[str, ...],
+    shutdown_timeout: str,
+    exit_when_idle: bool,
+    tx_slots: int | None,
+    client_id: str | None,
+    poll_interval: str,
+    notify: bool,
+    retention: str | None,
+    metrics_port: int | None,
+    metrics_addr: str,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Claim and execute steps until SIGTERM/SIGINT (graceful: exits 0)."""
+    setup_logging(logging.INFO)
+    ttl = _duration(lease_ttl, "--lease-ttl")
+    grace = _duration(shutdown_timeout, "--shutdown-timeout")
+    allow = _allow_list(allow_module)
+    if not allow.prefixes:
+        raise click.UsageError(
+            "give at least one --allow-module PREFIX (or CYCLONE_ALLOW_MODULES): a worker "
+            "imports handlers only from the modules it is allowed"
+        )
+    worker_queues = _parse_queues(queues, workers)
+    add_import_paths(import_path)
+    url = resolve_database(database_url)
+    options: dict[str, Any] = {
+        "poll_interval": _poll_interval(poll_interval),
+        "notify": notify,
+    }
+    if tx_slots is not None:
+        options["tx_slots"] = tx_slots
+    if client_id is not None:
+        options["client_id"] = client_id
+    if retention is not None:
+        options["retention"] = RetentionConfig(default_age=parse_age(retention, "--retention"))
+    metrics = _start_metrics(metrics_port, metrics_addr)
+    client = Client(
+        url,
+        schema=schema,
+        worker_queues=worker_queues,
+        lease_ttl=ttl,
+        max_reclaims=max_reclaims,
+        allow_modules=allow,
+        **options,
+    )
+    if metrics is not None:
+        metrics[0].watch_queues(client, worker_queues, client.config.logger)
+        client.observe_steps(metrics[0].observe)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        logging.getLogger("cyclone_flow").info("%s: shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    client.start()
+    logging.getLogger("cyclone_flow").info(
+        "worker %s started: queues %s, allowed modules %s",
+        client.config.client_id,
+        ", ".join(f"{q}={n}" for q, n in client.config.worker_queues.items()),
+        allow.describe(),
+    )
+    served = list(client.config.worker_queues)
+    idle_check = max(client.config.poll_interval[1], 0.2)
+    try:
+        while not stop.wait(idle_check):
+            if exit_when_idle and client.in_flight() == 0 and client.count_active(served) == 0:
+                break
+    finally:
+        client.shutdown(timeout=grace)
+        if metrics is not None:
+            metrics[1].close()
+    sys.exit(0)
+
+
+def _poll_interval(value: str) -> tuple[float, float]:
+    """``MIN,MAX`` (or one duration for both) as seconds."""
+    parts = [p.strip() for p in value.split(",")]
+    if len(parts) not in (1, 2):
+        raise click.BadParameter("use MIN,MAX, e.g. 100ms,1s", param_hint="--poll-interval")
+    lo = _duration(parts[0], "--poll-interval")
+    hi = _duration(parts[-1], "--poll-interval")
+    return lo, hi
+
+
+def _start_metrics(port: int | None, addr: str) -> tuple[Any, Any] | None:
+    """``(Metrics, MetricsServer)`` serving on ``addr:port``, or None without a port."""
+    if port is None:
+        return None
+    from cyclone_flow.metrics import Metrics, serve_metrics  # prometheus_client only here
+
+    metrics = Metrics()
+    try:
+        server = serve_metrics(metrics, port, addr)
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve metrics on {addr}:{port}: {exc}") from None
+    logging.getLogger("cyclone_flow").info("metrics on http://%s:%d/metrics", addr, server.port)
+    return metrics, server

@@ -1,0 +1,159 @@
+"""Editing the cron schedules of one schema: what ``Client.sync_schedules``,
+``add_schedule``, ``list_schedules``, ``get_schedule``, ``remove_schedule``,
+``pause_schedule`` and ``resume_schedule`` delegate to (docs/queues.md). Tick arithmetic
+and name rules are :mod:`cyclone_flow.schedules`; submitting the due ticks is the schedule
+scanner's (the maintenance loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from cyclone_flow.db import misc
+from cyclone_flow.db import schedules as stored
+from cyclone_flow.db.conn import Database, Session
+from cyclone_flow.db.rows import ScheduleRow
+from cyclone_flow.engine.submit import store_definition
+from cyclone_flow.engine.tx import Tx
+from cyclone_flow.errors import ScheduleNotFoundError, SubmitOptionError
+from cyclone_flow.flowfile import load_flow
+from cyclone_flow.flowfile.model import JSON, Flow
+from cyclone_flow.producer import FlowLike, Producer
+from cyclone_flow.schedules import (
+    ScheduleSpec,
+    SyncResult,
+    Ticks,
+    default_schedule_name,
+    flow_schedules,
+    validate_schedule_name,
+)
+from cyclone_flow.text import storable
+
+__all__ = ["Schedules"]
+
+
+class Schedules:
+    """The schedules of ``db``'s schema; ``producer`` checks and encodes each schedule's
+    input as a submission would (the flow's ``input_schema``, the input size limit)."""
+
+    def __init__(self, db: Database, producer: Producer) -> None:
+        self._db = db
+        self._producer = producer
+
+    def sync(self, flow: FlowLike, *, now: datetime | None = None) -> SyncResult:
+        """See :meth:`cyclone_flow.Client.sync_schedules`."""
+        spec = flow if isinstance(flow, Flow) else load_flow(flow)
+        return self._register(spec, flow_schedules(spec), "flow", now)
+
+    def add(
+        self,
+        flow: FlowLike,
+        cron: str,
+        *,
+        timezone: str = "UTC",
+        input: JSON = None,
+        name: str | None = None,
+        now: datetime | None = None,
+    ) -> str:
+        """See :meth:`cyclone_flow.Client.add_schedule`."""
+        spec = flow if isinstance(flow, Flow) else load_flow(flow)
+        entry = ScheduleSpec(
+            name=name or default_schedule_name(spec.name, cron, timezone, input),
+            cron=cron,
+            timezone=timezone,
+            input=input,
+        )
+        self._register(spec, [entry], "manual", now)
+        return entry.name
+
+    def rows(self) -> list[ScheduleRow]:
+        """Every schedule, by name."""
+        with self._db.session() as s:
+            return stored.schedule_list(s)
+
+    def get(self, name: str) -> ScheduleRow | None:
+        """The schedule ``name``, None when there is none."""
+        if not storable(name):
+            return None
+        with self._db.session() as s:
+            return stored.schedule_get(s, name=name)
+
+    def remove(self, name: str) -> None:
+        """Delete the schedule ``name``; raises ScheduleNotFoundError."""
+        if not storable(name):
+            raise ScheduleNotFoundError(name)
+        with self._db.session() as s:
+            if not stored.schedule_delete(s, name=name):
+                raise ScheduleNotFoundError(name)
+
+    def pause(self, name: str) -> None:
+        """Pause the schedule ``name``; raises ScheduleNotFoundError."""
+        if not storable(name) or not self._set_paused(name, True, None):
+            raise ScheduleNotFoundError(name)
+
+    def resume(self, name: str, *, now: datetime | None = None) -> None:
+        """Resume the schedule ``name`` from the first tick after now (a paused one; an
+        active one is left as it is); raises ScheduleNotFoundError."""
+        row = self.get(name)
+        if row is None:
+            raise ScheduleNotFoundError(name)
+        with self._db.session() as s:
+            current = misc.pg_now(s, now=now)
+        next_run_at = Ticks(row.cron, row.timezone).after(current)
+        if not self._set_paused(name, False, next_run_at if row.paused else None):
+            raise ScheduleNotFoundError(name)
+
+    def _set_paused(self, name: str, paused: bool, next_run_at: datetime | None) -> bool:
+        with self._db.session() as s:
+            return stored.schedule_set_paused(s, name=name, paused=paused, next_run_at=next_run_at)
+
+    def _register(
+        self, spec: Flow, entries: Sequence[ScheduleSpec], source: str, now: datetime | None
+    ) -> SyncResult:
+        """Create or update ``entries`` (schedules of ``spec`` from ``source``: ``flow``
+        for a flow file's, ``manual`` for :meth:`add`) by name, and with ``flow`` delete
+        the flow's other file-declared schedules, in one transaction. Every entry is
+        checked before anything is written."""
+        prepared = []
+        for entry in entries:
+            validate_schedule_name(entry.name)
+            ticks = Ticks(entry.cron, entry.timezone)
+            _, input_json = self._producer.prepare(spec, entry.input)
+            prepared.append((entry, ticks, input_json))
+        with self._db.session() as s:
+            current = misc.pg_now(s, now=now)
+        added: list[str] = []
+        updated: list[str] = []
+        with self._db.pool.connection() as conn, conn.transaction():
+            s = Session(conn, self._db.q)
+            for entry, ticks, input_json in prepared:
+                other = stored.schedule_get_source(s, name=entry.name)
+                if other is not None and other != source:
+                    raise SubmitOptionError(
+                        "name",
+                        entry.name,
+                        f"a schedule of this name was created by "
+                        f"{'schedule sync' if other == 'flow' else 'schedule add'}; remove it "
+                        "first or pick another name",
+                    )
+                created = stored.schedule_upsert(
+                    s,
+                    name=entry.name,
+                    flow_name=spec.name,
+                    workflow_id=store_definition(Tx(conn, self._db.q), spec),
+                    cron=entry.cron,
+                    timezone=entry.timezone,
+                    input=input_json,
+                    source=source,
+                    next_run_at=ticks.after(current),
+                )
+                (added if created else updated).append(entry.name)
+            removed = (
+                stored.schedule_delete_flow_stale(
+                    s, flow_name=spec.name, keep=[e.name for e in entries]
+                )
+                if source == "flow"
+                else []
+            )
+        return SyncResult(added=added, updated=updated, removed=removed)
