@@ -29,13 +29,13 @@ from cyclone_flow.errors import (
     TransactionOpenError,
     WaitTimeoutError,
 )
+from cyclone_flow.events import StepEvent
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.flowfile.model import Flow, Node
 from cyclone_flow.notify import WakeupTracker
 from cyclone_flow.producer import RunId
 from cyclone_flow.states import ErrorKind, RunState, StepState
 from cyclone_flow.worker.context import Context
-from cyclone_flow.worker.events import StepEvent
 from cyclone_flow.worker.imports import AllowList
 
 __all__ = [

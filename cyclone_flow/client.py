@@ -50,13 +50,15 @@ from cyclone_flow.errors import (
     TransactionOpenError,
     WaitTimeoutError,
 )
+from cyclone_flow.events import StepEvent, call_hook, emit_engine_events
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.flowfile.model import JSON, Flow
+from cyclone_flow.maintenance import retention
+from cyclone_flow.maintenance.scheduler import ScheduleScanner, ScheduleScannerConfig
 from cyclone_flow.notify import Listener, Publisher, Wakeups, WakeupTracker, WakeupTracking
 from cyclone_flow.options import JobOptions, RunOptions, SubmitOptions, job_flow, run_options
 from cyclone_flow.producer import FlowLike, Producer, RunId
 from cyclone_flow.schedules import (
-    ScheduleScanner,
     ScheduleSpec,
     SyncResult,
     Ticks,
@@ -64,15 +66,13 @@ from cyclone_flow.schedules import (
     flow_schedules,
     validate_schedule_name,
 )
+from cyclone_flow.states import EventKind
 from cyclone_flow.text import describe_unstorable, printable
 from cyclone_flow.worker.cache import OutputCache
-from cyclone_flow.worker.completer import Completer
-from cyclone_flow.worker.events import StepEvent, call_hook, emit_engine_events
-from cyclone_flow.worker.executor import Executor
+from cyclone_flow.worker.completion import BatchSink
+from cyclone_flow.worker.execute import Executor
 from cyclone_flow.worker.imports import AllowList, HandlerResolver
-from cyclone_flow.worker.retention import RetentionSweeper
 from cyclone_flow.worker.runtime import Worker
-from cyclone_flow.worker.scanners import SequenceScanner
 
 __all__ = ["Client", "FlowLike", "RunId", "migrate"]
 _LISTENER_READY_S = 2.0  # how long wait() lets a starting listener connect before polling
@@ -148,12 +148,17 @@ class Client:
         self.db = Database(self.pool, cfg.schema)
         """The pool and the statements of this client's schema (:mod:`cyclone_flow.db`)."""
         self.producer = Producer(self.db, cfg)
-        self._scanner = ScheduleScanner(self.db, self.producer, self._publish, cfg.logger)
-        self._sequences = SequenceScanner(self.db, self._publish)
+        self._scanner = ScheduleScanner(
+            self.db,
+            self.producer,
+            ScheduleScannerConfig(interval_s=cfg.sweep_interval),
+            self._publish,
+            cfg.logger,
+        )
         self.cache = OutputCache()
         self._tx_slots = threading.BoundedSemaphore(cfg.tx_slots)
         # the group commit of this client's worker (its thread starts with start())
-        self._completer = Completer(self.db, cfg, self.cache, self._publish, self._tx_slots)
+        self._completer = BatchSink(self.db, cfg.client_id, self._tx_slots, cfg.logger)
         self._worker: Worker | None = None
         self._waiters: dict[str, set[threading.Event]] = {}
         self._waiters_lock = threading.Lock()
@@ -450,8 +455,8 @@ class Client:
 
     @property
     def schedule_scanner(self) -> ScheduleScanner:
-        """The schedule scanner (its ``run_once(now=None) -> int`` is what the maintenance
-        loop of a started client calls every ``sweep_interval``)."""
+        """The schedule scanner (its ``run_once(now=None) -> ScheduleScannerResult`` is
+        what the maintenance loop of a started client calls every ``sweep_interval``)."""
         return self._scanner
 
     # -- workers ---------------------------------------------------------------------------
@@ -488,9 +493,8 @@ class Client:
             executor,
             self._publish,
             only_run=parse_run_id(run_id) if run_id is not None else None,
+            scheduler=self._scanner,
         )
-        self._worker.maintenance_tasks.append(("schedule scanner", self._scanner.run_once))
-        self._worker.maintenance_tasks.append(("sequence release", self._sequences.run_once))
         self._worker.start()
         if self.config.notify:
             self._ensure_listener()
@@ -613,7 +617,7 @@ class Client:
         if done:
             for node in cancelled:
                 self._emit(
-                    StepEvent("cancelled", rid, node, error=reason, error_kind="cancelled"),
+                    StepEvent(EventKind.CANCELLED, rid, node, error=reason, error_kind="cancelled"),
                 )
         return done
 
@@ -649,7 +653,7 @@ class Client:
         WithRetentionSweep). Returns the number of runs deleted. Safe while other clients
         purge too. Raises ConfigError for a non-positive age or a bad batch size."""
         config = _purge_config(older_than, batch_size)
-        return RetentionSweeper(self.db, config, self.config.logger).run_once()
+        return retention.purge(self.db, config, self.config.logger)
 
     def count_purgeable(self, older_than: float) -> tuple[int, int]:
         """``(runs, steps)`` that :meth:`purge` with ``older_than`` would delete now."""
