@@ -36,6 +36,7 @@ from cyclone_flow.errors import (
     TransactionOpenError,
     WaitTimeoutError,
 )
+from cyclone_flow.events import StepEvent
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.flowfile.model import Flow
 from cyclone_flow.handlers import AllowList
@@ -45,7 +46,6 @@ from cyclone_flow.producer import RunId
 from cyclone_flow.schedules import SyncResult
 from cyclone_flow.states import ErrorKind, RunState, StepState
 from cyclone_flow.worker.context import Context
-from cyclone_flow.worker.events import StepEvent
 
 __all__ = [
     "MAX_FAN_OUT_ITEMS",

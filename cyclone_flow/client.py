@@ -14,7 +14,7 @@ import dataclasses
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Unpack
 
 import psycopg
@@ -44,22 +44,23 @@ from cyclone_flow.errors import (
     RunStateError,
     shown,
 )
+from cyclone_flow.events import StepEvent, call_hook, emit_engine_events
 from cyclone_flow.flowfile.model import JSON, Flow
 from cyclone_flow.handlers import AllowList, HandlerResolver
+from cyclone_flow.maintenance import retention
+from cyclone_flow.maintenance.scheduler import ScheduleScanner, ScheduleScannerConfig
 from cyclone_flow.names import SIGNAL_NAME_RULE, is_signal_name
 from cyclone_flow.notify import Listener, Publisher, WakeupHub, Wakeups, WakeupTracker
 from cyclone_flow.options import JobOptions, RunOptions, SubmitOptions, job_flow, run_options
 from cyclone_flow.producer import FlowLike, Producer, RunId
 from cyclone_flow.schedule_admin import Schedules
-from cyclone_flow.schedules import ScheduleScanner, SyncResult
+from cyclone_flow.schedules import SyncResult
+from cyclone_flow.states import EventKind
 from cyclone_flow.text import printable, storable
 from cyclone_flow.worker.cache import OutputCache
-from cyclone_flow.worker.completer import Completer
-from cyclone_flow.worker.events import StepEvent, call_hook, emit_engine_events
-from cyclone_flow.worker.executor import Executor
-from cyclone_flow.worker.retention import RetentionSweeper
+from cyclone_flow.worker.completion import BatchSink
+from cyclone_flow.worker.execute import Executor
 from cyclone_flow.worker.runtime import Worker
-from cyclone_flow.worker.scanners import SequenceScanner
 
 __all__ = ["Client", "FlowLike", "RunId", "migrate"]
 
@@ -134,16 +135,18 @@ class Client:
         self._scanner = ScheduleScanner(
             self._db,
             self._producer,
+            ScheduleScannerConfig(
+                interval_s=cfg.sweep_interval,
+                # skipped ticks are a downtime's, not the sweep's grain, past 3 sweeps
+                misfire_warning_after_s=3 * cfg.sweep_interval,
+            ),
             self._publish,
             cfg.logger,
-            # skipped ticks are a downtime's, not the sweep's grain, past 3 sweeps
-            misfire_warning_after=timedelta(seconds=3 * cfg.sweep_interval),
         )
-        self._sequences = SequenceScanner(self._db, self._publish)
         self._cache = OutputCache()
         self._tx_slots = threading.BoundedSemaphore(cfg.tx_slots)
         # the group commit of this client's worker (its thread starts with start())
-        self._completer = Completer(self._db, cfg, self._cache, self._publish, self._tx_slots)
+        self._completer = BatchSink(self._db, cfg.client_id, self._tx_slots, cfg.logger)
         self._worker: Worker | None = None
         self._closed = False
         self._observers: list[Callable[[StepEvent], None]] = []
@@ -343,8 +346,8 @@ class Client:
 
     @property
     def schedule_scanner(self) -> ScheduleScanner:
-        """The schedule scanner (its ``run_once(now=None) -> int`` is what the maintenance
-        loop of a started client calls every ``sweep_interval``)."""
+        """The schedule scanner (its ``run_once(now=None) -> ScheduleScannerResult`` is
+        what the maintenance loop of a started client calls every ``sweep_interval``)."""
         return self._scanner
 
     # -- workers ---------------------------------------------------------------------------
@@ -381,9 +384,8 @@ class Client:
             executor,
             self._publish,
             only_run=parse_run_id(run_id) if run_id is not None else None,
+            scheduler=self._scanner,
         )
-        self._worker.maintenance_tasks.append(("schedule scanner", self._scanner.run_once))
-        self._worker.maintenance_tasks.append(("sequence release", self._sequences.run_once))
         self._worker.start()
         if self.config.notify:
             self._hub.listen()
@@ -533,7 +535,7 @@ class Client:
         if done:
             for node in cancelled:
                 self._emit(
-                    StepEvent("cancelled", rid, node, error=reason, error_kind="cancelled"),
+                    StepEvent(EventKind.CANCELLED, rid, node, error=reason, error_kind="cancelled"),
                 )
         return done
 
@@ -569,7 +571,7 @@ class Client:
         WithRetentionSweep). Returns the number of runs deleted. Safe while other clients
         purge too. Raises ConfigError for a non-positive age or a bad batch size."""
         config = _purge_config(older_than, batch_size)
-        return RetentionSweeper(self._db, config, self.config.logger).run_once()
+        return retention.purge(self._db, config, self.config.logger)
 
     def count_purgeable(self, older_than: float) -> tuple[int, int]:
         """``(runs, steps)`` that :meth:`purge` with ``older_than`` would delete now."""

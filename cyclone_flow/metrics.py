@@ -44,7 +44,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from cyclone_flow.db.rows import QueueStats
-from cyclone_flow.worker.events import StepEvent
+from cyclone_flow.events import StepEvent
 
 DURATION_BUCKETS_S = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,

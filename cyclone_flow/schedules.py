@@ -1,6 +1,7 @@
-"""Cron schedules: tick arithmetic (croniter + zoneinfo) and the schedule scanner of the
-maintenance loop (Engine Design: Pool Budget names the schedule scanner; seeds: schedule
-options).
+"""Cron schedules, the pure parts: tick arithmetic (croniter + zoneinfo), the validation of
+cron expressions, time zones and schedule names, and the ``schedules:`` of a flow file
+(seeds: schedule options). The schedule scanner that submits the ticks is a maintenance
+service, :mod:`cyclone_flow.maintenance.scheduler`.
 
 Ticks
     A cron expression (5 fields, or 6 with seconds last, or ``@hourly``-style macros) is
@@ -12,47 +13,25 @@ Ticks
     occurrence. An expression whose hour field is a wildcard (``*``, ``*/2``) follows the
     real hours: the skipped hour has no tick, the repeated hour ticks in both occurrences.
     Ticks are stored as UTC instants.
-
-Exactly once across clients
-    The scanner of every started client looks for schedules whose ``next_run_at`` is due,
-    locks each (``FOR NO KEY UPDATE SKIP LOCKED``), inserts the tick's run and moves
-    ``next_run_at`` forward with a compare-and-swap, all in one transaction; a unique
-    index on ``(schedule_id, scheduled_for)`` backs it. Two clients never submit a tick
-    twice; a crash before the commit leaves the tick due for the next scan.
-
-Misfires
-    After downtime (no client started, or the schedule paused), the scanner submits one
-    run for the most recent missed tick (``scheduled_for`` is that tick) and skips the
-    older ones; resuming a paused schedule skips the ticks missed while paused.
 """
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-import psycopg
 from croniter import CroniterBadDateError, croniter
 
 from cyclone_flow.cron import cron_problem
-from cyclone_flow.db import misc
-from cyclone_flow.db import schedules as stored
-from cyclone_flow.db.conn import Database, Session
-from cyclone_flow.db.rows import DueRef
 from cyclone_flow.errors import SubmitOptionError
-from cyclone_flow.flowfile.build import build_flow, document_digest
+from cyclone_flow.flowfile.build import document_digest
 from cyclone_flow.flowfile.model import Flow
-from cyclone_flow.notify import Publish
-from cyclone_flow.options import RunOptions
-from cyclone_flow.producer import Producer
 from cyclone_flow.text import zone_info
 
 __all__ = [
-    "ScheduleScanner",
     "ScheduleSpec",
     "SyncResult",
     "Ticks",
@@ -63,7 +42,6 @@ __all__ = [
     "validate_timezone",
 ]
 
-SCAN_BATCH = 100
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
 _SECOND = timedelta(seconds=1)
 _MAX_STEPS = 10_000  # croniter steps per search: a few are needed, this is a safety net
@@ -293,171 +271,3 @@ def flow_schedules(flow: Flow) -> list[ScheduleSpec]:
             )
         )
     return out
-
-
-class ScheduleScanner:
-    """The schedule scanner of the maintenance loop: ``run_once()`` submits every due tick
-    once across all clients and returns how many runs it submitted.
-
-    ``publish`` sends the wakeups of each committed tick; ``logger`` reports misfires and
-    failing schedules. Skipped ticks are a warning only after a real downtime: when they
-    span more than ``misfire_warning_after`` (a started client passes three sweep
-    intervals); ticks closer together than the sweep (``* * * * * *``: one run per sweep)
-    are skipped at every pass, which is logged at debug level.
-
-    A schedule whose tick fails (its cron edited by hand into one that never fires, a
-    stored definition that no longer inserts, a statement error) is logged with its name
-    and skipped; the others of the pass go on. This scanner then leaves it alone for
-    ``RETRY_FIRST`` (10 s), doubling at each further failure up to ``RETRY_MAX``
-    (10 min), and tries it at once when its row changes (``schedule sync``, ``add``,
-    ``resume``). Its tick stays due meanwhile, so it is submitted (misfire policy) once
-    the schedule works again. Losing the database itself (connection trouble) is no
-    schedule's fault: it ends the pass, for the maintenance loop to log and retry.
-    """
-
-    RETRY_FIRST = timedelta(seconds=10)
-    RETRY_MAX = timedelta(minutes=10)
-    MISFIRE_WARNING_AFTER = timedelta(seconds=30)
-
-    def __init__(
-        self,
-        db: Database,
-        producer: Producer,
-        publish: Publish,
-        logger: logging.Logger,
-        batch: int = SCAN_BATCH,
-        misfire_warning_after: timedelta = MISFIRE_WARNING_AFTER,
-    ) -> None:
-        self.db = db
-        self.producer = producer
-        self.publish = publish
-        self.log = logger
-        self.batch = batch
-        self.misfire_warning_after = misfire_warning_after
-        self._failing: dict[int, _Failure] = {}  # schedule id -> its last failure
-
-    def run_once(self, now: datetime | None = None) -> int:
-        """Submit the due tick of every due schedule; return the number of runs submitted.
-
-        ``now`` pins the database clock (tests, like River's ``coalesce(@now, now())``);
-        by default the database's ``now()`` is used. Each tick commits in its own
-        transaction with the compare-and-swap that moves ``next_run_at`` forward.
-        """
-        with self.db.session() as s:
-            current = misc.pg_now(s, now=now)
-            waiting = sum(1 for f in self._failing.values() if f.retry_at > current)
-            due = stored.schedule_list_due(s, now=current, batch=self.batch + waiting)
-        submitted = 0
-        for ref in due:
-            failure = self._failing.get(ref.id)
-            if failure is not None and failure.version == ref.version:
-                if failure.retry_at > current:
-                    continue  # backing off: the other schedules first
-            else:
-                failure = None  # a changed schedule gets a fresh start
-            try:
-                if self._tick(ref.id, current):
-                    submitted += 1
-            except _Stale:
-                pass  # another client moved the schedule on first: its tick, not ours
-            except Exception as exc:
-                if _database_lost(exc):
-                    raise
-                self._failed(ref, failure, current, exc)
-                continue
-            self._failing.pop(ref.id, None)
-        listed = {ref.id for ref in due}
-        for schedule_id in [i for i in self._failing if i not in listed]:
-            del self._failing[schedule_id]  # no longer due: removed, paused or fixed
-        return submitted
-
-    def _failed(
-        self, ref: DueRef, previous: _Failure | None, now: datetime, exc: Exception
-    ) -> None:
-        count = 1 if previous is None else previous.count + 1
-        delay = min(self.RETRY_FIRST * 2 ** (count - 1), self.RETRY_MAX)
-        self._failing[ref.id] = _Failure(ref.version, count, now + delay)
-        self.log.error(
-            "schedule %s cannot tick (failure %d): %s: %s; skipped, next attempt in %ds",
-            ref.name,
-            count,
-            type(exc).__name__,
-            exc,
-            delay.total_seconds(),
-            exc_info=not isinstance(exc, SubmitOptionError),
-        )
-
-    def _tick(self, schedule_id: int, now: datetime) -> bool:
-        with self.db.pool.connection() as conn, conn.transaction():
-            s = Session(conn, self.db.q)
-            due = stored.schedule_lock_due(s, id=schedule_id, now=now)
-            if due is None:
-                return False  # another client holds it, or it already moved on
-            ticks = Ticks(due.cron, due.timezone)  # SubmitOptionError: edited by hand
-            tick = max(ticks.at_or_before(now), due.next_run_at)
-            options = RunOptions(schedule_id=due.id, scheduled_for=tick)
-            if due.no_plan:  # stored before plans (so without child nodes): store its plan
-                flow = build_flow(due.definition)
-                run_id, wakeups = self.producer.insert(conn, flow, due.input_json, options)
-            else:  # the definition as stored, with the child flows it was stored with
-                run_id, wakeups = self.producer.insert_stored(
-                    conn, due.workflow_id, due.input_json, options
-                )
-            if not stored.schedule_advance_if_unchanged(
-                s,
-                id=due.id,
-                expected=due.next_run_at,
-                next_run_at=ticks.after(now),
-                tick=tick,
-                run_id=run_id,
-            ):
-                raise _Stale  # rolls the run back with the transaction
-        if tick > due.next_run_at:
-            self._skipped(due.name, ticks, due.next_run_at, tick)
-        self.publish(wakeups)
-        return True
-
-    def _skipped(self, name: str, ticks: Ticks, first: datetime, tick: datetime) -> None:
-        """Log the ticks skipped from ``first`` (the due one) to ``tick`` (the one
-        submitted): a warning after a downtime, debug when they are the sweep's grain."""
-        level = logging.WARNING if tick - first > self.misfire_warning_after else logging.DEBUG
-        if not self.log.isEnabledFor(level):
-            return
-        missed = 0  # as many as in (first, tick]
-        for _ in ticks.between(first, tick):
-            missed += 1
-            if missed >= 1000:
-                break
-        if level == logging.WARNING:
-            message = "schedule %s: %s missed tick(s) skipped after downtime; submitted the most "
-            message += "recent one, %s"
-        else:
-            message = "schedule %s: %s tick(s) closer than the sweep skipped; submitted %s"
-        self.log.log(
-            level, message, name, f"{missed}+" if missed >= 1000 else missed, tick.isoformat()
-        )
-
-
-class _Stale(Exception):
-    """Internal: the compare-and-swap of a tick changed no row."""
-
-
-@dataclass(frozen=True)
-class _Failure:
-    """Internal: a schedule's last failed tick: the row ``version`` it failed on, the
-    consecutive ``count`` and when this scanner tries it again."""
-
-    version: str
-    count: int
-    retry_at: datetime
-
-
-def _database_lost(exc: Exception) -> bool:
-    """The database itself is out of reach (no SQLSTATE, class 08 connection exception,
-    57P0x shutdown): not the schedule's fault."""
-    if isinstance(exc, psycopg.InterfaceError):
-        return True
-    if not isinstance(exc, psycopg.OperationalError):
-        return False
-    state = exc.sqlstate
-    return state is None or state.startswith("08") or state.startswith("57P")

@@ -24,6 +24,9 @@ Propagation) and who moves rows in and out of each:
 
 Run states: ``running`` (from submit) until no non-terminal step remains
 (``completed``), a fatal discard (``failed``) or an operator cancel (``cancelled``).
+
+Step events (:class:`EventKind`, the ``kind`` of a ``StepEvent``) name the committed
+transition that a client reports after its commit (:mod:`cyclone_flow.events`).
 """
 
 from __future__ import annotations
@@ -78,6 +81,22 @@ class ErrorKind(StrEnum):
     ITEM_FAILED = "item_failed"
     CHILD_FAILED = "child_failed"
     DEADLINE = "deadline"
+
+
+class EventKind(StrEnum):
+    """``StepEvent.kind``: the committed transition a step event reports, and who reports
+    it. ``claimed`` (the claim loop), ``completed`` (the completion, or the engine for a
+    fan-out, child or wait_signal node), ``retry_scheduled`` (a failed attempt with
+    attempts left, from the worker or the recovery sweep), ``discarded`` (a dead letter:
+    worker, sweep, wait scanner or engine), ``cancelled`` (a step cancelled by a committed
+    transition) and ``reclaimed`` (the recovery sweep put an expired lease back)."""
+
+    CLAIMED = "claimed"
+    COMPLETED = "completed"
+    RETRY_SCHEDULED = "retry_scheduled"
+    DISCARDED = "discarded"
+    CANCELLED = "cancelled"
+    RECLAIMED = "reclaimed"
 
 
 _TERMINAL_STEP = frozenset({StepState.COMPLETED, StepState.DISCARDED, StepState.CANCELLED})

@@ -100,9 +100,12 @@ def run_cancel_if_failed_in_sequence(s: SessionLike, *, run_id: str, error: str)
     return execute(s, "run_cancel_if_failed_in_sequence", params).fetchone() is not None
 
 
-def run_fail_if_past_deadline(s: SessionLike, *, run_id: str) -> DeadlineFailedRun | None:
-    """running -> failed with kind ``deadline``; None when stale."""
-    params = {"run_id": run_id}
+def run_fail_if_past_deadline(
+    s: SessionLike, *, run_id: str, now: datetime | None = None
+) -> DeadlineFailedRun | None:
+    """running -> failed with kind ``deadline`` when past it at ``now`` (default the
+    database's); None when stale."""
+    params = {"run_id": run_id, "now": now}
     return execute_rows(s, "run_fail_if_past_deadline", params, _DEADLINE_FAILED).fetchone()
 
 
@@ -244,9 +247,11 @@ def run_list_failed(s: SessionLike, *, flow: str | None) -> list[str]:
     return [str(r[0]) for r in execute(s, "run_list_failed", {"flow": flow}).fetchall()]
 
 
-def run_list_past_deadline(s: SessionLike, *, batch: int) -> list[str]:
-    """Running runs past their flow's deadline (at most ``batch``)."""
-    return [str(r[0]) for r in execute(s, "run_list_past_deadline", {"batch": batch})]
+def run_list_past_deadline(s: SessionLike, *, batch: int, now: datetime | None = None) -> list[str]:
+    """Running runs past their flow's deadline at ``now`` (default the database's; at most
+    ``batch``)."""
+    params = {"batch": batch, "now": now}
+    return [str(r[0]) for r in execute(s, "run_list_past_deadline", params)]
 
 
 def run_list_stalled_sequences(s: SessionLike, *, batch: int) -> list[str]:
@@ -257,14 +262,19 @@ def run_list_stalled_sequences(s: SessionLike, *, batch: int) -> list[str]:
 # -- retention -----------------------------------------------------------------------------
 
 
-def run_purge_terminal(s: SessionLike, *, age_us: int, batch: int) -> int:
+def run_purge_terminal(
+    s: SessionLike, *, age_us: int, batch: int, now: datetime | None = None
+) -> int:
     """Delete up to ``batch`` terminal top runs finished more than ``age_us`` microseconds
-    ago; how many were deleted."""
-    params = {"age_us": age_us, "batch": batch}
+    before ``now`` (default the database's); how many were deleted."""
+    params = {"age_us": age_us, "batch": batch, "now": now}
     return len(execute(s, "run_purge_terminal", params).fetchall())
 
 
-def run_count_purgeable(s: SessionLike, *, age_us: int) -> tuple[int, int]:
-    """``(runs, steps)`` a purge with ``age_us`` would delete now."""
-    row = execute(s, "run_count_purgeable", {"age_us": age_us}).fetchone()
+def run_count_purgeable(
+    s: SessionLike, *, age_us: int, now: datetime | None = None
+) -> tuple[int, int]:
+    """``(runs, steps)`` a purge with ``age_us`` would delete at ``now`` (default the
+    database's)."""
+    row = execute(s, "run_count_purgeable", {"age_us": age_us, "now": now}).fetchone()
     return (int(row[0]), int(row[1])) if row else (0, 0)

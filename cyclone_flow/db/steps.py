@@ -375,22 +375,29 @@ def step_reset_for_retry(s: SessionLike, *, run_id: str, node: str | None) -> li
 # -- recovery sweep ------------------------------------------------------------------------
 
 
-def step_rescue_expired(s: SessionLike, *, max_reclaims: int, batch: int) -> list[RescuedStep]:
-    """Expired leases back to available (reclaims + 1); the steps rescued."""
-    params = {"max_reclaims": max_reclaims, "batch": batch}
+def step_rescue_expired(
+    s: SessionLike, *, max_reclaims: int, batch: int, now: datetime | None = None
+) -> list[RescuedStep]:
+    """Expired leases (at ``now``, default the database's) back to available (reclaims +
+    1); the steps rescued."""
+    params = {"max_reclaims": max_reclaims, "batch": batch, "now": now}
     return execute_rows(s, "step_rescue_expired", params, _RESCUED).fetchall()
 
 
-def step_list_timed_out(s: SessionLike, *, batch: int) -> list[LeasedStep]:
-    """Running steps past ``started_at + timeout``."""
-    return execute_rows(s, "step_list_timed_out", {"batch": batch}, _LEASED).fetchall()
+def step_list_timed_out(
+    s: SessionLike, *, batch: int, now: datetime | None = None
+) -> list[LeasedStep]:
+    """Running steps past ``started_at + timeout`` at ``now`` (default the database's)."""
+    params = {"batch": batch, "now": now}
+    return execute_rows(s, "step_list_timed_out", params, _LEASED).fetchall()
 
 
 def step_list_reclaim_exhausted(
-    s: SessionLike, *, max_reclaims: int, batch: int
+    s: SessionLike, *, max_reclaims: int, batch: int, now: datetime | None = None
 ) -> list[LeasedStep]:
-    """Expired leases of steps reclaimed ``max_reclaims`` times already."""
-    params = {"max_reclaims": max_reclaims, "batch": batch}
+    """Leases expired at ``now`` (default the database's) of steps reclaimed
+    ``max_reclaims`` times already."""
+    params = {"max_reclaims": max_reclaims, "batch": batch, "now": now}
     return execute_rows(s, "step_list_reclaim_exhausted", params, _LEASED).fetchall()
 
 
@@ -414,16 +421,21 @@ def step_set_child_run(s: SessionLike, *, run_id: str, node: str, child_run_id: 
     execute(s, "step_set_child_run", params)
 
 
-def step_list_expired_waits(s: SessionLike, *, batch: int) -> list[ExpiredWait]:
-    """Waiting child and wait_signal nodes past ``wait_until``."""
-    return execute_rows(s, "step_list_expired_waits", {"batch": batch}, _EXPIRED_WAIT).fetchall()
+def step_list_expired_waits(
+    s: SessionLike, *, batch: int, now: datetime | None = None
+) -> list[ExpiredWait]:
+    """Waiting child and wait_signal nodes past ``wait_until`` at ``now`` (default the
+    database's)."""
+    params = {"batch": batch, "now": now}
+    return execute_rows(s, "step_list_expired_waits", params, _EXPIRED_WAIT).fetchall()
 
 
 def step_discard_if_wait_expired(
-    s: SessionLike, *, run_id: str, node: str, error: str
+    s: SessionLike, *, run_id: str, node: str, error: str, now: datetime | None = None
 ) -> ExpiredNode | None:
-    """waiting -> discarded with kind ``timeout`` past ``wait_until``; None when stale."""
-    params = {"run_id": run_id, "node": node, "error": error}
+    """waiting -> discarded with kind ``timeout`` past ``wait_until`` at ``now`` (default
+    the database's); None when stale."""
+    params = {"run_id": run_id, "node": node, "error": error, "now": now}
     return execute_rows(s, "step_discard_if_wait_expired", params, _EXPIRED_NODE).fetchone()
 
 

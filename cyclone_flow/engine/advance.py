@@ -37,7 +37,7 @@ from cyclone_flow.db.conn import Pending, pipelined
 from cyclone_flow.db.rows import CompletedRun, DecidedNode, NodeInfo, ReleasedStep
 from cyclone_flow.engine import child_runs, fan_out, sequences
 from cyclone_flow.engine.tx import Discard, EngineEvent, Tx
-from cyclone_flow.states import ErrorKind, RunState, StepState
+from cyclone_flow.states import ErrorKind, EventKind, RunState, StepState
 
 NodeAdvance = tuple[Pending[list[ReleasedStep]], Pending[list[CompletedRun]]]
 """The two statements :func:`send_node_advance` sent, read by :func:`node_advanced`."""
@@ -218,7 +218,7 @@ def advance_completed(
 
 def engine_completed(tx: Tx, run_id: str, node: str) -> None:
     """A node the engine completed (not a worker): note the event, advance the run."""
-    tx.effects.events.append(EngineEvent("completed", run_id, node))
+    tx.effects.events.append(EngineEvent(EventKind.COMPLETED, run_id, node))
     node_completed(tx, run_id, node)
 
 
@@ -345,7 +345,7 @@ def discard_waiting(
 
 def engine_discarded(tx: Tx, run_id: str, node: str, error: str, kind: str) -> None:
     """A node the engine discarded: note the event, apply the dependents' policy."""
-    tx.effects.events.append(EngineEvent("discarded", run_id, node, error, kind))
+    tx.effects.events.append(EngineEvent(EventKind.DISCARDED, run_id, node, error, kind))
     resolve_discard(tx, run_id, node, error)
 
 

@@ -9,6 +9,8 @@ Every function runs in the caller's transaction under the run row lock, except
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import psycopg
 
 from cyclone_flow.db import runs, steps
@@ -135,12 +137,13 @@ def fail_step_alone(
         return attempt(tx, note, False), first
 
 
-def expire_wait(tx: Tx, run_id: str, node: str, error: str) -> bool:
-    """Discard a waiting node whose ``wait_until`` passed (kind ``timeout``), cancel the
-    tree of the child run it waited for, and apply its dependents' policy, under the run
-    lock. False when stale (decided meanwhile)."""
+def expire_wait(tx: Tx, run_id: str, node: str, error: str, now: datetime | None = None) -> bool:
+    """Discard a waiting node whose ``wait_until`` passed at ``now`` (default the
+    database's clock; kind ``timeout``), cancel the tree of the child run it waited for,
+    and apply its dependents' policy, under the run lock. False when stale (decided
+    meanwhile)."""
     runs.run_lock(tx, run_id=run_id)
-    row = steps.step_discard_if_wait_expired(tx, run_id=run_id, node=node, error=error)
+    row = steps.step_discard_if_wait_expired(tx, run_id=run_id, node=node, error=error, now=now)
     if row is None:
         return False
     if row.child_run_id is not None:
@@ -151,13 +154,16 @@ def expire_wait(tx: Tx, run_id: str, node: str, error: str) -> bool:
     return True
 
 
-def fail_past_deadline(tx: Tx, run_id: str) -> tuple[tuple[str, ...], str] | None:
-    """running -> failed with kind ``deadline``: its unfinished steps are cancelled, its
-    child runs too, and the node of a parent run waiting for it is discarded (kind
+def fail_past_deadline(
+    tx: Tx, run_id: str, now: datetime | None = None
+) -> tuple[tuple[str, ...], str] | None:
+    """running -> failed with kind ``deadline`` when its deadline passed at ``now``
+    (default the database's clock): its unfinished steps are cancelled, its child runs
+    too, and the node of a parent run waiting for it is discarded (kind
     ``child_failed``), under the run lock. Returns the nodes cancelled and the run's
     error; None when stale."""
     runs.run_lock(tx, run_id=run_id)
-    row = runs.run_fail_if_past_deadline(tx, run_id=run_id)
+    row = runs.run_fail_if_past_deadline(tx, run_id=run_id, now=now)
     if row is None:
         return None
     cancelled = steps.step_cancel_remaining(tx, run_id=run_id, error=row.error)

@@ -13,19 +13,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal
 
 from cyclone_flow.db.conn import Conn, Database, Statements
 from cyclone_flow.notify import Publish, Wakeups
-from cyclone_flow.states import ErrorKind, RunState, StepState
+from cyclone_flow.states import ErrorKind, EventKind, RunState, StepState
 
 
 @dataclass(frozen=True)
 class EngineEvent:
     """A node the engine completed or discarded (a fan-out, child or wait_signal node, not
-    a worker): reported as a step event after the commit."""
+    a worker): reported as a step event after the commit; ``kind`` is
+    ``EventKind.COMPLETED`` or ``EventKind.DISCARDED``."""
 
-    kind: Literal["completed", "discarded"]
+    kind: EventKind
     run_id: str
     node: str
     error: str | None = None

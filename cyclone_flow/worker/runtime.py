@@ -1,8 +1,11 @@
 """A started client's threads: worker threads that run handlers, one claim loop, one
-heartbeat loop that renews every lease of this client each ``lease_ttl / 3`` and one
-maintenance loop (recovery sweep, wait scanner, deadline scanner, schedule scanner,
-retention sweep). The client's LISTEN connection (:class:`cyclone_flow.notify.Listener`)
-forwards wakeups through :meth:`Worker.notice_available`.
+heartbeat (:class:`cyclone_flow.worker.heartbeat.Heartbeat`) that renews every lease of
+this client each ``lease_ttl / 3``, the completer thread of the group commit, and one
+maintenance loop (:class:`cyclone_flow.maintenance.loop.MaintenanceLoop`: recovery sweep,
+schedule scanner, sequence safety net, retention sweep, wait scanner, deadline scanner,
+each from :mod:`cyclone_flow.maintenance`). The client's LISTEN connection
+(:class:`cyclone_flow.notify.Listener`) forwards wakeups through
+:meth:`Worker.notice_available`.
 
 Claiming follows Engine Design: The Claiming Algorithm; the claim loop polls within
 ``poll_interval = (min, max)`` and wakes at once on a ``cyclone_available`` notification
@@ -18,26 +21,28 @@ import time
 from collections.abc import Callable
 
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.db import steps as step_rows
 from cyclone_flow.db.conn import Database
 from cyclone_flow.db.rows import ClaimedStep
-from cyclone_flow.engine import claim, fail
-from cyclone_flow.errors import ReclaimLimitExceeded, StepTimeoutError
-from cyclone_flow.logs import step_extra
-from cyclone_flow.notify import Publish, Wakeups
-from cyclone_flow.states import ErrorKind, StepState
-from cyclone_flow.worker.events import StepEvent, call_hook, emit_cancelled, emit_engine_events
-from cyclone_flow.worker.executor import Executor
-from cyclone_flow.worker.retention import RetentionSweeper
-from cyclone_flow.worker.scanners import DeadlineScanner, WaitScanner
-
-SWEEP_BATCH = 500
+from cyclone_flow.engine import claim
+from cyclone_flow.events import StepEvent
+from cyclone_flow.maintenance.deadline_scanner import DeadlineScanner, DeadlineScannerConfig
+from cyclone_flow.maintenance.loop import MaintenanceLoop, Service
+from cyclone_flow.maintenance.rescuer import Rescuer, RescuerConfig
+from cyclone_flow.maintenance.retention import RetentionSweeper, RetentionSweeperConfig
+from cyclone_flow.maintenance.scheduler import ScheduleScanner
+from cyclone_flow.maintenance.sequences import SequenceScanner, SequenceScannerConfig
+from cyclone_flow.maintenance.wait_scanner import WaitScanner, WaitScannerConfig
+from cyclone_flow.notify import Publish
+from cyclone_flow.states import EventKind
+from cyclone_flow.worker.execute import Executor
+from cyclone_flow.worker.heartbeat import Heartbeat
 
 
 class Worker:
     """The background machinery of :meth:`cyclone_flow.Client.start`.
 
-    Counters for observability and tests (read them, never write them):
+    ``scheduler``: the client's schedule scanner, run by the maintenance loop after the
+    recovery sweep. Counters for observability and tests (read them, never write them):
     ``claim_queries`` (claim statements run), ``wakeups_forwarded`` (``cyclone_available``
     notifications for a served queue, each waking the claim loop) and ``wakeups_ignored``
     (notifications for queues this worker does not serve: no claim follows them).
@@ -50,6 +55,7 @@ class Worker:
         executor: Executor,
         publish: Publish,
         only_run: str | None = None,
+        scheduler: ScheduleScanner | None = None,
     ) -> None:
         self.db = db
         self.config = config
@@ -61,6 +67,7 @@ class Worker:
         self.wakeups_forwarded = 0
         self.wakeups_ignored = 0
         self.log = config.logger
+        self.reporter = executor.reporter
         self._stop = threading.Event()  # stops claiming and the sweep
         self._stop_heartbeat = threading.Event()  # later: leases live until released
         self._wake = threading.Event()
@@ -76,17 +83,49 @@ class Worker:
         self._tasks: queue.Queue[ClaimedStep | None] = queue.Queue()
         self._idle = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
-        # (name, task) run by the maintenance loop after each recovery sweep: the schedule
-        # scanner and the sequence safety net (Engine Design: Pool Budget lists them).
-        self.maintenance_tasks: list[tuple[str, Callable[[], object]]] = []
+        self.heartbeat = Heartbeat(
+            db,
+            config.client_id,
+            config.lease_ttl,
+            self._lock,
+            self._leases,
+            self._handed,
+            self.log,
+        )
+        # the maintenance services (Engine Design: Pool Budget lists them), in the order
+        # the maintenance loop runs them, each every sweep_interval (retention: its own)
+        tick = config.sweep_interval
+        self.rescuer = Rescuer(
+            db,
+            RescuerConfig(interval_s=tick, max_reclaims=config.max_reclaims),
+            publish,
+            self.log,
+            self.reporter,
+        )
+        self.scheduler = scheduler
+        self.sequences = SequenceScanner(
+            db, SequenceScannerConfig(interval_s=tick), publish, self.log
+        )
         retention = config.retention
         self.retention = (
-            RetentionSweeper(db, retention, self.log)
+            RetentionSweeper(db, RetentionSweeperConfig.of(retention), self.log)
             if retention is not None and retention.enabled
             else None
         )
-        self.wait_scanner = WaitScanner(db, config, publish)
-        self.deadline_scanner = DeadlineScanner(db, config, publish)
+        self.wait_scanner = WaitScanner(
+            db, WaitScannerConfig(interval_s=tick), publish, self.log, self.reporter
+        )
+        self.deadline_scanner = DeadlineScanner(
+            db, DeadlineScannerConfig(interval_s=tick), publish, self.log, self.reporter
+        )
+        services: list[Service] = [self.rescuer]
+        if scheduler is not None:
+            services.append(scheduler)
+        services.append(self.sequences)
+        if self.retention is not None:
+            services.append(self.retention)
+        services += [self.wait_scanner, self.deadline_scanner]
+        self.maintenance = MaintenanceLoop(services, tick, self.log)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -97,8 +136,7 @@ class Worker:
             ("heartbeat", self._heartbeat_loop),
             ("maintenance", self._maintenance_loop),
         ]
-        if self.executor.completer is not None:
-            self.executor.completer.start()
+        self.executor.start()
         for i in range(self.config.workers):
             targets.append((f"worker-{i}", self._work_loop))
         for name, target in targets:
@@ -122,7 +160,7 @@ class Worker:
         with self._idle:
             while sum(self._busy.values()) and time.monotonic() < deadline:
                 self._idle.wait(min(0.05, max(0.0, deadline - time.monotonic())))
-        completer = self.executor.completer
+        completer = self.executor.batch
         if completer is not None:
             # commit and settle the completions handed over so far; a handler still
             # running after this commits its completion alone
@@ -208,18 +246,16 @@ class Worker:
                     self._leases[(step.id, step.lease_generation)] = threading.Event()
             for step in steps:
                 self._tasks.put(step)
-                call_hook(
-                    self.log,
-                    self.config.on_step_event,
+                self.reporter.report(
                     StepEvent(
-                        "claimed",
+                        EventKind.CLAIMED,
                         step.run_id,
                         step.node,
                         step.id,
                         step.attempt,
                         queue=step.queue,
                         wait_s=step.wait_s,
-                    ),
+                    )
                 )
             total += len(steps)
         return total
@@ -260,158 +296,10 @@ class Worker:
             self._handed.discard(key)
             self._idle.notify_all()
 
-    # -- heartbeat ----------------------------------------------------------------------
+    # -- heartbeat and maintenance --------------------------------------------------------
 
     def _heartbeat_loop(self) -> None:
-        period = self.config.lease_ttl / 3
-        while not self._stop_heartbeat.wait(period):
-            with self._lock:  # leases already known lost are not sent again
-                leases = [lease for lease, told in self._leases.items() if not told.is_set()]
-                handed = set(self._handed)
-            if not leases:
-                continue
-            try:
-                with self.db.session() as s:
-                    renewed = claim.extend_leases(
-                        s, self.config.client_id, self.config.lease_ttl, leases
-                    )
-            except Exception:
-                self.log.exception("heartbeat failed for %d leases", len(leases))
-                continue
-            told = 0
-            with self._lock:
-                for lease in leases:
-                    cancel = self._leases.get(lease)  # None: the step finished meanwhile
-                    if lease not in renewed and cancel is not None:
-                        cancel.set()
-                        # a handed-over step not renewed was committed, or its completion
-                        # will be stale; its handler has returned either way
-                        told += lease not in handed
-            if told:
-                self.log.info("lost the lease of %d step(s); their handlers are told", told)
-
-    # -- maintenance: recovery sweep -------------------------------------------------------
+        self.heartbeat.run(self._stop_heartbeat)
 
     def _maintenance_loop(self) -> None:
-        while not self._stop.wait(self.config.sweep_interval):
-            try:
-                self.sweep_once()
-            except Exception:
-                self.log.exception("recovery sweep failed")
-            for name, task in self.maintenance_tasks:
-                if self._stop.is_set():
-                    break
-                try:
-                    task()
-                except Exception:
-                    self.log.exception("%s failed", name)
-            if self.retention is not None:
-                try:
-                    self.retention.tick()
-                except Exception:
-                    self.log.exception("retention sweep failed")
-            for scanner in (self.wait_scanner, self.deadline_scanner):
-                try:
-                    scanner.run_once()
-                except Exception:
-                    self.log.exception("%s failed", type(scanner).__name__)
-
-    def sweep_once(self) -> dict[str, int]:
-        """One pass of the recovery sweep; returns counts per action (Engine Design: Leases
-        and Heartbeats; Client Options: WithMaxReclaims)."""
-        counts = {"timed_out": 0, "reclaim_limit": 0, "rescued": 0}
-        with self.db.session() as s:
-            timed_out = step_rows.step_list_timed_out(s, batch=SWEEP_BATCH)
-        for step in timed_out:
-            if self._fail_from_sweep(
-                step.id,
-                step.run_id,
-                step.node,
-                step.lease_generation,
-                ErrorKind.TIMEOUT,
-                permanent=False,
-            ):
-                counts["timed_out"] += 1
-        if self.config.max_reclaims > 0:
-            with self.db.session() as s:
-                exhausted = step_rows.step_list_reclaim_exhausted(
-                    s, max_reclaims=self.config.max_reclaims, batch=SWEEP_BATCH
-                )
-            for step in exhausted:
-                if self._fail_from_sweep(
-                    step.id,
-                    step.run_id,
-                    step.node,
-                    step.lease_generation,
-                    ErrorKind.RECLAIM_LIMIT,
-                    permanent=True,
-                ):
-                    counts["reclaim_limit"] += 1
-        with self.db.session() as s:
-            rescued = step_rows.step_rescue_expired(
-                s, max_reclaims=self.config.max_reclaims, batch=SWEEP_BATCH
-            )
-        if rescued:
-            self.publish(Wakeups(queues={back.queue for back in rescued}))
-            for back in rescued:
-                call_hook(
-                    self.log,
-                    self.config.on_step_event,
-                    StepEvent("reclaimed", back.run_id, back.node, queue=back.queue),
-                )
-            self.log.info("recovery sweep reclaimed %d step(s) with expired leases", len(rescued))
-        counts["rescued"] = len(rescued)
-        return counts
-
-    def _fail_from_sweep(
-        self, step_id: int, run_id: str, node: str, gen: int, kind: ErrorKind, *, permanent: bool
-    ) -> bool:
-        if kind is ErrorKind.TIMEOUT:
-            message = "step timed out (started_at + timeout passed)"
-        else:
-            message = f"lease expired after {self.config.max_reclaims} reclaims"
-        outcome, backoff_error = fail.fail_step_alone(
-            self.db,
-            self.publish,
-            step_id=step_id,
-            run_id=run_id,
-            generation=gen,
-            owner=None,
-            error=message,
-            error_kind=kind,
-            permanent=permanent,
-            timed_out=kind is ErrorKind.TIMEOUT,
-        )
-        if backoff_error is not None:
-            self.log.error(
-                "step %s of run %s: its retry backoff could not be computed (%s); the "
-                "attempt is recorded without backoff",
-                node,
-                run_id,
-                backoff_error,
-                extra=step_extra(run_id, node),
-            )
-        if outcome is None:
-            return False
-        self.log.warning(
-            "step %s of run %s: %s", node, run_id, message, extra=step_extra(run_id, node)
-        )
-        event = StepEvent(
-            "retry_scheduled" if outcome.step_state is StepState.AVAILABLE else "discarded",
-            run_id,
-            node,
-            step_id,
-            error=message,
-            error_kind=str(kind),
-            queue=outcome.queue,
-        )
-        call_hook(self.log, self.config.on_step_event, event)
-        emit_cancelled(self.log, self.config.on_step_event, run_id, outcome.cancelled)
-        emit_engine_events(self.log, self.config.on_step_event, outcome.engine_events)
-        error: Exception = (
-            StepTimeoutError(run_id, node)
-            if kind is ErrorKind.TIMEOUT
-            else ReclaimLimitExceeded(run_id, node, self.config.max_reclaims)
-        )
-        call_hook(self.log, self.config.error_handler, event, error)
-        return True
+        self.maintenance.run(self._stop)

@@ -1,13 +1,16 @@
 """Driving the engine's transitions directly, for deterministic race and pipeline tests:
 the claim, heartbeat, completion and failure of a step, the recovery sweep's rescue and
-the sequence safety net, each through the functions a client itself calls
-(:mod:`cyclone_flow.engine`, :mod:`cyclone_flow.db`) on ``client``'s database.
+the maintenance services (recovery sweep, wait and deadline scanners, sequence safety
+net), each through the functions and services a client itself calls
+(:mod:`cyclone_flow.engine`, :mod:`cyclone_flow.db`, :mod:`cyclone_flow.maintenance`) on
+``client``'s database.
 
 The functions that take a ``conn`` run in the caller's transaction on it (as a worker's
 completion does) and never commit; the others take a pool connection of ``client``."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,9 +22,12 @@ from cyclone_flow.db.rows import ClaimedStep
 from cyclone_flow.engine import claim as claiming
 from cyclone_flow.engine import complete, fail
 from cyclone_flow.engine.tx import Outcome, Tx
+from cyclone_flow.events import Reporter
+from cyclone_flow.maintenance.deadline_scanner import DeadlineScanner
+from cyclone_flow.maintenance.sequences import SequenceScanner
+from cyclone_flow.maintenance.wait_scanner import WaitScanner
 from cyclone_flow.notify import Wakeups
 from cyclone_flow.states import StepState
-from cyclone_flow.worker.scanners import SequenceScanner
 
 Conn = psycopg.Connection[Any]
 
@@ -87,8 +93,36 @@ def release_stalled_sequences(client: Client) -> tuple[int, Wakeups]:
         published.merge(wakeups)
         client._publish(wakeups, conn)
 
-    released = SequenceScanner(client._db, publish).run_once()
+    released = SequenceScanner(client._db, publish=publish).run_once().released
     return released, published
+
+
+def sweep_once(client: Client) -> dict[str, int]:
+    """One pass of the recovery sweep of ``client``'s started worker (its rescuer, which
+    reports through the worker's hooks): ``{"timed_out": n, "reclaim_limit": n, "rescued":
+    n}``."""
+    worker = client.worker
+    assert worker is not None, "start the client first"
+    return dataclasses.asdict(worker.rescuer.run_once())
+
+
+def _reporter(client: Client) -> Reporter:
+    cfg = client.config
+    return Reporter(cfg.logger, cfg.on_step_event, cfg.error_handler)
+
+
+def wait_scanner(client: Client) -> WaitScanner:
+    """A wait scanner on ``client``'s database, with its publisher and hooks."""
+    return WaitScanner(
+        client._db, publish=client._publish, logger=client.config.logger, reporter=_reporter(client)
+    )
+
+
+def deadline_scanner(client: Client) -> DeadlineScanner:
+    """A deadline scanner on ``client``'s database, with its publisher and hooks."""
+    return DeadlineScanner(
+        client._db, publish=client._publish, logger=client.config.logger, reporter=_reporter(client)
+    )
 
 
 def get_step_output_text(client: Client, run_id: str, node: str) -> str | None:

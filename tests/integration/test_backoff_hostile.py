@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from helpers.engine import claim, fail_step
+from helpers.engine import claim, fail_step, sweep_once
 
 from cyclone_flow import Client
 from cyclone_flow.flowfile.build import build_flow
@@ -167,7 +167,7 @@ def test_sweep_records_a_timeout_whose_backoff_cannot_be_computed(
     )
     client.start()  # its workers serve the default queue only: the step stays put
     assert client.worker is not None
-    assert client.worker.sweep_once()["timed_out"] == 1
+    assert sweep_once(client)["timed_out"] == 1
     row = db.execute(
         "SELECT state, attempt, error_kind, error, jsonb_array_length(errors), "
         "scheduled_at <= now() FROM cyclone_steps WHERE id = %s",

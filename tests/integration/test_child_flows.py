@@ -11,10 +11,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from helpers.engine import wait_scanner
 from helpers.procs import wait_until
 
 from cyclone_flow import RunStateError, load_flow
-from cyclone_flow.worker.scanners import WaitScanner
 
 PARENT = """
 name: parent
@@ -157,8 +157,8 @@ def test_a_child_that_outlives_max_wait_is_cancelled(make_client, db, tmp_path) 
         ).fetchone(),
         what="the child's step to run",
     )
-    scanner = WaitScanner(client._db, client.config, client._publish)
-    assert scanner.run_once() == 0  # not expired yet (500ms from the child's start)
+    scanner = wait_scanner(client)
+    assert scanner.run_once().expired == 0  # not expired yet (500ms from the child's start)
     wait_until(
         lambda: (
             db.execute(
@@ -169,8 +169,8 @@ def test_a_child_that_outlives_max_wait_is_cancelled(make_client, db, tmp_path) 
         ),
         what="max_wait to pass",
     )
-    assert scanner.run_once() == 1
-    assert scanner.run_once() == 0  # a guarded CAS: never twice
+    assert scanner.run_once().expired == 1
+    assert scanner.run_once().expired == 0  # a guarded CAS: never twice
     status = client.get_run(run_id)
     assert (status.state, status.error_kind) == ("failed", "step_discarded")
     sub = next(s for s in client.list_steps(run_id) if s.node == "sub")

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 from cyclone_test_handlers import engine
+from helpers.engine import sweep_once
 from helpers.flows import step_flow
 from helpers.procs import WorkerProcess, wait_until
 from helpers.rows import create_ledger, ledger_rows, step_row
@@ -67,7 +68,7 @@ def test_stale_completion_rolls_back_business_write(make_client, db, schema) -> 
         "UPDATE cyclone_steps SET lease_expiry = now() - interval '1 second' WHERE run_id = %s",
         (run_id,),
     )
-    assert first.worker.sweep_once() == {"timed_out": 0, "reclaim_limit": 0, "rescued": 1}
+    assert sweep_once(first) == {"timed_out": 0, "reclaim_limit": 0, "rescued": 1}
     second = make_client(workers=1, lease_ttl=60.0, client_id="second", sweep_interval=60.0)
     second.start()
     status = second.wait(run_id, timeout=10)

@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 from cyclone_test_handlers import engine
+from helpers.engine import sweep_once
 from helpers.flows import step_flow
 from helpers.procs import wait_until
 from helpers.rows import create_ledger, ledger_rows, step_row
@@ -36,8 +37,8 @@ def test_heartbeat_keeps_long_handler_lease_beyond_ttl(make_client, db) -> None:
     assert row["state"] == "running"
     assert row["lease_expiry"] > row["db_now"], "the heartbeat did not renew the lease"
     assert row["heartbeat_at"] > row["started_at"]
-    assert client.worker.sweep_once()["rescued"] == 0
-    assert other.worker.sweep_once()["rescued"] == 0
+    assert sweep_once(client)["rescued"] == 0
+    assert sweep_once(other)["rescued"] == 0
 
     status = client.wait(run_id, timeout=10)
     assert status.state == "completed"
@@ -66,7 +67,7 @@ def test_timeout_fails_step_with_fresh_lease_and_cancels_handler(make_client, db
     row = wait_until(timed_out, timeout=10, what="started_at + timeout to pass")
     assert row["state"] == "running"
     assert row["lease_expiry"] > row["db_now"], "the lease should still be fresh"
-    assert client.worker.sweep_once() == {"timed_out": 1, "reclaim_limit": 0, "rescued": 0}
+    assert sweep_once(client) == {"timed_out": 1, "reclaim_limit": 0, "rescued": 0}
 
     row = step_row(db, run_id)
     assert (row["state"], row["error_kind"], row["reclaims"]) == ("discarded", "timeout", 0)

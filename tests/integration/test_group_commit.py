@@ -1,8 +1,9 @@
-"""The group-commit completer under faults (issue 8; cyclone_flow/worker/completer.py):
-handlers that do not open ``ctx.completion_tx()`` hand their completion to the client's
-completer thread, which commits a batch in one transaction.
+"""The group-commit completer under faults (issue 8; ``BatchSink`` in
+cyclone_flow/worker/completion.py): handlers that do not open ``ctx.completion_tx()`` hand
+their completion to the client's completer thread, which commits a batch in one
+transaction.
 
-Faults are injected in our own code (a wrapped ``Completer.complete_steps`` that raises a
+Faults are injected in our own code (a wrapped ``BatchSink.complete_steps`` that raises a
 ``DeadlockDetected`` or holds the completer until the test's condition holds in the
 database); Postgres is always the real one. Each handler call is recorded in ``gc_calls``
 and each transition of a step to ``completed`` in ``gc_completions`` (a trigger), see
@@ -24,9 +25,9 @@ from cyclone_test_handlers import group_commit as gc
 from helpers.procs import wait_until
 
 from cyclone_flow import Client
+from cyclone_flow.events import StepEvent
 from cyclone_flow.flowfile import load_flow_text
-from cyclone_flow.worker.completer import Completer
-from cyclone_flow.worker.events import StepEvent
+from cyclone_flow.worker.completion import BatchSink
 
 ONE = load_flow_text(
     'name: gc_one\nnodes:\n  s: {call: "cyclone_test_handlers.group_commit:gated", '
@@ -51,15 +52,15 @@ def _calls(database_url: str, schema: str, db: psycopg.Connection[Any]) -> Itera
     gc.close_connections()
 
 
-def _completer(client: Client) -> Completer:
+def _completer(client: Client) -> BatchSink:
     worker = client._worker
-    assert worker is not None and worker.executor.completer is not None
-    return worker.executor.completer
+    assert worker is not None and worker.executor.batch is not None
+    return worker.executor.batch
 
 
 def _wrap_complete_steps(client: Client, before: Callable[[list[Any]], None]) -> list[list[str]]:
     """Fault injection: ``before(batch)`` runs first in every group commit of ``client``'s
-    completer (``Completer.complete_steps``); returns the node lists of the calls so far."""
+    completer (``BatchSink.complete_steps``); returns the node lists of the calls so far."""
     completer = client._completer  # the one its worker uses once started
     original = completer.complete_steps
     calls: list[list[str]] = []
@@ -138,7 +139,7 @@ def test_a_failed_batch_commits_each_step_alone_and_fires_each_event_once(
     """A batch whose transaction fails (an injected ``DeadlockDetected``) commits nothing;
     the completer then commits each of its steps alone: every run completes, each step
     goes to ``completed`` once and fires one ``completed`` event, each run's completion is
-    logged once, ``Completer.alone`` counts the steps committed alone, and a ``wait()``
+    logged once, ``BatchSink.alone`` counts the steps committed alone, and a ``wait()``
     on another client (polling only every 30 s) is woken by the run-done wakeup of the
     completer's commit."""
     events: list[StepEvent] = []

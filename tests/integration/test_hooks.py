@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers.engine import claim
+from helpers.engine import claim, sweep_once
 from helpers.procs import wait_until
 
 from cyclone_flow import Client, ClientStateError, StepEvent
@@ -80,7 +80,7 @@ def test_every_step_event_kind_is_emitted_after_its_commit(
         run_id = client.submit(load_flow_text(EVENTS), {"v": 2})
         client.start()
         assert client.worker is not None
-        assert client.worker.sweep_once()["rescued"] == 1
+        assert sweep_once(client)["rescued"] == 1
         assert client.wait(crashed, timeout=10).state == "completed"
         assert client.wait(run_id, timeout=10).state == "failed"
         wait_until(lambda: client.in_flight() == 0, what="idle workers")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from cyclone_test_handlers import engine
+from helpers.engine import sweep_once
 from helpers.procs import wait_until
 from helpers.rows import create_ledger, ledger_rows, step_row
 
@@ -97,7 +98,7 @@ def test_a_lease_that_comes_back_to_the_same_client_keeps_its_heartbeat(
     assert client.worker is not None
     assert engine.event(key, "entered1").wait(10)
     db.execute("UPDATE cyclone_steps SET lease_expiry = now() - interval '1s'")
-    assert client.worker.sweep_once()["rescued"] == 1
+    assert sweep_once(client)["rescued"] == 1
     assert engine.event(key, "entered2").wait(10)  # the same client claimed it again
     engine.event(key, "release1").set()  # the first handler returns: stale
     wait_until(lambda: client.in_flight() == 1, what="the first handler to return")
@@ -107,7 +108,7 @@ def test_a_lease_that_comes_back_to_the_same_client_keeps_its_heartbeat(
         timeout=5,
         what="a heartbeat of the second lease after the first handler returned",
     )
-    assert client.worker.sweep_once()["rescued"] == 0
+    assert sweep_once(client)["rescued"] == 0
     assert client.wait(run_id, timeout=10).state == "completed"
     row = step_row(db, run_id)
     assert (row["lease_generation"], row["reclaims"], row["output"]["call"]) == (2, 1, 2)

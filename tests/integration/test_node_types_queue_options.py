@@ -245,7 +245,7 @@ nodes:
     name = client.add_schedule(load_flow(parent), "* * * * *", input={"name": "tick"})
     schedule = client.get_schedule(name)
     assert schedule is not None
-    assert client.schedule_scanner.run_once(now=schedule.next_run_at) == 1
+    assert client.schedule_scanner.run_once(now=schedule.next_run_at).submitted == 1
     client.start()
     assert client.wait(via_handler, timeout=20).state == "completed"
     outer_runs = db.execute(

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from cyclone_test_handlers import operator
-from helpers.engine import claim, fail_step
+from helpers.engine import claim, fail_step, sweep_once
 from helpers.procs import wait_until
 
 from cyclone_flow import Client, RunStateError
@@ -197,12 +197,12 @@ def test_reclaim_limit_discards_without_charging_an_attempt(
         db.execute("UPDATE cyclone_steps SET lease_expiry = now() - interval '1s'")
 
     crash_holding_the_lease()
-    assert sweeper.worker.sweep_once()["rescued"] == 1
+    assert sweep_once(sweeper)["rescued"] == 1
     (s,) = client.list_steps(run_id)
     assert (s.state, s.reclaims, s.attempt) == ("available", 1, 1)
 
     crash_holding_the_lease()
-    assert sweeper.worker.sweep_once()["reclaim_limit"] == 1
+    assert sweep_once(sweeper)["reclaim_limit"] == 1
     (s,) = client.list_steps(run_id)
     assert (s.state, s.error_kind, s.attempt) == ("discarded", "reclaim_limit", 1)
     assert client.get_run(run_id).state == "failed"

@@ -13,8 +13,8 @@ from helpers.procs import wait_until
 from helpers.rows import step_row
 
 from cyclone_flow import Client, PayloadLimits, PayloadTooLargeError
+from cyclone_flow.events import StepEvent
 from cyclone_flow.flowfile import load_flow_text
-from cyclone_flow.worker.events import StepEvent
 
 ECHO = load_flow_text(
     "name: sized_input\nnodes:\n  s: {call: 'cyclone_test_handlers.basic:echo'}\n"

@@ -13,7 +13,7 @@ from helpers.procs import wait_until
 
 from cyclone_flow import Client, ConfigError, RetentionConfig
 from cyclone_flow.flowfile import load_flow_text
-from cyclone_flow.worker.retention import RetentionSweeper
+from cyclone_flow.maintenance.retention import RetentionSweeper, RetentionSweeperConfig
 
 FLOW = load_flow_text(
     """
@@ -110,9 +110,11 @@ def test_purge_works_in_batches_until_none_is_left(
     _finish(client, run_ids)
     _age(db, run_ids, 2 * HOUR)
     sweeper = RetentionSweeper(
-        client._db, RetentionConfig(default_age=HOUR, batch_size=2), client.config.logger
+        client._db,
+        RetentionSweeperConfig.of(RetentionConfig(default_age=HOUR, batch_size=2)),
+        client.config.logger,
     )
-    assert sweeper.run_once() == 7
+    assert sweeper.run_once().deleted == 7
     assert _run_ids(db) == set()
     assert _orphans(db) == (0, 0)
 
@@ -181,8 +183,10 @@ def test_non_positive_age_disables_the_sweep(
     idle = make_client(retention=RetentionConfig(default_age=age))
     idle.start()
     assert idle.worker is not None and idle.worker.retention is None
-    sweeper = RetentionSweeper(idle._db, RetentionConfig(default_age=age), idle.config.logger)
-    assert sweeper.run_once() == 0
+    sweeper = RetentionSweeper(
+        idle._db, RetentionSweeperConfig.of(RetentionConfig(default_age=age)), idle.config.logger
+    )
+    assert sweeper.run_once().deleted == 0
     assert _run_ids(db) == {run_id}
 
 

@@ -62,7 +62,7 @@ def test_ticks_across_a_dst_change_are_submitted_once_by_two_clients(
         try:
             for now in steps:
                 barrier.wait(10)  # both scanners on the same instant at once
-                counts[i] += clients[i].schedule_scanner.run_once(now=now)
+                counts[i] += clients[i].schedule_scanner.run_once(now=now).submitted
         except BaseException as exc:
             errors.append(exc)
             barrier.abort()
@@ -102,8 +102,8 @@ def test_after_downtime_only_the_most_recent_missed_tick_runs(
     (row,) = client.list_schedules()
     assert (row.name, row.next_run_at) == ("nightly", utc(2024, 6, 1, 12, 5))
     down_until = utc(2024, 6, 1, 15, 7)
-    assert client.schedule_scanner.run_once(now=down_until) == 1
-    assert client.schedule_scanner.run_once(now=down_until) == 0
+    assert client.schedule_scanner.run_once(now=down_until).submitted == 1
+    assert client.schedule_scanner.run_once(now=down_until).submitted == 0
     assert _ticks(db) == [("nightly", utc(2024, 6, 1, 15, 5))]
     (row,) = client.list_schedules()
     assert row.next_run_at == utc(2024, 6, 1, 15, 10) and row.last_run_id is not None
@@ -157,11 +157,11 @@ def test_pause_resume_remove(make_client: Callable[..., Client], db: Any) -> Non
     start = utc(2024, 6, 1, 12, 0)
     name = client.add_schedule(FLOW, "*/5 * * * *", now=start)
     client.pause_schedule(name)
-    assert client.schedule_scanner.run_once(now=start + timedelta(hours=1)) == 0
+    assert client.schedule_scanner.run_once(now=start + timedelta(hours=1)).submitted == 0
     client.resume_schedule(name, now=start + timedelta(hours=2, minutes=1))
     (row,) = client.list_schedules()
     assert not row.paused and row.next_run_at == utc(2024, 6, 1, 14, 5)  # missed ticks skipped
-    assert client.schedule_scanner.run_once(now=utc(2024, 6, 1, 14, 5)) == 1
+    assert client.schedule_scanner.run_once(now=utc(2024, 6, 1, 14, 5)).submitted == 1
     client.remove_schedule(name)
     assert client.list_schedules() == []
     assert db.execute("SELECT count(*) FROM cyclone_runs").fetchone() == (1,)  # runs stay
@@ -274,7 +274,7 @@ def test_a_failing_schedule_is_logged_skipped_and_backed_off_without_starving_ot
     scanner = client.schedule_scanner
     t0 = utc(2024, 6, 1, 12, 0)
     client.add_schedule(FLOW, "*/5 * * * *", name="broken-dup", now=t0 - timedelta(hours=2))
-    assert scanner.run_once(now=t0 - timedelta(hours=2) + timedelta(minutes=5)) == 1
+    assert scanner.run_once(now=t0 - timedelta(hours=2) + timedelta(minutes=5)).submitted == 1
     client.add_schedule(FLOW, "*/5 * * * *", name="broken-cron", now=t0 - timedelta(hours=1))
     client.add_schedule(FLOW, "* * * * *", name="every-minute", now=t0 - timedelta(minutes=1))
     client.add_schedule(FLOW, "0 12 * * *", name="noon", now=t0 - timedelta(minutes=1))
@@ -302,15 +302,15 @@ def test_a_failing_schedule_is_logged_skipped_and_backed_off_without_starving_ot
         caplog.clear()
         return sorted(f"{m[1]} {m[2]}" for m in found if m)
 
-    assert scanner.run_once(now=t0) == 2  # the failing ones first in the batch: skipped
+    assert scanner.run_once(now=t0).submitted == 2  # the failing ones first in the batch: skipped
     assert failures() == [
         "broken-cron 10s",
         "broken-dup 10s",
     ]
-    assert scanner.run_once(now=t0 + timedelta(seconds=5)) == 0
+    assert scanner.run_once(now=t0 + timedelta(seconds=5)).submitted == 0
     assert failures() == []  # backing off: no retry at every sweep
-    assert scanner.run_once(now=t0 + timedelta(seconds=10)) == 0
-    assert scanner.run_once(now=t0 + timedelta(seconds=30)) == 0
+    assert scanner.run_once(now=t0 + timedelta(seconds=10)).submitted == 0
+    assert scanner.run_once(now=t0 + timedelta(seconds=30)).submitted == 0
     assert failures() == [
         "broken-cron 20s",
         "broken-cron 40s",
@@ -318,10 +318,10 @@ def test_a_failing_schedule_is_logged_skipped_and_backed_off_without_starving_ot
         "broken-dup 40s",
     ]
     scanner.batch = 1  # the two backing off do not take the batch's only place
-    assert scanner.run_once(now=t0 + timedelta(minutes=1)) == 1
+    assert scanner.run_once(now=t0 + timedelta(minutes=1)).submitted == 1
     db.execute("UPDATE cyclone_schedules SET cron = '*/5 * * * *' WHERE name = 'broken-cron'")
     # fixed: retried at once (its row changed), while broken-dup still waits
-    assert scanner.run_once(now=t0 + timedelta(minutes=1, seconds=1)) == 1
+    assert scanner.run_once(now=t0 + timedelta(minutes=1, seconds=1)).submitted == 1
     assert failures() == []
     assert _ticks(db) == [
         ("broken-cron", t0),  # its most recent due tick (misfire policy)

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 from cyclone_test_handlers import engine
+from helpers.engine import deadline_scanner, wait_scanner
 from helpers.procs import wait_until
 
 from cyclone_flow import (
@@ -23,7 +24,6 @@ from cyclone_flow import (
     SignalRejectedError,
 )
 from cyclone_flow.flowfile import load_flow_text
-from cyclone_flow.worker.scanners import DeadlineScanner, WaitScanner
 
 APPROVAL = load_flow_text(
     """
@@ -154,13 +154,13 @@ def _expired(db: psycopg.Connection[Any], run_id: str, node: str) -> bool:
 
 def test_a_signal_wait_expires_with_timeout(make_client, db) -> None:
     client = make_client()
-    scanner = WaitScanner(client._db, client.config, client._publish)
+    scanner = wait_scanner(client)
     run_id = client.submit(_flow(max_wait="300ms"), {"x": 1})
     approve = next(s for s in client.list_steps(run_id) if s.node == "approve")
     assert approve.wait_until is not None
     wait_until(lambda: _expired(db, run_id, "approve"), what="max_wait to pass")
-    assert scanner.run_once() == 1
-    assert scanner.run_once() == 0
+    assert scanner.run_once().expired == 1
+    assert scanner.run_once().expired == 0
     status = client.get_run(run_id)
     assert (status.state, status.error_kind) == ("failed", "step_discarded")
     steps = {s.node: s for s in client.list_steps(run_id)}
@@ -181,7 +181,7 @@ def test_max_signal_wait_of_the_submitting_client_caps_a_node_without_max_wait(
     assert next(s for s in uncapped.list_steps(free) if s.node == "approve").wait_until is None
     wait_until(lambda: _expired(db, capped, "approve"), what="max_signal_wait to pass")
     # whichever client scans, the submitting client's cap applies
-    assert WaitScanner(uncapped._db, uncapped.config, uncapped._publish).run_once() == 1
+    assert wait_scanner(uncapped).run_once().expired == 1
     assert uncapped.get_run(capped).state == "failed"
     assert uncapped.get_run(free).state == "running"
 
@@ -201,7 +201,7 @@ def test_many_clients_scan_at_once_and_each_wait_expires_once(make_client, db) -
 
     def scan(client: Any) -> None:
         barrier.wait()
-        counts.append(WaitScanner(client._db, client.config, client._publish).run_once())
+        counts.append(wait_scanner(client).run_once().expired)
 
     threads = [threading.Thread(target=scan, args=(c,)) for c in clients]
     for t in threads:
@@ -235,7 +235,7 @@ def test_a_run_past_its_deadline_fails_and_its_steps_are_cancelled(make_client, 
         lambda: next(s for s in client.list_steps(run_id) if s.node == "slow").state == "running",
         what="the step to run",
     )
-    scanners = [DeadlineScanner(client._db, client.config, client._publish) for _ in range(3)]
+    scanners = [deadline_scanner(client) for _ in range(3)]
     wait_until(
         lambda: (
             db.execute(
@@ -246,7 +246,9 @@ def test_a_run_past_its_deadline_fails_and_its_steps_are_cancelled(make_client, 
         what="the deadline to pass",
     )
     counts: list[int] = []
-    threads = [threading.Thread(target=lambda s=s: counts.append(s.run_once())) for s in scanners]
+    threads = [
+        threading.Thread(target=lambda s=s: counts.append(s.run_once().failed)) for s in scanners
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -144,7 +144,7 @@ def test_a_schedule_stored_before_plans_still_ticks(database_url: str, schemas: 
     assert migrate(database_url, schema=schema) == [2]
     client = _use(database_url, schema)
     try:
-        assert client.schedule_scanner.run_once() == 1
+        assert client.schedule_scanner.run_once().submitted == 1
         client.start()
         (row,) = client.list_runs(flow="legacy-tick")
         assert client.wait(row.id, timeout=20).output == {"a": {"x": 1}}

@@ -78,11 +78,13 @@ RETURNING r.id, r.parent_run_id, r.parent_node, r.sequence_key
 -- name: run_count_purgeable
 -- Retention dry run: how many terminal top runs finished before now() - age, and their
 -- steps (with the steps of their child runs, which carry the top run as root_run_id).
+-- %(now)s pins the clock (tests; NULL: the database's now()).
 SELECT count(*), coalesce(sum((SELECT count(*) FROM {schema}.cyclone_steps s
                                WHERE s.run_id = r.id OR s.root_run_id = r.id)), 0)
 FROM {schema}.cyclone_runs r
 WHERE r.state <> 'running' AND r.parent_run_id IS NULL
-  AND r.finished_at < now() - (%(age_us)s::bigint * interval '1 microsecond')
+  AND r.finished_at < coalesce(%(now)s::timestamptz, now())
+                      - (%(age_us)s::bigint * interval '1 microsecond')
 
 -- name: run_exists_open_in_sequence
 -- Whether some run of the sequence is neither completed nor cancelled (a new run is then
@@ -94,11 +96,12 @@ SELECT EXISTS (
 -- name: run_fail_if_past_deadline
 -- Deadline scanner: running -> failed with error_kind deadline, guarded by deadline_at (a
 -- run that finished or was retried meanwhile is stale). step_cancel_remaining follows.
+-- %(now)s pins the clock (tests; NULL: the database's now()).
 UPDATE {schema}.cyclone_runs
 SET state = 'failed', finished_at = statement_timestamp(), error_kind = 'deadline',
     error = format('run passed its deadline of %%s (at %%s)', deadline, deadline_at)
 WHERE id = %(run_id)s AND state = 'running' AND deadline_at IS NOT NULL
-  AND deadline_at <= now()
+  AND deadline_at <= coalesce(%(now)s::timestamptz, now())
 RETURNING id, parent_run_id, parent_node, error
 
 -- name: run_fail_if_running
@@ -216,8 +219,10 @@ ORDER BY created_at, id
 
 -- name: run_list_past_deadline
 -- Deadline scanner: running runs past their flow's deadline.
+-- %(now)s pins the clock (tests; NULL: the database's now()).
 SELECT id FROM {schema}.cyclone_runs
-WHERE state = 'running' AND deadline_at IS NOT NULL AND deadline_at <= now()
+WHERE state = 'running' AND deadline_at IS NOT NULL
+  AND deadline_at <= coalesce(%(now)s::timestamptz, now())
 ORDER BY deadline_at
 LIMIT %(batch)s
 
@@ -271,11 +276,13 @@ FOR NO KEY UPDATE OF r
 -- run may still retry its node). SKIP LOCKED lets many clients purge at once, and a run an
 -- operator is retrying (run row locked) is left for a later pass (Client Options:
 -- WithRetentionSweep).
+-- %(now)s pins the clock (tests; NULL: the database's now()).
 DELETE FROM {schema}.cyclone_runs r
 WHERE r.id IN (
         SELECT id FROM {schema}.cyclone_runs
         WHERE state <> 'running' AND parent_run_id IS NULL
-          AND finished_at < now() - (%(age_us)s::bigint * interval '1 microsecond')
+          AND finished_at < coalesce(%(now)s::timestamptz, now())
+                            - (%(age_us)s::bigint * interval '1 microsecond')
         ORDER BY finished_at
         LIMIT %(batch)s
         FOR UPDATE SKIP LOCKED)

@@ -248,6 +248,7 @@ GROUP BY parent_node, state
 -- name: step_discard_if_wait_expired
 -- Wait scanner: waiting -> discarded with error_kind timeout, guarded by wait_until (a
 -- signal or a child that finished meanwhile wins; zero rows is stale).
+-- %(now)s pins the clock (tests; NULL: the database's now()).
 UPDATE {schema}.cyclone_steps
 SET state = 'discarded', finished_at = statement_timestamp(), error = %(error)s,
     error_kind = 'timeout',
@@ -255,7 +256,7 @@ SET state = 'discarded', finished_at = statement_timestamp(), error = %(error)s,
         'attempt', attempt, 'error', %(error)s::text, 'error_kind', 'timeout',
         'traceback', NULL, 'at', statement_timestamp()))
 WHERE run_id = %(run_id)s AND node = %(node)s AND state = 'waiting'
-  AND wait_until IS NOT NULL AND wait_until <= now()
+  AND wait_until IS NOT NULL AND wait_until <= coalesce(%(now)s::timestamptz, now())
 RETURNING type, child_run_id
 
 -- name: step_discard_if_waiting
@@ -506,27 +507,32 @@ SELECT node FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND state = 'd
 
 -- name: step_list_expired_waits
 -- Wait scanner: waiting child and wait_signal nodes past wait_until.
+-- %(now)s pins the clock (tests; NULL: the database's now()).
 SELECT run_id, node, type, signal, child_run_id,
        extract(epoch FROM wait_until - started_at)::float8 AS waited_s
 FROM {schema}.cyclone_steps
-WHERE state = 'waiting' AND wait_until IS NOT NULL AND wait_until <= now()
+WHERE state = 'waiting' AND wait_until IS NOT NULL
+  AND wait_until <= coalesce(%(now)s::timestamptz, now())
 ORDER BY wait_until
 LIMIT %(batch)s
 
 -- name: step_list_reclaim_exhausted
 -- Recovery sweep: expired leases of steps already reclaimed max_reclaims times.
+-- %(now)s pins the clock (tests; NULL: the database's now()).
 SELECT id, run_id, node, lease_generation
 FROM {schema}.cyclone_steps
-WHERE state = 'running' AND lease_expiry < now()
+WHERE state = 'running' AND lease_expiry < coalesce(%(now)s::timestamptz, now())
   AND %(max_reclaims)s::int > 0 AND reclaims >= %(max_reclaims)s::int
 ORDER BY lease_expiry
 LIMIT %(batch)s
 
 -- name: step_list_timed_out
 -- Recovery sweep: running steps past started_at + timeout, even with a fresh lease.
+-- %(now)s pins the clock (tests; NULL: the database's now()).
 SELECT id, run_id, node, lease_generation
 FROM {schema}.cyclone_steps
-WHERE state = 'running' AND timeout IS NOT NULL AND started_at + timeout <= now()
+WHERE state = 'running' AND timeout IS NOT NULL
+  AND started_at + timeout <= coalesce(%(now)s::timestamptz, now())
 ORDER BY started_at
 LIMIT %(batch)s
 
@@ -613,19 +619,20 @@ RETURNING s.run_id, s.queue, s.node, s.type
 -- available, lease cleared, reclaims + 1, no attempt charged, scheduled_at untouched
 -- (Engine Design: Leases and Heartbeats). Steps that reached max_reclaims are left to
 -- step_list_reclaim_exhausted.
+-- %(now)s pins the clock (tests; NULL: the database's now()).
 UPDATE {schema}.cyclone_steps s
 SET state = 'available', lease_owner = NULL, lease_expiry = NULL, heartbeat_at = NULL,
     reclaims = s.reclaims + 1
 WHERE s.id IN (
         SELECT id FROM {schema}.cyclone_steps
-        WHERE state = 'running' AND lease_expiry < now()
-          AND (timeout IS NULL OR started_at + timeout > now())
+        WHERE state = 'running' AND lease_expiry < coalesce(%(now)s::timestamptz, now())
+          AND (timeout IS NULL OR started_at + timeout > coalesce(%(now)s::timestamptz, now()))
           AND (%(max_reclaims)s::int = 0 OR reclaims < %(max_reclaims)s::int)
         ORDER BY lease_expiry
         LIMIT %(batch)s
         FOR UPDATE SKIP LOCKED)
   AND s.state = 'running'
-  AND s.lease_expiry < now()
+  AND s.lease_expiry < coalesce(%(now)s::timestamptz, now())
 RETURNING s.id, s.run_id, s.node, s.queue, s.reclaims
 
 -- name: step_reset_for_retry

@@ -197,7 +197,7 @@ def main() -> None:
     cyclone_test_handlers.group_commit`` with ``GC_DATABASE_URL``, ``GC_SCHEMA`` and
     ``GC_LEASE_TTL`` (seconds) set; runs until killed or SIGTERM."""
     from cyclone_flow import Client
-    from cyclone_flow.worker.completer import Completer
+    from cyclone_flow.worker.completion import BatchSink, Completion
 
     client = Client(
         os.environ["GC_DATABASE_URL"],
@@ -209,29 +209,29 @@ def main() -> None:
         allow_modules=["cyclone_test_handlers"],
         on_step_event=_after_commit,
     )
-    complete_steps = Completer.complete_steps  # this process's one client's completer
+    complete_steps = BatchSink.complete_steps  # this process's one client's completer
 
-    def complete_steps_with_kill_point(self: Completer, tx: Any, batch: Any) -> Any:
+    def complete_steps_with_kill_point(self: BatchSink, tx: Any, batch: Any) -> Any:
         outcomes = complete_steps(self, tx, batch)
         step = batch[0][0]
         maybe_die("in_batch", step.run_id, f"{step.node}+{len(batch) - 1}")
         return outcomes
 
-    Completer.complete_steps = complete_steps_with_kill_point  # type: ignore[method-assign]
+    BatchSink.complete_steps = complete_steps_with_kill_point  # type: ignore[method-assign]
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     client.start()
-    completer = client._worker.executor.completer if client._worker else None
+    completer = client._worker.executor.batch if client._worker else None
     assert completer is not None, "group commit is off"
-    submit = completer.submit
+    queue = completer.complete
 
-    def submit_with_kill_point(step: Any, output_json: str, settle: Any) -> bool:
-        queued = submit(step, output_json, settle)
+    def queue_with_kill_point(completion: Completion) -> bool:
+        queued = queue(completion)
         if queued:
-            maybe_die("queued", step.run_id, step.node)
+            maybe_die("queued", completion.step.run_id, completion.step.node)
         return queued
 
-    completer.submit = submit_with_kill_point  # type: ignore[method-assign]
+    completer.complete = queue_with_kill_point  # type: ignore[method-assign]
     stop.wait()
     client.shutdown(timeout=1.0)
 

@@ -1,0 +1,190 @@
+"""The recovery sweep (Engine Design: Leases and Heartbeats; Client Options:
+WithMaxReclaims), River's ``JobRescuer``: every started client runs it, so a crashed
+worker's steps go back to work within one lease TTL plus one sweep interval.
+
+One pass, each part over a batch found without locks and changed only through a
+compare-and-swap (any number of clients sweep at once; a step decided meanwhile is a
+stale no-op):
+
+1. running steps past ``started_at + timeout`` (even with a fresh lease) fail the attempt
+   with kind ``timeout`` (retried while attempts remain);
+2. with ``max_reclaims`` > 0, expired leases of steps already reclaimed that often are
+   discarded with kind ``reclaim_limit`` (no attempt charged);
+3. every other expired lease goes back to ``available`` with ``reclaims + 1``, no attempt
+   charged, and a wakeup for its queue.
+
+The lists and the rescue compare with ``now`` (the database's clock unless a test pins
+it); each failure is guarded by the step's state and its claim's lease generation.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+
+from cyclone_flow.db import steps
+from cyclone_flow.db.conn import Database
+from cyclone_flow.db.rows import LeasedStep
+from cyclone_flow.engine import fail
+from cyclone_flow.errors import ReclaimLimitExceeded, StepTimeoutError
+from cyclone_flow.events import Reporter, StepEvent
+from cyclone_flow.logs import LOGGER_NAME, step_extra
+from cyclone_flow.notify import Publish, Wakeups
+from cyclone_flow.states import ErrorKind, EventKind, StepState
+
+__all__ = ["SWEEP_BATCH", "SWEEP_INTERVAL_S", "Rescuer", "RescuerConfig", "RescuerResult"]
+
+SWEEP_INTERVAL_S = 10.0
+"""Default seconds between two sweeps (a client uses ``ClientConfig.sweep_interval``)."""
+
+SWEEP_BATCH = 500
+"""Default steps looked at per part of one pass."""
+
+
+@dataclass(frozen=True)
+class RescuerConfig:
+    """``interval_s`` between passes; ``batch_size`` steps per part of a pass;
+    ``max_reclaims``: reclaims of an expired lease before the step is discarded with
+    kind ``reclaim_limit`` (0: unbounded)."""
+
+    interval_s: float = SWEEP_INTERVAL_S
+    batch_size: int = SWEEP_BATCH
+    max_reclaims: int = 0
+
+
+@dataclass(frozen=True)
+class RescuerResult:
+    """What one pass did: attempts failed ``timed_out``, steps discarded at the
+    ``reclaim_limit``, expired leases ``rescued`` (back to available)."""
+
+    timed_out: int = 0
+    reclaim_limit: int = 0
+    rescued: int = 0
+
+    def summary(self) -> str | None:
+        """One log line when the pass did something, else None."""
+        if not (self.timed_out or self.reclaim_limit or self.rescued):
+            return None
+        return (
+            f"recovery sweep: reclaimed {self.rescued} step(s) with expired leases, failed "
+            f"{self.timed_out} timed-out attempt(s), discarded {self.reclaim_limit} at the "
+            "reclaim limit"
+        )
+
+
+class Rescuer:
+    """The recovery sweep; ``run_once(now=None)`` is one pass (see the module docstring).
+
+    ``publish`` sends the wakeups of each committed change; ``reporter`` reports the
+    step events (``retry_scheduled`` / ``discarded`` with the error handler's call,
+    ``reclaimed``)."""
+
+    name = "recovery sweep"
+
+    def __init__(
+        self,
+        db: Database,
+        config: RescuerConfig | None = None,
+        publish: Publish | None = None,
+        logger: logging.Logger | None = None,
+        reporter: Reporter | None = None,
+    ) -> None:
+        self.db = db
+        self.config = config or RescuerConfig()
+        self.publish = publish
+        self.log = logger or logging.getLogger(LOGGER_NAME)
+        self.reporter = reporter or Reporter(self.log)
+
+    @property
+    def interval_s(self) -> float:
+        """Seconds between two passes."""
+        return self.config.interval_s
+
+    def run_once(self, now: datetime | None = None) -> RescuerResult:
+        """One pass at ``now`` (None: the database's clock); returns its counts."""
+        cfg = self.config
+        with self.db.session() as s:
+            timed_out = steps.step_list_timed_out(s, batch=cfg.batch_size, now=now)
+        failed_timeout = sum(self._fail(step, ErrorKind.TIMEOUT) for step in timed_out)
+        failed_limit = 0
+        if cfg.max_reclaims > 0:
+            with self.db.session() as s:
+                exhausted = steps.step_list_reclaim_exhausted(
+                    s, max_reclaims=cfg.max_reclaims, batch=cfg.batch_size, now=now
+                )
+            failed_limit = sum(self._fail(step, ErrorKind.RECLAIM_LIMIT) for step in exhausted)
+        with self.db.session() as s:
+            rescued = steps.step_rescue_expired(
+                s, max_reclaims=cfg.max_reclaims, batch=cfg.batch_size, now=now
+            )
+        if rescued:
+            if self.publish is not None:
+                self.publish(Wakeups(queues={back.queue for back in rescued}))
+            for back in rescued:
+                self.reporter.report(
+                    StepEvent(EventKind.RECLAIMED, back.run_id, back.node, queue=back.queue)
+                )
+        return RescuerResult(failed_timeout, failed_limit, len(rescued))
+
+    def _fail(self, step: LeasedStep, kind: ErrorKind) -> bool:
+        """Fail the attempt of ``step`` (its claim's generation guards it): kind
+        ``timeout`` retries while attempts remain, ``reclaim_limit`` discards. The list
+        that found it decided the time (``now``); the compare-and-swap checks the state
+        and the generation only. False when stale."""
+        run_id, node = step.run_id, step.node
+        timeout = kind is ErrorKind.TIMEOUT
+        if timeout:
+            message = "step timed out (started_at + timeout passed)"
+        else:
+            message = f"lease expired after {self.config.max_reclaims} reclaims"
+        outcome, backoff_error = fail.fail_step_alone(
+            self.db,
+            self.publish,
+            step_id=step.id,
+            run_id=run_id,
+            generation=step.lease_generation,
+            owner=None,
+            error=message,
+            error_kind=kind,
+            permanent=not timeout,
+        )
+        if backoff_error is not None:
+            self.log.error(
+                "step %s of run %s: its retry backoff could not be computed (%s); the "
+                "attempt is recorded without backoff",
+                node,
+                run_id,
+                backoff_error,
+                extra=step_extra(run_id, node),
+            )
+        if outcome is None:
+            return False
+        self.log.warning(
+            "step %s of run %s: %s", node, run_id, message, extra=step_extra(run_id, node)
+        )
+        event = StepEvent(
+            (
+                EventKind.RETRY_SCHEDULED
+                if outcome.step_state is StepState.AVAILABLE
+                else EventKind.DISCARDED
+            ),
+            run_id,
+            node,
+            step.id,
+            error=message,
+            error_kind=str(kind),
+            queue=outcome.queue,
+        )
+        error: Exception = (
+            StepTimeoutError(run_id, node)
+            if timeout
+            else ReclaimLimitExceeded(run_id, node, self.config.max_reclaims)
+        )
+        self.reporter.report(
+            event,
+            cancelled=[(run_id, n) for n in outcome.cancelled],
+            engine=outcome.engine_events,
+            error=error,
+        )
+        return True

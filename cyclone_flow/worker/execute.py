@@ -1,0 +1,260 @@
+"""Execute one claimed step: resolve the handler and its input, call it, then hand the
+output to a completion sink (:mod:`cyclone_flow.worker.completion`) or record the failed
+attempt.
+
+A worker can die at any line here: nothing is final until the completion transaction
+commits, and a lost lease turns every late write into a stale, rolled-back transaction
+(Engine Design: CAS State Transitions, ctx.CompletionTx()).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from cyclone_flow._json import JSON, Unencodable, encode_payload
+from cyclone_flow.config import ClientConfig
+from cyclone_flow.db.conn import Database
+from cyclone_flow.db.rows import ClaimedStep
+from cyclone_flow.errors import (
+    HandlerImportError,
+    PayloadTooLargeError,
+    PermanentError,
+    TemplateError,
+)
+from cyclone_flow.events import Reporter
+from cyclone_flow.handlers import HandlerResolver
+from cyclone_flow.logs import step_extra
+from cyclone_flow.notify import Publish, Wakeups
+from cyclone_flow.options import job_flow, run_options
+from cyclone_flow.producer import Producer
+from cyclone_flow.states import ErrorKind
+from cyclone_flow.worker.cache import OutputCache
+from cyclone_flow.worker.completion import (
+    BatchSink,
+    Completion,
+    CompletionTx,
+    InlineSink,
+    Settler,
+    StepFailure,
+)
+from cyclone_flow.worker.context import Context
+from cyclone_flow.worker.inputs import Inputs
+
+__all__ = ["Executor"]
+
+_TRACEBACK_LIMIT = 8_000  # characters of traceback kept per attempt (the last ones)
+_ERROR_LIMIT = 4_000  # characters of error message kept per attempt (the first ones)
+
+
+class Executor:
+    """Runs claimed steps on the caller's thread; shared by all worker threads.
+
+    ``completer``: the client's batch sink (group commit), or None to commit every step
+    inline. ``reporter`` (built from ``config``'s hooks) reports every event of this
+    client's worker; ``settler`` is the one settle path of both sinks."""
+
+    def __init__(
+        self,
+        db: Database,
+        config: ClientConfig,
+        resolver: HandlerResolver,
+        cache: OutputCache,
+        tx_slots: threading.BoundedSemaphore,
+        publish: Publish,
+        producer: Producer,
+        completer: BatchSink | None = None,
+    ) -> None:
+        self.db = db
+        self.config = config
+        self.resolver = resolver
+        self.tx_slots = tx_slots
+        self.producer = producer
+        self.log = config.logger
+        self.inputs = Inputs(db, cache)
+        self.reporter = Reporter(config.logger, config.on_step_event, config.error_handler)
+        self.settler = Settler(
+            db, config.client_id, cache, publish, tx_slots, self.reporter, config.logger
+        )
+        self.inline = InlineSink(db, config.client_id, self.settler)
+        self.batch = completer
+
+    def start(self) -> None:
+        """Start the batch sink's completer thread (when there is one)."""
+        if self.batch is not None:
+            self.batch.start(self.settler)
+
+    # -- one step ------------------------------------------------------------------------
+
+    def execute(
+        self,
+        step: ClaimedStep,
+        cancel_event: threading.Event,
+        on_settled: Callable[[], None] | None = None,
+    ) -> bool:
+        """Run ``step`` to a committed completion or failed attempt (or a stale no-op).
+
+        Returns True when the completion was handed to the batch sink (group commit: the
+        handler did not open ``ctx.completion_tx()``, and ``on_settled`` is given): the
+        step's lease stays held until ``on_settled()`` is called on the completer thread,
+        after the commit and the step's events. Else False: everything is done.
+
+        Database trouble on the connection itself (``OperationalError``) leaves the step
+        to its lease: the recovery sweep reclaims it. Every other error becomes a failed
+        attempt, so a step can never loop on an error that repeats.
+
+        A step with a ``timeout`` has its handler told (``cancel_event``) when that many
+        seconds have passed since the claim returned, which is never before the database's
+        ``started_at + timeout``; a result that arrives after that deadline is stale, and
+        this worker then records the attempt as failed with kind ``timeout`` itself instead
+        of leaving it to the next sweep (Engine Design: Leases and Heartbeats).
+        """
+        tx = CompletionTx(self.db.pool, self.tx_slots)
+        extra = Wakeups()  # of runs the handler submits in its completion transaction
+        duration_s: float | None = None  # handler time, for StepEvent and metrics
+        timer = None
+        if step.timeout_s is not None:
+            timer = threading.Timer(step.timeout_s, cancel_event.set)
+            timer.daemon = True
+            timer.start()
+        try:
+            try:
+                handler, handler_input = self._prepare(step)
+                submit_in_tx, enqueue_in_tx = self._completion_producers(tx, extra)
+                ctx = Context(
+                    run_id=step.run_id,
+                    node=step.node,
+                    attempt=step.attempt,
+                    step_id=step.id,
+                    open_tx=tx.open,
+                    upstream=lambda name: self.inputs.upstream_output(step.run_id, name),
+                    cancel_event=cancel_event,
+                    submit_in_tx=submit_in_tx,
+                    enqueue_in_tx=enqueue_in_tx,
+                    item_index=step.item_index,
+                )
+                started = time.monotonic()
+                try:
+                    output = self._call(handler, ctx, handler_input)
+                finally:
+                    duration_s = time.monotonic() - started
+                    tx.check_not_ended()
+                output_json = self._encode_output(output)
+                batch = self.batch
+                if (
+                    tx.conn is None
+                    and not extra
+                    and batch is not None
+                    and on_settled is not None
+                    and batch.complete(Completion(step, output_json, duration_s, done=on_settled))
+                ):
+                    return True  # nothing to commit with the step: the group commit
+                self.inline.complete(
+                    Completion(step, output_json, duration_s, tx, extra if extra else None)
+                )
+            except StepFailure as failure:
+                tx.rollback()
+                self.settler.fail(step, self.config.client_id, failure, duration_s)
+        except BaseException:
+            self.log.exception(
+                "step %s of run %s: could not record the result; the lease will lapse and "
+                "the recovery sweep reclaims it",
+                step.node,
+                step.run_id,
+                extra=step_extra(step.run_id, step.node, step.attempt),
+            )
+            tx.rollback()
+        finally:
+            if timer is not None:
+                timer.cancel()
+        return False
+
+    def _completion_producers(
+        self, tx: CompletionTx, extra: Wakeups
+    ) -> tuple[Callable[..., str], Callable[..., str]]:
+        """``ctx.submit_completion`` / ``ctx.enqueue_completion``: insert in the completion
+        transaction and keep the wakeups for after its commit (seeds: Transactional
+        Enqueueing)."""
+        producer = self.producer
+
+        def submit_in_tx(flow: Any, run_input: JSON = None, **options: Any) -> str:
+            opts = run_options(**options)
+            spec, input_json = producer.prepare(flow, run_input)
+            run_id, wakeups = producer.insert(tx.open(), spec, input_json, opts)
+            extra.merge(wakeups)
+            return run_id
+
+        def enqueue_in_tx(call: str, args: JSON = None, **options: Any) -> str:
+            retry = options.pop("retry", None)
+            timeout = options.pop("timeout", None)
+            opts = run_options(**options)
+            spec, input_json = producer.prepare(job_flow(call, retry=retry, timeout=timeout), args)
+            run_id, wakeups = producer.insert(tx.open(), spec, input_json, opts)
+            extra.merge(wakeups)
+            return run_id
+
+        return submit_in_tx, enqueue_in_tx
+
+    def _prepare(self, step: ClaimedStep) -> tuple[Callable[..., Any], JSON]:
+        if step.type not in ("action", "fan_out_item") or not step.call:  # never claimable
+            raise StepFailure(
+                ErrorKind.IMPORT_ERROR,
+                f"node type {step.type!r} cannot run in this version",
+                permanent=True,
+                tb=None,
+            )
+        try:
+            handler = self.resolver.resolve(step.call)
+        except HandlerImportError as exc:
+            raise StepFailure(ErrorKind.IMPORT_ERROR, str(exc), permanent=True, tb=None) from exc
+        try:
+            handler_input = self.inputs.resolve_input(step)
+        except TemplateError as exc:
+            raise StepFailure(ErrorKind.INPUT_ERROR, str(exc), permanent=True, tb=None) from exc
+        return handler, handler_input
+
+    def _call(self, handler: Callable[..., Any], ctx: Context, handler_input: JSON) -> JSON:
+        try:
+            return handler(ctx, handler_input)
+        except PermanentError as exc:
+            raise StepFailure(
+                ErrorKind.HANDLER_ERROR, _describe(exc), permanent=True, tb=_tb(exc)
+            ) from exc
+        except BaseException as exc:  # SystemExit & co. from a handler fail its attempt
+            raise StepFailure(
+                ErrorKind.HANDLER_ERROR, _describe(exc), permanent=False, tb=_tb(exc)
+            ) from exc
+
+    def _encode_output(self, output: JSON) -> str:
+        try:
+            return encode_payload("output", output, self.config.payload_limits.output_bytes)
+        except Unencodable as exc:
+            # the cause is the encoder's own error (not JSON), none for an unstorable string
+            raise StepFailure(
+                ErrorKind.HANDLER_ERROR, str(exc), permanent=True, tb=None
+            ) from exc.__cause__
+        except PayloadTooLargeError as too_large:
+            raise StepFailure(
+                ErrorKind.PAYLOAD_TOO_LARGE, str(too_large), permanent=True, tb=None
+            ) from too_large
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    if len(text) > _ERROR_LIMIT:
+        text = f"{text[:_ERROR_LIMIT]}... ({len(text) - _ERROR_LIMIT} more characters cut)"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _tb(exc: BaseException) -> str:
+    """The traceback of ``exc``: every line cut at 500 characters (a long message must not
+    push the frames out), then its last ``_TRACEBACK_LIMIT`` characters (the innermost
+    frames and the exception)."""
+    lines = []
+    for chunk in traceback.format_exception(exc):
+        for line in chunk.splitlines(keepends=True):
+            lines.append(line if len(line) <= 500 else f"{line[:500]}...\n")
+    return "".join(lines)[-_TRACEBACK_LIMIT:]

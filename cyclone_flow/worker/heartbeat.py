@@ -1,0 +1,87 @@
+"""The heartbeat of a started client (Engine Design: Leases and Heartbeats): every
+``lease_ttl / 3`` seconds one statement renews every lease this client holds, each row
+guarded by its claim's lease generation and the step's timeout. A lease that is not
+renewed is lost (the step was reclaimed, cancelled, timed out or completed): its handler
+is told through its cancel event, and the lease is not sent again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from cyclone_flow.db.conn import Database
+from cyclone_flow.engine import claim
+
+__all__ = ["Heartbeat", "HeartbeatResult"]
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    """What one beat did: leases ``sent``, ``renewed``, and handlers ``told`` that their
+    lease is lost (not counting completions already handed over to the group commit)."""
+
+    sent: int = 0
+    renewed: int = 0
+    told: int = 0
+
+
+class Heartbeat:
+    """Renews the leases of a worker's lease table.
+
+    ``leases`` maps ``(step id, lease_generation)`` to the cancel event of the handler
+    holding it, ``handed`` holds the leases whose completion waits in the group commit; both
+    belong to the worker and are read and changed only under ``lock``."""
+
+    def __init__(
+        self,
+        db: Database,
+        owner: str,
+        lease_ttl_s: float,
+        lock: threading.Lock,
+        leases: dict[tuple[int, int], threading.Event],
+        handed: set[tuple[int, int]],
+        logger: logging.Logger,
+    ) -> None:
+        self.db = db
+        self.owner = owner
+        self.lease_ttl_s = lease_ttl_s
+        self.interval_s = lease_ttl_s / 3
+        self.lock = lock
+        self.leases = leases
+        self.handed = handed
+        self.log = logger
+
+    def run_once(self) -> HeartbeatResult:
+        """One beat: renew every lease not known lost (one statement); tell the handlers
+        whose lease was not renewed. A failed statement is logged and tells no one (the
+        next beat tries again)."""
+        with self.lock:  # leases already known lost are not sent again
+            leases = [lease for lease, told in self.leases.items() if not told.is_set()]
+            handed = set(self.handed)
+        if not leases:
+            return HeartbeatResult()
+        try:
+            with self.db.session() as s:
+                renewed = claim.extend_leases(s, self.owner, self.lease_ttl_s, leases)
+        except Exception:
+            self.log.exception("heartbeat failed for %d leases", len(leases))
+            return HeartbeatResult(len(leases))
+        told = 0
+        with self.lock:
+            for lease in leases:
+                cancel = self.leases.get(lease)  # None: the step finished meanwhile
+                if lease not in renewed and cancel is not None:
+                    cancel.set()
+                    # a handed-over step not renewed was committed, or its completion
+                    # will be stale; its handler has returned either way
+                    told += lease not in handed
+        if told:
+            self.log.info("lost the lease of %d step(s); their handlers are told", told)
+        return HeartbeatResult(len(leases), len(renewed), told)
+
+    def run(self, stop: threading.Event) -> None:
+        """Beat every ``interval_s`` seconds until ``stop`` is set."""
+        while not stop.wait(self.interval_s):
+            self.run_once()
