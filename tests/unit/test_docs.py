@@ -1,12 +1,17 @@
 """The user guide cannot drift from the code: docs/flow-reference.md documents exactly the
 keys of schemas/flow.schema.json, docs/cli.md exactly the commands and options of the
-click CLI, and every relative link of docs/ and README.md points at a file that exists."""
+click CLI, every relative link of docs/ and README.md points at a file that exists,
+docs/architecture.md names only real modules, functions and SQL statements and the layers
+of the import-linter contract, and README's Layout names every top-level module."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+import tomllib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import click
@@ -14,6 +19,7 @@ import pytest
 from helpers.doc_tables import DOCS, REPO, code_spans, markdown_tables
 
 from cyclone_flow.cli import main
+from cyclone_flow.db.queries import statements
 
 SCHEMA = json.loads((REPO / "schemas" / "flow.schema.json").read_text("utf-8"))
 DB_FLAGS = {"--database-url", "--schema"}
@@ -146,3 +152,120 @@ def test_relative_links_resolve(page: str, target: str) -> None:
         headings = re.findall(r"^#+ (.+)$", path.read_text("utf-8"), flags=re.MULTILINE)
         slugs = {re.sub(r"[^a-z0-9 _-]", "", h.lower()).replace(" ", "-") for h in headings}
         assert anchor in slugs, f"{page}: no heading #{anchor} in {file}"
+
+
+# -- architecture ------------------------------------------------------------------------
+
+ARCHITECTURE = DOCS / "architecture.md"
+PACKAGE = REPO / "cyclone_flow"
+# a path (relative to cyclone_flow/ or to the repository), optionally ``:Name[.attr]``
+_LOCATION = re.compile(
+    r"(?P<path>(?:[\w.*]+/)*[\w.*]+\.(?:py|sql|md|json|toml))(?::(?P<name>[\w.]+))?"
+)
+_FOLDER = re.compile(r"(?:[\w.]+/)+")
+
+
+def _table(text: str, marker: str) -> list[dict[str, str]]:
+    match = re.search(rf"<!-- {re.escape(marker)} -->\n((?:\|.*\n)+)", text)
+    assert match, f"docs/architecture.md: no table after <!-- {marker} -->"
+    (rows,) = markdown_tables(match.group(1))
+    return rows
+
+
+def _resolve(path: str) -> list[Path]:
+    """The files ``path`` names, relative to the package or, failing that, the repository
+    (a ``*`` is a glob that must match something); a bare file name is looked for anywhere
+    in the package (``runs.sql``)."""
+    if "/" not in path and (found := sorted(PACKAGE.rglob(path))):
+        return found
+    for base in (PACKAGE, REPO):
+        found = sorted(base.glob(path)) if "*" in path else [base / path]
+        found = [p for p in found if p.exists()]
+        if found:
+            return found
+    return []
+
+
+def _defines(module: Path, dotted: str) -> bool:
+    """Whether ``module`` defines ``dotted`` (``name`` at top level, or ``Class.attr``: a
+    method, property or class attribute of a top-level class)."""
+    body: list[ast.stmt] = ast.parse(module.read_text("utf-8")).body
+    for part in dotted.split("."):
+        found = None
+        for node in body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            else:
+                continue
+            if part in names:
+                found = node
+        if found is None:
+            return False
+        body = found.body if isinstance(found, ast.ClassDef) else []
+    return True
+
+
+def test_architecture_layers_are_the_import_linter_contract() -> None:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
+    rows = _table(ARCHITECTURE.read_text("utf-8"), "layers: pyproject.toml")
+    documented = []
+    for row in rows:
+        (span,) = code_spans(row["layer"])
+        documented.append(span)
+    assert documented == layers, "the layer table of docs/architecture.md, top to bottom"
+
+
+def test_architecture_paths_and_names_exist() -> None:
+    text = ARCHITECTURE.read_text("utf-8")
+    checked = 0
+    for span in code_spans(text):
+        if "<" in span:
+            continue  # a pattern such as db/sql/<table>.sql
+        match = _LOCATION.fullmatch(span)
+        if match is None:
+            if _FOLDER.fullmatch(span):
+                folders = (PACKAGE / span, REPO / span)
+                assert any(f.is_dir() for f in folders), f"docs/architecture.md: no folder {span}"
+            continue
+        files = _resolve(match["path"])
+        assert files, f"docs/architecture.md: no file {match['path']}"
+        if match["name"]:
+            assert any(_defines(f, match["name"]) for f in files if f.suffix == ".py"), (
+                f"docs/architecture.md: {match['path']} defines no {match['name']}"
+            )
+        checked += 1
+    assert checked > 50  # the page names its modules this way
+
+
+def test_architecture_transitions_name_real_statements() -> None:
+    named = statements()
+    sources = "\n".join(
+        p.read_text("utf-8")
+        for p in PACKAGE.rglob("*.py")
+        if "db" not in p.relative_to(PACKAGE).parts
+    )
+    rows = _table(ARCHITECTURE.read_text("utf-8"), "transitions")
+    for row in rows:
+        assert any(_LOCATION.fullmatch(s) for s in code_spans(row["where"])), row["transition"]
+        for span in code_spans(row["SQL statements"]):
+            assert span in named, f"{row['transition']}: no SQL statement {span}"
+            # used by the engine, worker, maintenance or client through its typed function
+            assert re.search(rf"\b(send_)?{span}\b", sources), f"{span} is not used"
+
+
+def test_readme_layout_names_every_top_level_module() -> None:
+    text = (REPO / "README.md").read_text("utf-8")
+    layout = text.split("## Layout", 1)[1].split("```")[1]
+    for entry in sorted(PACKAGE.iterdir()):
+        if entry.name.startswith("__") or entry.name == "py.typed":
+            continue
+        if entry.is_dir() and not (entry / "__init__.py").exists():
+            continue
+        name = entry.name if entry.is_file() else f"{entry.name}/"
+        assert re.search(rf"(?<![\w/]){re.escape(name)}", layout), f"README Layout: {name}"
