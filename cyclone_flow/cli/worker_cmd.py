@@ -39,12 +39,16 @@ def _parse_queues(specs: tuple[str, ...], workers: int) -> dict[str, int]:
         name, sep, count = spec.partition("=")
         try:
             validate_queue_name(name)
-            n = int(count) if sep else workers
-        except (ConfigError, ValueError) as exc:
+        except ConfigError as exc:
             raise click.BadParameter(f"{spec!r}: {exc}", param_hint="--queue") from None
+        try:
+            n = int(count) if sep else workers
+        except ValueError:
+            n = 0  # not a whole number: the message below names what is wanted
         if n < 1:
             raise click.BadParameter(
-                f"{spec!r}: the worker count must be >= 1", param_hint="--queue"
+                f"{spec!r}: the worker count after '=' must be a whole number >= 1",
+                param_hint="--queue",
             )
         out[name] = n
     return out

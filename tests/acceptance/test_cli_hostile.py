@@ -236,3 +236,12 @@ def test_a_long_run_id_is_shortened_in_not_found(cli: Runner) -> None:
     stderr = _error(cli("status", "r" * 10_000), 1)
     assert "error: run 'rrr" in stderr and "more characters) not found" in stderr, stderr
     assert len(stderr) < 1000
+
+
+@pytest.mark.parametrize("spec", ["q=abc", "q=1.5", "q=", "q=0"])
+def test_worker_queue_count_that_is_no_whole_number_names_what_is_wanted(spec: str) -> None:
+    # finding (tester of issue 14): 'q=abc': invalid literal for int() with base 10: 'abc'
+    proc = run_cli("worker", "--queue", spec, "--allow-module", "x", "--database-url", "x")
+    stderr = _error(proc, 2)
+    assert "whole number >= 1" in stderr, stderr
+    assert "invalid literal" not in stderr
