@@ -7,6 +7,7 @@ down after the test. Also the markers: ``db`` on every test that uses the databa
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -37,6 +38,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.chaos)
         if "slow" in item.keywords and not config.getoption("--soak"):
             item.add_marker(skip)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_sessionstart(session: Any) -> None:
+    """SIGTERM (``timeout``, a CI runner) stops the suite as Ctrl-C does: fixtures tear
+    down, so the embedded Postgres is stopped instead of left running."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
