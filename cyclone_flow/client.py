@@ -29,11 +29,11 @@ from cyclone_flow.config import (
     build_config,
     validate_retention,
 )
-from cyclone_flow.db import runs, steps
+from cyclone_flow.db import runs, steps, workers
 from cyclone_flow.db.conn import Database
 from cyclone_flow.db.migrate import check_schema_version
 from cyclone_flow.db.migrate import migrate as migrate_schema
-from cyclone_flow.db.rows import QueueStats, Run, ScheduleRow, Step
+from cyclone_flow.db.rows import QueueStats, Run, ScheduleRow, Step, WorkerRow
 from cyclone_flow.engine import operator, signals
 from cyclone_flow.engine.tx import transaction
 from cyclone_flow.errors import (
@@ -423,6 +423,15 @@ class Client:
         """What publishes this client's wakeups after each commit; for its read-only
         counters (``notifications``, ``batches``, ``failures``: docs/wakeups.md)."""
         return self._hub.publisher
+
+    def workers(self, *, now: datetime | None = None) -> list[WorkerRow]:
+        """The started clients of this schema, from their heartbeat rows (live ones first,
+        then by client id): each one's host, pid, queues and worker threads, version, start
+        and last beat. ``live``: heartbeated within one ``lease_ttl`` of the database's now
+        (``now`` pins it, for tests); a dead worker's row stays until the worker reaper
+        deletes it, 10 x its ``lease_ttl`` after its last beat."""
+        with self._db.session() as s:
+            return workers.worker_list(s, now=now)
 
     def in_flight(self) -> int:
         """How many steps this client's worker holds a lease on now (executing, or done and

@@ -1,7 +1,9 @@
-"""Commands that show runs: ``status`` (one run and its steps) and ``runs`` (the most
-recent runs)."""
+"""Commands that show runs and workers: ``status`` (one run and its steps), ``runs`` (the
+most recent runs) and ``workers`` (the started clients and whether they are alive)."""
 
 from __future__ import annotations
+
+import sys
 
 import click
 from rich.console import Console
@@ -17,6 +19,7 @@ from cyclone_flow.cli.common import (
 )
 from cyclone_flow.cli.render import queue_info_lines, run_dict, step_detail
 from cyclone_flow.client import Client
+from cyclone_flow.db.rows import WorkerRow
 
 
 @click.command("status")
@@ -102,3 +105,62 @@ def runs_cmd(
             r.id,
         )
     Console(highlight=False).print(table)
+
+
+def worker_dict(w: WorkerRow) -> dict[str, object]:
+    """The ``--json`` form of a worker row (ISO 8601 timestamps)."""
+    return {
+        "client_id": w.client_id,
+        "hostname": w.hostname,
+        "pid": w.pid,
+        "queues": dict(zip(w.queues, w.slots, strict=True)),
+        "only_run": w.only_run,
+        "live": w.live,
+        "lease_ttl_s": w.lease_ttl_s,
+        "last_seen_s": round(w.last_seen_s, 3),
+        "started_at": w.started_at.isoformat(),
+        "heartbeat_at": w.heartbeat_at.isoformat(),
+        "version": w.version,
+    }
+
+
+def _console() -> Console:
+    """A console that never cuts a cell when stdout is not a terminal (a pipe, a file)."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
+
+
+@click.command("workers")
+@click.option("--json", "as_json", is_flag=True)
+@database_options
+@handle_errors
+def workers_cmd(as_json: bool, database_url: str | None, schema: str) -> None:
+    """List the started clients (workers, and `run` processes) from their heartbeat
+    rows: live ones first, then the dead ones not yet reaped."""
+    setup_logging()
+    url = resolve_database(database_url)
+    with Client(url, schema=schema) as client:
+        rows = client.workers()
+    if as_json:
+        echo_json([worker_dict(w) for w in rows])
+        return
+    console = _console()
+    if not rows:
+        console.print("no workers")
+        return
+    table = Table("state", "queues", "host", "pid", "last beat", "started", "version")
+    table.add_column("client", no_wrap=True)  # never cut: people copy it
+    for w in rows:
+        queues = ", ".join(f"{q}:{n}" for q, n in zip(w.queues, w.slots, strict=True))
+        if w.only_run is not None:
+            queues += f" (run {w.only_run} only)"
+        table.add_row(
+            Text("live" if w.live else "dead", style="green" if w.live else "red"),
+            Text(queues),
+            Text(w.hostname),
+            str(w.pid),
+            f"{w.last_seen_s:.0f}s ago",
+            w.started_at.isoformat(timespec="seconds"),
+            Text(w.version),
+            Text(w.client_id),
+        )
+    console.print(table)

@@ -1,9 +1,10 @@
 """Typed rows of the named statements, built by column name (:func:`rows_of`).
 
 The public rows (:class:`Run`, :class:`Step`, :class:`ClaimedStep`, :class:`QueueStats`,
-:class:`ScheduleRow`, :class:`DueSchedule`) are frozen dataclasses; the ``RETURNING`` rows
-the engine reads are small NamedTuples. Every ``uuid`` column comes back as ``str`` (run
-ids are text everywhere in cyclone-flow), every timestamp as an aware ``datetime`` (UTC).
+:class:`ScheduleRow`, :class:`DueSchedule`, :class:`WorkerRow`) are frozen dataclasses;
+the ``RETURNING`` rows the engine reads are small NamedTuples. Every ``uuid`` column comes
+back as ``str`` (run ids are text everywhere in cyclone-flow), every timestamp as an aware
+``datetime`` (UTC).
 No code outside :mod:`cyclone_flow.db` reads a row by position.
 """
 
@@ -205,6 +206,35 @@ class ScheduleRow:
     next_run_at: datetime
     last_run_at: datetime | None
     last_run_id: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerRow:
+    """One row of ``cyclone_workers``: a started client's heartbeat row.
+
+    ``queues`` and ``slots`` (worker threads per queue) in the same order; ``only_run``:
+    the run a ``cyclone-flow run`` process claims for alone (None: every run);
+    ``lease_ttl_s`` seconds; ``live``: heartbeated within one ``lease_ttl`` of the
+    database's now; ``last_seen_s``: seconds since its last beat."""
+
+    client_id: str
+    hostname: str
+    pid: int
+    queues: list[str]
+    slots: list[int]
+    only_run: str | None
+    lease_ttl_s: float
+    version: str
+    started_at: datetime
+    heartbeat_at: datetime
+    live: bool
+    last_seen_s: float
+
+    def serves(self, queue: str, run_id: str | None = None) -> bool:
+        """Whether this worker, live, claims steps of ``queue`` (of run ``run_id``)."""
+        if not self.live or queue not in self.queues:
+            return False
+        return self.only_run is None or self.only_run == run_id
 
 
 @dataclasses.dataclass(frozen=True)
