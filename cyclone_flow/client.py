@@ -34,7 +34,8 @@ from cyclone_flow.db.conn import Database
 from cyclone_flow.db.migrate import check_schema_version
 from cyclone_flow.db.migrate import migrate as migrate_schema
 from cyclone_flow.db.rows import QueueStats, Run, ScheduleRow, Step, WorkerRow
-from cyclone_flow.engine import operator, signals
+from cyclone_flow.engine import explain, operator, signals
+from cyclone_flow.engine.explain import Waiting
 from cyclone_flow.engine.tx import transaction
 from cyclone_flow.errors import (
     ClientStateError,
@@ -497,6 +498,23 @@ class Client:
             return []  # no flow has such a name
         with self._db.session() as s:
             return runs.run_list(s, flow=flow, state=state, limit=limit)
+
+    def explain(
+        self, run_id: str, *, items: bool = False, now: datetime | None = None
+    ) -> dict[str, Waiting]:
+        """Why each step of the run that is neither running nor finished waits: node ->
+        :class:`~cyclone_flow.engine.explain.Waiting` (a ``reason`` code, a one-line
+        ``text``, ``claimable_at`` and the fields of that reason: unfinished needs, the
+        backoff or delay, the awaited signal and its deadline, the child run, the
+        ``max_parallel`` bound, the run holding its sequence, no live worker for its
+        queue). Read in one snapshot; ``items``: fan-out items too; ``now`` pins the clock
+        (tests). Raises RunNotFoundError."""
+        rid = parse_run_id(run_id)
+        with self._db.session() as s:
+            snap = explain.read_snapshot(s, rid, items=items, now=now)
+        if snap is None:
+            raise RunNotFoundError(rid)
+        return explain.explain(snap)
 
     def run_definition(self, run_id: str) -> dict[str, Any]:
         """The flow document the run was submitted with; raises RunNotFoundError."""

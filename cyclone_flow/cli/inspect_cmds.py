@@ -22,6 +22,11 @@ from cyclone_flow.client import Client
 from cyclone_flow.db.rows import WorkerRow
 
 
+def _console() -> Console:
+    """A console that never cuts a cell when stdout is not a terminal (a pipe, a file)."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
+
+
 @click.command("status")
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True)
@@ -41,10 +46,11 @@ def status_cmd(
         steps = client.list_steps(run_id, items=items)
         progress = client.item_progress(run_id)
         queue_info = client.queue_info(run.id) or {}
+        waiting = client.explain(run_id, items=items)
     if as_json:
-        echo_json({**run_dict(run, steps, progress), "queue_features": queue_info})
+        echo_json({**run_dict(run, steps, progress, waiting), "queue_features": queue_info})
         return
-    console = Console(highlight=False)
+    console = _console()
     console.print(Text.assemble(f"run {run.id}  flow {run.flow_name}  ", (run.state, "bold")))
     for line in queue_info_lines(queue_info):
         console.print(Text(line))
@@ -69,6 +75,8 @@ def status_cmd(
             Text(f"[{s.error_kind}] {s.error}" if s.error and s.state != "completed" else ""),
         )
     console.print(table)
+    for node, why in waiting.items():
+        console.print(Text(f"waiting: {node}: {why.text}"))
 
 
 @click.command("runs")
@@ -122,11 +130,6 @@ def worker_dict(w: WorkerRow) -> dict[str, object]:
         "heartbeat_at": w.heartbeat_at.isoformat(),
         "version": w.version,
     }
-
-
-def _console() -> Console:
-    """A console that never cuts a cell when stdout is not a terminal (a pipe, a file)."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
 
 
 @click.command("workers")

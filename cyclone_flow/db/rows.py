@@ -146,7 +146,8 @@ class Step:
     Node-type fields: ``parent_node`` and ``item_index`` (a fan-out item), ``items_total``
     and ``items_done`` (a started fan-out node), ``signal`` (a wait_signal node),
     ``child_run_id`` (a started child node), ``wait_until`` (when a child or signal wait
-    expires; None: no bound).
+    expires; None: no bound), ``max_parallel`` (a fan-out node's bound on its items
+    available or running at once; None: no bound).
     """
 
     id: int
@@ -176,6 +177,7 @@ class Step:
     signal: str | None = None
     wait_until: datetime | None = None
     child_run_id: str | None = None
+    max_parallel: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
