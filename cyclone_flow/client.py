@@ -29,11 +29,11 @@ from cyclone_flow.config import (
     build_config,
     validate_retention,
 )
-from cyclone_flow.db import runs, steps, workers
+from cyclone_flow.db import runs, step_logs, steps, workers
 from cyclone_flow.db.conn import Database
 from cyclone_flow.db.migrate import check_schema_version
 from cyclone_flow.db.migrate import migrate as migrate_schema
-from cyclone_flow.db.rows import QueueStats, Run, ScheduleRow, Step, WorkerRow
+from cyclone_flow.db.rows import QueueStats, Run, ScheduleRow, Step, StepLogLine, WorkerRow
 from cyclone_flow.engine import explain, operator, signals
 from cyclone_flow.engine.explain import Waiting
 from cyclone_flow.engine.tx import transaction
@@ -515,6 +515,35 @@ class Client:
         if snap is None:
             raise RunNotFoundError(rid)
         return explain.explain(snap)
+
+    def step_logs(
+        self,
+        run_id: str,
+        *,
+        node: str | None = None,
+        attempt: int | None = None,
+        after: int = 0,
+        limit: int = 10_000,
+    ) -> list[StepLogLine]:
+        """What the run's handlers logged and printed (``ctx.log``, the ``logging`` records
+        and the stdout/stderr of the handler's thread), up to ``limit`` lines in write
+        order: of ``node`` (a fan-out node: its items too) and ``attempt`` when given,
+        with an id above ``after`` (to follow: pass the last id seen). An attempt's lines
+        are written right after its completion or failure is recorded (a crash loses
+        them), at most ``step_log_bytes`` per attempt. Raises RunNotFoundError."""
+        rid = parse_run_id(run_id)
+        with self._db.session() as s:
+            lines = step_logs.step_log_list(
+                s, run_id=rid, node=node, attempt=attempt, after=after, limit=limit
+            )
+            if not lines and runs.run_get(s, run_id=rid) is None:
+                raise RunNotFoundError(rid)
+        return lines
+
+    def step_log_tail(self, run_id: str, limit: int = 5) -> list[StepLogLine]:
+        """The last ``limit`` log lines of the run (any node), oldest first."""
+        with self._db.session() as s:
+            return step_logs.step_log_list_tail(s, run_id=parse_run_id(run_id), limit=limit)
 
     def run_definition(self, run_id: str) -> dict[str, Any]:
         """The flow document the run was submitted with; raises RunNotFoundError."""

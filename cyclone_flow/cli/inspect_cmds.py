@@ -1,9 +1,12 @@
 """Commands that show runs and workers: ``status`` (one run and its steps), ``runs`` (the
-most recent runs) and ``workers`` (the started clients and whether they are alive)."""
+most recent runs), ``logs`` (what a run's handlers logged and printed) and ``workers``
+(the started clients and whether they are alive)."""
 
 from __future__ import annotations
 
+import json
 import sys
+import time
 
 import click
 from rich.console import Console
@@ -19,12 +22,38 @@ from cyclone_flow.cli.common import (
 )
 from cyclone_flow.cli.render import queue_info_lines, run_dict, step_detail
 from cyclone_flow.client import Client
-from cyclone_flow.db.rows import WorkerRow
+from cyclone_flow.db.rows import StepLogLine, WorkerRow
 
 
 def _console() -> Console:
     """A console that never cuts a cell when stdout is not a terminal (a pipe, a file)."""
     return Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
+
+
+STATUS_LOG_LINES = 5
+"""Log lines ``status`` shows (the last ones of the run)."""
+FOLLOW_POLL_S = 0.5
+
+
+def log_line_text(line: StepLogLine) -> str:
+    """One log line as ``logs`` prints it: time, node#attempt, stream (and level), text."""
+    stream = f"{line.stream} {line.level}" if line.level else line.stream
+    at = line.at.isoformat(timespec="milliseconds")
+    return f"{at} {line.node}#{line.attempt} {stream}: {line.message}"
+
+
+def log_line_dict(line: StepLogLine) -> dict[str, object]:
+    """The ``--json`` form of a log line (ISO 8601 ``at``)."""
+    return {
+        "id": line.id,
+        "node": line.node,
+        "attempt": line.attempt,
+        "seq": line.seq,
+        "at": line.at.isoformat(),
+        "stream": line.stream,
+        "level": line.level,
+        "message": line.message,
+    }
 
 
 @click.command("status")
@@ -47,8 +76,15 @@ def status_cmd(
         progress = client.item_progress(run_id)
         queue_info = client.queue_info(run.id) or {}
         waiting = client.explain(run_id, items=items)
+        tail = client.step_log_tail(run.id, STATUS_LOG_LINES)
     if as_json:
-        echo_json({**run_dict(run, steps, progress, waiting), "queue_features": queue_info})
+        echo_json(
+            {
+                **run_dict(run, steps, progress, waiting),
+                "queue_features": queue_info,
+                "log_tail": [log_line_dict(line) for line in tail],
+            }
+        )
         return
     console = _console()
     console.print(Text.assemble(f"run {run.id}  flow {run.flow_name}  ", (run.state, "bold")))
@@ -77,6 +113,10 @@ def status_cmd(
     console.print(table)
     for node, why in waiting.items():
         console.print(Text(f"waiting: {node}: {why.text}"))
+    if tail:
+        console.print(Text(f"last log lines (all: cyclone-flow logs {run.id}):"))
+        for entry in tail:
+            console.print(Text(log_line_text(entry)))
 
 
 @click.command("runs")
@@ -167,3 +207,40 @@ def workers_cmd(as_json: bool, database_url: str | None, schema: str) -> None:
             Text(w.client_id),
         )
     console.print(table)
+
+
+@click.command("logs")
+@click.argument("run_id")
+@click.option("--node", default=None, help="Only this node (a fan-out node: its items too).")
+@click.option("--attempt", type=click.IntRange(min=1), default=None, help="Only this attempt.")
+@click.option("--follow", is_flag=True, help="Keep printing new lines until the run ends.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@database_options
+@handle_errors
+def logs_cmd(
+    run_id: str,
+    node: str | None,
+    attempt: int | None,
+    follow: bool,
+    as_json: bool,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Print what a run's handlers logged and printed (ctx.log, logging records, stdout
+    and stderr), per attempt, in write order."""
+    setup_logging()
+    url = resolve_database(database_url)
+    with Client(url, schema=schema) as client:
+        run = client.get_run(run_id)
+        after = 0
+        while True:
+            ended = client.get_run(run.id).state != "running" if follow else True
+            for line in client.step_logs(run.id, node=node, attempt=attempt, after=after):
+                after = line.id
+                if as_json:
+                    click.echo(json.dumps(log_line_dict(line), ensure_ascii=False))
+                else:
+                    click.echo(log_line_text(line))
+            if ended:  # read once more after the run ended: its last lines are in
+                return
+            time.sleep(FOLLOW_POLL_S)

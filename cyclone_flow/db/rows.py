@@ -1,10 +1,10 @@
 """Typed rows of the named statements, built by column name (:func:`rows_of`).
 
 The public rows (:class:`Run`, :class:`Step`, :class:`ClaimedStep`, :class:`QueueStats`,
-:class:`ScheduleRow`, :class:`DueSchedule`, :class:`WorkerRow`) are frozen dataclasses;
-the ``RETURNING`` rows the engine reads are small NamedTuples. Every ``uuid`` column comes
-back as ``str`` (run ids are text everywhere in cyclone-flow), every timestamp as an aware
-``datetime`` (UTC).
+:class:`ScheduleRow`, :class:`DueSchedule`, :class:`WorkerRow`, :class:`StepLogLine`) are
+frozen dataclasses; the ``RETURNING`` rows the engine reads are small NamedTuples. Every
+``uuid`` column comes back as ``str`` (run ids are text everywhere in cyclone-flow), every
+timestamp as an aware ``datetime`` (UTC).
 No code outside :mod:`cyclone_flow.db` reads a row by position.
 """
 
@@ -237,6 +237,26 @@ class WorkerRow:
         if not self.live or queue not in self.queues:
             return False
         return self.only_run is None or self.only_run == run_id
+
+
+@dataclasses.dataclass(frozen=True)
+class StepLogLine:
+    """One row of ``cyclone_step_logs``: a line a handler logged or printed.
+
+    ``stream`` is ``log`` (a ``logging`` record or ``ctx.log``; ``level`` its level
+    name), ``stdout`` or ``stderr`` (``level`` None); ``generation`` is the claim's lease
+    generation and ``seq`` the line's place in its attempt (0-based); ``at`` when the
+    worker saw it (its clock, UTC). ``id`` orders a run's lines in write order."""
+
+    id: int
+    node: str
+    attempt: int
+    generation: int
+    seq: int
+    at: datetime
+    stream: str
+    level: str | None
+    message: str
 
 
 @dataclasses.dataclass(frozen=True)

@@ -140,6 +140,7 @@ class Worker:
         """Write this client's ``cyclone_workers`` row, then start every thread; returns
         at once."""
         self.heartbeat.register()
+        self.executor.step_logs.start()  # handlers' prints and records go to their steps
         targets: list[tuple[str, Callable[[], None]]] = [
             ("claim", self._claim_loop),
             ("heartbeat", self._heartbeat_loop),
@@ -194,6 +195,7 @@ class Worker:
         for thread in self._threads:
             thread.join(timeout=0.5 if thread.name.startswith("cyclone-worker") else 5.0)
         self.heartbeat.unregister()  # after the heartbeat thread: no beat writes it again
+        self.executor.step_logs.stop()
 
     # -- wakeups -----------------------------------------------------------------------
 
