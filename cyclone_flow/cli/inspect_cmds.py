@@ -115,8 +115,10 @@ def status_cmd(
         console.print(Text(f"waiting: {node}: {why.text}"))
     if tail:
         console.print(Text(f"last log lines (all: cyclone-flow logs {run.id}):"))
-        for entry in tail:
-            console.print(Text(log_line_text(entry)))
+        for entry in tail:  # first lines only: `logs` has the tracebacks
+            head, *rest = log_line_text(entry).splitlines() or [""]
+            more = f" (+{len(rest)} lines)" if rest else ""
+            console.print(Text(f"{head}{more}"))
 
 
 @click.command("runs")

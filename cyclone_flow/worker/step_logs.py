@@ -275,7 +275,8 @@ class StepLogs:
     def capture(self) -> Iterator[AttemptLog | None]:
         """Capture the calling thread's output and records for the block (one handler
         call); yields the attempt's buffer (None when off). An exception leaving the block
-        adds its traceback (its cause's, when it wraps one) as a last ``log`` line."""
+        adds ``the handler raised EXCEPTION`` and its traceback (its cause's, when it wraps
+        one) as a last ``log`` line."""
         if not self._started:
             yield None
             return
@@ -286,8 +287,11 @@ class StepLogs:
         except BaseException as exc:
             cause = exc.__cause__ or exc
             text = "".join(traceback.format_exception(cause))[-_TB_LIMIT:]
+            what = "".join(traceback.format_exception_only(cause)).strip().splitlines()
             log.flush()
-            log.add("log", "ERROR", f"the handler raised:\n{text.rstrip()}")
+            log.add(
+                "log", "ERROR", f"the handler raised {what[-1] if what else ''}\n{text.rstrip()}"
+            )
             raise
         finally:
             _local.log = None

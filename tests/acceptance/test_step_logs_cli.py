@@ -40,7 +40,10 @@ def test_run_json_stays_json_and_logs_show_what_the_handler_printed(
     assert " s#1 stderr: line\n" in text
     assert " s#1 log WARNING: chatty: a warning record\n" in text
     assert " s#1 log INFO: cyclone_flow.step: ctx.log says hi\n" in text
-    assert " s#1 log ERROR: the handler raised:\nTraceback (most recent call last):" in text
+    assert (
+        " s#1 log ERROR: the handler raised ValueError: first attempt fails\n"
+        "Traceback (most recent call last):"
+    ) in text
     assert "ValueError: first attempt fails" in text
     assert " s#2 stdout: hello from print, attempt 2\n" in text
 
@@ -54,9 +57,24 @@ def test_run_json_stays_json_and_logs_show_what_the_handler_printed(
     status = cli("status", run_id)
     assert f"last log lines (all: cyclone-flow logs {run_id}):" in status.stdout
     assert " s#2 stdout: partial " in status.stdout
+    assert " log ERROR: chatty: logged with its traceback (+4 lines)" in status.stdout
+    no_traceback(status)  # first lines only: the tracebacks are in `logs`
     tail = json_output(cli("status", run_id, "--json").stdout)["log_tail"]
     assert [t["attempt"] for t in tail] == [2] * 5
 
     missing = cli("logs", "00000000-0000-0000-0000-000000000000")
     assert missing.returncode == 1 and "not found" in missing.stderr
     no_traceback(missing)
+
+
+def test_a_print_in_run_json_leaves_stdout_json(cli: Runner, tmp_path: Path) -> None:
+    """Issue 18 item 4 on its own: one print, then ``run --json`` (on the old code stdout
+    began with the printed line and was no JSON)."""
+    flow = tmp_path / "loud.yaml"
+    flow.write_text(
+        "name: loud\nnodes:\n  s: {call: cyclone_test_handlers.chatty:loud, input: {lines: 1}}\n"
+    )
+    proc = cli("run", flow, "--import-path", TEST_HANDLERS, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json_output(proc.stdout)["output"] == {"s": None}
+    assert "0000xxx" not in proc.stdout + proc.stderr

@@ -5,15 +5,21 @@ handler's prints (on the old code they went there and nothing was kept)."""
 
 from __future__ import annotations
 
+import io
 import sys
+import threading
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 
 import psycopg
 import pytest
+from cyclone_test_handlers.engine import event
 from helpers.procs import wait_until
+from rich.console import Console
 
 from cyclone_flow import Client, ConfigError, RunNotFoundError
+from cyclone_flow.cli.progress import follow_run
 from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.maintenance.retention import RetentionSweeper, RetentionSweeperConfig
 from cyclone_flow.worker.step_logs import ThreadStream
@@ -48,7 +54,9 @@ def test_prints_records_and_tracebacks_are_kept_per_attempt_and_not_printed(
     assert "KeyError: 'caught'" in first[4][2]
     assert first[5] == ("stdout", None, "partial ")  # the partial line, flushed at the end
     assert first[6][:2] == ("log", "ERROR")
-    assert first[6][2].startswith("the handler raised:\nTraceback (most recent call last):")
+    assert first[6][2].startswith(
+        "the handler raised ValueError: first attempt fails\nTraceback (most recent call last):"
+    )
     assert first[6][2].endswith("ValueError: first attempt fails")
     second = [x.message for x in lines if x.attempt == 2]
     assert second[0] == "hello from print, attempt 2" and len(second) == 6  # no traceback
@@ -132,3 +140,30 @@ def test_step_log_bytes_is_checked() -> None:
     for bad in (-1, 1.5, True, 17 * 1024 * 1024):
         with pytest.raises(ConfigError, match="step_log_bytes"):
             build_config({"step_log_bytes": bad})
+
+
+def test_a_handler_print_under_the_live_bar_goes_to_its_step_logs(
+    make_client: Callable[..., Client], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bar of ``cyclone-flow run`` on a terminal, in its order: the worker starts,
+    then the bar (rich's Live, which redirected sys.stdout over the worker's proxy, so a
+    handler's print came out above the bar instead of in its logs); the handler prints
+    once the bar is drawn."""
+    client = make_client()
+    key = f"bar-{uuid.uuid4()}"
+    run_id = client.enqueue("cyclone_test_handlers.chatty:loud", {"lines": 2, "key": key})
+    client.start(run_id=run_id)
+    out = io.StringIO()
+
+    def release_under_the_bar() -> None:
+        wait_until(lambda: "run " in out.getvalue(), what="the bar")
+        event(key, "go").set()
+
+    releaser = threading.Thread(target=release_under_the_bar)
+    releaser.start()
+    console = Console(file=out, force_terminal=True, width=120, color_system=None)
+    follow_run(client, run_id, console=console)
+    releaser.join()
+    lines = wait_until(lambda: client.step_logs(run_id), what="the lines")
+    assert [x.message[:4] for x in lines] == ["0000", "0001"]
+    assert "0000xxx" not in out.getvalue() + capsys.readouterr().out

@@ -7,6 +7,8 @@ import logging
 import sys
 from typing import Any
 
+from cyclone_test_handlers.engine import event
+
 log = logging.getLogger("chatty")
 
 
@@ -28,7 +30,10 @@ def chatty(ctx: Any, input: Any) -> Any:
 
 
 def loud(ctx: Any, input: Any) -> Any:
-    """Print ``input["lines"]`` lines of 100 characters."""
+    """Print ``input["lines"]`` lines of 100 characters (with ``input["key"]``: once the
+    test sets the event ``(key, "go")``, waiting up to 20 s)."""
+    if "key" in input and not event(input["key"], "go").wait(20):
+        raise RuntimeError("never released")
     for i in range(int(input["lines"])):
         print(f"{i:04d}" + "x" * 96)
     return None
