@@ -33,6 +33,7 @@ def _console() -> Console:
 STATUS_LOG_LINES = 5
 """Log lines ``status`` shows (the last ones of the run)."""
 FOLLOW_POLL_S = 0.5
+"""Seconds between two reads of ``logs --follow`` (which stops 1 s after the run ended)."""
 
 
 def log_line_text(line: StepLogLine) -> str:
@@ -235,14 +236,18 @@ def logs_cmd(
     with Client(url, schema=schema) as client:
         run = client.get_run(run_id)
         after = 0
+        ended_at: float | None = None
         while True:
-            ended = client.get_run(run.id).state != "running" if follow else True
+            if follow and ended_at is None and client.get_run(run.id).state != "running":
+                ended_at = time.monotonic()
             for line in client.step_logs(run.id, node=node, attempt=attempt, after=after):
                 after = line.id
                 if as_json:
                     click.echo(json.dumps(log_line_dict(line), ensure_ascii=False))
                 else:
                     click.echo(log_line_text(line))
-            if ended:  # read once more after the run ended: its last lines are in
+            # the last attempt's lines are written right after its result: keep reading
+            # for a moment after the run ended
+            if not follow or (ended_at is not None and time.monotonic() - ended_at > 1.0):
                 return
             time.sleep(FOLLOW_POLL_S)
