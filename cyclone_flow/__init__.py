@@ -2,14 +2,15 @@
 
 Public API: :class:`Client` and :func:`migrate`, :func:`load_flow`, :class:`Context` (what
 a handler receives), the option types, the rows and states a user reads (:class:`Run`,
-:class:`Step`, :class:`RunState`, :class:`StepState`, :class:`ErrorKind`,
-:class:`StepEvent`) and the error tree (also reachable as ``cyclone_flow.errors``).
-Everything else stays importable from its own module, without a stability promise.
+:class:`Step`, :class:`StepLogLine`, :class:`WorkerRow`, :class:`RunState`,
+:class:`StepState`, :class:`ErrorKind`, :class:`StepEvent`) and the error tree (also
+reachable as ``cyclone_flow.errors``). Everything else stays importable from its own
+module, without a stability promise.
 """
 
 from cyclone_flow.client import Client, migrate
 from cyclone_flow.config import ClientConfig, ClientOptions, PayloadLimits, RetentionConfig
-from cyclone_flow.db.rows import QueueStats, Run, ScheduleRow, Step
+from cyclone_flow.db.rows import QueueStats, Run, ScheduleRow, Step, StepLogLine, WorkerRow
 from cyclone_flow.engine.fan_out import MAX_FAN_OUT_ITEMS
 from cyclone_flow.errors import (
     ClientStateError,
@@ -84,6 +85,7 @@ __all__ = [
     "SignalRejectedError",
     "Step",
     "StepEvent",
+    "StepLogLine",
     "StepState",
     "StepTimeoutError",
     "SubmitOptionError",
@@ -93,6 +95,7 @@ __all__ = [
     "TransactionOpenError",
     "WaitTimeoutError",
     "WakeupTracker",
+    "WorkerRow",
     "load_flow",
     "migrate",
 ]

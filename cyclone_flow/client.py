@@ -29,12 +29,13 @@ from cyclone_flow.config import (
     build_config,
     validate_retention,
 )
-from cyclone_flow.db import runs, steps
+from cyclone_flow.db import runs, step_logs, steps, workers
 from cyclone_flow.db.conn import Database
 from cyclone_flow.db.migrate import check_schema_version
 from cyclone_flow.db.migrate import migrate as migrate_schema
-from cyclone_flow.db.rows import QueueStats, Run, ScheduleRow, Step
-from cyclone_flow.engine import operator, signals
+from cyclone_flow.db.rows import QueueStats, Run, ScheduleRow, Step, StepLogLine, WorkerRow
+from cyclone_flow.engine import explain, operator, signals
+from cyclone_flow.engine.explain import Waiting
 from cyclone_flow.engine.tx import transaction
 from cyclone_flow.errors import (
     ClientStateError,
@@ -424,6 +425,15 @@ class Client:
         counters (``notifications``, ``batches``, ``failures``: docs/wakeups.md)."""
         return self._hub.publisher
 
+    def workers(self, *, now: datetime | None = None) -> list[WorkerRow]:
+        """The started clients of this schema, from their heartbeat rows (live ones first,
+        then by client id): each one's host, pid, queues and worker threads, version, start
+        and last beat. ``live``: heartbeated within one ``lease_ttl`` of the database's now
+        (``now`` pins it, for tests); a dead worker's row stays until the worker reaper
+        deletes it, 10 x its ``lease_ttl`` after its last beat."""
+        with self._db.session() as s:
+            return workers.worker_list(s, now=now)
+
     def in_flight(self) -> int:
         """How many steps this client's worker holds a lease on now (executing, or done and
         waiting for the group commit); 0 before :meth:`start`."""
@@ -488,6 +498,52 @@ class Client:
             return []  # no flow has such a name
         with self._db.session() as s:
             return runs.run_list(s, flow=flow, state=state, limit=limit)
+
+    def explain(
+        self, run_id: str, *, items: bool = False, now: datetime | None = None
+    ) -> dict[str, Waiting]:
+        """Why each step of the run that is neither running nor finished waits: node ->
+        :class:`~cyclone_flow.engine.explain.Waiting` (a ``reason`` code, a one-line
+        ``text``, ``claimable_at`` and the fields of that reason: unfinished needs, the
+        backoff or delay, the awaited signal and its deadline, the child run, the
+        ``max_parallel`` bound, the run holding its sequence, no live worker for its
+        queue). Read in one snapshot; ``items``: fan-out items too; ``now`` pins the clock
+        (tests). Raises RunNotFoundError."""
+        rid = parse_run_id(run_id)
+        with self._db.session() as s:
+            snap = explain.read_snapshot(s, rid, items=items, now=now)
+        if snap is None:
+            raise RunNotFoundError(rid)
+        return explain.explain(snap)
+
+    def step_logs(
+        self,
+        run_id: str,
+        *,
+        node: str | None = None,
+        attempt: int | None = None,
+        after: int = 0,
+        limit: int = 10_000,
+    ) -> list[StepLogLine]:
+        """What the run's handlers logged and printed (``ctx.log``, the ``logging`` records
+        and the stdout/stderr of the handler's thread), up to ``limit`` lines in write
+        order: of ``node`` (a fan-out node: its items too) and ``attempt`` when given,
+        with an id above ``after`` (to follow: pass the last id seen). An attempt's lines
+        are written right after its completion or failure is recorded (a crash loses
+        them), at most ``step_log_bytes`` per attempt. Raises RunNotFoundError."""
+        rid = parse_run_id(run_id)
+        with self._db.session() as s:
+            lines = step_logs.step_log_list(
+                s, run_id=rid, node=node, attempt=attempt, after=after, limit=limit
+            )
+            if not lines and runs.run_get(s, run_id=rid) is None:
+                raise RunNotFoundError(rid)
+        return lines
+
+    def step_log_tail(self, run_id: str, limit: int = 5) -> list[StepLogLine]:
+        """The last ``limit`` log lines of the run (any node), oldest first."""
+        with self._db.session() as s:
+            return step_logs.step_log_list_tail(s, run_id=parse_run_id(run_id), limit=limit)
 
     def run_definition(self, run_id: str) -> dict[str, Any]:
         """The flow document the run was submitted with; raises RunNotFoundError."""

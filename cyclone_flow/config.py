@@ -65,6 +65,10 @@ class PayloadLimits:
     signal_bytes: int = 256 * 1024
 
 
+STEP_LOG_BYTES = 64 * 1024
+"""Default ``step_log_bytes``: bytes of logs and output kept per attempt."""
+MAX_STEP_LOG_BYTES = 16 * 1024 * 1024
+
 RETENTION_BATCH_SIZE = 100  # runs deleted per statement by the retention sweep
 RETENTION_INTERVAL_S = 60.0  # seconds between two passes of the retention sweep
 
@@ -112,6 +116,7 @@ class ClientOptions(TypedDict, total=False):
     sweep_interval: float
     check_schema: bool
     max_signal_wait: float
+    step_log_bytes: int
 
 
 def _default_client_id() -> str:
@@ -142,6 +147,9 @@ class ClientConfig:
       node without ``max_wait`` (Client Options: WithMaxSignalWait). Submit copies it onto
       the run: the value of the client that submits a run applies to it (and to its child
       runs). A zero or negative value leaves such waits uncapped.
+    - ``step_log_bytes``: 64 KiB; what a handler logs and prints per attempt is kept up to
+      that many bytes (UTF-8) in ``cyclone_step_logs``, the cut marked by a last line; 0
+      turns the capture off (handlers print to the process's stdout again)
 
     docs/options.md has the table of every option with the seeds' names.
     """
@@ -164,6 +172,7 @@ class ClientConfig:
     sweep_interval: float = 10.0
     check_schema: bool = True
     max_signal_wait: float = 0.0
+    step_log_bytes: int = STEP_LOG_BYTES
 
     @property
     def workers(self) -> int:
@@ -298,6 +307,15 @@ def _max_signal_wait(name: str, value: Any) -> float:
     return float(value) if value > 0 else 0.0  # zero or negative: no cap
 
 
+def _step_log_bytes(name: str, value: Any) -> int:
+    if not _is_int_at_least(value, 0) or value > MAX_STEP_LOG_BYTES:
+        raise ConfigError(
+            f"{name} must be an integer from 0 (capture off) to {MAX_STEP_LOG_BYTES} bytes, "
+            f"got {value!r}"
+        )
+    return int(value)
+
+
 def _seconds_up_to(max_s: float) -> Callable[[str, Any], float]:
     return lambda name, value: _seconds(name, value, max_s)
 
@@ -327,6 +345,7 @@ _VALIDATORS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "sweep_interval": ("sweep_interval", _seconds_up_to(MAX_POLL_S)),
     "check_schema": ("check_schema", lambda _name, value: bool(value)),
     "max_signal_wait": ("max_signal_wait", _max_signal_wait),
+    "step_log_bytes": ("step_log_bytes", _step_log_bytes),
 }
 
 

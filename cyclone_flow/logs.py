@@ -62,19 +62,25 @@ class DefaultHandler(logging.Handler):
         self.setFormatter(TextFormatter())
 
     def emit(self, record: logging.LogRecord) -> None:
-        if _other_handler(logging.getLogger(record.name), self):
+        if has_other_handler(logging.getLogger(record.name), self):
             return
         try:
-            sys.stderr.write(self.format(record) + "\n")
-            sys.stderr.flush()
+            # past the step-log proxy (cyclone_flow.worker.step_logs): a handler's record is
+            # captured as a record, not again as a line of its stderr
+            stream = getattr(sys.stderr, "uncaptured", sys.stderr)
+            stream.write(self.format(record) + "\n")
+            stream.flush()
         except Exception:
             self.handleError(record)
 
 
-def _other_handler(logger: logging.Logger, me: logging.Handler) -> bool:
+def has_other_handler(logger: logging.Logger, me: logging.Handler) -> bool:
+    """Whether a handler other than ``me`` gets ``logger``'s records on the way to the
+    root (the step-log capture handler, ``captures_only``, does not count: it prints
+    nothing)."""
     current: logging.Logger | None = logger
     while current is not None:
-        if any(h is not me for h in current.handlers):
+        if any(h is not me and not getattr(h, "captures_only", False) for h in current.handlers):
             return True
         if not current.propagate:
             return False

@@ -1,7 +1,12 @@
-"""Commands that show runs: ``status`` (one run and its steps) and ``runs`` (the most
-recent runs)."""
+"""Commands that show runs and workers: ``status`` (one run and its steps), ``runs`` (the
+most recent runs), ``logs`` (what a run's handlers logged and printed) and ``workers``
+(the started clients and whether they are alive)."""
 
 from __future__ import annotations
+
+import json
+import sys
+import time
 
 import click
 from rich.console import Console
@@ -17,6 +22,39 @@ from cyclone_flow.cli.common import (
 )
 from cyclone_flow.cli.render import queue_info_lines, run_dict, step_detail
 from cyclone_flow.client import Client
+from cyclone_flow.db.rows import StepLogLine, WorkerRow
+
+
+def _console() -> Console:
+    """A console that never cuts a cell when stdout is not a terminal (a pipe, a file)."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
+
+
+STATUS_LOG_LINES = 5
+"""Log lines ``status`` shows (the last ones of the run)."""
+FOLLOW_POLL_S = 0.5
+"""Seconds between two reads of ``logs --follow`` (which stops 1 s after the run ended)."""
+
+
+def log_line_text(line: StepLogLine) -> str:
+    """One log line as ``logs`` prints it: time, node#attempt, stream (and level), text."""
+    stream = f"{line.stream} {line.level}" if line.level else line.stream
+    at = line.at.isoformat(timespec="milliseconds")
+    return f"{at} {line.node}#{line.attempt} {stream}: {line.message}"
+
+
+def log_line_dict(line: StepLogLine) -> dict[str, object]:
+    """The ``--json`` form of a log line (ISO 8601 ``at``)."""
+    return {
+        "id": line.id,
+        "node": line.node,
+        "attempt": line.attempt,
+        "seq": line.seq,
+        "at": line.at.isoformat(),
+        "stream": line.stream,
+        "level": line.level,
+        "message": line.message,
+    }
 
 
 @click.command("status")
@@ -38,10 +76,18 @@ def status_cmd(
         steps = client.list_steps(run_id, items=items)
         progress = client.item_progress(run_id)
         queue_info = client.queue_info(run.id) or {}
+        waiting = client.explain(run_id, items=items)
+        tail = client.step_log_tail(run.id, STATUS_LOG_LINES)
     if as_json:
-        echo_json({**run_dict(run, steps, progress), "queue_features": queue_info})
+        echo_json(
+            {
+                **run_dict(run, steps, progress, waiting),
+                "queue_features": queue_info,
+                "log_tail": [log_line_dict(line) for line in tail],
+            }
+        )
         return
-    console = Console(highlight=False)
+    console = _console()
     console.print(Text.assemble(f"run {run.id}  flow {run.flow_name}  ", (run.state, "bold")))
     for line in queue_info_lines(queue_info):
         console.print(Text(line))
@@ -66,6 +112,14 @@ def status_cmd(
             Text(f"[{s.error_kind}] {s.error}" if s.error and s.state != "completed" else ""),
         )
     console.print(table)
+    for node, why in waiting.items():
+        console.print(Text(f"waiting: {node}: {why.text}"))
+    if tail:
+        console.print(Text(f"last log lines (all: cyclone-flow logs {run.id}):"))
+        for entry in tail:  # first lines only: `logs` has the tracebacks
+            head, *rest = log_line_text(entry).splitlines() or [""]
+            more = f" (+{len(rest)} lines)" if rest else ""
+            console.print(Text(f"{head}{more}"))
 
 
 @click.command("runs")
@@ -102,3 +156,98 @@ def runs_cmd(
             r.id,
         )
     Console(highlight=False).print(table)
+
+
+def worker_dict(w: WorkerRow) -> dict[str, object]:
+    """The ``--json`` form of a worker row (ISO 8601 timestamps)."""
+    return {
+        "client_id": w.client_id,
+        "hostname": w.hostname,
+        "pid": w.pid,
+        "queues": dict(zip(w.queues, w.slots, strict=True)),
+        "only_run": w.only_run,
+        "live": w.live,
+        "lease_ttl_s": w.lease_ttl_s,
+        "last_seen_s": round(w.last_seen_s, 3),
+        "started_at": w.started_at.isoformat(),
+        "heartbeat_at": w.heartbeat_at.isoformat(),
+        "version": w.version,
+    }
+
+
+@click.command("workers")
+@click.option("--json", "as_json", is_flag=True)
+@database_options
+@handle_errors
+def workers_cmd(as_json: bool, database_url: str | None, schema: str) -> None:
+    """List the started clients (workers, and `run` processes) from their heartbeat
+    rows: live ones first, then the dead ones not yet reaped."""
+    setup_logging()
+    url = resolve_database(database_url)
+    with Client(url, schema=schema) as client:
+        rows = client.workers()
+    if as_json:
+        echo_json([worker_dict(w) for w in rows])
+        return
+    console = _console()
+    if not rows:
+        console.print("no workers")
+        return
+    table = Table("state", "queues", "host", "pid", "last beat", "started", "version")
+    table.add_column("client", no_wrap=True)  # never cut: people copy it
+    for w in rows:
+        queues = ", ".join(f"{q}:{n}" for q, n in zip(w.queues, w.slots, strict=True))
+        if w.only_run is not None:
+            queues += f" (run {w.only_run} only)"
+        table.add_row(
+            Text("live" if w.live else "dead", style="green" if w.live else "red"),
+            Text(queues),
+            Text(w.hostname),
+            str(w.pid),
+            f"{w.last_seen_s:.0f}s ago",
+            w.started_at.isoformat(timespec="seconds"),
+            Text(w.version),
+            Text(w.client_id),
+        )
+    console.print(table)
+
+
+@click.command("logs")
+@click.argument("run_id")
+@click.option("--node", default=None, help="Only this node (a fan-out node: its items too).")
+@click.option("--attempt", type=click.IntRange(min=1), default=None, help="Only this attempt.")
+@click.option("--follow", is_flag=True, help="Keep printing new lines until the run ends.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@database_options
+@handle_errors
+def logs_cmd(
+    run_id: str,
+    node: str | None,
+    attempt: int | None,
+    follow: bool,
+    as_json: bool,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Print what a run's handlers logged and printed (ctx.log, logging records, stdout
+    and stderr), per attempt, in write order."""
+    setup_logging()
+    url = resolve_database(database_url)
+    with Client(url, schema=schema) as client:
+        run = client.get_run(run_id)
+        after = 0
+        ended_at: float | None = None
+        while True:
+            if follow and ended_at is None and client.get_run(run.id).state != "running":
+                ended_at = time.monotonic()
+            for line in client.step_logs(run.id, node=node, attempt=attempt, after=after):
+                after = line.id
+                if as_json:
+                    click.echo(json.dumps(log_line_dict(line), ensure_ascii=False))
+                else:
+                    click.echo(log_line_text(line))
+            # the last attempt's lines are written right after its result: keep reading
+            # for a moment after the run ended
+            if not follow or (ended_at is not None and time.monotonic() - ended_at > 1.0):
+                return
+            time.sleep(FOLLOW_POLL_S)

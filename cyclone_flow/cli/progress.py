@@ -135,7 +135,11 @@ def _follow_bar(client: Client, run_id: str, console: Console, waiter: _Waiter) 
         TextColumn("steps  {task.fields[detail]}"),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=console, transient=False) as progress:
+    # no redirect of sys.stdout/stderr: a handler's prints go to its step logs (the
+    # worker's proxies, cyclone_flow.worker.step_logs), not above the bar
+    with Progress(
+        *columns, console=console, transient=False, redirect_stdout=False, redirect_stderr=False
+    ) as progress:
         task = progress.add_task(f"run {run_id[:8]}", total=None, detail="")
         while True:
             status = waiter.next()

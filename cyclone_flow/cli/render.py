@@ -5,10 +5,12 @@ lines of a run's unique key, sequence and schedule."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
 from cyclone_flow.db.rows import Run, Step
+from cyclone_flow.engine.explain import Waiting
 
 __all__ = ["queue_info_lines", "run_dict", "step_detail", "step_fields"]
 
@@ -17,10 +19,13 @@ def run_dict(
     run: Run,
     steps: list[Step] | None = None,
     progress: dict[str, dict[str, int]] | None = None,
+    waiting: Mapping[str, Waiting] | None = None,
 ) -> dict[str, Any]:
     """The ``--json`` form of a run (``submit --wait``, ``run``, ``status``, ``runs``):
     its row, and with ``steps`` each step's fields and node-type fields (``progress``:
-    the item counts of its fan-out nodes, :meth:`Client.item_progress`)."""
+    the item counts of its fan-out nodes, :meth:`Client.item_progress`); with
+    ``waiting`` (:meth:`Client.explain`) each step's ``waiting`` object, null for a step
+    that is running or finished."""
     data = asdict(run)
     data["state"] = str(run.state)
     if steps is not None:
@@ -38,6 +43,11 @@ def run_dict(
                 "error_kind": s.error_kind,
                 "errors": s.errors,  # one entry per failed attempt, with its traceback
                 **step_fields(s, progress or {}),
+                **(
+                    {"waiting": w.as_dict() if (w := waiting.get(s.node)) else None}
+                    if waiting is not None
+                    else {}
+                ),
             }
             for s in steps
         ]

@@ -17,3 +17,11 @@ def dep_list_downstream(s: SessionLike, *, run_id: str, node: str) -> list[Downs
     """Every node downstream of ``node`` (transitively) with its on_dep_failure policy."""
     params = {"run_id": run_id, "node": node}
     return execute_rows(s, "dep_list_downstream", params, _DOWNSTREAM).fetchall()
+
+
+def dep_list(s: SessionLike, *, run_id: str) -> dict[str, list[str]]:
+    """The needs of each node of a run that has any: node -> its dependencies, sorted."""
+    out: dict[str, list[str]] = {}
+    for node, depends_on in execute(s, "dep_list", {"run_id": run_id}).fetchall():
+        out.setdefault(str(node), []).append(str(depends_on))
+    return out

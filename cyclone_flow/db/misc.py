@@ -42,3 +42,9 @@ def session_force_generic_plans(s: SessionLike) -> None:
     """Generic plans for the rest of the transaction (see
     :func:`send_session_force_generic_plans`)."""
     send_session_force_generic_plans(s).result()
+
+
+def session_read_snapshot(s: SessionLike) -> None:
+    """Make the transaction just begun on ``s`` read-only and REPEATABLE READ: its reads
+    see one snapshot (send it first)."""
+    execute(s, "session_read_snapshot")

@@ -28,6 +28,8 @@ PREFIXES: dict[str, tuple[str, ...]] = {
     "signals.sql": ("signal_",),
     "schedules.sql": ("schedule_",),
     "sequences.sql": ("sequence_",),
+    "workers.sql": ("worker_",),
+    "step_logs.sql": ("step_log_",),
     "misc.sql": ("notify_", "pg_", "session_"),
 }
 """The name prefixes each file may hold (tests/unit/test_db_queries.py checks them)."""

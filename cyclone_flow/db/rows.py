@@ -1,9 +1,10 @@
 """Typed rows of the named statements, built by column name (:func:`rows_of`).
 
 The public rows (:class:`Run`, :class:`Step`, :class:`ClaimedStep`, :class:`QueueStats`,
-:class:`ScheduleRow`, :class:`DueSchedule`) are frozen dataclasses; the ``RETURNING`` rows
-the engine reads are small NamedTuples. Every ``uuid`` column comes back as ``str`` (run
-ids are text everywhere in cyclone-flow), every timestamp as an aware ``datetime`` (UTC).
+:class:`ScheduleRow`, :class:`DueSchedule`, :class:`WorkerRow`, :class:`StepLogLine`) are
+frozen dataclasses; the ``RETURNING`` rows the engine reads are small NamedTuples. Every
+``uuid`` column comes back as ``str`` (run ids are text everywhere in cyclone-flow), every
+timestamp as an aware ``datetime`` (UTC).
 No code outside :mod:`cyclone_flow.db` reads a row by position.
 """
 
@@ -145,7 +146,8 @@ class Step:
     Node-type fields: ``parent_node`` and ``item_index`` (a fan-out item), ``items_total``
     and ``items_done`` (a started fan-out node), ``signal`` (a wait_signal node),
     ``child_run_id`` (a started child node), ``wait_until`` (when a child or signal wait
-    expires; None: no bound).
+    expires; None: no bound), ``max_parallel`` (a fan-out node's bound on its items
+    available or running at once; None: no bound).
     """
 
     id: int
@@ -175,6 +177,7 @@ class Step:
     signal: str | None = None
     wait_until: datetime | None = None
     child_run_id: str | None = None
+    max_parallel: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,6 +208,55 @@ class ScheduleRow:
     next_run_at: datetime
     last_run_at: datetime | None
     last_run_id: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerRow:
+    """One row of ``cyclone_workers``: a started client's heartbeat row.
+
+    ``queues`` and ``slots`` (worker threads per queue) in the same order; ``only_run``:
+    the run a ``cyclone-flow run`` process claims for alone (None: every run);
+    ``lease_ttl_s`` seconds; ``live``: heartbeated within one ``lease_ttl`` of the
+    database's now; ``last_seen_s``: seconds since its last beat."""
+
+    client_id: str
+    hostname: str
+    pid: int
+    queues: list[str]
+    slots: list[int]
+    only_run: str | None
+    lease_ttl_s: float
+    version: str
+    started_at: datetime
+    heartbeat_at: datetime
+    live: bool
+    last_seen_s: float
+
+    def serves(self, queue: str, run_id: str | None = None) -> bool:
+        """Whether this worker, live, claims steps of ``queue`` (of run ``run_id``)."""
+        if not self.live or queue not in self.queues:
+            return False
+        return self.only_run is None or self.only_run == run_id
+
+
+@dataclasses.dataclass(frozen=True)
+class StepLogLine:
+    """One row of ``cyclone_step_logs``: a line a handler logged or printed.
+
+    ``stream`` is ``log`` (a ``logging`` record or ``ctx.log``; ``level`` its level
+    name), ``stdout`` or ``stderr`` (``level`` None); ``generation`` is the claim's lease
+    generation and ``seq`` the line's place in its attempt (0-based); ``at`` when the
+    worker saw it (its clock, UTC). ``id`` orders a run's lines in write order."""
+
+    id: int
+    node: str
+    attempt: int
+    generation: int
+    seq: int
+    at: datetime
+    stream: str
+    level: str | None
+    message: str
 
 
 @dataclasses.dataclass(frozen=True)

@@ -221,6 +221,13 @@ def run_get_queue_info(s: SessionLike, *, run_id: str) -> dict[str, Any] | None:
     return execute_rows(s, "run_get_queue_info", {"run_id": run_id}, dict_row).fetchone()
 
 
+def run_get_sequence_holder(s: SessionLike, *, run_id: str) -> str | None:
+    """The first open run (neither completed nor cancelled) of run ``run_id``'s sequence
+    before it: what a held run waits for; None when there is none."""
+    row = execute(s, "run_get_sequence_holder", {"run_id": run_id}).fetchone()
+    return None if row is None else str(row[0])
+
+
 def run_get_sequence(s: SessionLike, *, run_id: str) -> str | None:
     """The sequence key of a run; None when it is in none (or does not exist)."""
     row = execute(s, "run_get_sequence", {"run_id": run_id}).fetchone()

@@ -3,6 +3,7 @@ transaction (Engine Design: ctx.CompletionTx(): The Exactly-Once-Effects Wedge).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -10,6 +11,11 @@ from typing import Any
 import psycopg
 
 from cyclone_flow.flowfile.model import JSON
+from cyclone_flow.logs import LOGGER_NAME, step_extra
+from cyclone_flow.worker.step_logs import StepLogger
+
+STEP_LOGGER_NAME = f"{LOGGER_NAME}.step"
+"""The logger behind ``ctx.log`` (its records carry ``run_id``, ``node``, ``attempt``)."""
 
 Conn = psycopg.Connection[Any]
 
@@ -20,7 +26,10 @@ class Context:
     Attributes: ``run_id`` (str UUID), ``node`` (str; ``NODE[i]`` for item ``i`` of a
     fan-out node), ``attempt`` (1-based; a reclaim after a crash keeps the number),
     ``step_id`` (int), ``item_index`` (0-based index of a fan-out item in its list, else
-    None).
+    None), ``log`` (a ``logging.LoggerAdapter`` of the ``cyclone_flow.step`` logger whose
+    records carry the step's fields: from INFO up they are kept in the step's logs
+    whatever the logger's level, as are the handler thread's other ``logging`` records
+    and its ``print`` output; ``cyclone-flow logs RUN``).
     """
 
     def __init__(
@@ -47,6 +56,9 @@ class Context:
         self._submit_in_tx = submit_in_tx
         self._enqueue_in_tx = enqueue_in_tx
         self.item_index = item_index
+        self.log = StepLogger(
+            logging.getLogger(STEP_LOGGER_NAME), step_extra(run_id, node, attempt)
+        )
 
     def completion_tx(self) -> Conn:
         """The psycopg connection of this step's completion transaction, already inside it.

@@ -43,6 +43,7 @@ from cyclone_flow.worker.completion import (
 )
 from cyclone_flow.worker.context import Context
 from cyclone_flow.worker.inputs import Inputs
+from cyclone_flow.worker.step_logs import AttemptLog, StepLogs
 
 __all__ = ["Executor"]
 
@@ -81,6 +82,8 @@ class Executor:
         )
         self.inline = InlineSink(db, config.client_id, self.settler)
         self.batch = completer
+        # the handler's logs and prints per attempt (started and stopped by the worker)
+        self.step_logs = StepLogs(db, config.step_log_bytes, config.logger)
 
     def start(self) -> None:
         """Start the batch sink's completer thread (when there is one)."""
@@ -115,6 +118,7 @@ class Executor:
         tx = CompletionTx(self.db.pool, self.tx_slots)
         extra = Wakeups()  # of runs the handler submits in its completion transaction
         duration_s: float | None = None  # handler time, for StepEvent and metrics
+        attempt_log: AttemptLog | None = None  # what the handler logged and printed
         timer = None
         if step.timeout_s is not None:
             timer = threading.Timer(step.timeout_s, cancel_event.set)
@@ -138,7 +142,8 @@ class Executor:
                 )
                 started = time.monotonic()
                 try:
-                    output = self._call(handler, ctx, handler_input)
+                    with self.step_logs.capture() as attempt_log:
+                        output = self._call(handler, ctx, handler_input)
                 finally:
                     duration_s = time.monotonic() - started
                     tx.check_not_ended()
@@ -170,6 +175,8 @@ class Executor:
         finally:
             if timer is not None:
                 timer.cancel()
+            # after the completion or failure is recorded: no connection is held here
+            self.step_logs.write(step, attempt_log)
         return False
 
     def _completion_producers(

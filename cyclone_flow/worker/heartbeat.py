@@ -3,18 +3,52 @@
 guarded by its claim's lease generation and the step's timeout. A lease that is not
 renewed is lost (the step was reclaimed, cancelled, timed out or completed): its handler
 is told through its cancel event, and the lease is not sent again.
+
+The same beat refreshes the client's row of ``cyclone_workers`` (:class:`WorkerIdentity`:
+who serves which queues), written first at start (:meth:`Heartbeat.register`) and
+deleted at a clean shutdown (:meth:`Heartbeat.unregister`); ``Client.workers()`` and
+``cyclone-flow workers`` read it, and "why is it waiting" looks for a live worker of a
+step's queue there.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import metadata
 
+from cyclone_flow.db import workers
 from cyclone_flow.db.conn import Database
 from cyclone_flow.engine import claim
 
-__all__ = ["Heartbeat", "HeartbeatResult"]
+__all__ = ["Heartbeat", "HeartbeatResult", "WorkerIdentity"]
+
+
+@cache
+def _version() -> str:
+    try:
+        return metadata.version("cyclone-flow")
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown"
+
+
+@dataclass(frozen=True)
+class WorkerIdentity:
+    """What a started client's ``cyclone_workers`` row says about it: ``queues`` (queue
+    -> worker threads), ``only_run`` (a ``cyclone-flow run`` process claims only that
+    run's steps), and the host, process id and cyclone-flow version (defaults: this
+    process)."""
+
+    queues: Mapping[str, int]
+    only_run: str | None = None
+    hostname: str = field(default_factory=socket.gethostname)
+    pid: int = field(default_factory=os.getpid)
+    version: str = field(default_factory=_version)
 
 
 @dataclass(frozen=True)
@@ -43,6 +77,7 @@ class Heartbeat:
         leases: dict[tuple[int, int], threading.Event],
         handed: set[tuple[int, int]],
         logger: logging.Logger,
+        identity: WorkerIdentity | None = None,
     ) -> None:
         self.db = db
         self.owner = owner
@@ -52,6 +87,7 @@ class Heartbeat:
         self.leases = leases
         self.handed = handed
         self.log = logger
+        self.identity = identity
 
     def run_once(self) -> HeartbeatResult:
         """One beat: renew every lease not known lost (one statement); tell the handlers
@@ -81,7 +117,44 @@ class Heartbeat:
             self.log.info("lost the lease of %d step(s); their handlers are told", told)
         return HeartbeatResult(len(leases), len(renewed), told)
 
+    def register(self) -> bool:
+        """Write (or refresh) this client's ``cyclone_workers`` row (with ``heartbeat_at``
+        the database's now); a no-op without an identity. A failure is logged, never
+        raised (the next beat tries again); returns whether the row was written."""
+        identity = self.identity
+        if identity is None:
+            return False
+        try:
+            with self.db.session() as s:
+                workers.worker_upsert(
+                    s,
+                    client_id=self.owner,
+                    hostname=identity.hostname,
+                    pid=identity.pid,
+                    queues=identity.queues,
+                    only_run=identity.only_run,
+                    lease_ttl_s=self.lease_ttl_s,
+                    version=identity.version,
+                )
+        except Exception:
+            self.log.exception("could not write the heartbeat row of worker %s", self.owner)
+            return False
+        return True
+
+    def unregister(self) -> None:
+        """Delete this client's ``cyclone_workers`` row (clean shutdown); a failure is
+        logged (the worker reaper deletes the row later)."""
+        if self.identity is None:
+            return
+        try:
+            with self.db.session() as s:
+                workers.worker_delete(s, client_id=self.owner)
+        except Exception:
+            self.log.exception("could not delete the heartbeat row of worker %s", self.owner)
+
     def run(self, stop: threading.Event) -> None:
-        """Beat every ``interval_s`` seconds until ``stop`` is set."""
+        """Beat every ``interval_s`` seconds until ``stop`` is set: refresh the worker row,
+        then renew the leases."""
         while not stop.wait(self.interval_s):
+            self.register()
             self.run_once()

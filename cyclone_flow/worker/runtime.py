@@ -3,7 +3,9 @@ heartbeat (:class:`cyclone_flow.worker.heartbeat.Heartbeat`) that renews every l
 this client each ``lease_ttl / 3``, the completer thread of the group commit, and one
 maintenance loop (:class:`cyclone_flow.maintenance.loop.MaintenanceLoop`: recovery sweep,
 schedule scanner, sequence safety net, retention sweep, wait scanner, deadline scanner,
-each from :mod:`cyclone_flow.maintenance`). The client's LISTEN connection
+worker reaper, each from :mod:`cyclone_flow.maintenance`). The heartbeat also keeps this
+client's ``cyclone_workers`` row, written before the threads start and deleted at the end
+of a clean shutdown. The client's LISTEN connection
 (:class:`cyclone_flow.notify.Listener`) forwards wakeups through
 :meth:`Worker.notice_available`.
 
@@ -32,10 +34,11 @@ from cyclone_flow.maintenance.retention import RetentionSweeper, RetentionSweepe
 from cyclone_flow.maintenance.scheduler import ScheduleScanner
 from cyclone_flow.maintenance.sequences import SequenceScanner, SequenceScannerConfig
 from cyclone_flow.maintenance.wait_scanner import WaitScanner, WaitScannerConfig
+from cyclone_flow.maintenance.worker_reaper import WorkerReaper, WorkerReaperConfig
 from cyclone_flow.notify import Publish
 from cyclone_flow.states import EventKind
 from cyclone_flow.worker.execute import Executor
-from cyclone_flow.worker.heartbeat import Heartbeat
+from cyclone_flow.worker.heartbeat import Heartbeat, WorkerIdentity
 
 
 class Worker:
@@ -91,6 +94,7 @@ class Worker:
             self._leases,
             self._handed,
             self.log,
+            WorkerIdentity(dict(config.worker_queues), only_run),
         )
         # the maintenance services (Engine Design: Pool Budget lists them), in the order
         # the maintenance loop runs them, each every sweep_interval (retention: its own)
@@ -124,13 +128,19 @@ class Worker:
         services.append(self.sequences)
         if self.retention is not None:
             services.append(self.retention)
-        services += [self.wait_scanner, self.deadline_scanner]
+        self.worker_reaper = WorkerReaper(
+            db, WorkerReaperConfig(interval_s=max(tick, 60.0)), self.log
+        )
+        services += [self.wait_scanner, self.deadline_scanner, self.worker_reaper]
         self.maintenance = MaintenanceLoop(services, tick, self.log)
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start every thread; returns at once."""
+        """Write this client's ``cyclone_workers`` row, then start every thread; returns
+        at once."""
+        self.heartbeat.register()
+        self.executor.step_logs.start()  # handlers' prints and records go to their steps
         targets: list[tuple[str, Callable[[], None]]] = [
             ("claim", self._claim_loop),
             ("heartbeat", self._heartbeat_loop),
@@ -184,6 +194,8 @@ class Worker:
             self._tasks.put(None)
         for thread in self._threads:
             thread.join(timeout=0.5 if thread.name.startswith("cyclone-worker") else 5.0)
+        self.heartbeat.unregister()  # after the heartbeat thread: no beat writes it again
+        self.executor.step_logs.stop()
 
     # -- wakeups -----------------------------------------------------------------------
 

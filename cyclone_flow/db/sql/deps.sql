@@ -25,3 +25,9 @@ SELECT s.node, s.on_dep_failure
 FROM {schema}.cyclone_steps s
 JOIN down ON down.node = s.node
 WHERE s.run_id = %(run_id)s
+
+-- name: dep_list
+-- Every (node, depends_on) edge of a run, by node then dependency ("why is it waiting").
+SELECT node, depends_on FROM {schema}.cyclone_deps
+WHERE run_id = %(run_id)s
+ORDER BY node, depends_on

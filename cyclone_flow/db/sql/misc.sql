@@ -29,3 +29,8 @@ SELECT coalesce(%(now)s::timestamptz, now())
 -- higher), which costs 0.5-1 ms per call, several times the statement itself. Only the
 -- engine's statements follow it: a handler's own writes in ctx.completion_tx() came before.
 SET LOCAL plan_cache_mode = force_generic_plan
+
+-- name: session_read_snapshot
+-- First in a read-only transaction whose reads must agree with each other ("why is it
+-- waiting", which reads a run, its steps, deps and the workers): one snapshot for all.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY

@@ -136,6 +136,15 @@ SELECT unique_key, unique_slot IS NOT NULL AS unique_held, unique_states, sequen
        sequence_pos, sequence_held, schedule_id, scheduled_for
 FROM {schema}.cyclone_runs WHERE id = %(run_id)s
 
+-- name: run_get_sequence_holder
+-- The run a held run of a sequence waits for: the first run of its sequence before it
+-- that is neither completed nor cancelled (NULL: none, the release is due).
+SELECT h.id FROM {schema}.cyclone_runs r
+JOIN {schema}.cyclone_runs h ON h.sequence_key = r.sequence_key AND h.sequence_pos < r.sequence_pos
+WHERE r.id = %(run_id)s AND h.state NOT IN ('completed', 'cancelled')
+ORDER BY h.sequence_pos
+LIMIT 1
+
 -- name: run_get_sequence
 -- The sequence key of a run (NULL when it is in none).
 SELECT sequence_key FROM {schema}.cyclone_runs WHERE id = %(run_id)s

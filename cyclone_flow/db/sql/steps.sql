@@ -496,7 +496,7 @@ RETURNING queue, state, scheduled_at <= statement_timestamp() AS due
 SELECT id, node, type, call, state, queue, priority, attempt, max_attempts, reclaims,
        lease_owner, lease_expiry, lease_generation, started_at, finished_at, scheduled_at,
        output, error, error_kind, errors, parent_node, item_index, items_total, items_done,
-       signal, wait_until, child_run_id
+       signal, wait_until, child_run_id, max_parallel
 FROM {schema}.cyclone_steps
 WHERE run_id = %(run_id)s AND (%(items)s OR parent_node IS NULL)
 ORDER BY id

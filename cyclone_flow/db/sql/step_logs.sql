@@ -1,0 +1,32 @@
+-- Table cyclone_step_logs: the lines a handler logged and printed during one attempt,
+-- written once at the end of that attempt; deleted with their run (ON DELETE CASCADE).
+-- Defined by migration 0006_step_logs.
+
+-- name: step_log_insert_many
+-- The lines of one attempt (a claim's generation), in one statement over arrays.
+INSERT INTO {schema}.cyclone_step_logs
+    (run_id, node, attempt, generation, seq, at, stream, level, message)
+SELECT %(run_id)s::uuid, %(node)s, %(attempt)s, %(generation)s, l.seq, l.at, l.stream,
+       l.level, l.message
+FROM unnest(%(seqs)s::int[], %(ats)s::timestamptz[], %(streams)s::text[],
+            %(levels)s::text[], %(messages)s::text[]) AS l(seq, at, stream, level, message)
+
+-- name: step_log_list
+-- A run's lines after id %(after)s in write order, of node %(node)s (NULL: every node; a
+-- fan-out node's name also matches its items) and attempt %(attempt)s (NULL: every one).
+SELECT id, node, attempt, generation, seq, at, stream, level, message
+FROM {schema}.cyclone_step_logs
+WHERE run_id = %(run_id)s AND id > %(after)s
+  AND (%(node)s::text IS NULL OR node = %(node)s
+       OR left(node, length(%(node)s) + 1) = %(node)s || '[')
+  AND (%(attempt)s::int IS NULL OR attempt = %(attempt)s)
+ORDER BY id
+LIMIT %(limit)s
+
+-- name: step_log_list_tail
+-- The last %(limit)s lines of a run (status), newest first.
+SELECT id, node, attempt, generation, seq, at, stream, level, message
+FROM {schema}.cyclone_step_logs
+WHERE run_id = %(run_id)s
+ORDER BY id DESC
+LIMIT %(limit)s

@@ -1,0 +1,61 @@
+"""The statements of ``sql/step_logs.sql`` (table ``cyclone_step_logs``), one typed
+function each: the lines a handler logged and printed, per attempt."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from cyclone_flow.db.conn import SessionLike, execute, execute_rows
+from cyclone_flow.db.rows import StepLogLine, rows_of
+
+_LINE = rows_of(StepLogLine)
+
+
+def step_log_insert_many(
+    s: SessionLike,
+    *,
+    run_id: str,
+    node: str,
+    attempt: int,
+    generation: int,
+    lines: Sequence[tuple[datetime, str, str | None, str]],
+) -> None:
+    """Write the ``lines`` of one attempt, each ``(at, stream, level, message)``, numbered
+    from 0 in the order given (one statement)."""
+    execute(
+        s,
+        "step_log_insert_many",
+        {
+            "run_id": run_id,
+            "node": node,
+            "attempt": attempt,
+            "generation": generation,
+            "seqs": list(range(len(lines))),
+            "ats": [line[0] for line in lines],
+            "streams": [line[1] for line in lines],
+            "levels": [line[2] for line in lines],
+            "messages": [line[3] for line in lines],
+        },
+    )
+
+
+def step_log_list(
+    s: SessionLike,
+    *,
+    run_id: str,
+    node: str | None = None,
+    attempt: int | None = None,
+    after: int = 0,
+    limit: int = 10_000,
+) -> list[StepLogLine]:
+    """Up to ``limit`` lines of a run with an id above ``after``, in write order; only
+    those of ``node`` (and its fan-out items) and ``attempt`` when given."""
+    params = {"run_id": run_id, "node": node, "attempt": attempt, "after": after, "limit": limit}
+    return execute_rows(s, "step_log_list", params, _LINE).fetchall()
+
+
+def step_log_list_tail(s: SessionLike, *, run_id: str, limit: int) -> list[StepLogLine]:
+    """The last ``limit`` lines of a run, oldest first."""
+    rows = execute_rows(s, "step_log_list_tail", {"run_id": run_id, "limit": limit}, _LINE)
+    return rows.fetchall()[::-1]

@@ -1,0 +1,354 @@
+"""Why a step waits (issue 18): one function, :func:`explain`, that says for each step of a
+run that is neither running nor finished what it waits for, from rows read in one
+snapshot (:func:`read_snapshot`): its unfinished needs, the ``scheduled_at`` of a retry's
+backoff or of a delayed run, the awaited signal and its deadline, the child run, the
+``max_parallel`` bound of its fan-out, the earlier run that holds its sequence, or the
+absence of a live worker serving its queue (``cyclone_workers``). ``Client.explain``,
+``cyclone-flow status`` (text and ``--json``) and the dashboard show the same answers.
+
+:func:`explain` is pure: the same :class:`Snapshot` gives the same answers, so it is
+tested on rows as well as through the API. There are no paused runs in cyclone-flow: a
+run that ended (failed or cancelled) with unfinished steps says so
+(:attr:`WaitReason.RUN_ENDED`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from cyclone_flow.db import deps, misc, runs, steps, workers
+from cyclone_flow.db.conn import SessionLike
+from cyclone_flow.db.rows import Run, Step, WorkerRow
+from cyclone_flow.states import RunState, StepState
+
+__all__ = ["Snapshot", "WaitReason", "Waiting", "explain", "read_snapshot"]
+
+
+class WaitReason(StrEnum):
+    """Why a step that is neither running nor finished is not running (the ``reason`` of
+    :class:`Waiting`; stable codes for ``status --json``)."""
+
+    NEEDS = "needs"
+    """Pending: some of its needs have not finished (``needs`` names them)."""
+    SEQUENCE = "sequence"
+    """Pending: its run is held behind an earlier run of its sequence (``holder_run_id``)."""
+    MAX_PARALLEL = "max_parallel"
+    """A fan-out item (or node) held back: ``max_parallel`` items are available or running."""
+    BACKOFF = "backoff"
+    """Available after a failed attempt, claimable at ``claimable_at`` (the retry delay)."""
+    DELAYED = "delayed"
+    """Available in a run submitted with ``run_at``/``delay``: claimable at ``claimable_at``."""
+    NO_WORKER = "no_worker"
+    """Claimable now, but no live worker serves its queue (``queue``)."""
+    QUEUED = "queued"
+    """Claimable now and a live worker serves its queue: it waits for a free worker slot."""
+    SIGNAL = "signal"
+    """A wait_signal node awaiting ``signal``, until ``deadline`` (None: no bound)."""
+    CHILD_RUN = "child_run"
+    """A child node waiting for ``child_run_id`` to end, until ``deadline``."""
+    FAN_OUT = "fan_out"
+    """A fan-out node waiting for its items (``items_done`` of ``items_total``)."""
+    STARTING = "starting"
+    """Pending with every need finished: its release is in progress (a transient state)."""
+    RUN_ENDED = "run_ended"
+    """Its run ended (failed or cancelled) before it ran; ``cyclone-flow retry`` resumes it."""
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What one waiting step waits for: the ``reason`` code, a human ``text`` (one line),
+    and the fields that apply: ``claimable_at`` (when it becomes claimable; for ``queued``
+    and ``no_worker``, since when it is), ``needs`` (unfinished needs), ``signal`` and
+    ``deadline``, ``child_run_id``, ``holder_run_id``, ``max_parallel`` and ``active``
+    (items available or running), ``items_done``/``items_total``, ``queue``, and
+    ``served`` (whether a live worker serves its queue; None where it does not matter)."""
+
+    node: str
+    reason: WaitReason
+    text: str
+    queue: str
+    claimable_at: datetime | None = None
+    needs: tuple[str, ...] = ()
+    signal: str | None = None
+    deadline: datetime | None = None
+    child_run_id: str | None = None
+    holder_run_id: str | None = None
+    max_parallel: int | None = None
+    active: int | None = None
+    items_done: int | None = None
+    items_total: int | None = None
+    served: bool | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form (``status --json``): the code, the text, ISO 8601 instants, and
+        only the fields that apply."""
+        out: dict[str, Any] = {"reason": str(self.reason), "text": self.text}
+        out["claimable_at"] = self.claimable_at.isoformat() if self.claimable_at else None
+        if self.needs:
+            out["needs"] = list(self.needs)
+        for name in ("signal", "child_run_id", "holder_run_id", "max_parallel", "active"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        if self.reason in (WaitReason.SIGNAL, WaitReason.CHILD_RUN):
+            out["deadline"] = self.deadline.isoformat() if self.deadline else None
+        if self.items_total is not None:
+            out["items"] = {"done": self.items_done or 0, "total": self.items_total}
+        if self.served is not None:
+            out["queue"] = self.queue
+            out["served"] = self.served
+        return out
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The rows :func:`explain` reads, all from one snapshot: the run and its steps
+    (fan-out items only when read with ``items``), ``needs`` (node -> its dependencies),
+    ``item_states`` (fan-out node -> item state -> count), the run's ``sequence_held``
+    and ``holder_run_id``, every ``workers`` row, and the database's ``now``."""
+
+    run: Run
+    steps: Sequence[Step]
+    needs: Mapping[str, Sequence[str]]
+    item_states: Mapping[str, Mapping[str, int]]
+    workers: Sequence[WorkerRow]
+    now: datetime
+    sequence_held: bool = False
+    holder_run_id: str | None = None
+    _by_node: dict[str, Step] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._by_node.update((s.node, s) for s in self.steps)
+
+    def served(self, queue: str) -> bool:
+        """Whether a live worker claims steps of ``queue`` for this run."""
+        return any(w.serves(queue, self.run.id) for w in self.workers)
+
+
+def read_snapshot(
+    s: SessionLike, run_id: str, *, items: bool = False, now: datetime | None = None
+) -> Snapshot | None:
+    """Read what :func:`explain` needs for run ``run_id`` (a normalised UUID) in one
+    read-only REPEATABLE READ transaction on ``s`` (``s.conn`` must be idle: the
+    transaction begins here and the caller's block ends it); None for an unknown run.
+    ``items``: also read each fan-out item step; ``now`` pins the clock (tests)."""
+    with s.conn.transaction():
+        misc.session_read_snapshot(s)
+        run = runs.run_get(s, run_id=run_id)
+        if run is None:
+            return None
+        info = runs.run_get_queue_info(s, run_id=run_id) or {}
+        held = bool(info.get("sequence_held"))
+        return Snapshot(
+            run=run,
+            steps=steps.step_list(s, run_id=run_id, items=items),
+            needs=deps.dep_list(s, run_id=run_id),
+            item_states=steps.step_count_items(s, run_id=run_id),
+            workers=workers.worker_list(s, now=now),
+            now=misc.pg_now(s, now=now),
+            sequence_held=held,
+            holder_run_id=runs.run_get_sequence_holder(s, run_id=run_id) if held else None,
+        )
+
+
+def explain(snap: Snapshot) -> dict[str, Waiting]:
+    """Why each step of the snapshot that is neither running nor finished waits: node ->
+    :class:`Waiting` (running and finished steps are left out)."""
+    out: dict[str, Waiting] = {}
+    for step in snap.steps:
+        if step.state is StepState.RUNNING or step.state.terminal:
+            continue
+        out[step.node] = _explain_step(snap, step)
+    return out
+
+
+def _when(at: datetime) -> str:
+    return at.isoformat(timespec="seconds")
+
+
+def _in(snap: Snapshot, at: datetime) -> str:
+    seconds = max(0.0, (at - snap.now).total_seconds())
+    return f"{_when(at)} (in {_seconds(seconds)})"
+
+
+def _seconds(s: float) -> str:
+    if s < 60:
+        return f"{s:.0f}s"
+    if s < 3600:
+        return f"{s / 60:.0f}m"
+    if s < 86400:
+        return f"{s / 3600:.1f}h"
+    return f"{s / 86400:.1f}d"
+
+
+def _no_worker_note(snap: Snapshot, queue: str) -> str:
+    return "" if snap.served(queue) else f"; no live worker serves queue {queue!r}"
+
+
+def _explain_step(snap: Snapshot, step: Step) -> Waiting:
+    run = snap.run
+    queue = step.queue
+    if run.state is not RunState.RUNNING:
+        return Waiting(
+            step.node,
+            WaitReason.RUN_ENDED,
+            f"the run is {run.state}: this step will not run (cyclone-flow retry resumes it)",
+            queue,
+        )
+    if step.state is StepState.WAITING:
+        return _explain_waiting(snap, step)
+    if step.state is StepState.PENDING:
+        return _explain_pending(snap, step)
+    # available: claimable at scheduled_at
+    served = snap.served(queue)
+    if step.scheduled_at > snap.now:
+        retry = step.attempt > 1 or bool(step.errors)
+        reason = WaitReason.BACKOFF if retry else WaitReason.DELAYED
+        what = (
+            f"retry {step.attempt}/{step.max_attempts} in backoff"
+            if retry
+            else "delayed run: not before its start"
+        )
+        return Waiting(
+            step.node,
+            reason,
+            f"{what}; claimable at {_in(snap, step.scheduled_at)}" + _no_worker_note(snap, queue),
+            queue,
+            claimable_at=step.scheduled_at,
+            served=served,
+        )
+    if not served:
+        return Waiting(
+            step.node,
+            WaitReason.NO_WORKER,
+            f"claimable since {_when(step.scheduled_at)}, but no live worker serves queue "
+            f"{queue!r} (start one: cyclone-flow worker --queue {queue})",
+            queue,
+            claimable_at=step.scheduled_at,
+            served=False,
+        )
+    return Waiting(
+        step.node,
+        WaitReason.QUEUED,
+        f"claimable since {_when(step.scheduled_at)}; waits for a free worker of queue {queue!r}",
+        queue,
+        claimable_at=step.scheduled_at,
+        served=True,
+    )
+
+
+def _explain_pending(snap: Snapshot, step: Step) -> Waiting:
+    queue = step.queue
+    if step.parent_node is not None:  # a fan-out item beyond max_parallel
+        parent = snap._by_node.get(step.parent_node)
+        bound = parent.max_parallel if parent is not None else None
+        active = _active_items(snap, step.parent_node)
+        return Waiting(
+            step.node,
+            WaitReason.MAX_PARALLEL,
+            f"{step.parent_node} runs at most {bound} items at once ({active} available or "
+            "running); this item starts when one of them ends",
+            queue,
+            max_parallel=bound,
+            active=active,
+        )
+    if snap.sequence_held and not snap.needs.get(step.node):
+        holder = snap.holder_run_id
+        text = (
+            f"the run is held in its sequence until run {holder} completes or is cancelled"
+            if holder
+            else "the run is held in its sequence; its release is due"
+        )
+        return Waiting(step.node, WaitReason.SEQUENCE, text, queue, holder_run_id=holder)
+    unfinished = tuple(
+        need
+        for need in snap.needs.get(step.node, ())
+        if (dep := snap._by_node.get(need)) is None or not dep.state.terminal
+    )
+    if unfinished:
+        states = ", ".join(f"{n} ({_state_of(snap, n)})" for n in unfinished)
+        return Waiting(
+            step.node,
+            WaitReason.NEEDS,
+            f"waits for {states}",
+            queue,
+            needs=unfinished,
+        )
+    if step.scheduled_at > snap.now:  # a delayed run's node that is not an action
+        return Waiting(
+            step.node,
+            WaitReason.DELAYED,
+            f"delayed run: starts at {_in(snap, step.scheduled_at)}",
+            queue,
+            claimable_at=step.scheduled_at,
+        )
+    return Waiting(
+        step.node, WaitReason.STARTING, "its needs are done: it is being released", queue
+    )
+
+
+def _explain_waiting(snap: Snapshot, step: Step) -> Waiting:
+    queue = step.queue
+    until = f" until {_when(step.wait_until)}" if step.wait_until else " (no deadline)"
+    if step.type == "wait_signal":
+        return Waiting(
+            step.node,
+            WaitReason.SIGNAL,
+            f"awaits signal {step.signal!r}{until} (cyclone-flow signal RUN {step.signal})",
+            queue,
+            signal=step.signal,
+            deadline=step.wait_until,
+        )
+    if step.type == "child":
+        return Waiting(
+            step.node,
+            WaitReason.CHILD_RUN,
+            f"waits for child run {step.child_run_id} to end{until}",
+            queue,
+            child_run_id=step.child_run_id,
+            deadline=step.wait_until,
+        )
+    # a fan-out node: its items decide
+    counts = snap.item_states.get(step.node, {})
+    done, total = step.items_done or 0, step.items_total
+    progress = f"{done}/{total} items done"
+    available = counts.get(str(StepState.AVAILABLE), 0)
+    pending = counts.get(str(StepState.PENDING), 0)
+    active = _active_items(snap, step.node)
+    fields: dict[str, Any] = {"items_done": done, "items_total": total, "active": active}
+    if available and not snap.served(queue):
+        return Waiting(
+            step.node,
+            WaitReason.NO_WORKER,
+            f"{progress}; {available} claimable but no live worker serves queue {queue!r}",
+            queue,
+            served=False,
+            **fields,
+        )
+    if pending and step.max_parallel is not None and active >= step.max_parallel:
+        return Waiting(
+            step.node,
+            WaitReason.MAX_PARALLEL,
+            f"{progress}; max_parallel {step.max_parallel} reached ({active} available or "
+            f"running, {pending} held back)",
+            queue,
+            max_parallel=step.max_parallel,
+            **fields,
+        )
+    return Waiting(
+        step.node, WaitReason.FAN_OUT, f"waits for its items: {progress}", queue, **fields
+    )
+
+
+def _active_items(snap: Snapshot, node: str) -> int:
+    counts = snap.item_states.get(node, {})
+    return counts.get(str(StepState.AVAILABLE), 0) + counts.get(str(StepState.RUNNING), 0)
+
+
+def _state_of(snap: Snapshot, node: str) -> str:
+    dep = snap._by_node.get(node)
+    return str(dep.state) if dep is not None else "not started"
