@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from cyclone_flow.db.conn import Pending, SessionLike, execute, nothing
 
@@ -42,3 +43,17 @@ def session_force_generic_plans(s: SessionLike) -> None:
     """Generic plans for the rest of the transaction (see
     :func:`send_session_force_generic_plans`)."""
     send_session_force_generic_plans(s).result()
+
+
+def send_session_isolation(s: SessionLike) -> Pending[tuple[str, str | None]]:
+    """Send the check of a completion transaction's isolation: its result is the
+    transaction's isolation (``"read committed"`` unless a handler changed it) and the
+    session's default isolation when a handler changed it to something else than READ
+    COMMITTED (else None)."""
+    return Pending(execute(s, "session_isolation"), _isolation)
+
+
+def _isolation(cursor: Any) -> tuple[str, str | None]:
+    row = cursor.fetchone()
+    assert row is not None  # a SELECT of values returns its row
+    return row[0], row[1]

@@ -13,11 +13,14 @@ from cyclone_flow.db.conn import pipelined
 from cyclone_flow.db.rows import ClaimedStep, CompletedLease
 from cyclone_flow.engine import advance
 from cyclone_flow.engine.tx import Outcome, Tx
+from cyclone_flow.errors import IsolationLevelError
 from cyclone_flow.notify import Wakeups
 from cyclone_flow.states import StepState
 
 
-def complete_step(tx: Tx, step: ClaimedStep, owner: str, output_json: str) -> Outcome | None:
+def complete_step(
+    tx: Tx, step: ClaimedStep, owner: str, output_json: str, *, check_isolation: bool = False
+) -> Outcome | None:
     """running -> completed with ``output_json`` under the claim's lease, and the run's
     advance: dependents whose deps all completed are released (fan-out, child and
     wait_signal nodes start), the run completes when nothing is left (and a parent's child
@@ -27,15 +30,26 @@ def complete_step(tx: Tx, step: ClaimedStep, owner: str, output_json: str) -> Ou
     release and the run's completion; more only for what that starts. Returns None when
     stale: the caller must roll back, business writes included. Raises the psycopg error of
     a failed statement (the transaction is then failed and must be rolled back; the
-    connection stays usable)."""
+    connection stays usable).
+
+    ``check_isolation`` (the handler used the transaction): the same round trip also
+    reads the transaction's isolation, and raises :class:`IsolationLevelError` (roll back)
+    when the handler changed it or the session's default isolation (the engine's checks
+    need READ COMMITTED)."""
     parent = step.parent_node  # a fan-out item's fan-out node
     with pipelined(tx.conn):
+        isolation = misc.send_session_isolation(tx) if check_isolation else None
         misc.send_session_force_generic_plans(tx)
         runs.send_run_lock(tx, run_id=step.run_id)
         completing = steps.send_step_complete_if_leased(
             tx, id=step.id, owner=owner, generation=step.lease_generation, output=output_json
         )
         sent = None if parent is not None else advance.send_node_advance(tx, step.run_id, step.node)
+    if isolation is not None:
+        current, default = isolation.result()
+        if current != "read committed" or default is not None:
+            changed = current if current != "read committed" else f"session default {default}"
+            raise IsolationLevelError(step.run_id, step.node, changed)
     completed = completing.result()
     if completed is None:
         return None

@@ -11,8 +11,9 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from cyclone_flow.db.conn import Database
+from cyclone_flow.db.conn import Database, retry_conflicts
 from cyclone_flow.engine import claim
+from cyclone_flow.events import Reporter
 
 __all__ = ["Heartbeat", "HeartbeatResult"]
 
@@ -32,7 +33,8 @@ class Heartbeat:
 
     ``leases`` maps ``(step id, lease_generation)`` to the cancel event of the handler
     holding it, ``handed`` holds the leases whose completion waits in the group commit; both
-    belong to the worker and are read and changed only under ``lock``."""
+    belong to the worker and are read and changed only under ``lock``. ``reporter`` logs
+    and counts a failed beat (default: one on ``logger``)."""
 
     def __init__(
         self,
@@ -43,6 +45,7 @@ class Heartbeat:
         leases: dict[tuple[int, int], threading.Event],
         handed: set[tuple[int, int]],
         logger: logging.Logger,
+        reporter: Reporter | None = None,
     ) -> None:
         self.db = db
         self.owner = owner
@@ -52,21 +55,27 @@ class Heartbeat:
         self.leases = leases
         self.handed = handed
         self.log = logger
+        self.reporter = reporter or Reporter(logger)
 
     def run_once(self) -> HeartbeatResult:
         """One beat: renew every lease not known lost (one statement); tell the handlers
         whose lease was not renewed. A failed statement is logged and tells no one (the
-        next beat tries again)."""
+        next beat tries again; a serialization failure or deadlock is tried again at
+        once)."""
         with self.lock:  # leases already known lost are not sent again
             leases = [lease for lease, told in self.leases.items() if not told.is_set()]
             handed = set(self.handed)
         if not leases:
             return HeartbeatResult()
-        try:
+
+        def beat() -> set[tuple[int, int]]:
             with self.db.session() as s:
-                renewed = claim.extend_leases(s, self.owner, self.lease_ttl_s, leases)
-        except Exception:
-            self.log.exception("heartbeat failed for %d leases", len(leases))
+                return claim.extend_leases(s, self.owner, self.lease_ttl_s, leases)
+
+        try:
+            renewed = retry_conflicts(beat)
+        except Exception as exc:
+            self.reporter.trouble("heartbeat", exc, "heartbeat failed for %d leases", len(leases))
             return HeartbeatResult(len(leases))
         told = 0
         with self.lock:

@@ -29,3 +29,21 @@ SELECT coalesce(%(now)s::timestamptz, now())
 -- higher), which costs 0.5-1 ms per call, several times the statement itself. Only the
 -- engine's statements follow it: a handler's own writes in ctx.completion_tx() came before.
 SET LOCAL plan_cache_mode = force_generic_plan
+
+-- name: session_read_committed
+-- Run once per connection, in autocommit, at its first checkout: the session's default
+-- isolation becomes READ COMMITTED whatever the database's or the role's default, so that
+-- the statements the engine runs in autocommit are READ COMMITTED as its transactions
+-- (which begin with BEGIN ISOLATION LEVEL READ COMMITTED).
+SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED
+
+-- name: session_isolation
+-- Sent in a completion's pipeline when the handler used ctx.completion_tx(): the
+-- isolation of the transaction, and the session's default isolation unless it is the one
+-- the session started with or READ COMMITTED (NULL then), to refuse a handler's SET
+-- TRANSACTION ISOLATION LEVEL, SET SESSION CHARACTERISTICS or SET
+-- default_transaction_isolation before the commit.
+SELECT current_setting('transaction_isolation'),
+       (SELECT p.setting FROM pg_catalog.pg_settings p
+        WHERE p.name = 'default_transaction_isolation'
+          AND p.setting IS DISTINCT FROM p.reset_val AND p.setting <> 'read committed')
