@@ -193,10 +193,10 @@ class StepTimeoutError(CycloneError):
 
 class IsolationLevelError(CycloneError):
     """Given to ``error_handler`` when a handler changed the isolation of its completion
-    transaction (``SET TRANSACTION ISOLATION LEVEL``, or the session's default through
-    ``SET SESSION CHARACTERISTICS`` / ``SET default_transaction_isolation``): the engine's
-    transactions must run under READ COMMITTED, so nothing of the transaction committed
-    and the step failed permanently (error_kind handler_error)."""
+    transaction, or the session's default through ``SET SESSION CHARACTERISTICS`` / ``SET
+    default_transaction_isolation``: the engine's transactions must run under READ
+    COMMITTED, so nothing of the transaction committed and the step failed permanently
+    (error_kind handler_error)."""
 
     def __init__(self, run_id: str, node: str, isolation: str) -> None:
         self.run_id = run_id

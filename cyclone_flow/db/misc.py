@@ -45,15 +45,22 @@ def session_force_generic_plans(s: SessionLike) -> None:
     send_session_force_generic_plans(s).result()
 
 
-def send_session_isolation(s: SessionLike) -> Pending[tuple[str, str | None]]:
+def session_default_isolation(s: SessionLike) -> str:
+    """The session's ``default_transaction_isolation`` (e.g. ``"read committed"``)."""
+    row = execute(s, "session_default_isolation").fetchone()
+    assert row is not None  # a SELECT of one value returns its row
+    value: str = row[0]
+    return value
+
+
+def send_session_isolation(s: SessionLike) -> Pending[tuple[str, str]]:
     """Send the check of a completion transaction's isolation: its result is the
     transaction's isolation (``"read committed"`` unless a handler changed it) and the
-    session's default isolation when a handler changed it to something else than READ
-    COMMITTED (else None)."""
+    session's default isolation."""
     return Pending(execute(s, "session_isolation"), _isolation)
 
 
-def _isolation(cursor: Any) -> tuple[str, str | None]:
+def _isolation(cursor: Any) -> tuple[str, str]:
     row = cursor.fetchone()
     assert row is not None  # a SELECT of values returns its row
     return row[0], row[1]

@@ -17,9 +17,16 @@ from cyclone_flow.errors import IsolationLevelError
 from cyclone_flow.notify import Wakeups
 from cyclone_flow.states import StepState
 
+READ_COMMITTED = "read committed"  # as current_setting('transaction_isolation') says it
+
 
 def complete_step(
-    tx: Tx, step: ClaimedStep, owner: str, output_json: str, *, check_isolation: bool = False
+    tx: Tx,
+    step: ClaimedStep,
+    owner: str,
+    output_json: str,
+    *,
+    default_isolation: str | None = None,
 ) -> Outcome | None:
     """running -> completed with ``output_json`` under the claim's lease, and the run's
     advance: dependents whose deps all completed are released (fan-out, child and
@@ -32,13 +39,14 @@ def complete_step(
     a failed statement (the transaction is then failed and must be rolled back; the
     connection stays usable).
 
-    ``check_isolation`` (the handler used the transaction): the same round trip also
-    reads the transaction's isolation, and raises :class:`IsolationLevelError` (roll back)
-    when the handler changed it or the session's default isolation (the engine's checks
-    need READ COMMITTED)."""
+    ``default_isolation`` (the handler used the transaction: the session's default
+    isolation before it ran): the same round trip also reads the transaction's isolation
+    and the session's default, and raises :class:`IsolationLevelError` (roll back) when
+    the handler changed either (to anything but READ COMMITTED; the engine's checks need
+    READ COMMITTED)."""
     parent = step.parent_node  # a fan-out item's fan-out node
     with pipelined(tx.conn):
-        isolation = misc.send_session_isolation(tx) if check_isolation else None
+        isolation = misc.send_session_isolation(tx) if default_isolation is not None else None
         misc.send_session_force_generic_plans(tx)
         runs.send_run_lock(tx, run_id=step.run_id)
         completing = steps.send_step_complete_if_leased(
@@ -47,9 +55,10 @@ def complete_step(
         sent = None if parent is not None else advance.send_node_advance(tx, step.run_id, step.node)
     if isolation is not None:
         current, default = isolation.result()
-        if current != "read committed" or default is not None:
-            changed = current if current != "read committed" else f"session default {default}"
-            raise IsolationLevelError(step.run_id, step.node, changed)
+        if current != READ_COMMITTED:
+            raise IsolationLevelError(step.run_id, step.node, current)
+        if default not in (default_isolation, READ_COMMITTED):
+            raise IsolationLevelError(step.run_id, step.node, f"session default {default}")
     completed = completing.result()
     if completed is None:
         return None

@@ -11,9 +11,10 @@ so the session's shared server is never restarted or reconfigured.
 - A database whose ``default_transaction_isolation`` is ``repeatable read`` or
   ``serializable``: the diamond and a 50-parent fan-in finish every time (the engine pins
   READ COMMITTED on its transactions and sessions).
-- A handler that changes the isolation of its completion transaction fails its step
-  permanently with :class:`~cyclone_flow.errors.IsolationLevelError`, nothing of it
-  committed.
+- A handler that changes the session's default isolation in its completion transaction
+  fails its step permanently with :class:`~cyclone_flow.errors.IsolationLevelError`; one
+  that runs ``SET TRANSACTION ISOLATION LEVEL`` there is refused by Postgres; nothing of
+  either commits.
 """
 
 from __future__ import annotations
@@ -274,20 +275,9 @@ def test_diamonds_and_fan_ins_finish_under_a_raised_default_isolation(
     assert _query(url, "SELECT count(*) FROM fault_ledger") == [(10 * 4 + PARENTS + 1,)]
 
 
-@pytest.mark.parametrize(
-    "statement",
-    [
-        "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
-        "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL REPEATABLE READ",
-        "SET default_transaction_isolation = 'serializable'",
-    ],
-)
-def test_a_handler_changing_its_completion_isolation_fails_permanently(
-    url: str, statement: str
-) -> None:
-    """A handler that changes the isolation of ``ctx.completion_tx()`` (or the session's
-    default) fails its step permanently with ``IsolationLevelError`` (given to the error
-    handler), and nothing of its transaction commits."""
+def _refused(url: str, statement: str) -> tuple[str, list[BaseException]]:
+    """Run a flow whose one step (3 attempts) runs ``statement`` in its completion
+    transaction; returns the run's state and what the error handler got."""
     _prepare(url)
     flow = load_flow_text(
         """
@@ -304,9 +294,42 @@ nodes:
         status = client.wait(run_id, timeout=20)
     finally:
         client.shutdown(timeout=2.0)
-    assert str(status.state) == "failed"
+    assert _query(url, "SELECT count(*) FROM fault_ledger") == [(0,)]  # nothing committed
+    return str(status.state), errors
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+        "SET default_transaction_isolation = 'serializable'",
+    ],
+)
+def test_a_handler_changing_its_session_isolation_fails_permanently(
+    url: str, statement: str
+) -> None:
+    """A handler that changes the session's default isolation in ``ctx.completion_tx()``
+    fails its step permanently with ``IsolationLevelError`` (given to the error handler),
+    found in the completion's round trip before the commit: nothing of its transaction
+    commits (on the code before issue 15 the step completed and the pooled connection
+    kept the new default)."""
+    state, errors = _refused(url, statement)
+    assert state == "failed"
     [(attempt, kind, error)] = _query(url, "SELECT attempt, error_kind, error FROM cyclone_steps")
     assert (attempt, kind) == (1, "handler_error")  # permanent: no second attempt
     assert "changed the isolation of its completion transaction" in error
-    assert _query(url, "SELECT count(*) FROM fault_ledger") == [(0,)]
     assert len(errors) == 1 and isinstance(errors[0], IsolationLevelError)
+
+
+def test_a_handler_cannot_change_its_transaction_isolation(url: str) -> None:
+    """``SET TRANSACTION ISOLATION LEVEL`` in ``ctx.completion_tx()`` is refused by
+    Postgres itself (the engine read the session's default in the transaction first, so
+    the isolation is fixed): a handler error, nothing committed (on the code before issue
+    15 the step completed under SERIALIZABLE)."""
+    state, errors = _refused(url, "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+    assert state == "failed"
+    [(attempt, kind, error)] = _query(url, "SELECT attempt, error_kind, error FROM cyclone_steps")
+    assert (attempt, kind) == (3, "handler_error")
+    assert "must be called before any query" in error
+    assert len(errors) == 3
+    assert all(isinstance(e, psycopg.errors.ActiveSqlTransaction) for e in errors)

@@ -37,13 +37,16 @@ SET LOCAL plan_cache_mode = force_generic_plan
 -- (which begin with BEGIN ISOLATION LEVEL READ COMMITTED).
 SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED
 
+-- name: session_default_isolation
+-- When ctx.completion_tx() hands its transaction to a handler: the session's default
+-- isolation before the handler runs (session_isolation compares with it at completion).
+SELECT current_setting('default_transaction_isolation')
+
 -- name: session_isolation
 -- Sent in a completion's pipeline when the handler used ctx.completion_tx(): the
--- isolation of the transaction, and the session's default isolation unless it is the one
--- the session started with or READ COMMITTED (NULL then), to refuse a handler's SET
--- TRANSACTION ISOLATION LEVEL, SET SESSION CHARACTERISTICS or SET
--- default_transaction_isolation before the commit.
+-- isolation of the transaction and the session's default isolation, to refuse a
+-- handler's SET TRANSACTION ISOLATION LEVEL, SET SESSION CHARACTERISTICS or SET
+-- default_transaction_isolation before the commit (current_setting only: pg_settings
+-- would cost most of a millisecond).
 SELECT current_setting('transaction_isolation'),
-       (SELECT p.setting FROM pg_catalog.pg_settings p
-        WHERE p.name = 'default_transaction_isolation'
-          AND p.setting IS DISTINCT FROM p.reset_val AND p.setting <> 'read committed')
+       current_setting('default_transaction_isolation')
