@@ -138,8 +138,9 @@ def test_a_failed_batch_commits_each_step_alone_and_fires_each_event_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A batch whose transaction fails (an injected ``DeadlockDetected``, every time it is
-    tried again) commits nothing; the completer then commits each of its steps alone: every run completes, each step
-    goes to ``completed`` once and fires one ``completed`` event, each run's completion is
+    tried again) commits nothing; the completer then commits each of its steps alone:
+    every run completes, each step goes to ``completed`` once and fires one ``completed``
+    event, each run's completion is
     logged once, ``BatchSink.alone`` counts the steps committed alone, and a ``wait()``
     on another client (polling only every 30 s) is woken by the run-done wakeup of the
     completer's commit."""
