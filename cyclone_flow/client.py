@@ -182,7 +182,7 @@ class Client:
         """
         opts = run_options(**options)
         spec, input_json = self._producer.prepare(flow, input)
-        with self._pool.connection() as conn:
+        with self._db.connection() as conn:  # READ COMMITTED
             with conn.transaction():
                 run_id, wakeups = self._producer.insert(conn, spec, input_json, opts)
             # committed: publish on the same connection (no second pool checkout)
@@ -217,7 +217,7 @@ class Client:
         """
         flow, opts = self._job(callable, options)
         spec, input_json = self._producer.prepare(flow, args)
-        with self._pool.connection() as conn:
+        with self._db.connection() as conn:  # READ COMMITTED
             with conn.transaction():
                 run_id, wakeups = self._producer.insert(conn, spec, input_json, opts)
             self._publish(wakeups, conn)  # committed: publish on the same connection

@@ -113,9 +113,9 @@ class Executor:
         on a fresh connection first) or recording its result, and a lost database under
         the handler (the BEGIN of ``ctx.completion_tx()`` or an engine read such as
         ``ctx.upstream()`` lost its connection, or the completion transaction's
-        connection broke), even when the handler then raises. Every other error,
-        including one the handler raises from its own connections, becomes a failed
-        attempt, so a step can never loop on an error that repeats.
+        connection broke), whatever the handler did then (raised or returned). Every
+        other error, including one the handler raises from its own connections, becomes
+        a failed attempt, so a step can never loop on an error that repeats.
 
         A step with a ``timeout`` has its handler told (``cancel_event``) when that many
         seconds have passed since the claim returned, which is never before the database's
@@ -261,11 +261,15 @@ class Executor:
         self, handler: Callable[..., Any], ctx: Context, handler_input: JSON, tx: CompletionTx
     ) -> JSON:
         try:
-            return handler(ctx, handler_input)
+            output = handler(ctx, handler_input)
         except BaseException as exc:
             if tx.broken():  # the engine's side lost the database: not the handler's fault
                 raise _DatabaseLost(tx.lost or exc) from exc
             self._failed(exc)
+        lost = tx.lost
+        if lost is not None:  # the handler swallowed it: what it meant to write is not there
+            raise _DatabaseLost(lost)
+        return output
 
     def _failed(self, exc: BaseException) -> NoReturn:
         """Raise the StepFailure of the handler's own exception ``exc`` (SystemExit & co.
