@@ -98,8 +98,10 @@ def pin_read_committed(conn: Conn, q: Statements) -> Conn:
     if conn.isolation_level is not READ_COMMITTED:
         conn.isolation_level = READ_COMMITTED
     if conn not in _pinned:
+        from cyclone_flow.db import misc  # misc's functions are built on this module
+
         with autocommit(conn):
-            conn.execute(q["session_read_committed"])
+            misc.session_read_committed(Session(conn, q))
         _pinned.add(conn)
     return conn
 

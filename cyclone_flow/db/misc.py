@@ -45,6 +45,12 @@ def session_force_generic_plans(s: SessionLike) -> None:
     send_session_force_generic_plans(s).result()
 
 
+def session_read_committed(s: SessionLike) -> None:
+    """Make the session's default isolation READ COMMITTED (``SET SESSION
+    CHARACTERISTICS``; run in autocommit)."""
+    execute(s, "session_read_committed")
+
+
 def session_default_isolation(s: SessionLike) -> str:
     """The session's ``default_transaction_isolation`` (e.g. ``"read committed"``)."""
     row = execute(s, "session_default_isolation").fetchone()
@@ -58,6 +64,12 @@ def send_session_isolation(s: SessionLike) -> Pending[tuple[str, str]]:
     transaction's isolation (``"read committed"`` unless a handler changed it) and the
     session's default isolation."""
     return Pending(execute(s, "session_isolation"), _isolation)
+
+
+def session_isolation(s: SessionLike) -> tuple[str, str]:
+    """The transaction's isolation and the session's default isolation (see
+    :func:`send_session_isolation`)."""
+    return send_session_isolation(s).result()
 
 
 def _isolation(cursor: Any) -> tuple[str, str]:
