@@ -123,7 +123,12 @@ class Submitter(threading.Thread):
 
 
 def _restarts_under_load(
-    server: OwnServer, url: str, restarts: int, every_s: float, caplog: pytest.LogCaptureFixture
+    server: OwnServer,
+    url: str,
+    restarts: int,
+    every_s: float,
+    caplog: pytest.LogCaptureFixture,
+    pace_s: float = 0.0,
 ) -> None:
     before = server.restarts
     _prepare(url)
@@ -146,7 +151,7 @@ def _restarts_under_load(
             client.observe_database_errors(on_database_error)
             client.start()
         submitter = Submitter(
-            submitter_client, pace_s=0.0, input={"schema": SCHEMA, "sleep_s": 0.1}
+            submitter_client, pace_s=pace_s, input={"schema": SCHEMA, "sleep_s": 0.1}
         )
         with caplog.at_level(logging.WARNING, logger="cyclone_flow"):
             submitter.start()
@@ -161,7 +166,7 @@ def _restarts_under_load(
                 return rows[0][0] == 0
 
             # a step left to its lease comes back after 1 s of TTL plus one sweep
-            wait_until(settled, timeout=60, interval=0.2, what="every run ended")
+            wait_until(settled, timeout=120, interval=0.2, what="every run ended")
     finally:
         for client in workers:
             client.shutdown(timeout=2.0)
@@ -198,8 +203,9 @@ def test_restarts_under_load_fail_no_run_and_lose_or_double_nothing(
 def test_restarts_under_load_soak(
     server: OwnServer, url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The soak version: 15 restarts, 2 s apart."""
-    _restarts_under_load(server, url, restarts=15, every_s=2.0, caplog=caplog)
+    """The soak version: 15 restarts, 2 s apart, the submitter paced to what the workers
+    keep up with."""
+    _restarts_under_load(server, url, restarts=15, every_s=2.0, caplog=caplog, pace_s=0.02)
 
 
 # -- raised default isolation ------------------------------------------------------------
