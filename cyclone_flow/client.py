@@ -151,6 +151,7 @@ class Client:
         self._worker: Worker | None = None
         self._closed = False
         self._observers: list[Callable[[StepEvent], None]] = []
+        self._db_observers: list[Callable[[str], None]] = []
         # the publisher, the listener, the waiters of wait() and the tracked connections
         self._hub = WakeupHub(
             self._db, coalesce=cfg.notify_coalesce, logger=cfg.logger, worker=lambda: self._worker
@@ -182,7 +183,7 @@ class Client:
         """
         opts = run_options(**options)
         spec, input_json = self._producer.prepare(flow, input)
-        with self._pool.connection() as conn:
+        with self._db.connection() as conn:  # READ COMMITTED
             with conn.transaction():
                 run_id, wakeups = self._producer.insert(conn, spec, input_json, opts)
             # committed: publish on the same connection (no second pool checkout)
@@ -217,7 +218,7 @@ class Client:
         """
         flow, opts = self._job(callable, options)
         spec, input_json = self._producer.prepare(flow, args)
-        with self._pool.connection() as conn:
+        with self._db.connection() as conn:  # READ COMMITTED
             with conn.transaction():
                 run_id, wakeups = self._producer.insert(conn, spec, input_json, opts)
             self._publish(wakeups, conn)  # committed: publish on the same connection
@@ -378,6 +379,7 @@ class Client:
             self._publish,
             producer=self._producer,
             completer=self._completer,
+            on_database_error=self._database_error if self._db_observers else None,
         )
         self._worker = Worker(
             self._db,
@@ -399,6 +401,20 @@ class Client:
         if self._worker is not None:
             raise ClientStateError("observe_steps()", "must be called before start()")
         self._observers.append(observer)
+
+    def observe_database_errors(self, observer: Callable[[str], None]) -> None:
+        """Call ``observer(where)`` once per connection-level database failure the started
+        worker meets (``where``: ``claim``, ``heartbeat``, ``completion``, ``maintenance``
+        or ``shutdown``; each also logged as one warning line). For instrumentation such as
+        :class:`cyclone_flow.metrics.Metrics`; call it before :meth:`start` (after it:
+        ClientStateError)."""
+        if self._worker is not None:
+            raise ClientStateError("observe_database_errors()", "must be called before start()")
+        self._db_observers.append(observer)
+
+    def _database_error(self, where: str) -> None:
+        for observer in self._db_observers:
+            call_hook(self.config.logger, observer, where)
 
     def _emit(self, event: StepEvent) -> None:
         call_hook(self.config.logger, self.config.on_step_event, event)

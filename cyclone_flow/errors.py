@@ -191,6 +191,24 @@ class StepTimeoutError(CycloneError):
         super().__init__(f"step {node} of run {run_id} timed out")
 
 
+class IsolationLevelError(CycloneError):
+    """Given to ``error_handler`` when a handler changed the isolation of its completion
+    transaction, or the session's default through ``SET SESSION CHARACTERISTICS`` / ``SET
+    default_transaction_isolation``: the engine's transactions must run under READ
+    COMMITTED, so nothing of the transaction committed and the step failed permanently
+    (error_kind handler_error)."""
+
+    def __init__(self, run_id: str, node: str, isolation: str) -> None:
+        self.run_id = run_id
+        self.node = node
+        self.isolation = isolation
+        super().__init__(
+            f"step {node} of run {run_id}: the handler changed the isolation of its "
+            f"completion transaction ({isolation}); ctx.completion_tx() must stay READ "
+            "COMMITTED, so nothing of it committed"
+        )
+
+
 class SignalRejectedError(CycloneError):
     """A signal that no node of the run can consume: no ``wait_signal`` node of the run
     waits (or will wait) for ``name``, or every such node has a signal kept already.

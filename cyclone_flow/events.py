@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+from cyclone_flow.db.conn import database_lost
 from cyclone_flow.engine.tx import Effects, EngineEvent
 from cyclone_flow.states import EventKind
 
@@ -80,19 +81,52 @@ def cancelled_in(effects: Effects) -> list[tuple[str, str]]:
 class Reporter:
     """Reports committed transitions to a client's hooks: ``on_step_event(StepEvent)`` and
     ``error_handler(StepEvent, exception)`` (either may be None). A hook's exception is
-    logged on ``logger`` and never raised (:func:`call_hook`)."""
+    logged on ``logger`` and never raised (:func:`call_hook`).
 
-    __slots__ = ("error_handler", "log", "on_step_event")
+    Also the one place the worker's threads report trouble with the database
+    (:meth:`trouble`): ``on_database_error(where)`` is called once per connection-level
+    failure (metrics count them)."""
+
+    __slots__ = ("error_handler", "log", "on_database_error", "on_step_event")
 
     def __init__(
         self,
         logger: logging.Logger,
         on_step_event: Callable[[StepEvent], Any] | None = None,
         error_handler: Callable[[StepEvent, BaseException], Any] | None = None,
+        on_database_error: Callable[[str], Any] | None = None,
     ) -> None:
         self.log = logger
         self.on_step_event = on_step_event
         self.error_handler = error_handler
+        self.on_database_error = on_database_error
+
+    def trouble(
+        self,
+        where: str,
+        exc: BaseException,
+        message: str,
+        *args: object,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Log an exception a worker thread caught at ``where`` (``claim``,
+        ``heartbeat``, ``completion``, ``maintenance``...) with ``message % args``: when
+        the database is out of reach (:func:`~cyclone_flow.db.conn.database_lost`: the
+        connection broke, the server restarts), one warning line without traceback
+        (recovery is automatic), counted through ``on_database_error(where)``; any other
+        exception is a bug: an ERROR with its traceback."""
+        if database_lost(exc):
+            text = str(exc).strip().splitlines()
+            self.log.warning(
+                message + " (database unreachable: %s: %s)",
+                *args,
+                type(exc).__name__,
+                text[0] if text else "",
+                extra=extra,
+            )
+            call_hook(self.log, self.on_database_error, where)
+        else:
+            self.log.error(message, *args, exc_info=exc, extra=extra)
 
     def report(
         self,

@@ -11,16 +11,21 @@ Library users can do what the CLI does::
 
     metrics = Metrics()
     client.observe_steps(metrics.observe)
+    client.observe_database_errors(metrics.observe_database_error)
     metrics.watch_queues(client, client.config.worker_queues)
     server = serve_metrics(metrics, 9464)
 
-Series (``queue`` label on all; ``error_kind`` where it says so):
+Series (``queue`` label on all but one; ``error_kind`` where it says so):
 
 - ``cyclone_steps_claimed_total``, ``cyclone_steps_completed_total``,
   ``cyclone_steps_retried_total`` (failed attempts with attempts left),
   ``cyclone_steps_failed_total{error_kind}`` (every failed attempt),
   ``cyclone_steps_discarded_total{error_kind}`` (dead letters),
   ``cyclone_steps_reclaimed_total`` (expired leases put back by this client's sweep)
+- ``cyclone_database_errors_total{where}`` (no ``queue`` label): connection-level
+  database failures this worker met and rode out (the database restarted or was out of
+  reach), by where: ``claim``, ``heartbeat``, ``completion``, ``maintenance``,
+  ``shutdown`` (:meth:`cyclone_flow.Client.observe_database_errors`)
 - ``cyclone_step_handler_duration_seconds`` histogram: the handler's run time
 - ``cyclone_step_start_latency_seconds`` histogram: claim-to-start latency, the time a
   step waited claimable (from ``scheduled_at``) until a claim started its attempt
@@ -101,6 +106,12 @@ class Metrics:
             ["queue"],
             registry=r,
         )
+        self.database_errors = Counter(
+            "cyclone_database_errors",
+            "Connection-level database failures this worker rode out (restart, outage).",
+            ["where"],
+            registry=r,
+        )
         self.handler_duration = Histogram(
             "cyclone_step_handler_duration_seconds",
             "Run time of handlers, in seconds.",
@@ -138,6 +149,11 @@ class Metrics:
             self.reclaimed.labels(queue).inc()
         if event.duration_s is not None:
             self.handler_duration.labels(queue).observe(event.duration_s)
+
+    def observe_database_error(self, where: str) -> None:
+        """Count one connection-level database failure at ``where`` (pass this method to
+        ``Client.observe_database_errors``)."""
+        self.database_errors.labels(where).inc()
 
     def watch_queues(
         self,

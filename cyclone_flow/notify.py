@@ -21,6 +21,7 @@ loop polls at least every ``poll_interval`` max seconds (the polling floor).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 import weakref
@@ -33,7 +34,7 @@ import psycopg
 
 from cyclone_flow._json import dumps
 from cyclone_flow.db import misc
-from cyclone_flow.db.conn import Conn, Database, Session, autocommit
+from cyclone_flow.db.conn import Conn, Database, Session, autocommit, database_lost
 from cyclone_flow.db.rows import Run
 from cyclone_flow.errors import TransactionOpenError, WaitTimeoutError
 
@@ -241,15 +242,18 @@ class Publisher:
         notes = encode(self._db.schema, wakeups)
         try:
             self._notify(conn, notes)
-        except Exception:
+        except Exception as exc:
             with self._cond:
                 self.failures += 1
-            self._log.error(
+            lost = database_lost(exc)  # a restart or an outage: one line, no traceback
+            self._log.log(
+                logging.WARNING if lost else logging.ERROR,
                 "could not publish wakeups (queues %s, %d finished run(s)); polling finds "
-                "the work within poll_interval max",
+                "the work within poll_interval max%s",
                 sorted(wakeups.queues),
                 len(wakeups.runs_done),
-                exc_info=True,
+                f" (database unreachable: {type(exc).__name__})" if lost else "",
+                exc_info=not lost,
             )
             return
         with self._cond:

@@ -125,7 +125,7 @@ class Schedules:
             current = misc.pg_now(s, now=now)
         added: list[str] = []
         updated: list[str] = []
-        with self._db.pool.connection() as conn, conn.transaction():
+        with self._db.transaction() as conn:
             s = Session(conn, self._db.q)
             for entry, ticks, input_json in prepared:
                 other = stored.schedule_get_source(s, name=entry.name)

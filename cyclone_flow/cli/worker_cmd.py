@@ -198,6 +198,7 @@ def worker_cmd(
     if metrics is not None:
         metrics[0].watch_queues(client, worker_queues, client.config.logger)
         client.observe_steps(metrics[0].observe)
+        client.observe_database_errors(metrics[0].observe_database_error)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:

@@ -1,6 +1,18 @@
 """Connections for the typed statements: :class:`Session` (a connection and the statements
 rendered for one schema), :class:`Database` (a pool and those statements), pipelines and
-autocommit, and :class:`Pending` (a statement sent now, read later).
+autocommit, and :class:`Pending` (a statement sent now, read later); what kind of
+database trouble an error is (:func:`database_lost`, :func:`conflict`) and the bounded
+retry of an engine transaction after a serialization failure or a deadlock
+(:func:`retry_conflicts`).
+
+Every engine transaction runs under READ COMMITTED whatever the database's or the role's
+``default_transaction_isolation``: a connection checked out through :class:`Database`
+(or passed to :func:`pin_read_committed`) starts its transactions with ``BEGIN ISOLATION
+LEVEL READ COMMITTED`` (no extra round trip), and its first checkout sets the session's
+characteristics to READ COMMITTED too (one round trip per physical connection), so that
+the single statements the engine runs in autocommit (the claim, the reads of inputs) do
+too. The engine's "every dependency completed" checks are only correct under READ
+COMMITTED (Engine Design: CAS State Transitions).
 
 Every function of :mod:`cyclone_flow.db` takes a session-like first argument (anything
 with ``conn`` and ``q``: a :class:`Session`, or the engine's ``Tx``) and runs in whatever
@@ -11,6 +23,7 @@ taken with :meth:`Database.session` commits when its block ends, as psycopg_pool
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -28,6 +41,69 @@ T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 
 _PIPELINE = psycopg.Pipeline.is_supported()  # libpq >= 14 (the binary wheels bundle it)
+
+READ_COMMITTED = psycopg.IsolationLevel.READ_COMMITTED
+
+BEGIN_TRIES = 3
+"""Most pool connections :meth:`Database.begin` tries when it finds them lost (at
+checkout or at BEGIN) before it gives up."""
+
+CONFLICT_RETRIES = 3
+"""Most times :func:`retry_conflicts` runs a transaction that met a serialization failure
+or a deadlock, the first run included."""
+
+# the connections whose session characteristics are already READ COMMITTED
+_pinned: weakref.WeakSet[Conn] = weakref.WeakSet()
+
+
+def database_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database itself is out of reach, not that a statement
+    failed: an ``InterfaceError``, or an ``OperationalError`` without SQLSTATE (a broken
+    socket, a failed connect, a pool timeout), of class 08 (connection exception) or
+    57P0x (the server shuts down or restarts: ``AdminShutdown``, ``CrashShutdown``,
+    ``CannotConnectNow``...). Such trouble is never the step's or the schedule's fault."""
+    if isinstance(exc, psycopg.InterfaceError):
+        return True
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state.startswith("57P")
+
+
+def conflict(exc: BaseException) -> bool:
+    """Whether ``exc`` is a serialization failure (40001) or a deadlock (40P01): the
+    transaction was rolled back and can run again at once."""
+    return isinstance(exc, (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected))
+
+
+def retry_conflicts(run: Callable[[], T], attempts: int = CONFLICT_RETRIES) -> T:
+    """``run()`` (one whole transaction, begun and ended inside it), run again at once
+    when it raised a serialization failure or a deadlock (:func:`conflict`), at most
+    ``attempts`` times in all; raises the last such error, or any other one at once."""
+    for left in range(attempts - 1, -1, -1):
+        try:
+            return run()
+        except psycopg.Error as exc:
+            if not left or not conflict(exc):
+                raise
+    raise AssertionError("unreachable")  # attempts < 1
+
+
+def pin_read_committed(conn: Conn, q: Statements) -> Conn:
+    """Make the transactions ``conn`` begins READ COMMITTED (``BEGIN ISOLATION LEVEL READ
+    COMMITTED``: no round trip), and the first time this connection is seen, its
+    session's characteristics too (``session_read_committed`` of ``q`` in autocommit, so
+    that statements run in autocommit are READ COMMITTED as well); ``conn`` must be idle.
+    Returns ``conn``; raises the psycopg error of that statement."""
+    if conn.isolation_level is not READ_COMMITTED:
+        conn.isolation_level = READ_COMMITTED
+    if conn not in _pinned:
+        from cyclone_flow.db import misc  # misc's functions are built on this module
+
+        with autocommit(conn):
+            misc.session_read_committed(Session(conn, q))
+        _pinned.add(conn)
+    return conn
 
 
 class SessionLike(Protocol):
@@ -62,17 +138,85 @@ class Database:
         object.__setattr__(self, "q", queries.render(self.schema))
 
     @contextmanager
-    def session(self) -> Iterator[Session]:
-        """A pool connection for the block; what it did commits when the block ends (rolls
-        back on an exception), as psycopg_pool's ``connection()``."""
+    def connection(self) -> Iterator[Conn]:
+        """A pool connection for the block, its transactions READ COMMITTED
+        (:func:`pin_read_committed`); what it did commits when the block ends (rolls back
+        on an exception), as psycopg_pool's ``connection()``."""
         with self.pool.connection() as conn:
+            yield pin_read_committed(conn, self.q)
+
+    def getconn(self) -> Conn:
+        """A pool connection, its transactions READ COMMITTED, for :meth:`putconn`."""
+        conn = self.pool.getconn()
+        try:
+            return pin_read_committed(conn, self.q)
+        except BaseException:
+            self.pool.putconn(conn)
+            raise
+
+    def putconn(self, conn: Conn) -> None:
+        """Give back a connection of :meth:`getconn` or :meth:`begin` (a broken one is
+        replaced)."""
+        self.pool.putconn(conn)
+
+    def begin(self) -> tuple[Conn, psycopg.Transaction]:
+        """A pool connection (READ COMMITTED) inside a transaction block (its BEGIN sent)
+        and that block, for a transaction that spans calls: end the block with its
+        ``__exit__`` and give the connection back with :meth:`putconn`.
+
+        A connection found lost at checkout or at BEGIN (e.g. one a restart of the server
+        killed: nothing ran on it yet) goes back to the pool, which replaces it; the
+        pool's idle connections are checked (the restart killed them too) and BEGIN is
+        tried on another one, up to :data:`BEGIN_TRIES` connections. Raises the last
+        psycopg error (or the pool's ``PoolTimeout`` while the database is down)."""
+        for left in range(BEGIN_TRIES - 1, -1, -1):
+            conn = self.pool.getconn()
+            try:
+                pin_read_committed(conn, self.q)
+                tx = conn.transaction()
+                tx.__enter__()
+                return conn, tx
+            except BaseException as exc:
+                self.pool.putconn(conn)
+                if not left or not database_lost(exc):
+                    raise
+            self.pool.check()
+        raise AssertionError("unreachable")  # BEGIN_TRIES < 1
+
+    @contextmanager
+    def transaction(self, after: Callable[[Conn], None] | None = None) -> Iterator[Conn]:
+        """A pool connection inside a READ COMMITTED transaction for the block
+        (:meth:`begin`: a connection lost before BEGIN is replaced), committed when the
+        block ends (rolled back when it raises); then ``after(conn)`` on the idle
+        connection before it goes back to the pool (work after the commit, such as
+        publishing wakeups on it). Raises what the block, the COMMIT or ``after`` raised.
+        """
+        conn, tx = self.begin()
+        try:
+            try:
+                yield conn
+            except BaseException as exc:
+                if not tx.__exit__(type(exc), exc, exc.__traceback__):
+                    raise
+                return
+            tx.__exit__(None, None, None)
+            if after is not None:
+                after(conn)
+        finally:
+            self.pool.putconn(conn)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A pool connection for the block (READ COMMITTED); what it did commits when the
+        block ends (rolls back on an exception), as psycopg_pool's ``connection()``."""
+        with self.connection() as conn:
             yield Session(conn, self.q)
 
     @contextmanager
     def autocommit_session(self) -> Iterator[Session]:
         """A pool connection in autocommit for the block's single statement: one round
         trip, no BEGIN/COMMIT around it."""
-        with self.pool.connection() as conn, autocommit(conn):
+        with self.connection() as conn, autocommit(conn):
             yield Session(conn, self.q)
 
 

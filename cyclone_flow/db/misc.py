@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from cyclone_flow.db.conn import Pending, SessionLike, execute, nothing
 
@@ -48,3 +49,36 @@ def session_read_snapshot(s: SessionLike) -> None:
     """Make the transaction just begun on ``s`` read-only and REPEATABLE READ: its reads
     see one snapshot (send it first)."""
     execute(s, "session_read_snapshot")
+
+
+def session_read_committed(s: SessionLike) -> None:
+    """Make the session's default isolation READ COMMITTED (``SET SESSION
+    CHARACTERISTICS``; run in autocommit)."""
+    execute(s, "session_read_committed")
+
+
+def session_default_isolation(s: SessionLike) -> str:
+    """The session's ``default_transaction_isolation`` (e.g. ``"read committed"``)."""
+    row = execute(s, "session_default_isolation").fetchone()
+    assert row is not None  # a SELECT of one value returns its row
+    value: str = row[0]
+    return value
+
+
+def send_session_isolation(s: SessionLike) -> Pending[tuple[str, str]]:
+    """Send the check of a completion transaction's isolation: its result is the
+    transaction's isolation (``"read committed"`` unless a handler changed it) and the
+    session's default isolation."""
+    return Pending(execute(s, "session_isolation"), _isolation)
+
+
+def session_isolation(s: SessionLike) -> tuple[str, str]:
+    """The transaction's isolation and the session's default isolation (see
+    :func:`send_session_isolation`)."""
+    return send_session_isolation(s).result()
+
+
+def _isolation(cursor: Any) -> tuple[str, str]:
+    row = cursor.fetchone()
+    assert row is not None  # a SELECT of values returns its row
+    return row[0], row[1]

@@ -13,11 +13,21 @@ from cyclone_flow.db.conn import pipelined
 from cyclone_flow.db.rows import ClaimedStep, CompletedLease
 from cyclone_flow.engine import advance
 from cyclone_flow.engine.tx import Outcome, Tx
+from cyclone_flow.errors import IsolationLevelError
 from cyclone_flow.notify import Wakeups
 from cyclone_flow.states import StepState
 
+READ_COMMITTED = "read committed"  # as current_setting('transaction_isolation') says it
 
-def complete_step(tx: Tx, step: ClaimedStep, owner: str, output_json: str) -> Outcome | None:
+
+def complete_step(
+    tx: Tx,
+    step: ClaimedStep,
+    owner: str,
+    output_json: str,
+    *,
+    default_isolation: str | None = None,
+) -> Outcome | None:
     """running -> completed with ``output_json`` under the claim's lease, and the run's
     advance: dependents whose deps all completed are released (fan-out, child and
     wait_signal nodes start), the run completes when nothing is left (and a parent's child
@@ -27,15 +37,28 @@ def complete_step(tx: Tx, step: ClaimedStep, owner: str, output_json: str) -> Ou
     release and the run's completion; more only for what that starts. Returns None when
     stale: the caller must roll back, business writes included. Raises the psycopg error of
     a failed statement (the transaction is then failed and must be rolled back; the
-    connection stays usable)."""
+    connection stays usable).
+
+    ``default_isolation`` (the handler used the transaction: the session's default
+    isolation before it ran): the same round trip also reads the transaction's isolation
+    and the session's default, and raises :class:`IsolationLevelError` (roll back) when
+    the handler changed either (to anything but READ COMMITTED; the engine's checks need
+    READ COMMITTED)."""
     parent = step.parent_node  # a fan-out item's fan-out node
     with pipelined(tx.conn):
+        isolation = misc.send_session_isolation(tx) if default_isolation is not None else None
         misc.send_session_force_generic_plans(tx)
         runs.send_run_lock(tx, run_id=step.run_id)
         completing = steps.send_step_complete_if_leased(
             tx, id=step.id, owner=owner, generation=step.lease_generation, output=output_json
         )
         sent = None if parent is not None else advance.send_node_advance(tx, step.run_id, step.node)
+    if isolation is not None:
+        current, default = isolation.result()
+        if current != READ_COMMITTED:
+            raise IsolationLevelError(step.run_id, step.node, current)
+        if default not in (default_isolation, READ_COMMITTED):
+            raise IsolationLevelError(step.run_id, step.node, f"session default {default}")
     completed = completing.result()
     if completed is None:
         return None

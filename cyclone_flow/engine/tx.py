@@ -90,14 +90,19 @@ class Discard:
 
 @contextmanager
 def transaction(db: Database, publish: Publish | None = None) -> Iterator[Tx]:
-    """A :class:`Tx` in a transaction of its own on a pool connection of ``db``.
+    """A :class:`Tx` in a READ COMMITTED transaction of its own on a pool connection of
+    ``db`` (:meth:`Database.transaction`).
 
     The block's work commits when it ends; then, on the same (now idle) connection, the
     wakeups the block collected go to ``publish`` (nothing is published for a block that
     raised: it rolled back). Raises what the block raised."""
-    with db.pool.connection() as conn:
-        with conn.transaction():
-            tx = Tx(conn, db.q)
-            yield tx
-        if publish is not None and tx.effects.wakeups:
-            publish(tx.effects.wakeups, conn)
+    holder: list[Tx] = []
+
+    def published(conn: Conn) -> None:
+        if publish is not None and holder and holder[0].effects.wakeups:
+            publish(holder[0].effects.wakeups, conn)
+
+    with db.transaction(after=published) as conn:
+        tx = Tx(conn, db.q)
+        holder.append(tx)
+        yield tx

@@ -4,7 +4,9 @@ services (Engine Design: Pool Budget lists them).
 Every ``tick_s`` seconds (``ClientConfig.sweep_interval``) it runs, in order, the
 ``run_once()`` of each service whose own ``interval_s`` has passed since its last pass,
 to the nearest tick (the first tick runs every service). A service's exception is logged
-with its name and never stops the others or the loop; a result is logged (at info) only
+with its name and never stops the others or the loop (one warning line when the database
+is out of reach, counted as ``where="maintenance"``; a traceback at ERROR for anything
+else: :meth:`cyclone_flow.events.Reporter.trouble`); a result is logged (at info) only
 when something happened (:meth:`Result.summary` is not None).
 """
 
@@ -16,6 +18,8 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
+
+from cyclone_flow.events import Reporter
 
 __all__ = ["MaintenanceLoop", "Result", "Service"]
 
@@ -45,12 +49,20 @@ class Service(Protocol):
 
 class MaintenanceLoop:
     """Runs ``services`` in order every ``tick_s`` seconds, each when its interval has
-    passed, until ``stop`` is set (see the module docstring)."""
+    passed, until ``stop`` is set (see the module docstring); ``reporter`` logs and counts
+    their exceptions (default: one on ``logger``)."""
 
-    def __init__(self, services: Sequence[Service], tick_s: float, logger: logging.Logger) -> None:
+    def __init__(
+        self,
+        services: Sequence[Service],
+        tick_s: float,
+        logger: logging.Logger,
+        reporter: Reporter | None = None,
+    ) -> None:
         self.services = list(services)
         self.tick_s = tick_s
         self.log = logger
+        self.reporter = reporter or Reporter(logger)
         self._next_at = [0.0] * len(self.services)  # monotonic; 0: due at the first tick
 
     def run(self, stop: threading.Event) -> None:
@@ -72,8 +84,8 @@ class MaintenanceLoop:
             self._next_at[i] = started + service.interval_s
             try:
                 summary = service.run_once().summary()
-            except Exception:
-                self.log.exception("%s failed", service.name)
+            except Exception as exc:
+                self.reporter.trouble("maintenance", exc, "%s failed", service.name)
                 continue
             if summary is not None:
                 self.log.info("%s", summary)

@@ -1,10 +1,11 @@
 """The recovery sweep (Engine Design: Leases and Heartbeats; Client Options:
 WithMaxReclaims), River's ``JobRescuer``: every started client runs it, so a crashed
-worker's steps go back to work within one lease TTL plus one sweep interval.
+worker's steps go back to work within one lease TTL plus one sweep interval (plus the
+time of the pass itself: see below).
 
-One pass, each part over a batch found without locks and changed only through a
-compare-and-swap (any number of clients sweep at once; a step decided meanwhile is a
-stale no-op):
+One pass runs batches, each part over a batch found without locks and changed only
+through a compare-and-swap (any number of clients sweep at once; a step decided meanwhile
+is a stale no-op):
 
 1. running steps past ``started_at + timeout`` (even with a fresh lease) fail the attempt
    with kind ``timeout`` (retried while attempts remain);
@@ -14,18 +15,24 @@ stale no-op):
    charged, and a wakeup for its queue.
 
 The lists and the rescue compare with ``now`` (the database's clock unless a test pins
-it); each failure is guarded by the step's state and its claim's lease generation.
+it); each failure is guarded by the step's state and its claim's lease generation. Each
+batch is at most ``batch_size`` steps per part (the rescue's ``LIMIT`` holds whatever
+the plan: ``step_rescue_expired``); while a part came back full, the pass runs another
+batch, for at most ``pass_budget_s`` seconds (default half the sweep interval; the batch
+that is running when the budget runs out finishes), so a crash of many leases comes back
+in one pass and a pass never runs into the next one.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
 from cyclone_flow.db import steps
-from cyclone_flow.db.conn import Database
-from cyclone_flow.db.rows import LeasedStep
+from cyclone_flow.db.conn import Database, retry_conflicts
+from cyclone_flow.db.rows import LeasedStep, RescuedStep
 from cyclone_flow.engine import fail
 from cyclone_flow.errors import ReclaimLimitExceeded, StepTimeoutError
 from cyclone_flow.events import Reporter, StepEvent
@@ -39,18 +46,25 @@ SWEEP_INTERVAL_S = 10.0
 """Default seconds between two sweeps (a client uses ``ClientConfig.sweep_interval``)."""
 
 SWEEP_BATCH = 500
-"""Default steps looked at per part of one pass."""
+"""Default steps looked at per part of one batch of a pass."""
 
 
 @dataclass(frozen=True)
 class RescuerConfig:
-    """``interval_s`` between passes; ``batch_size`` steps per part of a pass;
+    """``interval_s`` between passes; ``batch_size`` steps per part of a batch;
     ``max_reclaims``: reclaims of an expired lease before the step is discarded with
-    kind ``reclaim_limit`` (0: unbounded)."""
+    kind ``reclaim_limit`` (0: unbounded); ``pass_budget_s``: seconds one pass may spend
+    on further batches while they come back full (None: ``interval_s / 2``)."""
 
     interval_s: float = SWEEP_INTERVAL_S
     batch_size: int = SWEEP_BATCH
     max_reclaims: int = 0
+    pass_budget_s: float | None = None
+
+    @property
+    def budget_s(self) -> float:
+        """The pass budget in seconds (``pass_budget_s``, or half the interval)."""
+        return self.interval_s / 2 if self.pass_budget_s is None else self.pass_budget_s
 
 
 @dataclass(frozen=True)
@@ -102,22 +116,39 @@ class Rescuer:
         return self.config.interval_s
 
     def run_once(self, now: datetime | None = None) -> RescuerResult:
-        """One pass at ``now`` (None: the database's clock); returns its counts."""
+        """One pass at ``now`` (None: the database's clock): batches while one comes back
+        full, within the pass budget (see the module docstring); returns its counts."""
+        deadline = time.monotonic() + self.config.budget_s
+        timed_out = reclaim_limit = rescued = 0
+        while True:
+            t, r, b, full = self._batch(now)
+            timed_out, reclaim_limit, rescued = timed_out + t, reclaim_limit + r, rescued + b
+            if not full or time.monotonic() >= deadline:
+                return RescuerResult(timed_out, reclaim_limit, rescued)
+
+    def _batch(self, now: datetime | None) -> tuple[int, int, int, bool]:
+        """One batch of each part: the timed-out attempts failed, the steps discarded at
+        the reclaim limit, the leases rescued, and whether a part came back full."""
         cfg = self.config
         with self.db.session() as s:
             timed_out = steps.step_list_timed_out(s, batch=cfg.batch_size, now=now)
         failed_timeout = sum(self._fail(step, ErrorKind.TIMEOUT) for step in timed_out)
         failed_limit = 0
+        exhausted = []
         if cfg.max_reclaims > 0:
             with self.db.session() as s:
                 exhausted = steps.step_list_reclaim_exhausted(
                     s, max_reclaims=cfg.max_reclaims, batch=cfg.batch_size, now=now
                 )
             failed_limit = sum(self._fail(step, ErrorKind.RECLAIM_LIMIT) for step in exhausted)
-        with self.db.session() as s:
-            rescued = steps.step_rescue_expired(
-                s, max_reclaims=cfg.max_reclaims, batch=cfg.batch_size, now=now
-            )
+
+        def rescue() -> list[RescuedStep]:
+            with self.db.session() as s:
+                return steps.step_rescue_expired(
+                    s, max_reclaims=cfg.max_reclaims, batch=cfg.batch_size, now=now
+                )
+
+        rescued = retry_conflicts(rescue)
         if rescued:
             if self.publish is not None:
                 self.publish(Wakeups(queues={back.queue for back in rescued}))
@@ -125,7 +156,8 @@ class Rescuer:
                 self.reporter.report(
                     StepEvent(EventKind.RECLAIMED, back.run_id, back.node, queue=back.queue)
                 )
-        return RescuerResult(failed_timeout, failed_limit, len(rescued))
+        full = cfg.batch_size in (len(timed_out), len(exhausted), len(rescued))
+        return failed_timeout, failed_limit, len(rescued), full
 
     def _fail(self, step: LeasedStep, kind: ErrorKind) -> bool:
         """Fail the attempt of ``step`` (its claim's generation guards it): kind
@@ -138,16 +170,18 @@ class Rescuer:
             message = "step timed out (started_at + timeout passed)"
         else:
             message = f"lease expired after {self.config.max_reclaims} reclaims"
-        outcome, backoff_error = fail.fail_step_alone(
-            self.db,
-            self.publish,
-            step_id=step.id,
-            run_id=run_id,
-            generation=step.lease_generation,
-            owner=None,
-            error=message,
-            error_kind=kind,
-            permanent=not timeout,
+        outcome, backoff_error = retry_conflicts(
+            lambda: fail.fail_step_alone(
+                self.db,
+                self.publish,
+                step_id=step.id,
+                run_id=run_id,
+                generation=step.lease_generation,
+                owner=None,
+                error=message,
+                error_kind=kind,
+                permanent=not timeout,
+            )
         )
         if backoff_error is not None:
             self.log.error(

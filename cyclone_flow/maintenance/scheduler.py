@@ -22,11 +22,9 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import psycopg
-
 from cyclone_flow.db import misc
 from cyclone_flow.db import schedules as stored
-from cyclone_flow.db.conn import Database, Session
+from cyclone_flow.db.conn import Database, Session, database_lost
 from cyclone_flow.db.rows import DueRef
 from cyclone_flow.errors import SubmitOptionError
 from cyclone_flow.flowfile.build import build_flow
@@ -156,7 +154,7 @@ class ScheduleScanner:
             except _Stale:
                 pass  # another client moved the schedule on first: its tick, not ours
             except Exception as exc:
-                if _database_lost(exc):
+                if database_lost(exc):
                     raise
                 self._failed(ref, failure, current, exc)
                 failed += 1
@@ -186,7 +184,7 @@ class ScheduleScanner:
         )
 
     def _tick(self, schedule_id: int, now: datetime) -> bool:
-        with self.db.pool.connection() as conn, conn.transaction():
+        with self.db.transaction() as conn:
             s = Session(conn, self.db.q)
             due = stored.schedule_lock_due(s, id=schedule_id, now=now)
             if due is None:
@@ -250,14 +248,3 @@ class _Failure:
     version: str
     count: int
     retry_at: datetime
-
-
-def _database_lost(exc: Exception) -> bool:
-    """The database itself is out of reach (no SQLSTATE, class 08 connection exception,
-    57P0x shutdown): not the schedule's fault."""
-    if isinstance(exc, psycopg.InterfaceError):
-        return True
-    if not isinstance(exc, psycopg.OperationalError):
-        return False
-    state = exc.sqlstate
-    return state is None or state.startswith("08") or state.startswith("57P")

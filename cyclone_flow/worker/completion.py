@@ -33,6 +33,7 @@ sweep reclaims the steps (Engine Design: Leases and Heartbeats).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -40,13 +41,21 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 import psycopg
-from psycopg_pool import ConnectionPool
 
-from cyclone_flow.db.conn import Conn, Database
+from cyclone_flow.db import misc
+from cyclone_flow.db.conn import (
+    CONFLICT_RETRIES,
+    Conn,
+    Database,
+    Session,
+    conflict,
+    database_lost,
+    retry_conflicts,
+)
 from cyclone_flow.db.rows import ClaimedStep
 from cyclone_flow.engine import complete, fail
 from cyclone_flow.engine.tx import Outcome, Tx
-from cyclone_flow.errors import CycloneError, StepTimeoutError
+from cyclone_flow.errors import CycloneError, IsolationLevelError, StepTimeoutError
 from cyclone_flow.events import Reporter, StepEvent
 from cyclone_flow.logs import step_extra
 from cyclone_flow.notify import Publish, Wakeups
@@ -197,8 +206,10 @@ class Settler:
                 self.stale(step)
             else:
                 self.report(step, result, None, completion.duration_s)
-        except BaseException:
-            self.log.exception(
+        except BaseException as exc:
+            self.reporter.trouble(
+                "completion",
+                exc,
                 "step %s of run %s: could not record the result; the lease will lapse and "
                 "the recovery sweep reclaims it",
                 step.node,
@@ -212,10 +223,13 @@ class Settler:
     def _completion_failed(
         self, step: ClaimedStep, exc: Exception, duration_s: float | None, what: str
     ) -> None:
-        """A database error of the completion transaction itself fails the attempt;
-        trouble with the connection or server (raised again) leaves the step to its
-        lease."""
+        """A database error of the completion transaction itself fails the attempt (a
+        handler that changed its isolation fails it permanently); trouble with the
+        connection or server (raised again) leaves the step to its lease."""
         try:
+            if isinstance(exc, IsolationLevelError):
+                failure = StepFailure(ErrorKind.HANDLER_ERROR, str(exc), permanent=True, tb=None)
+                raise failure from exc
             with failed_attempt_on_error(what):
                 raise exc
         except StepFailure as failure:
@@ -260,18 +274,20 @@ class Settler:
         stale result, guarded by the generation and the deadline only."""
         timed_out = failure.kind is ErrorKind.TIMEOUT
         with self.tx_slots:
-            outcome, backoff_error = fail.fail_step_alone(
-                self.db,
-                self.publish,
-                step_id=step.id,
-                run_id=step.run_id,
-                generation=step.lease_generation,
-                owner=owner,
-                error=str(failure),
-                error_kind=failure.kind,
-                traceback=failure.tb,
-                permanent=failure.permanent,
-                timed_out=timed_out,
+            outcome, backoff_error = retry_conflicts(
+                lambda: fail.fail_step_alone(
+                    self.db,
+                    self.publish,
+                    step_id=step.id,
+                    run_id=step.run_id,
+                    generation=step.lease_generation,
+                    owner=owner,
+                    error=str(failure),
+                    error_kind=failure.kind,
+                    traceback=failure.tb,
+                    permanent=failure.permanent,
+                    timed_out=timed_out,
+                )
             )
         if backoff_error is not None:
             self.log.error(
@@ -357,33 +373,52 @@ class InlineSink:
         self.settler = settler
 
     def complete(self, completion: Completion) -> bool:
-        """Commit and settle ``completion`` on this thread; always True."""
+        """Commit and settle ``completion`` on this thread; always True.
+
+        When the handler used the transaction (``ctx.completion_tx()``), the same round
+        trip checks that it is still READ COMMITTED (else the step fails permanently:
+        :class:`~cyclone_flow.errors.IsolationLevelError`). A transaction that held
+        nothing of the handler's and meets a serialization failure or a deadlock runs
+        again at once (up to ``CONFLICT_RETRIES`` times)."""
         tx = completion.tx
         assert tx is not None, "the inline sink commits in the step's completion transaction"
         step = completion.step
-        what = FAILED
-        result: Result
-        try:
-            conn = tx.open()
-            outcome = complete.complete_step(
-                Tx(conn, self.db.q), step, self.owner, completion.output
-            )
-            if outcome is None:
-                tx.rollback()  # stale: the handler's business writes go with it
-            else:
-                if completion.extra:
-                    outcome.wakeups.merge(completion.extra)  # published with the step's own
-                what = FAILED_AT_COMMIT
-                tx.commit(lambda conn: self.settler.committed(conn, (step,), (outcome,)))
-            result = outcome
-        except Exception as exc:
-            tx.rollback()
-            result = exc
-        except BaseException:
-            tx.rollback()
-            raise
+        redo = CONFLICT_RETRIES - 1 if tx.conn is None else 0  # nothing of the handler's in it
+        while True:
+            what = FAILED
+            result: Result
+            try:
+                conn = tx.open()
+                outcome = complete.complete_step(
+                    Tx(conn, self.db.q),
+                    step,
+                    self.owner,
+                    completion.output,
+                    default_isolation=tx.default_isolation,
+                )
+                if outcome is None:
+                    tx.rollback()  # stale: the handler's business writes go with it
+                else:
+                    if completion.extra:
+                        outcome.wakeups.merge(completion.extra)  # published with its own
+                    what = FAILED_AT_COMMIT
+                    tx.commit(functools.partial(self._committed, step, outcome))
+                result = outcome
+            except Exception as exc:
+                tx.rollback()
+                if redo > 0 and conflict(exc):
+                    redo -= 1
+                    continue
+                result = exc
+            except BaseException:
+                tx.rollback()
+                raise
+            break
         self.settler.settle(completion, result, what)
         return True
+
+    def _committed(self, step: ClaimedStep, outcome: Outcome, conn: Conn) -> None:
+        self.settler.committed(conn, (step,), (outcome,))
 
 
 class BatchSink:
@@ -484,11 +519,19 @@ class BatchSink:
         except Exception as exc:
             if len(batch) == 1:
                 return [exc]  # its own error settles a lone step
-            self.log.warning(
-                "group commit of %d completions failed; committing each alone",
-                len(batch),
-                exc_info=True,
-            )
+            if database_lost(exc):
+                settler.reporter.trouble(
+                    "completion",
+                    exc,
+                    "group commit of %d completions failed; committing each alone",
+                    len(batch),
+                )
+            else:
+                self.log.warning(
+                    "group commit of %d completions failed; committing each alone",
+                    len(batch),
+                    exc_info=True,
+                )
         return [self._commit_alone(settler, c) for c in batch]
 
     def _commit_alone(self, settler: Settler, completion: Completion) -> Result:
@@ -502,18 +545,27 @@ class BatchSink:
             return exc
 
     def _transact(self, settler: Settler, batch: list[Completion]) -> list[Outcome | None]:
-        """One transaction for ``batch`` (:meth:`complete_steps`), then the work after its
-        commit on the same connection; raises what the transaction raised (nothing
-        committed then)."""
+        """One READ COMMITTED transaction for ``batch`` (:meth:`complete_steps`; run again
+        at once after a serialization failure or a deadlock, and begun on a fresh
+        connection when the first one is found lost), then the work after its commit on
+        the same connection; raises what the transaction raised (nothing committed
+        then)."""
         steps = [c.step for c in batch]
-        with self.tx_slots, self.db.pool.connection() as conn:
-            with conn.transaction():
-                outcomes = self.complete_steps(
-                    Tx(conn, self.db.q), [(c.step, c.output) for c in batch]
-                )
-            self.steps += len(outcomes) - outcomes.count(None)
-            settler.committed(conn, steps, outcomes)
-        return outcomes
+        pairs = [(c.step, c.output) for c in batch]
+
+        def once() -> list[Outcome | None]:
+            outcomes: list[Outcome | None] = []
+
+            def after(conn: Conn) -> None:
+                self.steps += len(outcomes) - outcomes.count(None)
+                settler.committed(conn, steps, outcomes)
+
+            with self.db.transaction(after=after) as conn:
+                outcomes.extend(self.complete_steps(Tx(conn, self.db.q), pairs))
+            return outcomes
+
+        with self.tx_slots:
+            return retry_conflicts(once)
 
     def complete_steps(
         self, tx: Tx, batch: Sequence[tuple[ClaimedStep, str]]
@@ -526,27 +578,64 @@ class BatchSink:
 
 class CompletionTx:
     """The step's completion transaction, opened lazily (by ``ctx.completion_tx()`` or at
-    completion) on a pool connection inside a transaction block, within a tx slot."""
+    completion) on a pool connection inside a READ COMMITTED transaction block
+    (:meth:`Database.begin`: a connection found lost at BEGIN is replaced), within a tx
+    slot.
 
-    def __init__(self, pool: ConnectionPool[Any], slots: threading.BoundedSemaphore) -> None:
-        self.pool = pool
+    ``handed``: the handler was given the connection (``ctx.completion_tx()``), and
+    ``default_isolation`` the session's default isolation then (read in one round trip
+    when it is first handed; the completion checks it did not change). ``lost``:
+    the error of the engine's own database trouble while the handler ran (the BEGIN of
+    ``ctx.completion_tx()`` failed for good, or an engine read such as ``ctx.upstream()``
+    lost its connection), else None: the executor then leaves the step to its lease
+    instead of failing its attempt."""
+
+    def __init__(self, db: Database, slots: threading.BoundedSemaphore) -> None:
+        self.db = db
         self.slots = slots
         self.conn: Conn | None = None
+        self.handed = False
+        self.default_isolation: str | None = None
+        self.lost: BaseException | None = None
         self._tx: psycopg.Transaction | None = None
 
     def open(self) -> Conn:
-        """The transaction's connection (opened at the first call)."""
+        """The transaction's connection (opened at the first call). Raises the psycopg
+        error of its BEGIN (recorded in ``lost`` when the database is lost)."""
         if self.conn is None:
             self.slots.acquire()
             try:
-                conn = self.pool.getconn()
-            except BaseException:
+                conn, tx = self.db.begin()
+            except BaseException as exc:
                 self.slots.release()
+                self.note(exc)
                 raise
-            self.conn = conn
-            self._tx = conn.transaction()
-            self._tx.__enter__()
+            self.conn, self._tx = conn, tx
         return self.conn
+
+    def for_handler(self) -> Conn:
+        """:meth:`open` for ``ctx.completion_tx()``: the handler holds the connection
+        (the first time, the session's default isolation is read first)."""
+        conn = self.open()
+        if not self.handed:
+            try:
+                self.default_isolation = misc.session_default_isolation(Session(conn, self.db.q))
+            except BaseException as exc:
+                self.note(exc)
+                raise
+            self.handed = True
+        return conn
+
+    def note(self, exc: BaseException) -> None:
+        """Record ``exc`` in ``lost`` when it says the database is lost (engine code that
+        runs for the handler calls this with what it raises)."""
+        if self.lost is None and database_lost(exc):
+            self.lost = exc
+
+    def broken(self) -> bool:
+        """Whether the database was lost under the handler: an engine call for it lost
+        its connection (``lost``), or the transaction's own connection broke."""
+        return self.lost is not None or (self.conn is not None and self.conn.broken)
 
     def check_not_ended(self) -> None:
         """Raise a permanent StepFailure when the handler ended the transaction itself
@@ -587,7 +676,7 @@ class CompletionTx:
             else:
                 tx.__exit__(type(exc), exc, None)
         finally:
-            self.pool.putconn(conn)
+            self.db.putconn(conn)
             self.slots.release()
 
 
@@ -596,7 +685,9 @@ def failed_attempt_on_error(what: str) -> Iterator[None]:
     """Turn a database error of the step's own transaction into a failed attempt (e.g. the
     handler left its transaction failed, or a deferred constraint broke), so it can never
     loop. Trouble with the connection or server itself (OperationalError, but not a
-    deadlock or serialization failure) propagates: the step is left to its lease."""
+    deadlock or serialization failure; :func:`~cyclone_flow.db.conn.database_lost` says
+    which of them are the database out of reach) propagates: the step is left to its
+    lease."""
     try:
         yield
     except psycopg.Error as exc:

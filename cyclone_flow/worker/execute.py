@@ -13,11 +13,11 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from cyclone_flow._json import JSON, Unencodable, encode_payload
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.db.conn import Database
+from cyclone_flow.db.conn import Database, database_lost
 from cyclone_flow.db.rows import ClaimedStep
 from cyclone_flow.errors import (
     HandlerImportError,
@@ -49,14 +49,16 @@ __all__ = ["Executor"]
 
 _TRACEBACK_LIMIT = 8_000  # characters of traceback kept per attempt (the last ones)
 _ERROR_LIMIT = 4_000  # characters of error message kept per attempt (the first ones)
+PREPARE_TRIES = 3  # reads of a step's input tried when they lose the database
 
 
 class Executor:
     """Runs claimed steps on the caller's thread; shared by all worker threads.
 
     ``completer``: the client's batch sink (group commit), or None to commit every step
-    inline. ``reporter`` (built from ``config``'s hooks) reports every event of this
-    client's worker; ``settler`` is the one settle path of both sinks."""
+    inline. ``reporter`` (built from ``config``'s hooks and ``on_database_error``, called
+    with where a connection-level failure happened) reports every event of this client's
+    worker; ``settler`` is the one settle path of both sinks."""
 
     def __init__(
         self,
@@ -68,6 +70,7 @@ class Executor:
         publish: Publish,
         producer: Producer,
         completer: BatchSink | None = None,
+        on_database_error: Callable[[str], None] | None = None,
     ) -> None:
         self.db = db
         self.config = config
@@ -76,14 +79,16 @@ class Executor:
         self.producer = producer
         self.log = config.logger
         self.inputs = Inputs(db, cache)
-        self.reporter = Reporter(config.logger, config.on_step_event, config.error_handler)
+        self.reporter = Reporter(
+            config.logger, config.on_step_event, config.error_handler, on_database_error
+        )
         self.settler = Settler(
             db, config.client_id, cache, publish, tx_slots, self.reporter, config.logger
         )
         self.inline = InlineSink(db, config.client_id, self.settler)
         self.batch = completer
         # the handler's logs and prints per attempt (started and stopped by the worker)
-        self.step_logs = StepLogs(db, config.step_log_bytes, config.logger)
+        self.step_logs = StepLogs(db, config.step_log_bytes, config.logger, self.reporter)
 
     def start(self) -> None:
         """Start the batch sink's completer thread (when there is one)."""
@@ -105,9 +110,15 @@ class Executor:
         step's lease stays held until ``on_settled()`` is called on the completer thread,
         after the commit and the step's events. Else False: everything is done.
 
-        Database trouble on the connection itself (``OperationalError``) leaves the step
-        to its lease: the recovery sweep reclaims it. Every other error becomes a failed
-        attempt, so a step can never loop on an error that repeats.
+        Database trouble on the engine's own connections leaves the step to its lease
+        (the recovery sweep reclaims it; no attempt is charged): trouble with the
+        connection itself (``OperationalError``) while reading the step's input (tried
+        on a fresh connection first) or recording its result, and a lost database under
+        the handler (the BEGIN of ``ctx.completion_tx()`` or an engine read such as
+        ``ctx.upstream()`` lost its connection, or the completion transaction's
+        connection broke), whatever the handler did then (raised or returned). Every
+        other error, including one the handler raises from its own connections, becomes
+        a failed attempt, so a step can never loop on an error that repeats.
 
         A step with a ``timeout`` has its handler told (``cancel_event``) when that many
         seconds have passed since the claim returned, which is never before the database's
@@ -115,7 +126,7 @@ class Executor:
         this worker then records the attempt as failed with kind ``timeout`` itself instead
         of leaving it to the next sweep (Engine Design: Leases and Heartbeats).
         """
-        tx = CompletionTx(self.db.pool, self.tx_slots)
+        tx = CompletionTx(self.db, self.tx_slots)
         extra = Wakeups()  # of runs the handler submits in its completion transaction
         duration_s: float | None = None  # handler time, for StepEvent and metrics
         attempt_log: AttemptLog | None = None  # what the handler logged and printed
@@ -126,15 +137,23 @@ class Executor:
             timer.start()
         try:
             try:
-                handler, handler_input = self._prepare(step)
+                handler, handler_input = self._prepare_retrying(step)
                 submit_in_tx, enqueue_in_tx = self._completion_producers(tx, extra)
+
+                def upstream(name: str) -> JSON:
+                    try:
+                        return self.inputs.upstream_output(step.run_id, name)
+                    except BaseException as exc:
+                        tx.note(exc)
+                        raise
+
                 ctx = Context(
                     run_id=step.run_id,
                     node=step.node,
                     attempt=step.attempt,
                     step_id=step.id,
-                    open_tx=tx.open,
-                    upstream=lambda name: self.inputs.upstream_output(step.run_id, name),
+                    open_tx=tx.for_handler,
+                    upstream=upstream,
                     cancel_event=cancel_event,
                     submit_in_tx=submit_in_tx,
                     enqueue_in_tx=enqueue_in_tx,
@@ -143,7 +162,7 @@ class Executor:
                 started = time.monotonic()
                 try:
                     with self.step_logs.capture() as attempt_log:
-                        output = self._call(handler, ctx, handler_input)
+                        output = self._call(handler, ctx, handler_input, tx)
                 finally:
                     duration_s = time.monotonic() - started
                     tx.check_not_ended()
@@ -163,8 +182,10 @@ class Executor:
             except StepFailure as failure:
                 tx.rollback()
                 self.settler.fail(step, self.config.client_id, failure, duration_s)
-        except BaseException:
-            self.log.exception(
+        except BaseException as exc:
+            self.reporter.trouble(
+                "completion",
+                exc.lost if isinstance(exc, _DatabaseLost) else exc,
                 "step %s of run %s: could not record the result; the lease will lapse and "
                 "the recovery sweep reclaims it",
                 step.node,
@@ -190,7 +211,11 @@ class Executor:
         def submit_in_tx(flow: Any, run_input: JSON = None, **options: Any) -> str:
             opts = run_options(**options)
             spec, input_json = producer.prepare(flow, run_input)
-            run_id, wakeups = producer.insert(tx.open(), spec, input_json, opts)
+            try:
+                run_id, wakeups = producer.insert(tx.open(), spec, input_json, opts)
+            except BaseException as exc:
+                tx.note(exc)
+                raise
             extra.merge(wakeups)
             return run_id
 
@@ -199,11 +224,27 @@ class Executor:
             timeout = options.pop("timeout", None)
             opts = run_options(**options)
             spec, input_json = producer.prepare(job_flow(call, retry=retry, timeout=timeout), args)
-            run_id, wakeups = producer.insert(tx.open(), spec, input_json, opts)
+            try:
+                run_id, wakeups = producer.insert(tx.open(), spec, input_json, opts)
+            except BaseException as exc:
+                tx.note(exc)
+                raise
             extra.merge(wakeups)
             return run_id
 
         return submit_in_tx, enqueue_in_tx
+
+    def _prepare_retrying(self, step: ClaimedStep) -> tuple[Callable[..., Any], JSON]:
+        """:meth:`_prepare`, tried again (up to ``PREPARE_TRIES`` times) when reading the
+        input lost the database: before the handler runs, a fresh connection is safe."""
+        for left in range(PREPARE_TRIES - 1, -1, -1):
+            try:
+                return self._prepare(step)
+            except Exception as exc:
+                if not left or not database_lost(exc):
+                    raise
+                self.db.pool.check()  # the other idle connections died with this one
+        raise AssertionError("unreachable")  # PREPARE_TRIES < 1
 
     def _prepare(self, step: ClaimedStep) -> tuple[Callable[..., Any], JSON]:
         if step.type not in ("action", "fan_out_item") or not step.call:  # never claimable
@@ -223,17 +264,27 @@ class Executor:
             raise StepFailure(ErrorKind.INPUT_ERROR, str(exc), permanent=True, tb=None) from exc
         return handler, handler_input
 
-    def _call(self, handler: Callable[..., Any], ctx: Context, handler_input: JSON) -> JSON:
+    def _call(
+        self, handler: Callable[..., Any], ctx: Context, handler_input: JSON, tx: CompletionTx
+    ) -> JSON:
         try:
-            return handler(ctx, handler_input)
-        except PermanentError as exc:
-            raise StepFailure(
-                ErrorKind.HANDLER_ERROR, _describe(exc), permanent=True, tb=_tb(exc)
-            ) from exc
-        except BaseException as exc:  # SystemExit & co. from a handler fail its attempt
-            raise StepFailure(
-                ErrorKind.HANDLER_ERROR, _describe(exc), permanent=False, tb=_tb(exc)
-            ) from exc
+            output = handler(ctx, handler_input)
+        except BaseException as exc:
+            if tx.broken():  # the engine's side lost the database: not the handler's fault
+                raise _DatabaseLost(tx.lost or exc) from exc
+            self._failed(exc)
+        lost = tx.lost
+        if lost is not None:  # the handler swallowed it: what it meant to write is not there
+            raise _DatabaseLost(lost)
+        return output
+
+    def _failed(self, exc: BaseException) -> NoReturn:
+        """Raise the StepFailure of the handler's own exception ``exc`` (SystemExit & co.
+        included): permanent for a PermanentError."""
+        permanent = isinstance(exc, PermanentError)
+        raise StepFailure(
+            ErrorKind.HANDLER_ERROR, _describe(exc), permanent=permanent, tb=_tb(exc)
+        ) from exc
 
     def _encode_output(self, output: JSON) -> str:
         try:
@@ -247,6 +298,15 @@ class Executor:
             raise StepFailure(
                 ErrorKind.PAYLOAD_TOO_LARGE, str(too_large), permanent=True, tb=None
             ) from too_large
+
+
+class _DatabaseLost(Exception):
+    """Internal: the database was lost under the handler (``lost``: the engine's error);
+    the step is left to its lease."""
+
+    def __init__(self, lost: BaseException) -> None:
+        super().__init__(str(lost))
+        self.lost = lost
 
 
 def _describe(exc: BaseException) -> str:

@@ -23,8 +23,9 @@ from functools import cache
 from importlib import metadata
 
 from cyclone_flow.db import workers
-from cyclone_flow.db.conn import Database
+from cyclone_flow.db.conn import Database, retry_conflicts
 from cyclone_flow.engine import claim
+from cyclone_flow.events import Reporter
 
 __all__ = ["Heartbeat", "HeartbeatResult", "WorkerIdentity"]
 
@@ -66,7 +67,8 @@ class Heartbeat:
 
     ``leases`` maps ``(step id, lease_generation)`` to the cancel event of the handler
     holding it, ``handed`` holds the leases whose completion waits in the group commit; both
-    belong to the worker and are read and changed only under ``lock``."""
+    belong to the worker and are read and changed only under ``lock``. ``reporter`` logs
+    and counts a failed beat (default: one on ``logger``)."""
 
     def __init__(
         self,
@@ -78,6 +80,7 @@ class Heartbeat:
         handed: set[tuple[int, int]],
         logger: logging.Logger,
         identity: WorkerIdentity | None = None,
+        reporter: Reporter | None = None,
     ) -> None:
         self.db = db
         self.owner = owner
@@ -88,21 +91,27 @@ class Heartbeat:
         self.handed = handed
         self.log = logger
         self.identity = identity
+        self.reporter = reporter or Reporter(logger)
 
     def run_once(self) -> HeartbeatResult:
         """One beat: renew every lease not known lost (one statement); tell the handlers
         whose lease was not renewed. A failed statement is logged and tells no one (the
-        next beat tries again)."""
+        next beat tries again; a serialization failure or deadlock is tried again at
+        once)."""
         with self.lock:  # leases already known lost are not sent again
             leases = [lease for lease, told in self.leases.items() if not told.is_set()]
             handed = set(self.handed)
         if not leases:
             return HeartbeatResult()
-        try:
+
+        def beat() -> set[tuple[int, int]]:
             with self.db.session() as s:
-                renewed = claim.extend_leases(s, self.owner, self.lease_ttl_s, leases)
-        except Exception:
-            self.log.exception("heartbeat failed for %d leases", len(leases))
+                return claim.extend_leases(s, self.owner, self.lease_ttl_s, leases)
+
+        try:
+            renewed = retry_conflicts(beat)
+        except Exception as exc:
+            self.reporter.trouble("heartbeat", exc, "heartbeat failed for %d leases", len(leases))
             return HeartbeatResult(len(leases))
         told = 0
         with self.lock:
@@ -136,8 +145,10 @@ class Heartbeat:
                     lease_ttl_s=self.lease_ttl_s,
                     version=identity.version,
                 )
-        except Exception:
-            self.log.exception("could not write the heartbeat row of worker %s", self.owner)
+        except Exception as exc:
+            self.reporter.trouble(
+                "heartbeat", exc, "could not write the heartbeat row of worker %s", self.owner
+            )
             return False
         return True
 
@@ -149,8 +160,10 @@ class Heartbeat:
         try:
             with self.db.session() as s:
                 workers.worker_delete(s, client_id=self.owner)
-        except Exception:
-            self.log.exception("could not delete the heartbeat row of worker %s", self.owner)
+        except Exception as exc:
+            self.reporter.trouble(
+                "heartbeat", exc, "could not delete the heartbeat row of worker %s", self.owner
+            )
 
     def run(self, stop: threading.Event) -> None:
         """Beat every ``interval_s`` seconds until ``stop`` is set: refresh the worker row,

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.db.conn import Database
+from cyclone_flow.db.conn import Database, retry_conflicts
 from cyclone_flow.db.rows import ClaimedStep
 from cyclone_flow.engine import claim
 from cyclone_flow.events import StepEvent
@@ -95,6 +95,7 @@ class Worker:
             self._handed,
             self.log,
             WorkerIdentity(dict(config.worker_queues), only_run),
+            self.reporter,
         )
         # the maintenance services (Engine Design: Pool Budget lists them), in the order
         # the maintenance loop runs them, each every sweep_interval (retention: its own)
@@ -132,7 +133,7 @@ class Worker:
             db, WorkerReaperConfig(interval_s=max(tick, 60.0)), self.log
         )
         services += [self.wait_scanner, self.deadline_scanner, self.worker_reaper]
-        self.maintenance = MaintenanceLoop(services, tick, self.log)
+        self.maintenance = MaintenanceLoop(services, tick, self.log, self.reporter)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -185,8 +186,10 @@ class Worker:
                 with self.db.session() as s:
                     released = claim.release_leases(s, self.config.client_id, leases)
                 self.publish(released)
-            except Exception:
-                self.log.exception("could not release %d leases at shutdown", len(leases))
+            except Exception as exc:
+                self.reporter.trouble(
+                    "shutdown", exc, "could not release %d leases at shutdown", len(leases)
+                )
         self._stop_heartbeat.set()
         for cancel in cancels:
             cancel.set()
@@ -223,8 +226,8 @@ class Worker:
             self._wake.clear()
             try:
                 claimed = self._claim_once()
-            except Exception:
-                self.log.exception("claim failed; retrying after %.2fs", hi)
+            except Exception as exc:
+                self.reporter.trouble("claim", exc, "claim failed; retrying after %.2fs", hi)
                 self._stop.wait(hi)
                 continue
             if claimed:
@@ -243,15 +246,7 @@ class Worker:
             if free <= 0 or self._stop.is_set():
                 continue
             self.claim_queries += 1
-            with self.db.autocommit_session() as s:
-                steps = claim.claim(
-                    s,
-                    self.config.client_id,
-                    self.config.lease_ttl,
-                    [queue_name],
-                    free,
-                    self.only_run,
-                )
+            steps = retry_conflicts(functools.partial(self._claim, queue_name, free))
             with self._lock:
                 self._busy[queue_name] += len(steps)
                 for step in steps:
@@ -271,6 +266,13 @@ class Worker:
                 )
             total += len(steps)
         return total
+
+    def _claim(self, queue_name: str, free: int) -> list[ClaimedStep]:
+        """One claim statement (autocommit) for up to ``free`` steps of ``queue_name``."""
+        with self.db.autocommit_session() as s:
+            return claim.claim(
+                s, self.config.client_id, self.config.lease_ttl, [queue_name], free, self.only_run
+            )
 
     # -- worker threads ------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from typing import Any, TextIO
 from cyclone_flow.db import step_logs
 from cyclone_flow.db.conn import Database
 from cyclone_flow.db.rows import ClaimedStep
+from cyclone_flow.events import Reporter
 from cyclone_flow.logs import LOGGER_NAME, has_other_handler
 
 __all__ = ["AttemptLog", "CaptureHandler", "StepLogger", "StepLogs", "ThreadStream", "current"]
@@ -253,10 +254,13 @@ def uninstall() -> None:
 class StepLogs:
     """The step-log capture of one started client: ``cap`` bytes per attempt (0: off)."""
 
-    def __init__(self, db: Database, cap: int, logger: logging.Logger) -> None:
+    def __init__(
+        self, db: Database, cap: int, logger: logging.Logger, reporter: Reporter | None = None
+    ) -> None:
         self.db = db
         self.cap = cap
         self.log = logger
+        self.reporter = reporter or Reporter(logger)
         self._started = False
 
     def start(self) -> None:
@@ -311,8 +315,10 @@ class StepLogs:
                     generation=step.lease_generation,
                     lines=log.lines,
                 )
-        except Exception:
-            self.log.exception(
+        except Exception as exc:
+            self.reporter.trouble(
+                "completion",
+                exc,
                 "could not store %d log line(s) of step %s of run %s",
                 len(log.lines),
                 step.node,

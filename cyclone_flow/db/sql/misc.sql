@@ -34,3 +34,24 @@ SET LOCAL plan_cache_mode = force_generic_plan
 -- First in a read-only transaction whose reads must agree with each other ("why is it
 -- waiting", which reads a run, its steps, deps and the workers): one snapshot for all.
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
+
+-- name: session_read_committed
+-- Run once per connection, in autocommit, at its first checkout: the session's default
+-- isolation becomes READ COMMITTED whatever the database's or the role's default, so that
+-- the statements the engine runs in autocommit are READ COMMITTED as its transactions
+-- (which begin with BEGIN ISOLATION LEVEL READ COMMITTED).
+SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED
+
+-- name: session_default_isolation
+-- When ctx.completion_tx() hands its transaction to a handler: the session's default
+-- isolation before the handler runs (session_isolation compares with it at completion).
+SELECT current_setting('default_transaction_isolation')
+
+-- name: session_isolation
+-- Sent in a completion's pipeline when the handler used ctx.completion_tx(): the
+-- isolation of the transaction and the session's default isolation, to refuse a
+-- handler's SET TRANSACTION ISOLATION LEVEL, SET SESSION CHARACTERISTICS or SET
+-- default_transaction_isolation before the commit (current_setting only: pg_settings
+-- would cost most of a millisecond).
+SELECT current_setting('transaction_isolation'),
+       current_setting('default_transaction_isolation')

@@ -618,19 +618,25 @@ RETURNING s.run_id, s.queue, s.node, s.type
 -- Recovery sweep: running steps whose lease expired (and whose timeout has not passed) ->
 -- available, lease cleared, reclaims + 1, no attempt charged, scheduled_at untouched
 -- (Engine Design: Leases and Heartbeats). Steps that reached max_reclaims are left to
--- step_list_reclaim_exhausted.
+-- step_list_reclaim_exhausted. The ids are chosen once, in a MATERIALIZED CTE, so at most
+-- %(batch)s rows change whatever the plan (an IN (subquery) can be planned as a join that
+-- runs the FOR UPDATE SKIP LOCKED LIMIT again per outer row: without statistics on the
+-- table it then changed every expired lease at once).
 -- %(now)s pins the clock (tests; NULL: the database's now()).
+WITH expired AS MATERIALIZED (
+    SELECT id FROM {schema}.cyclone_steps
+    WHERE state = 'running' AND lease_expiry < coalesce(%(now)s::timestamptz, now())
+      AND (timeout IS NULL OR started_at + timeout > coalesce(%(now)s::timestamptz, now()))
+      AND (%(max_reclaims)s::int = 0 OR reclaims < %(max_reclaims)s::int)
+    ORDER BY lease_expiry
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
 UPDATE {schema}.cyclone_steps s
 SET state = 'available', lease_owner = NULL, lease_expiry = NULL, heartbeat_at = NULL,
     reclaims = s.reclaims + 1
-WHERE s.id IN (
-        SELECT id FROM {schema}.cyclone_steps
-        WHERE state = 'running' AND lease_expiry < coalesce(%(now)s::timestamptz, now())
-          AND (timeout IS NULL OR started_at + timeout > coalesce(%(now)s::timestamptz, now()))
-          AND (%(max_reclaims)s::int = 0 OR reclaims < %(max_reclaims)s::int)
-        ORDER BY lease_expiry
-        LIMIT %(batch)s
-        FOR UPDATE SKIP LOCKED)
+FROM expired e
+WHERE s.id = e.id
   AND s.state = 'running'
   AND s.lease_expiry < coalesce(%(now)s::timestamptz, now())
 RETURNING s.id, s.run_id, s.node, s.queue, s.reclaims
