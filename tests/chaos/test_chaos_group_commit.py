@@ -44,7 +44,9 @@ class GroupCommitFleet(Fleet):
         self.spawned += 1
         env = {
             "CHAOS_KILL_P": str(self.plan.kill_p),
-            "CHAOS_FIRST_P": "0.2",
+            # each point kills at its first reach (then with kill_p): every point fires
+            # however few completions a loaded machine makes in the chaos window
+            "CHAOS_FIRST_P": "1.0",
             "CHAOS_KILL_LOG": str(self.kill_log),
             "CHAOS_CALM_FILE": str(self.calm_file),
             "GC_DATABASE_URL": self.database_url,
