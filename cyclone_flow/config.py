@@ -112,6 +112,7 @@ class ClientOptions(TypedDict, total=False):
     sweep_interval: float
     check_schema: bool
     max_signal_wait: float
+    prepare: bool
 
 
 def _default_client_id() -> str:
@@ -142,6 +143,8 @@ class ClientConfig:
       node without ``max_wait`` (Client Options: WithMaxSignalWait). Submit copies it onto
       the run: the value of the client that submits a run applies to it (and to its child
       runs). A zero or negative value leaves such waits uncapped.
+    - ``prepare``: True; False never prepares a statement on the server (psycopg
+      ``prepare_threshold=None`` on the client's own pool): PgBouncer in transaction mode
 
     docs/options.md has the table of every option with the seeds' names.
     """
@@ -164,6 +167,7 @@ class ClientConfig:
     sweep_interval: float = 10.0
     check_schema: bool = True
     max_signal_wait: float = 0.0
+    prepare: bool = True
 
     @property
     def workers(self) -> int:
@@ -327,6 +331,7 @@ _VALIDATORS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "sweep_interval": ("sweep_interval", _seconds_up_to(MAX_POLL_S)),
     "check_schema": ("check_schema", lambda _name, value: bool(value)),
     "max_signal_wait": ("max_signal_wait", _max_signal_wait),
+    "prepare": ("prepare", _flag),
 }
 
 

@@ -24,6 +24,11 @@ def notify_unlisten(s: SessionLike) -> None:
     execute(s, "notify_unlisten")
 
 
+def notify_ping(s: SessionLike) -> None:
+    """One round trip that proves the (listening) connection still answers."""
+    execute(s, "notify_ping")
+
+
 def pg_now(s: SessionLike, *, now: datetime | None = None) -> datetime:
     """The database's ``now()``, or ``now`` when a test pins it."""
     row = execute(s, "pg_now", {"now": now}).fetchone()
