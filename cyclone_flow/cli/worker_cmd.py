@@ -183,6 +183,8 @@ def worker_cmd(
         options["client_id"] = client_id
     if retention is not None:
         options["retention"] = RetentionConfig(default_age=parse_age(retention, "--retention"))
+    if stop.is_set():  # stopped while starting: nothing to open, nothing to hand back
+        sys.exit(0)
     metrics = _start_metrics(metrics_port, metrics_addr)
     client = Client(
         url,

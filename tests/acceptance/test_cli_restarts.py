@@ -60,7 +60,9 @@ def _finish(proc: subprocess.Popen[bytes], out: Path, timeout: float) -> str:
 
 def _run_state(url: str) -> str | None:
     with psycopg.connect(url, connect_timeout=5) as conn:
-        row = conn.execute("SELECT state FROM cyclone_runs ORDER BY created_at DESC LIMIT 1").fetchone()
+        row = conn.execute(
+            "SELECT state FROM cyclone_runs ORDER BY created_at DESC LIMIT 1"
+        ).fetchone()
     return None if row is None else str(row[0])
 
 
