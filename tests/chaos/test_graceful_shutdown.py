@@ -151,7 +151,8 @@ def test_a_signal_while_the_worker_starts_is_a_graceful_stop(
         spawned = time.monotonic()
         worker = WorkerProcess(database_url, schema, tmp_path / f"worker{i}.log")
         try:
-            wait_until(lambda: _started_python_code(worker.pid), 10, 0.002, "the entry point")
+            pid = worker.pid
+            wait_until(lambda: _started_python_code(pid), 10, 0.002, "the entry point")
             time.sleep(max(0.0, delay - (time.monotonic() - spawned)))
             worker.proc.send_signal(signum)
             sent = time.monotonic() - spawned
