@@ -6,6 +6,7 @@ the lease TTL; it exits 0."""
 
 from __future__ import annotations
 
+import functools
 import signal
 import time
 from collections.abc import Callable
@@ -151,8 +152,9 @@ def test_a_signal_while_the_worker_starts_is_a_graceful_stop(
         spawned = time.monotonic()
         worker = WorkerProcess(database_url, schema, tmp_path / f"worker{i}.log")
         try:
-            pid = worker.pid
-            wait_until(lambda: _started_python_code(pid), 10, 0.002, "the entry point")
+            wait_until(
+                functools.partial(_started_python_code, worker.pid), 10, 0.002, "the entry point"
+            )
             time.sleep(max(0.0, delay - (time.monotonic() - spawned)))
             worker.proc.send_signal(signum)
             sent = time.monotonic() - spawned

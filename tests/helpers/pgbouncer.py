@@ -84,9 +84,7 @@ class PgBouncer:
             os.chown(self.dir, run_as.pw_uid, run_as.pw_gid)  # its log and pid file
             args += ["-u", run_as.pw_name]
         with open(self.dir / "stderr.log", "wb") as err:
-            self._proc = subprocess.Popen(
-                [*args, str(ini)], stdout=subprocess.DEVNULL, stderr=err
-            )
+            self._proc = subprocess.Popen([*args, str(ini)], stdout=subprocess.DEVNULL, stderr=err)
         self.url = f"postgresql://{user}@127.0.0.1:{self.port}/{dbname}"
         self._wait_ready()
 
