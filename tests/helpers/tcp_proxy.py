@@ -5,6 +5,7 @@ proxy's own sockets still acknowledge what the client sends, so no TCP timer fir
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import threading
@@ -120,7 +121,5 @@ class TcpProxy:
 def _close(pair: Pair) -> None:
     pair.closed = True
     for sock in (pair.client, pair.upstream):
-        try:
+        with contextlib.suppress(OSError):
             sock.close()
-        except OSError:
-            pass
