@@ -62,6 +62,17 @@ def database_options(func: F) -> F:
     return func
 
 
+def notify_option(func: F) -> F:
+    """Add ``--notify/--no-notify`` (default on) to a command that waits for a run: with
+    ``--no-notify`` it polls instead of LISTENing (PgBouncer in transaction mode)."""
+    return click.option(
+        "--notify/--no-notify",
+        default=True,
+        show_default=True,
+        help="LISTEN for the run's end; --no-notify polls only (PgBouncer in transaction mode).",
+    )(func)
+
+
 def _store_prepare(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
     ctx.meta[_PREPARE] = value
     return value

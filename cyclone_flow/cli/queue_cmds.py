@@ -19,6 +19,7 @@ from cyclone_flow.cli.common import (
     duration_option,
     echo_json,
     handle_errors,
+    notify_option,
     parse_json,
     prepare_enabled,
     resolve_database,
@@ -144,6 +145,7 @@ def _json_arg(text: str | None, option: str) -> JSON:
 )
 @click.option("--timeout", default=None, help="Timeout of one attempt, e.g. 30s.")
 @click.option("--wait", is_flag=True, help="Wait until the job's run ends; print its output.")
+@notify_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @database_options
 @handle_errors
@@ -153,6 +155,7 @@ def enqueue_cmd(
     max_attempts: int | None,
     timeout: str | None,
     wait: bool,
+    notify: bool,
     as_json: bool,
     database_url: str | None,
     schema: str,
@@ -168,7 +171,7 @@ def enqueue_cmd(
     if timeout is not None:
         options["timeout"] = _duration(timeout, "--timeout", allow_zero=False)
     url = resolve_database(database_url)
-    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
+    with Client(url, schema=schema, prepare=prepare_enabled(), notify=notify) as client:
         run_id = client.enqueue(callable_path, args, **options)
         status = client.wait(run_id) if wait else None
     if as_json:

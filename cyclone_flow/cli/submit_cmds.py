@@ -16,6 +16,7 @@ from cyclone_flow.cli.common import (
     echo_json,
     handle_errors,
     input_options,
+    notify_option,
     prepare_enabled,
     read_input,
     resolve_database,
@@ -54,12 +55,7 @@ from cyclone_flow.handlers import AllowList
     default=None,
     help="With --wait: give up after this long, e.g. 30s or 5m (exit 1; the run goes on).",
 )
-@click.option(
-    "--notify/--no-notify",
-    default=True,
-    show_default=True,
-    help="LISTEN for the run's end; --no-notify polls only (PgBouncer in transaction mode).",
-)
+@notify_option
 @database_options
 @handle_errors
 def submit_cmd(
@@ -143,12 +139,7 @@ def submit_cmd(
     help="Folder to put on sys.path (repeatable); the current folder always is.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the run status as JSON.")
-@click.option(
-    "--notify/--no-notify",
-    default=True,
-    show_default=True,
-    help="LISTEN for wakeups; --no-notify polls only (PgBouncer in transaction mode).",
-)
+@notify_option
 @database_options
 @handle_errors
 def run_cmd(

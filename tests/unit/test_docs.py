@@ -16,7 +16,7 @@ from helpers.doc_tables import DOCS, REPO, code_spans, markdown_tables
 from cyclone_flow.cli import main
 
 SCHEMA = json.loads((REPO / "schemas" / "flow.schema.json").read_text("utf-8"))
-DB_FLAGS = {"--database-url", "--schema"}
+DB_FLAGS = {"--database-url", "--schema", "--prepare", "--no-prepare"}
 
 
 # -- flow reference -----------------------------------------------------------------------
