@@ -30,7 +30,7 @@ from cyclone_flow.config import (
     validate_retention,
 )
 from cyclone_flow.db import runs, steps
-from cyclone_flow.db.conn import Database
+from cyclone_flow.db.conn import Database, Session
 from cyclone_flow.db.migrate import check_schema_version
 from cyclone_flow.db.migrate import migrate as migrate_schema
 from cyclone_flow.db.pool import open_pool
@@ -64,6 +64,10 @@ from cyclone_flow.worker.execute import Executor
 from cyclone_flow.worker.runtime import Worker
 
 __all__ = ["Client", "FlowLike", "RunId", "migrate"]
+
+# How long one look of Client.wait waits for a pool connection before it counts as the
+# database being out of reach (and is retried): an outage is noticed within seconds.
+_WAIT_CONNECTION_TIMEOUT_S = 5.0
 
 
 class Client:
@@ -654,9 +658,18 @@ class Client:
         ):
             raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         rid = parse_run_id(run_id)
+
+        def read() -> Run:
+            # a short wait for a connection: an outage is noticed (and ridden out) soon
+            with self._pool.connection(timeout=_WAIT_CONNECTION_TIMEOUT_S) as conn:
+                run = runs.run_get(Session(conn, self._db.q), run_id=rid)
+            if run is None:
+                raise RunNotFoundError(rid)
+            return run
+
         return self._hub.wait(
             rid,
-            lambda: self.get_run(rid),
+            read,
             timeout=timeout,
             poll_interval=self.config.poll_interval,
             listen=self.config.notify,

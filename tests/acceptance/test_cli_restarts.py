@@ -21,6 +21,7 @@ from helpers.procs import WorkerProcess, wait_until
 from helpers.scratch_pg import ScratchPostgres
 
 from cyclone_flow import migrate
+from cyclone_flow.db.errors import OUTAGE_GRACE_S
 
 SLEEP = "cyclone_test_handlers.ops:short_sleep"
 
@@ -129,5 +130,38 @@ def test_run_rides_out_a_restart_while_its_handler_runs(
         output = json.loads((tmp_path / "run.out").read_text())
         assert output == {"s": {"pid": runner.pid}}
         assert _run_state(scratch_pg.url) == "completed"
+    finally:
+        _finish(runner, tmp_path / "run.out", 0)
+
+
+@pytest.mark.slow
+def test_run_says_its_run_is_still_running_when_the_database_stays_away(
+    scratch_pg: ScratchPostgres, tmp_path: Path
+) -> None:
+    """The database stopped for good: after the outage grace (60 s) `run` gives up with
+    exit 1 and the note its Ctrl-C path prints, never silently."""
+    flow = tmp_path / "nap.yaml"
+    flow.write_text(step_flow_text(SLEEP, name="nap"), encoding="utf-8")
+    marker = tmp_path / "ran"
+    runner = _spawn(
+        [
+            "run",
+            str(flow),
+            "--import-path",
+            str(TEST_HANDLERS),
+            "--input",
+            json.dumps({"marker": str(marker), "seconds": 2}),
+            "--database-url",
+            scratch_pg.url,
+        ],
+        tmp_path / "run.out",
+    )
+    try:
+        wait_until(marker.exists, 60, what="the run's handler to start")
+        scratch_pg.stop()
+        stderr = _finish(runner, tmp_path / "run.out", OUTAGE_GRACE_S + 60)
+        assert runner.returncode == 1, stderr
+        assert "error: cannot use the database" in stderr, stderr
+        assert "is still running; a `cyclone-flow worker` can finish it" in stderr, stderr
     finally:
         _finish(runner, tmp_path / "run.out", 0)

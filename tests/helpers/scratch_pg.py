@@ -50,7 +50,9 @@ class ScratchPostgres:
                 time.sleep(0.05)
 
     def stop(self) -> None:
-        """Stop the server and remove its folder."""
+        """Stop the server and remove its folder (again: a no-op)."""
+        if not self._root.exists():
+            return
         try:
             self._server.cleanup()
         finally:
