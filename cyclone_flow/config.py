@@ -144,7 +144,8 @@ class ClientConfig:
       the run: the value of the client that submits a run applies to it (and to its child
       runs). A zero or negative value leaves such waits uncapped.
     - ``prepare``: True; False never prepares a statement on the server (psycopg
-      ``prepare_threshold=None`` on the client's own pool): PgBouncer in transaction mode
+      ``prepare_threshold=None`` on the client's own pool), for PgBouncer in transaction
+      mode; a pool passed to ``Client`` keeps its own setting
 
     docs/options.md has the table of every option with the seeds' names.
     """
