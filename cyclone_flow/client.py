@@ -30,7 +30,7 @@ from cyclone_flow.config import (
     validate_retention,
 )
 from cyclone_flow.db import runs, steps
-from cyclone_flow.db.conn import Database, Session
+from cyclone_flow.db.conn import Database
 from cyclone_flow.db.migrate import check_schema_version
 from cyclone_flow.db.migrate import migrate as migrate_schema
 from cyclone_flow.db.pool import open_pool
@@ -64,10 +64,6 @@ from cyclone_flow.worker.execute import Executor
 from cyclone_flow.worker.runtime import Worker
 
 __all__ = ["Client", "FlowLike", "RunId", "migrate"]
-
-# How long one look of Client.wait waits for a pool connection before it counts as the
-# database being out of reach (and is retried): an outage is noticed within seconds.
-_WAIT_CONNECTION_TIMEOUT_S = 5.0
 
 
 class Client:
@@ -646,10 +642,11 @@ class Client:
             ``timeout`` is negative or not a number.
         psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout
             The database stayed out of reach until ``timeout`` passed, or for
-            :data:`~cyclone_flow.db.errors.OUTAGE_GRACE_S` (60 s) without a timeout: a
-            restart or a shorter outage is ridden out (retried with a backoff of 0.1 s
-            doubling to 1 s, the pool replacing the connections it killed); the run goes
-            on.
+            :data:`~cyclone_flow.db.errors.OUTAGE_GRACE_S` (60 s) without a timeout (counted
+            from the first failed look, which may itself wait the pool's 30 s for a
+            connection): a restart or a shorter outage is ridden out (retried with a
+            backoff of 0.1 s doubling to 1 s, the pool replacing the connections it
+            killed); the run goes on.
         psycopg.Error
             Any other database error (e.g. the schema was dropped).
         """
@@ -658,18 +655,9 @@ class Client:
         ):
             raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}")
         rid = parse_run_id(run_id)
-
-        def read() -> Run:
-            # a short wait for a connection: an outage is noticed (and ridden out) soon
-            with self._pool.connection(timeout=_WAIT_CONNECTION_TIMEOUT_S) as conn:
-                run = runs.run_get(Session(conn, self._db.q), run_id=rid)
-            if run is None:
-                raise RunNotFoundError(rid)
-            return run
-
         return self._hub.wait(
             rid,
-            read,
+            lambda: self.get_run(rid),
             timeout=timeout,
             poll_interval=self.config.poll_interval,
             listen=self.config.notify,
