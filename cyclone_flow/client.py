@@ -33,6 +33,7 @@ from cyclone_flow.db import runs, step_logs, steps, workers
 from cyclone_flow.db.conn import Database
 from cyclone_flow.db.migrate import check_schema_version
 from cyclone_flow.db.migrate import migrate as migrate_schema
+from cyclone_flow.db.pool import open_pool
 from cyclone_flow.db.rows import QueueStats, Run, ScheduleRow, Step, StepLogLine, WorkerRow
 from cyclone_flow.engine import explain, operator, signals
 from cyclone_flow.engine.explain import Waiting
@@ -115,15 +116,15 @@ class Client:
             self._owns_pool = False
         elif isinstance(database, str):
             # Probe first: a bad URL is one clear error now, not a pool retrying forever.
-            with psycopg.connect(database, connect_timeout=10) as probe:
+            with psycopg.connect(database, **_connect_kwargs(cfg.prepare)) as probe:
                 if cfg.check_schema:
                     check_schema_version(probe, cfg.schema)
-            self._pool = ConnectionPool(
+            self._pool = open_pool(
                 database,
                 min_size=min(2, cfg.pool_min_size),
                 max_size=cfg.pool_min_size,
-                open=True,
                 name=f"cyclone-{cfg.client_id}",
+                prepare=cfg.prepare,
             )
             self._owns_pool = True
         else:
@@ -154,7 +155,11 @@ class Client:
         self._db_observers: list[Callable[[str], None]] = []
         # the publisher, the listener, the waiters of wait() and the tracked connections
         self._hub = WakeupHub(
-            self._db, coalesce=cfg.notify_coalesce, logger=cfg.logger, worker=lambda: self._worker
+            self._db,
+            coalesce=cfg.notify_coalesce,
+            logger=cfg.logger,
+            worker=lambda: self._worker,
+            liveness=cfg.poll_interval[1] / 2,
         )
         self._schedules = Schedules(self._db, self._producer)
 
@@ -696,7 +701,8 @@ class Client:
         Woken by ``cyclone_run_done`` through this client's listener (started on first use
         unless ``notify=False``), and polling the run within ``poll_interval`` all the
         same, so a lost notification delays the answer by at most ``poll_interval`` max
-        (Engine Design: LISTEN/NOTIFY and the Polling Floor).
+        (Engine Design: LISTEN/NOTIFY and the Polling Floor). Losing the database is not
+        an answer: the wait goes on through a restart (see Raises).
 
         Raises
         ------
@@ -706,6 +712,15 @@ class Client:
             ``timeout`` seconds passed first (also a ``TimeoutError``); the run goes on.
         ValueError
             ``timeout`` is negative or not a number.
+        psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout
+            The database stayed out of reach until ``timeout`` passed, or for
+            :data:`~cyclone_flow.db.errors.OUTAGE_GRACE_S` (60 s) without a timeout (counted
+            from the first failed look, which may itself wait the pool's 30 s for a
+            connection): a restart or a shorter outage is ridden out (retried with a
+            backoff of 0.1 s doubling to 1 s, the pool replacing the connections it
+            killed); the run goes on.
+        psycopg.Error
+            Any other database error (e.g. the schema was dropped).
         """
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0
@@ -736,13 +751,23 @@ def parse_run_id(run_id: str | uuid.UUID) -> str:
         raise RunNotFoundError(str(run_id)) from None
 
 
-def migrate(database: str, /, *, schema: str = "public") -> list[int]:
+def migrate(database: str, /, *, schema: str = "public", prepare: bool = True) -> list[int]:
     """Apply the missing migrations of ``schema`` on the database at URL ``database``;
     return the versions applied now (Engine Design: Schema Isolation and Migrations).
-    Safe from many processes at once. Raises ConfigError for a bad schema name and
+    Safe from many processes at once; ``prepare=False`` prepares no statement on the
+    server (PgBouncer in transaction mode). Raises ConfigError for a bad schema name and
     psycopg.OperationalError when the database cannot be reached."""
-    with psycopg.connect(database, connect_timeout=10) as conn:
+    with psycopg.connect(database, **_connect_kwargs(prepare)) as conn:
         return migrate_schema(conn, schema)
+
+
+def _connect_kwargs(prepare: bool) -> dict[str, Any]:
+    """``psycopg.connect`` keywords of a one-off connection: a connect timeout and, with
+    ``prepare`` False, no server-side prepared statements."""
+    kwargs: dict[str, Any] = {"connect_timeout": 10}
+    if not prepare:
+        kwargs["prepare_threshold"] = None
+    return kwargs
 
 
 def _purge_config(older_than: float, batch_size: int) -> RetentionConfig:

@@ -117,6 +117,7 @@ class ClientOptions(TypedDict, total=False):
     check_schema: bool
     max_signal_wait: float
     step_log_bytes: int
+    prepare: bool
 
 
 def _default_client_id() -> str:
@@ -150,6 +151,9 @@ class ClientConfig:
     - ``step_log_bytes``: 64 KiB; what a handler logs and prints per attempt is kept up to
       that many bytes (UTF-8) in ``cyclone_step_logs``, the cut marked by a last line; 0
       turns the capture off (handlers print to the process's stdout again)
+    - ``prepare``: True; False never prepares a statement on the server (psycopg
+      ``prepare_threshold=None`` on the client's own pool), for PgBouncer in transaction
+      mode; a pool passed to ``Client`` keeps its own setting
 
     docs/options.md has the table of every option with the seeds' names.
     """
@@ -173,6 +177,7 @@ class ClientConfig:
     check_schema: bool = True
     max_signal_wait: float = 0.0
     step_log_bytes: int = STEP_LOG_BYTES
+    prepare: bool = True
 
     @property
     def workers(self) -> int:
@@ -346,6 +351,7 @@ _VALIDATORS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "check_schema": ("check_schema", lambda _name, value: bool(value)),
     "max_signal_wait": ("max_signal_wait", _max_signal_wait),
     "step_log_bytes": ("step_log_bytes", _step_log_bytes),
+    "prepare": ("prepare", _flag),
 }
 
 

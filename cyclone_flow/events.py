@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from cyclone_flow.db.conn import database_lost
+from cyclone_flow.db.errors import database_lost
 from cyclone_flow.engine.tx import Effects, EngineEvent
 from cyclone_flow.states import EventKind
 

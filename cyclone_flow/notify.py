@@ -20,8 +20,11 @@ loop polls at least every ``poll_interval`` max seconds (the polling floor).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import socket
 import threading
 import time
 import weakref
@@ -34,7 +37,8 @@ import psycopg
 
 from cyclone_flow._json import dumps
 from cyclone_flow.db import misc
-from cyclone_flow.db.conn import Conn, Database, Session, autocommit, database_lost
+from cyclone_flow.db.conn import Conn, Database, Session, autocommit
+from cyclone_flow.db.errors import database_lost, ride_out
 from cyclone_flow.db.rows import Run
 from cyclone_flow.errors import TransactionOpenError, WaitTimeoutError
 
@@ -72,6 +76,10 @@ MAX_PAYLOAD_BYTES = 7_900
 _LISTEN_POLL_S = 0.25  # how often the listener looks at its stop flag while idle
 _RECONNECT_MIN_S = 0.1
 _RECONNECT_MAX_S = 5.0
+_GETCONN_S = 1.0  # how long the listener waits for a pool connection at a time
+_LIVENESS_MIN_S = 0.1  # the shortest quiet time after which the listener pings
+_PING_TIMEOUT_MIN_S = 1.0  # a ping unanswered this long (or liveness) cuts the connection
+_STOP_GRACE_S = 2 * _LISTEN_POLL_S  # stop() cuts a socket the thread is still blocked on
 
 
 def encode(schema: str, wakeups: Wakeups) -> list[tuple[str, str]]:
@@ -286,11 +294,18 @@ class Listener:
     notification, ``on_run_done(run_ids)`` the run ids of each ``cyclone_run_done`` one;
     ``on_connected()`` is called each time LISTEN is (re)established, since whatever was
     published while not listening is lost: callers re-check then. A dead connection (e.g.
-    ``pg_terminate_backend``) is replaced by itself after a backoff of 0.1 s doubling to 5 s;
-    the claim loop keeps polling meanwhile. Callbacks run on the listener's thread and must
-    be quick.
+    ``pg_terminate_backend``, a restart) is replaced by itself after a backoff of 0.1 s
+    doubling to 5 s; the claim loop keeps polling meanwhile. Callbacks run on the
+    listener's thread and must be quick.
 
-    Counters: :attr:`received` (notifications seen, any schema), :attr:`connects`.
+    Liveness: after ``liveness`` seconds without a notification (half the polling
+    floor's max, at least 0.1 s) the listener sends ``SELECT 1``; a connection that does
+    not answer within ``max(liveness, 1)`` seconds (a half-open socket: a peer or a
+    middlebox that went silent without closing) is cut and replaced. :meth:`stop` does
+    not wait on such a socket either: it cuts it from the stopping thread.
+
+    Counters: :attr:`received` (notifications seen, any schema), :attr:`connects`,
+    :attr:`pings` (liveness checks sent).
     """
 
     THREAD_NAME = "cyclone-listener"
@@ -303,12 +318,15 @@ class Listener:
         on_available: Callable[[list[str]], None],
         on_run_done: Callable[[list[str]], None],
         on_connected: Callable[[], None],
+        liveness: float = 0.5,
     ) -> None:
         self._db = db
         self._log = logger
         self._on_available = on_available
         self._on_run_done = on_run_done
         self._on_connected = on_connected
+        self._liveness = max(_LIVENESS_MIN_S, liveness)
+        self._ping_timeout = max(self._liveness, _PING_TIMEOUT_MIN_S)
         self._stop = threading.Event()
         self.ready = threading.Event()
         """Set while the connection is LISTENing."""
@@ -316,7 +334,10 @@ class Listener:
         """The Postgres backend pid of the LISTEN connection while connected."""
         self.received = 0
         self.connects = 0
+        self.pings = 0
         self._thread: threading.Thread | None = None
+        self._conn_lock = threading.Lock()
+        self._conn: Conn | None = None  # the connection the thread holds, under _conn_lock
 
     def start(self) -> None:
         """Start the listener thread; returns at once (see :attr:`ready`)."""
@@ -325,23 +346,39 @@ class Listener:
             self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop listening and give the connection back to the pool (at most ``timeout``
-        seconds)."""
+        """Stop listening and give the connection back to the pool (closed: its LISTENs
+        go with it), within ``timeout`` seconds: the thread looks at its stop flag every
+        0.25 s, and a thread still blocked on its socket after that has the socket cut
+        under it."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        thread = self._thread
+        if thread is None:
+            return
+        deadline = time.monotonic() + max(0.0, timeout)
+        thread.join(min(max(0.0, timeout), _STOP_GRACE_S))
+        if thread.is_alive():
+            with self._conn_lock:
+                conn = self._conn
+            if conn is not None:
+                self._cut(conn)
+            thread.join(max(0.0, deadline - time.monotonic()))
 
     def _loop(self) -> None:
         backoff = _RECONNECT_MIN_S
         pool = self._db.pool
+        warned = False
         while not self._stop.is_set():
             try:
-                conn = pool.getconn(timeout=_RECONNECT_MAX_S)
+                conn = pool.getconn(timeout=_GETCONN_S)
             except Exception as exc:
-                self._log.warning("listener: no connection (%s); polling meanwhile", exc)
+                if not warned and not self._stop.is_set():
+                    self._log.warning("listener: no connection (%s); polling meanwhile", exc)
+                    warned = True
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, _RECONNECT_MAX_S)
                 continue
+            with self._conn_lock:
+                self._conn = conn
             try:
                 conn.autocommit = True
                 misc.notify_listen(Session(conn, self._db.q))
@@ -349,17 +386,19 @@ class Listener:
                 self.connects += 1
                 self.ready.set()
                 backoff = _RECONNECT_MIN_S
+                if warned:
+                    self._log.warning("listener: listening again")
+                warned = False
                 self._on_connected()
-                while not self._stop.is_set():
-                    for note in conn.notifies(timeout=_LISTEN_POLL_S):
-                        self._dispatch(note.channel, note.payload)
+                self._listen(conn)
             except Exception as exc:
-                if not self._stop.is_set():
+                if not self._stop.is_set() and not warned:
                     self._log.warning(
                         "listener connection lost (%s); reconnecting in %.1fs, polling meanwhile",
-                        exc,
+                        str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc),
                         backoff,
                     )
+                    warned = True
             finally:
                 self.ready.clear()
                 self.backend_pid = None
@@ -368,13 +407,52 @@ class Listener:
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, _RECONNECT_MAX_S)
 
-    def _release(self, conn: Conn) -> None:
+    def _listen(self, conn: Conn) -> None:
+        """Dispatch notifications until stopped; ping after ``liveness`` quiet seconds.
+        Raises the psycopg error of a connection that broke or did not answer."""
+        quiet_since = time.monotonic()
+        while not self._stop.is_set():
+            for note in conn.notifies(timeout=min(_LISTEN_POLL_S, self._liveness)):
+                quiet_since = time.monotonic()
+                self._dispatch(note.channel, note.payload)
+            if not self._stop.is_set() and time.monotonic() - quiet_since >= self._liveness:
+                self._ping(conn)
+                quiet_since = time.monotonic()
+
+    def _ping(self, conn: Conn) -> None:
+        self.pings += 1
+        watchdog = threading.Timer(self._ping_timeout, self._cut, args=(conn,))
+        watchdog.daemon = True
+        watchdog.start()
         try:
-            if not conn.closed:
-                misc.notify_unlisten(Session(conn, self._db.q))
-                conn.autocommit = False
-        except Exception:
-            pass  # a broken connection: the pool discards it
+            misc.notify_ping(Session(conn, self._db.q))
+        finally:
+            watchdog.cancel()
+
+    def _cut(self, conn: Conn) -> None:
+        """Shut ``conn``'s socket down (from another thread) so that whatever blocks on it
+        returns with an error; a no-op once the listener let go of it."""
+        with self._conn_lock:
+            if self._conn is not conn or conn.closed:
+                return
+            try:
+                sock = socket.socket(fileno=os.dup(conn.fileno()))
+            except (OSError, psycopg.Error):
+                return
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            finally:
+                sock.close()
+
+    def _release(self, conn: Conn) -> None:
+        # Closed rather than UNLISTENed: a broken or silent connection cannot be trusted
+        # with a round trip, and closing drops its LISTENs; the pool replaces it.
+        with self._conn_lock:
+            self._conn = None
+            with contextlib.suppress(Exception):
+                conn.close()
         self._db.pool.putconn(conn)
 
     def _dispatch(self, channel: str, payload: str) -> None:
@@ -486,6 +564,26 @@ class WakeTarget(Protocol):
     def wake(self) -> None: ...
 
 
+class _OutageLog:
+    """One warning when the waiters of a hub lose the database, one when a read works
+    again (however many waits, or retries of one, meet the outage)."""
+
+    def __init__(self, logger: Logger) -> None:
+        self._log, self._lost = logger, False
+
+    def lost(self, exc: Exception) -> None:
+        if self._lost:
+            return
+        self._lost = True
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        self._log.warning("wait: the database is out of reach (%s); retrying", first)
+
+    def over(self) -> None:
+        if self._lost:
+            self._lost = False
+            self._log.warning("wait: the database is back")
+
+
 LISTENER_READY_S = 2.0
 """How long :meth:`WakeupHub.wait` lets a starting listener connect before its first look."""
 
@@ -494,6 +592,8 @@ class WakeupHub:
     """Every wakeup of one client in one place: the :class:`Publisher` that publishes after
     each commit, the :class:`WakeupTracking` of caller-owned transactions, the one
     :class:`Listener` (started on first need), and the waiters of :meth:`wait`.
+
+    ``liveness``: the listener's quiet seconds before a liveness ping (:class:`Listener`).
 
     A notification for this schema wakes the waiters of the runs it names and, through
     ``worker()`` (the client's started worker, or None), the claim loop of the queues it
@@ -509,10 +609,13 @@ class WakeupHub:
         coalesce: float,
         logger: Logger,
         worker: Callable[[], WakeTarget | None],
+        liveness: float = 0.5,
     ) -> None:
         self._db = db
         self._log = logger
         self._worker = worker
+        self._liveness = liveness
+        self._outage = _OutageLog(logger)
         self.publisher = Publisher(db, coalesce=coalesce, logger=logger)
         self.tracking = WakeupTracking()
         self._listener: Listener | None = None
@@ -573,6 +676,7 @@ class WakeupHub:
                     on_available=self._on_available,
                     on_run_done=self._on_runs_done,
                     on_connected=self._on_listening,
+                    liveness=self._liveness,
                 )
                 self._listener.start()
             return self._listener
@@ -617,8 +721,14 @@ class WakeupHub:
         to max) seconds; with ``listen``, LISTEN first (started on first need) so that no
         wakeup slips by. ``timeout`` in seconds (None: no limit).
 
-        Raises :class:`WaitTimeoutError` when ``timeout`` passes first, and whatever
-        ``read`` raises.
+        ``read`` failing because the database is out of reach
+        (:func:`~cyclone_flow.db.errors.database_lost`: a restart, an outage) is retried
+        (:func:`~cyclone_flow.db.errors.ride_out`, one warning per outage) until the
+        timeout, or for :data:`~cyclone_flow.db.errors.OUTAGE_GRACE_S` without one.
+
+        Raises :class:`WaitTimeoutError` when ``timeout`` passes first, the last database
+        error when the database stayed out of reach that long, and whatever else ``read``
+        raises.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         event = threading.Event()
@@ -636,7 +746,8 @@ class WakeupHub:
             lo, hi = poll_interval
             interval = lo
             while True:
-                status = read()
+                status = ride_out(read, deadline=deadline, on_lost=self._outage.lost)
+                self._outage.over()
                 if status.state.terminal:
                     return status
                 left = None if deadline is None else deadline - time.monotonic()

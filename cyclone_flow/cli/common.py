@@ -27,9 +27,23 @@ from cyclone_flow.names import validate_schema_name
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+_PREPARE = "cyclone_flow.prepare"  # click context meta: --prepare/--no-prepare
+
+
 def database_options(func: F) -> F:
-    """Add ``--database-url`` (``CYCLONE_DATABASE_URL``) and ``--schema``
-    (``CYCLONE_SCHEMA``, default ``public``)."""
+    """Add ``--database-url`` (``CYCLONE_DATABASE_URL``), ``--schema``
+    (``CYCLONE_SCHEMA``, default ``public``) and ``--prepare/--no-prepare``
+    (``CYCLONE_PREPARE``, default on; read with :func:`prepare_enabled`)."""
+    func = click.option(
+        "--prepare/--no-prepare",
+        envvar="CYCLONE_PREPARE",
+        default=True,
+        show_default=True,
+        expose_value=False,
+        callback=_store_prepare,
+        help="Server-side prepared statements (env CYCLONE_PREPARE=0: off); turn them off "
+        "behind PgBouncer in transaction mode.",
+    )(func)
     func = click.option(
         "--schema",
         envvar="CYCLONE_SCHEMA",
@@ -46,6 +60,29 @@ def database_options(func: F) -> F:
         "under ./.cyclone (env CYCLONE_HOME).",
     )(func)
     return func
+
+
+def notify_option(func: F) -> F:
+    """Add ``--notify/--no-notify`` (default on) to a command that waits for a run: with
+    ``--no-notify`` it polls instead of LISTENing (PgBouncer in transaction mode)."""
+    return click.option(
+        "--notify/--no-notify",
+        default=True,
+        show_default=True,
+        help="LISTEN for the run's end; --no-notify polls only (PgBouncer in transaction mode).",
+    )(func)
+
+
+def _store_prepare(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    ctx.meta[_PREPARE] = value
+    return value
+
+
+def prepare_enabled() -> bool:
+    """Whether this command may prepare statements on the server (``--no-prepare`` or
+    ``CYCLONE_PREPARE=0``: no); True outside a command."""
+    ctx = click.get_current_context(silent=True)
+    return True if ctx is None else bool(ctx.meta.get(_PREPARE, True))
 
 
 def _check_schema(_ctx: click.Context, _param: click.Parameter, value: str) -> str:

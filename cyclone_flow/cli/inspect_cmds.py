@@ -17,6 +17,7 @@ from cyclone_flow.cli.common import (
     database_options,
     echo_json,
     handle_errors,
+    prepare_enabled,
     resolve_database,
     setup_logging,
 )
@@ -71,7 +72,7 @@ def status_cmd(
     with the awaited signal."""
     setup_logging()
     url = resolve_database(database_url)
-    with Client(url, schema=schema) as client:
+    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         run = client.get_run(run_id)
         steps = client.list_steps(run_id, items=items)
         progress = client.item_progress(run_id)
@@ -140,7 +141,7 @@ def runs_cmd(
     """List the most recent runs, newest first."""
     setup_logging()
     url = resolve_database(database_url)
-    with Client(url, schema=schema) as client:
+    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         runs = client.list_runs(flow=flow, state=state, limit=limit)
     if as_json:
         echo_json([run_dict(r) for r in runs])

@@ -15,6 +15,7 @@ from cyclone_flow.cli.common import (
     add_import_paths,
     database_options,
     handle_errors,
+    prepare_enabled,
     resolve_database,
     setup_logging,
 )
@@ -154,7 +155,7 @@ def run_graph(run_id: str, database_url: str | None, schema: str) -> tuple[Flow,
 
     setup_logging()
     url = resolve_database(database_url)
-    with Client(url, schema=schema) as client:
+    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         run = client.get_run(run_id)
         definition = client.run_definition(run.id)
         steps = client.list_steps(run.id, items=False)

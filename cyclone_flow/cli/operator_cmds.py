@@ -15,6 +15,7 @@ from cyclone_flow.cli.common import (
     handle_errors,
     parse_age,
     parse_json,
+    prepare_enabled,
     read_payload_file,
     resolve_database,
     setup_logging,
@@ -32,7 +33,7 @@ def cancel_cmd(run_id: str, database_url: str | None, schema: str) -> None:
     """Cancel a running run and every step that has not finished."""
     setup_logging()
     url = resolve_database(database_url)
-    with Client(url, schema=schema) as client:
+    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         if client.cancel(run_id):
             click.echo(f"run {run_id} cancelled")
             return
@@ -68,7 +69,7 @@ def retry_cmd(
         raise click.UsageError("--flow goes with --all-failed")
     setup_logging()
     url = resolve_database(database_url)
-    with Client(url, schema=schema) as client:
+    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         if all_failed:
             retried = client.retry_all(flow)
             for rid in retried:
@@ -121,7 +122,7 @@ def signal_cmd(
         value = parse_json(text, source)
     setup_logging()
     url = resolve_database(database_url)
-    with Client(url, schema=schema) as client:
+    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         node = client.signal(run_id, name, value)
     if node is None:
         click.echo(
@@ -163,7 +164,7 @@ def purge_cmd(
     age = parse_age(older_than, "--older-than")
     setup_logging()
     url = resolve_database(database_url)
-    with Client(url, schema=schema) as client:
+    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         if dry_run:
             runs, steps = client.count_purgeable(age)
         else:

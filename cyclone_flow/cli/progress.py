@@ -11,18 +11,22 @@ reads well in CI logs and pipes. Fan-out item steps count like any other step ro
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from cyclone_flow.db.errors import ride_out
 from cyclone_flow.db.rows import Run, Step
 from cyclone_flow.errors import WaitTimeoutError
 from cyclone_flow.states import StepState
 
 if TYPE_CHECKING:
     from cyclone_flow.client import Client
+
+T = TypeVar("T")
 
 _TERMINAL = (StepState.COMPLETED, StepState.DISCARDED, StepState.CANCELLED)
 
@@ -84,8 +88,11 @@ def follow_run(
     """Block until run ``run_id`` is terminal and return its final status, showing
     progress on ``console`` (default: stderr) unless ``quiet``: a live bar when the
     console is a terminal, plain lines otherwise. ``KeyboardInterrupt`` propagates (the
-    display is closed first). Raises RunNotFoundError for an unknown run, and
-    WaitTimeoutError when ``timeout`` seconds (None: no limit) pass first."""
+    display is closed first). The database going away (a restart, a short outage) is
+    ridden out as :meth:`Client.wait <cyclone_flow.Client.wait>` does. Raises
+    RunNotFoundError for an unknown run, WaitTimeoutError when ``timeout`` seconds (None:
+    no limit) pass first, and the last database error when the database stayed out of
+    reach until the timeout (or for ``OUTAGE_GRACE_S`` without one)."""
     console = console if console is not None else Console(stderr=True, highlight=False)
     if quiet:
         return client.wait(run_id, timeout=timeout)
@@ -104,6 +111,13 @@ class _Waiter:
         self.deadline = None if timeout is None else time.monotonic() + timeout
 
     def next(self) -> Run:
+        return self.ride(self._next)
+
+    def ride(self, call: Callable[[], T]) -> T:
+        """``call()``, through database outages up to the deadline (:func:`ride_out`)."""
+        return ride_out(call, deadline=self.deadline)
+
+    def _next(self) -> Run:
         step = self.interval
         if self.deadline is not None:
             step = max(0.0, min(step, self.deadline - time.monotonic()))
@@ -121,7 +135,7 @@ def _follow_plain(client: Client, run_id: str, console: Console, waiter: _Waiter
     lines = PlainLines()
     while True:
         status = waiter.next()
-        for line in lines.changes(client.list_steps(run_id)):
+        for line in lines.changes(waiter.ride(lambda: client.list_steps(run_id))):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         if status.state.terminal:
             return status
@@ -143,7 +157,7 @@ def _follow_bar(client: Client, run_id: str, console: Console, waiter: _Waiter) 
         task = progress.add_task(f"run {run_id[:8]}", total=None, detail="")
         while True:
             status = waiter.next()
-            counts = StepCounts.of(client.list_steps(run_id))
+            counts = StepCounts.of(waiter.ride(lambda: client.list_steps(run_id)))
             detail = f"{counts.running} running"
             if counts.failed:
                 detail += f", {counts.failed} failed attempt(s)"

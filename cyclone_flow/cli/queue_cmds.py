@@ -19,7 +19,9 @@ from cyclone_flow.cli.common import (
     duration_option,
     echo_json,
     handle_errors,
+    notify_option,
     parse_json,
+    prepare_enabled,
     resolve_database,
     setup_logging,
 )
@@ -143,6 +145,7 @@ def _json_arg(text: str | None, option: str) -> JSON:
 )
 @click.option("--timeout", default=None, help="Timeout of one attempt, e.g. 30s.")
 @click.option("--wait", is_flag=True, help="Wait until the job's run ends; print its output.")
+@notify_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @database_options
 @handle_errors
@@ -152,6 +155,7 @@ def enqueue_cmd(
     max_attempts: int | None,
     timeout: str | None,
     wait: bool,
+    notify: bool,
     as_json: bool,
     database_url: str | None,
     schema: str,
@@ -167,7 +171,7 @@ def enqueue_cmd(
     if timeout is not None:
         options["timeout"] = _duration(timeout, "--timeout", allow_zero=False)
     url = resolve_database(database_url)
-    with Client(url, schema=schema) as client:
+    with Client(url, schema=schema, prepare=prepare_enabled(), notify=notify) as client:
         run_id = client.enqueue(callable_path, args, **options)
         status = client.wait(run_id) if wait else None
     if as_json:
@@ -201,7 +205,7 @@ def schedule_list_cmd(as_json: bool, database_url: str | None, schema: str) -> N
     """List every schedule with its next tick."""
     setup_logging()
     url = resolve_database(database_url)
-    with Client(url, schema=schema) as client:
+    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         rows = client.list_schedules()
     if as_json:
         echo_json(
@@ -251,7 +255,7 @@ def schedule_sync_cmd(files: tuple[str, ...], database_url: str | None, schema: 
     setup_logging()
     flows = [load_flow(f) for f in files]
     url = resolve_database(database_url)
-    with Client(url, schema=schema) as client:
+    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         for flow in flows:
             result = client.sync_schedules(flow)
             parts = [
@@ -288,7 +292,7 @@ def schedule_add_cmd(
     run_input = _json_arg(input_json, "--input")
     flow = load_flow(file)
     url = resolve_database(database_url)
-    with Client(url, schema=schema) as client:
+    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         added = client.add_schedule(flow, cron, timezone=timezone, input=run_input, name=name)
         row = client.get_schedule(added)
     when = row.next_run_at.isoformat(timespec="seconds") if row else "?"
@@ -302,7 +306,7 @@ def _by_name(action: str) -> Any:
     def command(name: str, database_url: str | None, schema: str) -> None:
         setup_logging()
         url = resolve_database(database_url)
-        with Client(url, schema=schema) as client:
+        with Client(url, schema=schema, prepare=prepare_enabled()) as client:
             getattr(client, f"{action}_schedule")(name)
         click.echo(f"schedule {name} {action}d")
 

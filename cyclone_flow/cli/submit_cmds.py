@@ -16,6 +16,8 @@ from cyclone_flow.cli.common import (
     echo_json,
     handle_errors,
     input_options,
+    notify_option,
+    prepare_enabled,
     read_input,
     resolve_database,
     setup_logging,
@@ -24,6 +26,7 @@ from cyclone_flow.cli.progress import follow_run
 from cyclone_flow.cli.queue_cmds import queue_options, submission_kwargs
 from cyclone_flow.cli.render import run_dict
 from cyclone_flow.client import Client, migrate
+from cyclone_flow.db.errors import database_lost, ride_out
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
 from cyclone_flow.errors import WaitTimeoutError
 from cyclone_flow.flowfile import load_flow
@@ -52,6 +55,7 @@ from cyclone_flow.handlers import AllowList
     default=None,
     help="With --wait: give up after this long, e.g. 30s or 5m (exit 1; the run goes on).",
 )
+@notify_option
 @database_options
 @handle_errors
 def submit_cmd(
@@ -61,13 +65,15 @@ def submit_cmd(
     as_json: bool,
     wait: bool,
     timeout: str | None,
+    notify: bool,
     database_url: str | None,
     schema: str,
     **queue_values: Any,
 ) -> None:
     """Lint FILE, then write a run of it (definition, run, steps, deps) in one transaction;
     print its id. Queue options: docs/queues.md. With --wait, then wait for the run to end
-    (Client.wait: woken by cyclone_run_done, polling as the floor)."""
+    (Client.wait: woken by cyclone_run_done, polling as the floor; a database restart
+    or a short outage is ridden out up to --timeout)."""
     if timeout is not None and not wait:
         raise click.UsageError("--timeout goes with --wait")
     wait_s = None
@@ -78,7 +84,7 @@ def submit_cmd(
     options = submission_kwargs(queue_values)
     flow = load_flow(file)
     url = resolve_database(database_url)
-    client = Client(url, schema=schema)
+    client = Client(url, schema=schema, prepare=prepare_enabled(), notify=notify)
     try:
         run_id = client.submit(flow, run_input, **options)
         if not wait:
@@ -102,6 +108,15 @@ def submit_cmd(
         except KeyboardInterrupt:
             click.echo(f"\ninterrupted: run {run_id} goes on", err=True)
             sys.exit(130)
+        except Exception as exc:
+            if not database_lost(exc):
+                raise
+            click.echo(
+                f"error: cannot use the database: {_first_line(exc)}; run {run_id} goes on "
+                f"(see `cyclone-flow status {run_id}`)",
+                err=True,
+            )
+            sys.exit(1)
     finally:
         client.shutdown()
     if as_json:
@@ -124,6 +139,7 @@ def submit_cmd(
     help="Folder to put on sys.path (repeatable); the current folder always is.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the run status as JSON.")
+@notify_option
 @database_options
 @handle_errors
 def run_cmd(
@@ -133,12 +149,15 @@ def run_cmd(
     workers: int,
     import_path: tuple[str, ...],
     as_json: bool,
+    notify: bool,
     database_url: str | None,
     schema: str,
 ) -> None:
     """Migrate, submit FILE and work in-process until that run is terminal; print the
     run's output. Exit 0 when it completed, 1 when it failed. Handlers are imported only
-    from the modules the flow names."""
+    from the modules the flow names. A database restart or a short outage is ridden out;
+    when the database stays away, the run is left running and the command says how to
+    finish it (exit 1)."""
     setup_logging()
     run_input = read_input(input_json, input_file)
     flow = load_flow(file)
@@ -146,7 +165,7 @@ def run_cmd(
     modules = {n.call.partition(":")[0] for n in nodes if n.call}
     add_import_paths(import_path)
     url = resolve_database(database_url)
-    migrate(url, schema=schema)
+    migrate(url, schema=schema, prepare=prepare_enabled())
     # SIGTERM stops `run` like Ctrl-C: leases released, the run left for other workers
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     client = Client(
@@ -154,6 +173,8 @@ def run_cmd(
         schema=schema,
         worker_queues=dict.fromkeys(sorted({n.queue for n in nodes}), workers),
         allow_modules=AllowList(exact=modules),
+        prepare=prepare_enabled(),
+        notify=notify,
     )
     try:
         run_id = client.submit(flow, run_input)
@@ -162,16 +183,19 @@ def run_cmd(
         client.start(run_id=run_id)
         try:
             status = follow_run(client, run_id, quiet=as_json)
+            steps = ride_out(lambda: client.list_steps(run_id, items=False)) if as_json else None
+            progress = ride_out(lambda: client.item_progress(run_id)) if as_json else None
         except KeyboardInterrupt:
             client.shutdown(timeout=0)  # releases the leases of steps still running
-            click.echo(
-                f"\ninterrupted: run {run_id} is still running; a `cyclone-flow worker` can "
-                f"finish it, or `cyclone-flow cancel {run_id}` stops it",
-                err=True,
-            )
+            click.echo(f"\ninterrupted: {_still_running(run_id)}", err=True)
             sys.exit(130)
-        steps = client.list_steps(run_id, items=False) if as_json else None
-        progress = client.item_progress(run_id) if as_json else None
+        except Exception as exc:
+            if not database_lost(exc):
+                raise
+            client.shutdown(timeout=0)  # stop working on it; the leases expire by themselves
+            click.echo(f"error: cannot use the database: {_first_line(exc)}", err=True)
+            click.echo(f"gave up: {_still_running(run_id)}", err=True)
+            sys.exit(1)
     finally:
         client.shutdown()
     if as_json:
@@ -182,3 +206,15 @@ def run_cmd(
         else:
             click.echo(f"run {run_id} {status.state}: {status.error}", err=True)
     sys.exit(0 if status.state == "completed" else 1)
+
+
+def _still_running(run_id: str) -> str:
+    return (
+        f"run {run_id} is still running; a `cyclone-flow worker` can finish it, or "
+        f"`cyclone-flow cancel {run_id}` stops it"
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -16,6 +16,7 @@ from cyclone_flow.cli.common import (
     duration_option,
     handle_errors,
     parse_age,
+    prepare_enabled,
     resolve_database,
     setup_logging,
 )
@@ -163,6 +164,7 @@ def worker_cmd(
     schema: str,
 ) -> None:
     """Claim and execute steps until SIGTERM/SIGINT (graceful: exits 0)."""
+    stop = _stop_on_signals()  # first: a worker stopped while starting exits 0 too
     setup_logging(logging.INFO)
     ttl = _duration(lease_ttl, "--lease-ttl")
     grace = _duration(shutdown_timeout, "--shutdown-timeout")
@@ -185,6 +187,8 @@ def worker_cmd(
         options["client_id"] = client_id
     if retention is not None:
         options["retention"] = RetentionConfig(default_age=parse_age(retention, "--retention"))
+    if stop.is_set():  # stopped while starting: nothing to open, nothing to hand back
+        sys.exit(0)
     metrics = _start_metrics(metrics_port, metrics_addr)
     client = Client(
         url,
@@ -193,20 +197,18 @@ def worker_cmd(
         lease_ttl=ttl,
         max_reclaims=max_reclaims,
         allow_modules=allow,
+        prepare=prepare_enabled(),
         **options,
     )
     if metrics is not None:
         metrics[0].watch_queues(client, worker_queues, client.config.logger)
         client.observe_steps(metrics[0].observe)
         client.observe_database_errors(metrics[0].observe_database_error)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        logging.getLogger("cyclone_flow").info("%s: shutting down", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    if stop.is_set():  # stopped while starting: nothing claimed, nothing to hand back
+        client.shutdown(timeout=grace)
+        if metrics is not None:
+            metrics[1].close()
+        sys.exit(0)
     client.start()
     logging.getLogger("cyclone_flow").info(
         "worker %s started: queues %s, allowed modules %s",
@@ -225,6 +227,24 @@ def worker_cmd(
         if metrics is not None:
             metrics[1].close()
     sys.exit(0)
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT from now on, or already set when one came while
+    the process was starting (caught by the console script's entry point,
+    ``_cyclone_flow_boot``, before the package's imports)."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        logging.getLogger("cyclone_flow").info("%s: shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    boot = sys.modules.get("_cyclone_flow_boot")
+    if boot is not None and getattr(boot, "EARLY_SIGNALS", None):
+        stop.set()
+    return stop
 
 
 def _poll_interval(value: str) -> tuple[float, float]:

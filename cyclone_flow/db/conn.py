@@ -1,7 +1,8 @@
 """Connections for the typed statements: :class:`Session` (a connection and the statements
 rendered for one schema), :class:`Database` (a pool and those statements), pipelines and
 autocommit, and :class:`Pending` (a statement sent now, read later); what kind of
-database trouble an error is (:func:`database_lost`, :func:`conflict`) and the bounded
+database trouble an error is (:func:`conflict`; a lost database:
+:func:`cyclone_flow.db.errors.database_lost`) and the bounded
 retry of an engine transaction after a serialization failure or a deadlock
 (:func:`retry_conflicts`).
 
@@ -34,6 +35,7 @@ from psycopg.rows import RowFactory
 from psycopg_pool import ConnectionPool
 
 from cyclone_flow.db import queries
+from cyclone_flow.db.errors import database_lost
 
 Conn = psycopg.Connection[Any]
 Statements = Mapping[str, str]
@@ -54,20 +56,6 @@ or a deadlock, the first run included."""
 
 # the connections whose session characteristics are already READ COMMITTED
 _pinned: weakref.WeakSet[Conn] = weakref.WeakSet()
-
-
-def database_lost(exc: BaseException) -> bool:
-    """Whether ``exc`` says the database itself is out of reach, not that a statement
-    failed: an ``InterfaceError``, or an ``OperationalError`` without SQLSTATE (a broken
-    socket, a failed connect, a pool timeout), of class 08 (connection exception) or
-    57P0x (the server shuts down or restarts: ``AdminShutdown``, ``CrashShutdown``,
-    ``CannotConnectNow``...). Such trouble is never the step's or the schedule's fault."""
-    if isinstance(exc, psycopg.InterfaceError):
-        return True
-    if not isinstance(exc, psycopg.OperationalError):
-        return False
-    state = exc.sqlstate
-    return state is None or state.startswith("08") or state.startswith("57P")
 
 
 def conflict(exc: BaseException) -> bool:

@@ -20,9 +20,9 @@ def notify_listen(s: SessionLike) -> None:
     execute(s, "notify_listen")
 
 
-def notify_unlisten(s: SessionLike) -> None:
-    """UNLISTEN every channel."""
-    execute(s, "notify_unlisten")
+def notify_ping(s: SessionLike) -> None:
+    """One round trip that proves the (listening) connection still answers."""
+    execute(s, "notify_ping")
 
 
 def pg_now(s: SessionLike, *, now: datetime | None = None) -> datetime:

@@ -24,7 +24,8 @@ from datetime import datetime, timedelta
 
 from cyclone_flow.db import misc
 from cyclone_flow.db import schedules as stored
-from cyclone_flow.db.conn import Database, Session, database_lost
+from cyclone_flow.db.conn import Database, Session
+from cyclone_flow.db.errors import database_lost
 from cyclone_flow.db.rows import DueRef
 from cyclone_flow.errors import SubmitOptionError
 from cyclone_flow.flowfile.build import build_flow

@@ -49,9 +49,9 @@ from cyclone_flow.db.conn import (
     Database,
     Session,
     conflict,
-    database_lost,
     retry_conflicts,
 )
+from cyclone_flow.db.errors import database_lost
 from cyclone_flow.db.rows import ClaimedStep
 from cyclone_flow.engine import complete, fail
 from cyclone_flow.engine.tx import Outcome, Tx

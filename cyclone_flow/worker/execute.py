@@ -17,7 +17,8 @@ from typing import Any, NoReturn
 
 from cyclone_flow._json import JSON, Unencodable, encode_payload
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.db.conn import Database, database_lost
+from cyclone_flow.db.conn import Database
+from cyclone_flow.db.errors import database_lost
 from cyclone_flow.db.rows import ClaimedStep
 from cyclone_flow.errors import (
     HandlerImportError,

@@ -6,7 +6,9 @@ the lease TTL; it exits 0."""
 
 from __future__ import annotations
 
+import functools
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -121,3 +123,44 @@ def test_handler_that_ends_within_the_grace_period_completes_and_nothing_new_is_
         )
     finally:
         worker.kill()
+
+
+def _started_python_code(pid: int) -> bool:
+    """Whether process ``pid`` got past the interpreter's own start-up: it catches
+    SIGTERM (``SigCgt`` in /proc: the entry point's handler) or has psycopg loaded (the
+    package's imports are under way)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1))) or "psycopg" in maps
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_the_worker_starts_is_a_graceful_stop(
+    database_url: str, schema: str, tmp_path: Path, signum: signal.Signals
+) -> None:
+    """From the first instant the worker's own code runs (the console script's entry
+    point, before the package's imports, the pool and the schema check) a stop signal is
+    the graceful stop: exit 0, no traceback (issue 15: SIGTERM in the first ~0.5 s used
+    to exit 143). The interpreter's own start-up (``site``) comes first: the signal is
+    sent ``delay`` seconds after the spawn, or as soon as the process runs Python code of
+    its own when the interpreter takes longer to start (a loaded machine)."""
+    for i, delay in enumerate((0.1, 0.1, 0.3, 0.6)):
+        spawned = time.monotonic()
+        worker = WorkerProcess(database_url, schema, tmp_path / f"worker{i}.log")
+        try:
+            wait_until(
+                functools.partial(_started_python_code, worker.pid), 10, 0.002, "the entry point"
+            )
+            time.sleep(max(0.0, delay - (time.monotonic() - spawned)))
+            worker.proc.send_signal(signum)
+            sent = time.monotonic() - spawned
+            code = worker.proc.wait(timeout=30)
+            log = worker.log()
+            assert code == 0, f"{signum.name} {sent:.2f}s after the spawn: exit {code}\n{log}"
+            assert "Traceback" not in log, log
+        finally:
+            worker.kill()

@@ -34,7 +34,7 @@ from helpers.own_server import OwnServer, own_server
 from helpers.procs import wait_until
 
 from cyclone_flow import Client, IsolationLevelError, migrate
-from cyclone_flow.db.conn import database_lost
+from cyclone_flow.db.errors import database_lost
 from cyclone_flow.events import StepEvent
 from cyclone_flow.flowfile import load_flow_text
 

@@ -12,7 +12,8 @@ import pytest
 from psycopg import errors
 from psycopg_pool import PoolTimeout
 
-from cyclone_flow.db.conn import CONFLICT_RETRIES, conflict, database_lost, retry_conflicts
+from cyclone_flow.db.conn import CONFLICT_RETRIES, conflict, retry_conflicts
+from cyclone_flow.db.errors import database_lost
 from cyclone_flow.events import Reporter
 from cyclone_flow.metrics import Metrics
 

@@ -22,7 +22,7 @@ from cyclone_flow.cli import main
 from cyclone_flow.db.queries import statements
 
 SCHEMA = json.loads((REPO / "schemas" / "flow.schema.json").read_text("utf-8"))
-DB_FLAGS = {"--database-url", "--schema"}
+DB_FLAGS = {"--database-url", "--schema", "--prepare", "--no-prepare"}
 
 
 # -- flow reference -----------------------------------------------------------------------

@@ -13,9 +13,9 @@ LISTEN cyclone_run_done
 SELECT pg_notify(n.channel, n.payload)
 FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS n(channel, payload)
 
--- name: notify_unlisten
--- Unsubscribe a listener's connection before it goes back to the pool.
-UNLISTEN *
+-- name: notify_ping
+-- The listener's liveness check: a LISTEN connection that answers no query is replaced.
+SELECT 1
 
 -- name: pg_now
 -- The database clock, or the instant a test pins (River: coalesce(@now, now())).
