@@ -31,7 +31,10 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
+import sys
 import threading
+import time
 import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -322,6 +325,29 @@ def _origins(obj: Any, depth: int = 0) -> Iterator[tuple[str | None, str]]:
         )
 
 
+_LOADED_AT = time.time()
+"""When this process imported cyclone_flow: the latest a module imported before a resolver
+could see it was loaded."""
+
+
+def _stale_hint(module: types.ModuleType, loaded_at: float) -> str:
+    """A hint for a missing attribute when ``module``'s source file changed on disk after
+    ``loaded_at`` (epoch seconds): the process runs the code it imported, not the edit."""
+    path = getattr(module, "__file__", None)
+    try:
+        changed = path is not None and os.stat(path).st_mtime > loaded_at
+    except OSError:
+        return ""
+    if not changed:
+        return ""
+    when = time.strftime("%H:%M:%S", time.localtime(loaded_at))
+    return (
+        f"; the worker imported {module.__name__!r} at {when} and its file changed since: "
+        "a worker loads handler code once, so restart it or run `cyclone-flow worker "
+        "--reload`"
+    )
+
+
 class HandlerResolver:
     """Caches resolved handlers per ``call`` string; thread-safe."""
 
@@ -329,6 +355,8 @@ class HandlerResolver:
         self.allow = allow
         self._cache: dict[str, Handler] = {}
         self._lock = threading.Lock()
+        # module name -> when this resolver imported it (epoch seconds)
+        self._imported_at: dict[str, float] = {}
 
     def resolve(self, call: str) -> Handler:
         """Return the callable named by ``call``.
@@ -349,17 +377,32 @@ class HandlerResolver:
                 f"{self.allow.describe()}); it was not imported",
                 "module",
             )
+        fresh = module_name not in sys.modules
+        started = time.time()
         try:
             module = importlib.import_module(module_name)
         except Exception as exc:  # any failure of the import is the step's error
             raise HandlerImportError(
                 f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
             ) from exc
+        if fresh:
+            with self._lock:
+                self._imported_at.setdefault(module_name, started)
         target: Any = module
         for i, part in enumerate(parts):
             # ``target`` was checked (or is the allowed module): the raw attribute is
             # checked before anything of it runs, then bound (see the module docstring)
-            target = self._attribute(call, module_name, parts, target, part)
+            try:
+                target = self._attribute(call, module_name, parts, target, part)
+            except HandlerImportError as exc:
+                if exc.reason != "attribute":
+                    raise
+                with self._lock:
+                    loaded_at = self._imported_at.get(module_name, _LOADED_AT)
+                hint = _stale_hint(module, loaded_at)
+                if not hint:
+                    raise
+                raise HandlerImportError(str(exc) + hint, "attribute") from None
             if i == len(parts) - 1 and not callable(target):
                 raise HandlerImportError(
                     f"{call!r} is not callable (it is {_a(_class_name(type(target)))})",
