@@ -274,7 +274,8 @@ class HandlerImportError(CycloneError):
     (a part of the attribute path starts with ``_``), ``"module"`` (the module is not
     allowed), ``"import"`` (importing it failed), ``"attribute"`` (no such attribute),
     ``"foreign"`` (the path reaches an object not defined in an allowed module, or a
-    module), ``"not_callable"``.
+    module), ``"not_callable"``, ``"async"`` (an ``async def`` handler: not supported),
+    ``"signature"`` (not callable as ``handler(ctx, input)``).
     """
 
     def __init__(self, message: str, reason: str = "import") -> None:

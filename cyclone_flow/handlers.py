@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 import os
 import sys
 import threading
@@ -325,6 +326,42 @@ def _origins(obj: Any, depth: int = 0) -> Iterator[tuple[str | None, str]]:
         )
 
 
+def check_handler_shape(call: str, target: Callable[..., Any]) -> None:
+    """Refuse a handler that cannot run as ``handler(ctx, input)`` returning its output:
+    an ``async def`` function or async generator (or an object whose ``__call__`` is one;
+    reason ``"async"``: handlers are synchronous), or a signature that does not bind two
+    positional arguments (reason ``"signature"``). A callable without a signature (some
+    builtins) passes. Raises :class:`HandlerImportError`."""
+    call_method = (
+        None
+        if inspect.isroutine(target)
+        else inspect.getattr_static(type(target), "__call__", None)
+    )
+    if any(
+        inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f)
+        for f in (target, call_method)
+        if f is not None
+    ):
+        raise HandlerImportError(
+            f"{call!r} is an async function: handlers are synchronous (def, not async def); "
+            "call asyncio.run(...) inside a def handler to run a coroutine",
+            "async",
+        )
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return  # builtins without a signature: cannot tell
+    try:
+        signature.bind(None, None)
+    except TypeError as exc:
+        raise HandlerImportError(
+            f"{call!r} cannot be called as handler(ctx, input): {exc}; a handler takes two "
+            f"positional parameters, e.g. def {call.rpartition(':')[2].rpartition('.')[2]}"
+            "(ctx, input)",
+            "signature",
+        ) from None
+
+
 _LOADED_AT = time.time()
 """When this process imported cyclone_flow: the latest a module imported before a resolver
 could see it was loaded."""
@@ -409,6 +446,7 @@ class HandlerResolver:
                     "not_callable",
                 )
             self._check(call, part, target)
+        check_handler_shape(call, target)
         resolved: Handler = target
         with self._lock:
             self._cache[call] = resolved

@@ -9,6 +9,7 @@ commits, and a lost lease turns every late write into a stale, rolled-back trans
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 import traceback
@@ -225,7 +226,7 @@ class Executor:
 
     def _call(self, handler: Callable[..., Any], ctx: Context, handler_input: JSON) -> JSON:
         try:
-            return handler(ctx, handler_input)
+            output = handler(ctx, handler_input)
         except PermanentError as exc:
             raise StepFailure(
                 ErrorKind.HANDLER_ERROR, _describe(exc), permanent=True, tb=_tb(exc)
@@ -234,6 +235,16 @@ class Executor:
             raise StepFailure(
                 ErrorKind.HANDLER_ERROR, _describe(exc), permanent=False, tb=_tb(exc)
             ) from exc
+        if inspect.iscoroutine(output):  # e.g. a def wrapper around an async function
+            output.close()
+            raise StepFailure(
+                ErrorKind.HANDLER_ERROR,
+                "the handler returned a coroutine: handlers are synchronous (def, not "
+                "async def); call asyncio.run(...) inside the handler",
+                permanent=True,
+                tb=None,
+            )
+        return output
 
     def _encode_output(self, output: JSON) -> str:
         try:
