@@ -274,6 +274,6 @@ def test_check_imports(handlers: Path) -> None:
     assert "a part starting with '_'" in messages[-3]
     assert "defined in module 'posixpath'" in messages[-2]
     assert "is an async function: handlers are synchronous" in messages[-1]
-    assert "a handler takes two positional parameters, e.g. def too_few(ctx, input)" in (
-        messages[4]
+    assert (
+        "a handler takes two positional parameters, e.g. def too_few(ctx, input)" in (messages[4])
     )
