@@ -33,14 +33,13 @@ import functools
 import importlib
 import inspect
 import os
-import sys
 import threading
-import time
 import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from cyclone_flow.errors import HandlerImportError as HandlerImportError
+from cyclone_flow.text import did_you_mean
 
 Handler = Callable[..., Any]
 
@@ -362,27 +361,13 @@ def check_handler_shape(call: str, target: Callable[..., Any]) -> None:
         ) from None
 
 
-_LOADED_AT = time.time()
-"""When this process imported cyclone_flow: the latest a module imported before a resolver
-could see it was loaded."""
-
-
-def _stale_hint(module: types.ModuleType, loaded_at: float) -> str:
-    """A hint for a missing attribute when ``module``'s source file changed on disk after
-    ``loaded_at`` (epoch seconds): the process runs the code it imported, not the edit."""
+def _mtime(module: types.ModuleType) -> float | None:
+    """The modification time of ``module``'s source file, or None (no file)."""
     path = getattr(module, "__file__", None)
     try:
-        changed = path is not None and os.stat(path).st_mtime > loaded_at
+        return os.stat(path).st_mtime if isinstance(path, str) else None
     except OSError:
-        return ""
-    if not changed:
-        return ""
-    when = time.strftime("%H:%M:%S", time.localtime(loaded_at))
-    return (
-        f"; the worker imported {module.__name__!r} at {when} and its file changed since: "
-        "a worker loads handler code once, so restart it or run `cyclone-flow worker "
-        "--reload`"
-    )
+        return None
 
 
 class HandlerResolver:
@@ -392,8 +377,8 @@ class HandlerResolver:
         self.allow = allow
         self._cache: dict[str, Handler] = {}
         self._lock = threading.Lock()
-        # module name -> when this resolver imported it (epoch seconds)
-        self._imported_at: dict[str, float] = {}
+        # module name -> the mtime of its file when this resolver first used it
+        self._mtimes: dict[str, float | None] = {}
 
     def resolve(self, call: str) -> Handler:
         """Return the callable named by ``call``.
@@ -414,17 +399,14 @@ class HandlerResolver:
                 f"{self.allow.describe()}); it was not imported",
                 "module",
             )
-        fresh = module_name not in sys.modules
-        started = time.time()
         try:
             module = importlib.import_module(module_name)
         except Exception as exc:  # any failure of the import is the step's error
             raise HandlerImportError(
                 f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
             ) from exc
-        if fresh:
-            with self._lock:
-                self._imported_at.setdefault(module_name, started)
+        with self._lock:
+            seen = self._mtimes.setdefault(module_name, _mtime(module))
         target: Any = module
         for i, part in enumerate(parts):
             # ``target`` was checked (or is the allowed module): the raw attribute is
@@ -434,9 +416,17 @@ class HandlerResolver:
             except HandlerImportError as exc:
                 if exc.reason != "attribute":
                     raise
-                with self._lock:
-                    loaded_at = self._imported_at.get(module_name, _LOADED_AT)
-                hint = _stale_hint(module, loaded_at)
+                now = _mtime(module)
+                hint = (
+                    f"; the file of module {module_name!r} changed after this worker "
+                    "imported it: a worker loads handler code once, so restart it or run "
+                    "`cyclone-flow worker --reload`"
+                    if seen is not None and now is not None and now != seen
+                    else ""
+                )
+                if i == 0:  # a misspelt name of the module's own: the close ones
+                    names = [n for n in dict(vars(module)) if not n.startswith("_")]
+                    hint = did_you_mean(part, names) + hint
                 if not hint:
                     raise
                 raise HandlerImportError(str(exc) + hint, "attribute") from None

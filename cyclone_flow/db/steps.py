@@ -555,6 +555,11 @@ def step_get_state(s: SessionLike, *, run_id: str, node: str) -> NodeState | Non
     return execute_rows(s, "step_get_state", params, _NODE_STATE).fetchone()
 
 
+def step_list_signal_names(s: SessionLike, *, run_id: str) -> list[str]:
+    """The signal names the wait_signal nodes of run ``run_id`` await, sorted."""
+    return _firsts(execute(s, "step_list_signal_names", {"run_id": run_id}))
+
+
 def step_list(s: SessionLike, *, run_id: str, items: bool) -> list[Step]:
     """Every step of a run in creation order (fan-out items only when ``items``)."""
     return execute_rows(s, "step_list", {"run_id": run_id, "items": items}, _STEP).fetchall()

@@ -33,7 +33,7 @@ from cyclone_flow.durations import (
 from cyclone_flow.errors import Problem, TemplateError, shown
 from cyclone_flow.flowfile.read import Document, JsonPath
 from cyclone_flow.flowfile.template import find_strings, parse_ref
-from cyclone_flow.text import iter_unstorable, zone_info
+from cyclone_flow.text import did_you_mean, iter_unstorable, zone_info
 
 __all__ = ["check_document", "dependency_graph"]
 
@@ -112,7 +112,12 @@ def _check_needs(doc: Document, nodes: dict[str, dict[str, Any]]) -> list[Proble
                 out.append(doc.problem(pos, "E012", f"node {name!r} needs itself"))
             elif need not in nodes:
                 out.append(
-                    doc.problem(pos, "E011", f"node {name!r} needs {need!r}, which is not a node")
+                    doc.problem(
+                        pos,
+                        "E011",
+                        f"node {name!r} needs {need!r}, which is not a node"
+                        + did_you_mean(need, nodes),
+                    )
                 )
     return out
 
@@ -179,7 +184,8 @@ def _check_refs(
                         doc.problem(
                             doc.value_pos(path),
                             "E014",
-                            f"{text!r} refers to node {ref.node!r}, which is not a node",
+                            f"{text!r} refers to node {ref.node!r}, which is not a node"
+                            + did_you_mean(ref.node, nodes),
                         )
                     )
                 else:

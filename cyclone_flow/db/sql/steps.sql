@@ -522,6 +522,13 @@ WHERE w.id = %(workflow_id)s
 ORDER BY e.ord
 RETURNING queue, state, scheduled_at <= statement_timestamp() AS due
 
+-- name: step_list_signal_names
+-- The signal names the wait_signal nodes of a run await (any state), sorted: the
+-- did-you-mean of a signal no node awaits.
+SELECT DISTINCT signal FROM {schema}.cyclone_steps
+WHERE run_id = %(run_id)s AND signal IS NOT NULL
+ORDER BY signal
+
 -- name: step_list
 -- Every step of a run in creation order (fan-out items only when %(items)s).
 SELECT id, node, type, call, state, queue, priority, attempt, max_attempts, reclaims,
