@@ -79,9 +79,13 @@ def lint_paths(paths: Sequence[str], check_imports: bool = False) -> list[Proble
             continue
         doc, found = analyse_text(text, file)
         problems += found
-        if check_imports and doc is not None and not found:
+        if check_imports and doc is not None and not _errors(found):
             problems += check_imports_of(doc)
     return problems
+
+
+def _errors(problems: list[Problem]) -> list[Problem]:
+    return [p for p in problems if p.severity == "error"]
 
 
 def check_imports_of(doc: Document) -> list[Problem]:
