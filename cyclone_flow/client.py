@@ -30,7 +30,7 @@ from cyclone_flow.config import (
     validate_retention,
 )
 from cyclone_flow.db import runs, step_logs, steps, workers
-from cyclone_flow.db.conn import Database
+from cyclone_flow.db.conn import Database, Session
 from cyclone_flow.db.migrate import check_schema_version
 from cyclone_flow.db.migrate import migrate as migrate_schema
 from cyclone_flow.db.pool import open_pool
@@ -62,6 +62,7 @@ from cyclone_flow.text import printable, storable
 from cyclone_flow.worker.cache import OutputCache
 from cyclone_flow.worker.completion import BatchSink
 from cyclone_flow.worker.execute import Executor
+from cyclone_flow.worker.heartbeat import WorkerIdentity
 from cyclone_flow.worker.runtime import Worker
 
 __all__ = ["Client", "FlowLike", "RunId", "migrate"]
@@ -173,7 +174,14 @@ class Client:
 
     # -- submit ----------------------------------------------------------------------------
 
-    def submit(self, flow: FlowLike, input: JSON = None, **options: Unpack[SubmitOptions]) -> RunId:
+    def submit(
+        self,
+        flow: FlowLike,
+        input: JSON = None,
+        *,
+        isolated: bool = False,
+        **options: Unpack[SubmitOptions],
+    ) -> RunId:
         """Validate ``input`` against the flow's ``input_schema`` (after filling top-level
         ``default`` values), then write the definition, the run, its steps and deps in one
         transaction, and publish the wakeup after the commit. Returns the run id (UUID; a
@@ -183,17 +191,43 @@ class Client:
         not set its own), ``run_at`` (aware datetime) or ``delay`` (seconds), ``unique_key``
         (+ ``unique_window`` seconds, ``unique_states``), ``sequence``.
 
+        ``isolated``: the run (and its child runs) belongs to this client: only its worker
+        claims the steps (call ``start(run_id=...)`` next), no other worker takes them
+        while this client's heartbeat row is live; once the row is gone (shutdown) or not
+        heartbeated for one ``lease_ttl`` (a crash), any started client's owner release
+        hands them to every worker of their queues (``cyclone-flow run``; docs/cli.md).
+        The heartbeat row is written in the submitting transaction.
+
         Raises FlowError (a bad flow file), InputValidationError, PayloadTooLargeError,
         SubmitOptionError.
         """
         opts = run_options(**options)
+        if isolated:
+            opts = dataclasses.replace(opts, owner=self.config.client_id)
         spec, input_json = self._producer.prepare(flow, input)
         with self._db.connection() as conn:  # READ COMMITTED
             with conn.transaction():
                 run_id, wakeups = self._producer.insert(conn, spec, input_json, opts)
+                if isolated:
+                    self._register_owner(conn, str(run_id))
             # committed: publish on the same connection (no second pool checkout)
             self._publish(wakeups, conn)
         return run_id
+
+    def _register_owner(self, conn: psycopg.Connection[Any], run_id: str) -> None:
+        """Write this client's heartbeat row (claiming only ``run_id``) on ``conn``: an
+        isolated run's owner is live from its first commit."""
+        identity = WorkerIdentity(dict(self.config.worker_queues), run_id)
+        workers.worker_upsert(
+            Session(conn, self._db.q),
+            client_id=self.config.client_id,
+            hostname=identity.hostname,
+            pid=identity.pid,
+            queues=identity.queues,
+            only_run=run_id,
+            lease_ttl_s=self.config.lease_ttl,
+            version=identity.version,
+        )
 
     def submit_tx(
         self,

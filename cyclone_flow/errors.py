@@ -46,10 +46,13 @@ class ConfigError(CycloneError, ValueError):
 @dataclass(frozen=True)
 class Problem:
     """One lint problem: where it is (1-based line and column), a stable code, a message.
+    A code starting with ``W`` is a warning (:attr:`severity`): reported, but the flow
+    loads and runs; every other code is an error.
 
-    ``str(problem)`` is ``FILE:LINE:COL: error[CODE]: message``. NUL characters and lone
-    surrogates in ``message`` are spelled out (``\\x00``, ``\\ud800``), and a message
-    over 2000 characters (quoting a huge value) keeps its first and last 1000.
+    ``str(problem)`` is ``FILE:LINE:COL: error[CODE]: message`` (``warning[CODE]``). NUL
+    characters and lone surrogates in ``message`` are spelled out (``\\x00``, ``\\ud800``),
+    and a message over 2000 characters (quoting a huge value) keeps its first and last
+    1000.
     """
 
     path: str
@@ -68,8 +71,13 @@ class Problem:
             message = f"{message[:half]} ... ({cut} characters cut) ... {message[-half:]}"
         object.__setattr__(self, "message", message)
 
+    @property
+    def severity(self) -> str:
+        """``"warning"`` for a ``W`` code, else ``"error"``."""
+        return "warning" if self.code.startswith("W") else "error"
+
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}:{self.col}: error[{self.code}]: {self.message}"
+        return f"{self.path}:{self.line}:{self.col}: {self.severity}[{self.code}]: {self.message}"
 
 
 class FlowError(CycloneError):
@@ -292,7 +300,8 @@ class HandlerImportError(CycloneError):
     (a part of the attribute path starts with ``_``), ``"module"`` (the module is not
     allowed), ``"import"`` (importing it failed), ``"attribute"`` (no such attribute),
     ``"foreign"`` (the path reaches an object not defined in an allowed module, or a
-    module), ``"not_callable"``.
+    module), ``"not_callable"``, ``"async"`` (an ``async def`` handler: not supported),
+    ``"signature"`` (not callable as ``handler(ctx, input)``).
     """
 
     def __init__(self, message: str, reason: str = "import") -> None:

@@ -31,12 +31,15 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
+import os
 import threading
 import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from cyclone_flow.errors import HandlerImportError as HandlerImportError
+from cyclone_flow.text import did_you_mean
 
 Handler = Callable[..., Any]
 
@@ -322,6 +325,51 @@ def _origins(obj: Any, depth: int = 0) -> Iterator[tuple[str | None, str]]:
         )
 
 
+def check_handler_shape(call: str, target: Callable[..., Any]) -> None:
+    """Refuse a handler that cannot run as ``handler(ctx, input)`` returning its output:
+    an ``async def`` function or async generator (or an object whose ``__call__`` is one;
+    reason ``"async"``: handlers are synchronous), or a signature that does not bind two
+    positional arguments (reason ``"signature"``). A callable without a signature (some
+    builtins) passes. Raises :class:`HandlerImportError`."""
+    call_method = (
+        None
+        if inspect.isroutine(target)
+        else inspect.getattr_static(type(target), "__call__", None)
+    )
+    if any(
+        inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f)
+        for f in (target, call_method)
+        if f is not None
+    ):
+        raise HandlerImportError(
+            f"{call!r} is an async function: handlers are synchronous (def, not async def); "
+            "call asyncio.run(...) inside a def handler to run a coroutine",
+            "async",
+        )
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return  # builtins without a signature: cannot tell
+    try:
+        signature.bind(None, None)
+    except TypeError as exc:
+        raise HandlerImportError(
+            f"{call!r} cannot be called as handler(ctx, input): {exc}; a handler takes two "
+            f"positional parameters, e.g. def {call.rpartition(':')[2].rpartition('.')[2]}"
+            "(ctx, input)",
+            "signature",
+        ) from None
+
+
+def _mtime(module: types.ModuleType) -> float | None:
+    """The modification time of ``module``'s source file, or None (no file)."""
+    path = getattr(module, "__file__", None)
+    try:
+        return os.stat(path).st_mtime if isinstance(path, str) else None
+    except OSError:
+        return None
+
+
 class HandlerResolver:
     """Caches resolved handlers per ``call`` string; thread-safe."""
 
@@ -329,6 +377,8 @@ class HandlerResolver:
         self.allow = allow
         self._cache: dict[str, Handler] = {}
         self._lock = threading.Lock()
+        # module name -> the mtime of its file when this resolver first used it
+        self._mtimes: dict[str, float | None] = {}
 
     def resolve(self, call: str) -> Handler:
         """Return the callable named by ``call``.
@@ -355,17 +405,38 @@ class HandlerResolver:
             raise HandlerImportError(
                 f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
             ) from exc
+        with self._lock:
+            seen = self._mtimes.setdefault(module_name, _mtime(module))
         target: Any = module
         for i, part in enumerate(parts):
             # ``target`` was checked (or is the allowed module): the raw attribute is
             # checked before anything of it runs, then bound (see the module docstring)
-            target = self._attribute(call, module_name, parts, target, part)
+            try:
+                target = self._attribute(call, module_name, parts, target, part)
+            except HandlerImportError as exc:
+                if exc.reason != "attribute":
+                    raise
+                now = _mtime(module)
+                hint = (
+                    f"; the file of module {module_name!r} changed after this worker "
+                    "imported it: a worker loads handler code once, so restart it or run "
+                    "`cyclone-flow worker --reload`"
+                    if seen is not None and now is not None and now != seen
+                    else ""
+                )
+                if i == 0:  # a misspelt name of the module's own: the close ones
+                    names = [n for n in dict(vars(module)) if not n.startswith("_")]
+                    hint = did_you_mean(part, names) + hint
+                if not hint:
+                    raise
+                raise HandlerImportError(str(exc) + hint, "attribute") from None
             if i == len(parts) - 1 and not callable(target):
                 raise HandlerImportError(
                     f"{call!r} is not callable (it is {_a(_class_name(type(target)))})",
                     "not_callable",
                 )
             self._check(call, part, target)
+        check_handler_shape(call, target)
         resolved: Handler = target
         with self._lock:
             self._cache[call] = resolved

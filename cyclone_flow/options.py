@@ -76,6 +76,8 @@ class RunOptions:
       covers; always includes ``running``).
     - ``sequence``: runs sharing it execute one at a time in submission order.
     - ``schedule_id`` / ``scheduled_for``: set by the schedule scanner only.
+    - ``owner``: the client id whose worker alone claims the run's steps while its
+      heartbeat row is live (an isolated run: ``Client.submit(isolated=True)``).
     """
 
     queue: str | None = None
@@ -88,6 +90,7 @@ class RunOptions:
     sequence: str | None = None
     schedule_id: int | None = None
     scheduled_for: datetime | None = None
+    owner: str | None = None
 
     @property
     def delayed(self) -> bool:

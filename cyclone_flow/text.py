@@ -1,4 +1,5 @@
-"""Strings that Postgres cannot store, and time zone names that are safe to look up.
+"""Strings that Postgres cannot store, time zone names that are safe to look up, and
+did-you-mean suggestions for a misspelt name.
 
 Postgres ``text`` and ``jsonb`` hold UTF-8 without U+0000. A Python ``str`` can hold both a
 NUL (``"\\0"``, ``"\\u0000"`` escapes in YAML or JSON) and lone surrogates U+D800-U+DFFF
@@ -18,14 +19,16 @@ True
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = [
     "HOST_ZONE_NAMES",
     "MAX_ZONE_NAME_CHARS",
     "describe_unstorable",
+    "did_you_mean",
     "iter_unstorable",
     "printable",
     "storable",
@@ -40,6 +43,16 @@ MAX_ZONE_NAME_CHARS = 255
 one would make ``zoneinfo`` open a file whose name is too long)."""
 
 Path = tuple[str | int, ...]
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` (or ``"'x' or 'y'"``) naming the candidates closest to
+    ``word`` (:func:`difflib.get_close_matches`, at most 2, similarity 0.6 or more), or
+    ``""`` when none is close. For the end of an error message about an unknown name."""
+    matches = difflib.get_close_matches(word, sorted(set(candidates) - {word}), n=2)
+    if not matches:
+        return ""
+    return "; did you mean " + " or ".join(repr(m) for m in matches) + "?"
 
 
 def describe_unstorable(text: str) -> str | None:

@@ -42,13 +42,20 @@ def format_problems(problems: list[Problem], fmt: str) -> str:
     (workflow ``::error`` commands). Returns "" for no problems in text/github formats."""
     if fmt == "json":
         rows = [
-            {"path": p.path, "line": p.line, "col": p.col, "code": p.code, "message": p.message}
+            {
+                "path": p.path,
+                "line": p.line,
+                "col": p.col,
+                "code": p.code,
+                "severity": p.severity,
+                "message": p.message,
+            }
             for p in problems
         ]
         return json.dumps(rows, indent=2)
     if fmt == "github":
         return "\n".join(
-            f"::error file={_github_escape(p.path, prop=True)},line={p.line},col={p.col},"
+            f"::{p.severity} file={_github_escape(p.path, prop=True)},line={p.line},col={p.col},"
             f"title={p.code}::{_github_escape(p.message)}"
             for p in problems
         )
@@ -82,8 +89,8 @@ def lint(
 ) -> None:
     """Check flow files (folders: every *.yaml / *.yml inside) and report every problem.
 
-    Exit status: 0 no problems, 1 problems found, 2 usage error (a missing path, a
-    folder without any *.yaml / *.yml file).
+    Exit status: 0 no problems (or warnings only), 1 errors found, 2 usage error (a
+    missing path, a folder without any *.yaml / *.yml file).
     """
     if check_imports:
         add_import_paths(import_paths)  # the current folder first, then each --import-path
@@ -100,10 +107,15 @@ def lint(
     out = format_problems(problems, fmt)
     if out or fmt == "json":
         click.echo(out)
+    errors = [p for p in problems if p.severity == "error"]
+    warned = len(problems) - len(errors)
     files = len({p.path for p in problems})
-    if problems:
+    if errors:
         click.echo(f"{len(problems)} problem(s) in {files} file(s)", err=True)
         raise SystemExit(1)
+    if warned:  # warnings only: the flow runs
+        click.echo(f"{warned} warning(s) in {files} file(s), no errors", err=True)
+        return
     click.echo("no problems found", err=True)
 
 

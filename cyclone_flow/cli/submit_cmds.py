@@ -26,6 +26,7 @@ from cyclone_flow.cli.progress import follow_run
 from cyclone_flow.cli.queue_cmds import queue_options, submission_kwargs
 from cyclone_flow.cli.render import run_dict
 from cyclone_flow.client import Client, migrate
+from cyclone_flow.config import MAX_LEASE_TTL_S
 from cyclone_flow.db.errors import database_lost, ride_out
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
 from cyclone_flow.errors import WaitTimeoutError
@@ -140,6 +141,19 @@ def submit_cmd(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the run status as JSON.")
 @notify_option
+@click.option(
+    "--shared",
+    is_flag=True,
+    help="Let any `cyclone-flow worker` of the flow's queues take the run's steps too "
+    "(default: only this process does while it lives).",
+)
+@click.option(
+    "--lease-ttl",
+    default="30s",
+    show_default=True,
+    help="Lease TTL, e.g. 30s; also how long after a crash of this process its run goes "
+    "to the workers.",
+)
 @database_options
 @handle_errors
 def run_cmd(
@@ -150,14 +164,18 @@ def run_cmd(
     import_path: tuple[str, ...],
     as_json: bool,
     notify: bool,
+    shared: bool,
+    lease_ttl: str,
     database_url: str | None,
     schema: str,
 ) -> None:
     """Migrate, submit FILE and work in-process until that run is terminal; print the
     run's output. Exit 0 when it completed, 1 when it failed. Handlers are imported only
-    from the modules the flow names. A database restart or a short outage is ridden out;
-    when the database stays away, the run is left running and the command says how to
-    finish it (exit 1)."""
+    from the modules the flow names. The run is isolated: only this process claims its
+    steps while it lives (unless --shared); when it stops or dies they go to the workers
+    (docs/cli.md). A database restart or a short outage is ridden out; when the database
+    stays away, the run is left running and the command says how to finish it (exit 1)."""
+    ttl = duration_option(lease_ttl, "--lease-ttl", max_s=MAX_LEASE_TTL_S)
     setup_logging()
     run_input = read_input(input_json, input_file)
     flow = load_flow(file)
@@ -175,9 +193,10 @@ def run_cmd(
         allow_modules=AllowList(exact=modules),
         prepare=prepare_enabled(),
         notify=notify,
+        lease_ttl=ttl,
     )
     try:
-        run_id = client.submit(flow, run_input)
+        run_id = client.submit(flow, run_input, isolated=not shared)
         if not as_json:
             click.echo(f"run {run_id} of flow {flow.name} submitted", err=True)
         client.start(run_id=run_id)

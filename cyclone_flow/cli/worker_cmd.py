@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -20,6 +21,7 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
+from cyclone_flow.cli.reload import child_command, supervise
 from cyclone_flow.client import Client
 from cyclone_flow.config import MAX_LEASE_TTL_S, RetentionConfig
 from cyclone_flow.errors import ConfigError
@@ -142,6 +144,12 @@ def _allow_list(allow_module: tuple[str, ...]) -> AllowList:
     show_default=True,
     help="Address the metrics endpoint listens on.",
 )
+@click.option(
+    "--reload",
+    is_flag=True,
+    help="Restart the worker (gracefully) whenever a .py file under the current folder or "
+    "an --import-path changes: handlers are imported afresh.",
+)
 @database_options
 @handle_errors
 def worker_cmd(
@@ -160,6 +168,7 @@ def worker_cmd(
     retention: str | None,
     metrics_port: int | None,
     metrics_addr: str,
+    reload: bool,
     database_url: str | None,
     schema: str,
 ) -> None:
@@ -175,6 +184,9 @@ def worker_cmd(
             "imports handlers only from the modules it is allowed"
         )
     worker_queues = _parse_queues(queues, workers)
+    if reload:  # a supervisor: the worker runs (and restarts) in a child process
+        command = child_command(sys.orig_argv)
+        sys.exit(supervise(command, (os.getcwd(), *import_path), grace + 15.0))
     add_import_paths(import_path)
     url = resolve_database(database_url)
     options: dict[str, Any] = {

@@ -348,6 +348,14 @@ class InsertedStep(NamedTuple):
     due: bool
 
 
+class DisownedStep(NamedTuple):
+    """``step_disown_if_owner_gone``: a step of an isolated run released to every worker:
+    its queue and whether it is claimable now."""
+
+    queue: str
+    due: bool
+
+
 class CompletedStep(NamedTuple):
     """``step_complete_if_leased``: the completed step's run, fan-out node (an item) and
     output as the database stores it (jsonb text)."""

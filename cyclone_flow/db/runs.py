@@ -146,9 +146,11 @@ def run_insert(
     max_signal_wait_s: float | None,
     run_at: datetime | None,
     delay_us: int | None,
+    owner: str | None = None,
 ) -> str | None:
-    """Insert a new top run; its id, or None when a unique key conflicted (or the
-    definition ``workflow_id`` is not stored)."""
+    """Insert a new top run (``owner``: the client id of the ``cyclone-flow run`` process
+    of an isolated run, None: shared); its id, or None when a unique key conflicted (or
+    the definition ``workflow_id`` is not stored)."""
     params = {
         "workflow_id": workflow_id,
         "input": input,
@@ -164,6 +166,7 @@ def run_insert(
         "max_signal_wait_s": max_signal_wait_s,
         "run_at": run_at,
         "delay_us": delay_us,
+        "owner": owner,
     }
     row = execute(s, "run_insert", params).fetchone()
     return None if row is None else str(row[0])
@@ -241,6 +244,12 @@ def run_get_unique_holder(
     params = {"unique_key": unique_key, "unique_window_s": unique_window_s}
     row = execute(s, "run_get_unique_holder", params).fetchone()
     return None if row is None else str(row[0])
+
+
+def run_disown_if_owner_gone(s: SessionLike, *, now: datetime | None) -> list[str]:
+    """Clear the owner of the top runs whose owner has no heartbeat row live at ``now``
+    (None: the database's clock); locked runs are left for the next pass. Their ids."""
+    return [str(r[0]) for r in execute(s, "run_disown_if_owner_gone", {"now": now})]
 
 
 def run_exists_open_in_sequence(s: SessionLike, *, key: str) -> bool:

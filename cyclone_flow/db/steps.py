@@ -18,6 +18,7 @@ from cyclone_flow.db.rows import (
     CompletedLease,
     CompletedStep,
     DecidedNode,
+    DisownedStep,
     ExpiredNode,
     ExpiredWait,
     FailedAttempt,
@@ -45,6 +46,7 @@ _INSERTED = rows_of(InsertedStep, convert={"state": StepState})
 _COMPLETED = rows_of(CompletedStep)
 _COMPLETED_LEASE = rows_of(CompletedLease)
 _RELEASED = rows_of(ReleasedStep)
+_DISOWNED = rows_of(DisownedStep)
 _FAILED = rows_of(FailedAttempt, convert={"state": StepState})
 _RESCUED = rows_of(RescuedStep)
 _LEASED = rows_of(LeasedStep)
@@ -128,6 +130,13 @@ def step_release_lease_many(
     given back."""
     params = {"ids": ids, "generations": generations, "owner": owner}
     return _firsts(execute(s, "step_release_lease_many", params))
+
+
+def step_disown_if_owner_gone(s: SessionLike, *, now: datetime | None) -> list[DisownedStep]:
+    """Clear ``claim_owner`` of the steps whose owner has no heartbeat row live at ``now``
+    (None: the database's clock); rows locked by a transaction are left for the next
+    pass. The steps released, with their queue and whether claimable now."""
+    return execute_rows(s, "step_disown_if_owner_gone", {"now": now}, _DISOWNED).fetchall()
 
 
 # -- completion ----------------------------------------------------------------------------
@@ -544,6 +553,11 @@ def step_get_state(s: SessionLike, *, run_id: str, node: str) -> NodeState | Non
     """The state of one node of a run (and its fan-out node when it is an item)."""
     params = {"run_id": run_id, "node": node}
     return execute_rows(s, "step_get_state", params, _NODE_STATE).fetchone()
+
+
+def step_list_signal_names(s: SessionLike, *, run_id: str) -> list[str]:
+    """The signal names the wait_signal nodes of run ``run_id`` await, sorted."""
+    return _firsts(execute(s, "step_list_signal_names", {"run_id": run_id}))
 
 
 def step_list(s: SessionLike, *, run_id: str, items: bool) -> list[Step]:

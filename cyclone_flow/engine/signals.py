@@ -8,6 +8,7 @@ from cyclone_flow.db import runs, signals, steps
 from cyclone_flow.engine import advance
 from cyclone_flow.engine.tx import Tx
 from cyclone_flow.errors import RunNotFoundError, RunStateError, SignalRejectedError
+from cyclone_flow.text import did_you_mean
 
 
 def deliver_signal(tx: Tx, run_id: str, name: str, payload_json: str) -> str | None:
@@ -27,8 +28,11 @@ def deliver_signal(tx: Tx, run_id: str, name: str, payload_json: str) -> str | N
         raise RunStateError(run_id, state, "signals are delivered to running runs only")
     room = signals.signal_count_awaiting(tx, run_id=run_id, name=name)
     if room.awaiting == 0:
+        awaited = steps.step_list_signal_names(tx, run_id=run_id)
         raise SignalRejectedError(
-            run_id, name, "no wait_signal node of the run waits for it (any more)"
+            run_id,
+            name,
+            "no wait_signal node of the run waits for it (any more)" + did_you_mean(name, awaited),
         )
     if room.stored >= room.awaiting:
         raise SignalRejectedError(

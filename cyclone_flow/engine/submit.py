@@ -102,6 +102,7 @@ def insert_run(
             max_signal_wait_s=max_signal_wait_s,
             run_at=options.run_at,
             delay_us=delay_us,
+            owner=options.owner,
         )
         if run_id is not None:
             break

@@ -9,8 +9,9 @@ E010 (dependency cycle), E011 (unknown ``needs``), E012 (a node needs
 itself), E013 (reference to a node that is not an ancestor), E014 (reference to an
 unknown node), E016 (malformed ``${{`` expression), E017 (``${{ item }}`` outside the
 ``input`` of a fan_out node), E050 (invalid cron expression), E051 (unknown time zone),
-E052 (two schedules with one name). Child-flow checks (E030-E032) live in
-:mod:`cyclone_flow.flowfile.children`.
+E052 (two schedules with one name), W001 (a warning: ``${{ run.input.x }}`` where
+``input_schema`` neither requires ``x`` nor gives it a default). Child-flow checks
+(E030-E032) live in :mod:`cyclone_flow.flowfile.children`.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from cyclone_flow.durations import (
 from cyclone_flow.errors import Problem, TemplateError, shown
 from cyclone_flow.flowfile.read import Document, JsonPath
 from cyclone_flow.flowfile.template import find_strings, parse_ref
-from cyclone_flow.text import iter_unstorable, zone_info
+from cyclone_flow.text import did_you_mean, iter_unstorable, zone_info
 
 __all__ = ["check_document", "dependency_graph"]
 
@@ -112,7 +113,12 @@ def _check_needs(doc: Document, nodes: dict[str, dict[str, Any]]) -> list[Proble
                 out.append(doc.problem(pos, "E012", f"node {name!r} needs itself"))
             elif need not in nodes:
                 out.append(
-                    doc.problem(pos, "E011", f"node {name!r} needs {need!r}, which is not a node")
+                    doc.problem(
+                        pos,
+                        "E011",
+                        f"node {name!r} needs {need!r}, which is not a node"
+                        + did_you_mean(need, nodes),
+                    )
                 )
     return out
 
@@ -172,6 +178,10 @@ def _check_refs(
                             )
                         )
                     continue
+                if ref is not None and ref.kind == "run" and ref.path:
+                    optional = _optional_input(doc, ref.path[0])
+                    if optional:
+                        out.append(doc.problem(doc.value_pos(path), "W001", f"{text!r} {optional}"))
                 if ref is None or ref.node is None:
                     continue
                 if ref.node not in nodes:
@@ -179,7 +189,8 @@ def _check_refs(
                         doc.problem(
                             doc.value_pos(path),
                             "E014",
-                            f"{text!r} refers to node {ref.node!r}, which is not a node",
+                            f"{text!r} refers to node {ref.node!r}, which is not a node"
+                            + did_you_mean(ref.node, nodes),
                         )
                     )
                 else:
@@ -209,6 +220,31 @@ def _check_refs(
                         )
                     )
     return out
+
+
+def _optional_input(doc: Document, key: str) -> str | None:
+    """Why ``run.input.KEY`` may be missing from a run input (W001), or None: when the
+    flow's ``input_schema`` is an object schema (``properties`` or ``required`` at its
+    top) that neither requires ``key`` nor gives it a top-level ``default`` (which submit
+    fills in). No ``input_schema``, or one of another shape: None (nothing to compare)."""
+    data = doc.data if isinstance(doc.data, dict) else {}
+    schema = data.get("input_schema")
+    if not isinstance(schema, dict):
+        return None
+    properties = schema.get("properties")
+    required = schema.get("required")
+    if not isinstance(properties, dict) and not isinstance(required, list):
+        return None
+    if isinstance(required, list) and key in required:
+        return None
+    prop = properties.get(key) if isinstance(properties, dict) else None
+    if isinstance(prop, dict) and "default" in prop:
+        return None
+    return (
+        f"refers to input {key!r}, which input_schema neither requires nor gives a default: "
+        "a run submitted without it fails this step (add it to required, or give it a "
+        "default)"
+    )
 
 
 def _non_ancestors(graph: nx.DiGraph, wanted: dict[str, set[str]]) -> dict[str, set[str]]:

@@ -147,7 +147,7 @@ def check_children(doc: Document, analyse: Callable[[str, str], list[Problem]]) 
                 doc.problem(pos, "E030", f"node {name!r}: cannot read child flow {ref!r}: {why}")
             )
             continue
-        found = analyse(text, target)
+        found = [p for p in analyse(text, target) if p.severity == "error"]
         if found:
             out.append(
                 doc.problem(

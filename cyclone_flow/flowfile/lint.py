@@ -8,7 +8,6 @@ returned as a :class:`Problem`.
 from __future__ import annotations
 
 import importlib
-import inspect
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -80,9 +79,13 @@ def lint_paths(paths: Sequence[str], check_imports: bool = False) -> list[Proble
             continue
         doc, found = analyse_text(text, file)
         problems += found
-        if check_imports and doc is not None and not found:
+        if check_imports and doc is not None and not _errors(found):
             problems += check_imports_of(doc)
     return problems
+
+
+def _errors(problems: list[Problem]) -> list[Problem]:
+    return [p for p in problems if p.severity == "error"]
 
 
 def check_imports_of(doc: Document) -> list[Problem]:
@@ -92,7 +95,8 @@ def check_imports_of(doc: Document) -> list[Problem]:
     not callable, E023 its signature does not accept ``(ctx, input)``, E024 a worker
     refuses it even when its module is allowed (a part after ``:`` starts with ``_``, or
     the path reaches an object defined outside the modules the flow names and their
-    packages, as ``cyclone-flow run`` checks).
+    packages, as ``cyclone-flow run`` checks), E025 it is an ``async def`` function
+    (handlers are synchronous; a worker fails such a step with ``import_error``).
     """
     out: list[Problem] = []
     nodes = doc.data.get("nodes", {}) if isinstance(doc.data, dict) else {}
@@ -111,7 +115,7 @@ def check_imports_of(doc: Document) -> list[Problem]:
     return out
 
 
-_IMPORT_CODES = {"attribute": "E021", "not_callable": "E022"}
+_IMPORT_CODES = {"attribute": "E021", "not_callable": "E022", "signature": "E023", "async": "E025"}
 
 
 def _check_call(call: str, resolver: HandlerResolver) -> tuple[str, str] | None:
@@ -135,12 +139,5 @@ def _check_call(call: str, resolver: HandlerResolver) -> tuple[str, str] | None:
         if code is not None:
             return code, str(exc)
         return "E024", f"a worker refuses it: {exc}"
-    try:
-        signature = inspect.signature(target)
-    except (TypeError, ValueError):
-        return None  # builtins without a signature: cannot tell
-    try:
-        signature.bind(None, None)
-    except TypeError as exc:
-        return "E023", f"{call!r} cannot be called as handler(ctx, input): {exc}"
+    del target  # its shape (E023, E025) was checked by resolve, as on a worker
     return None

@@ -80,7 +80,8 @@ def load_flow_text(text: str, path: str = "<string>") -> Flow:
     FlowError
         With every problem found, when ``text`` is not a valid flow.
     """
-    doc, problems = analyse_text(text, path)
+    doc, found = analyse_text(text, path)
+    problems = [p for p in found if p.severity == "error"]  # warnings do not stop it
     if problems or doc is None:
         raise FlowError(problems)
     # check_children found every child file readable, valid and free of recursion

@@ -9,6 +9,7 @@ commits, and a lost lease turns every late write into a stale, rolled-back trans
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 import traceback
@@ -277,6 +278,15 @@ class Executor:
         lost = tx.lost
         if lost is not None:  # the handler swallowed it: what it meant to write is not there
             raise _DatabaseLost(lost)
+        if inspect.iscoroutine(output):  # e.g. a def wrapper around an async function
+            output.close()
+            raise StepFailure(
+                ErrorKind.HANDLER_ERROR,
+                "the handler returned a coroutine: handlers are synchronous (def, not "
+                "async def); call asyncio.run(...) inside the handler",
+                permanent=True,
+                tb=None,
+            )
         return output
 
     def _failed(self, exc: BaseException) -> NoReturn:

@@ -29,6 +29,7 @@ from cyclone_flow.engine import claim
 from cyclone_flow.events import StepEvent
 from cyclone_flow.maintenance.deadline_scanner import DeadlineScanner, DeadlineScannerConfig
 from cyclone_flow.maintenance.loop import MaintenanceLoop, Service
+from cyclone_flow.maintenance.owner_release import OwnerRelease, OwnerReleaseConfig
 from cyclone_flow.maintenance.rescuer import Rescuer, RescuerConfig
 from cyclone_flow.maintenance.retention import RetentionSweeper, RetentionSweeperConfig
 from cyclone_flow.maintenance.scheduler import ScheduleScanner
@@ -132,7 +133,15 @@ class Worker:
         self.worker_reaper = WorkerReaper(
             db, WorkerReaperConfig(interval_s=max(tick, 60.0)), self.log
         )
-        services += [self.wait_scanner, self.deadline_scanner, self.worker_reaper]
+        self.owner_release = OwnerRelease(
+            db, OwnerReleaseConfig(interval_s=tick), publish, self.log
+        )
+        services += [
+            self.wait_scanner,
+            self.deadline_scanner,
+            self.worker_reaper,
+            self.owner_release,
+        ]
         self.maintenance = MaintenanceLoop(services, tick, self.log, self.reporter)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -198,6 +207,11 @@ class Worker:
         for thread in self._threads:
             thread.join(timeout=0.5 if thread.name.startswith("cyclone-worker") else 5.0)
         self.heartbeat.unregister()  # after the heartbeat thread: no beat writes it again
+        if self.only_run is not None:  # an isolated run goes to the workers at once
+            try:
+                self.owner_release.run_once()
+            except Exception:
+                self.log.exception("could not release the isolated run %s", self.only_run)
         self.executor.step_logs.stop()
 
     # -- wakeups -----------------------------------------------------------------------

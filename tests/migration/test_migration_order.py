@@ -1,8 +1,9 @@
-"""Migrations developed in parallel (0002 node types, 0003 queue features, 0004 retention; 0005
-workers and 0006 step logs are applied with the rest) land in either order: a schema
-migrated without one of them is refused by a client (the missing version is named, even
-below the highest applied one), ``migrate`` applies the missing one, and the features of
-both then work together on that schema (Engine Design: Schema Isolation and Migrations)."""
+"""Migrations developed in parallel (0002 node types, 0003 queue features, 0004 retention;
+0005 workers, 0006 step logs and 0007 isolated runs are applied with the rest) land in
+either order: a schema migrated without one of them is refused by a client (the missing
+version is named, even below the highest applied one), ``migrate`` applies the missing
+one, and the features of both then work together on that schema (Engine Design: Schema
+Isolation and Migrations)."""
 
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def _use(database_url: str, schema: str) -> Client:
 
 @pytest.mark.parametrize(
     ("deployed", "missing"),
-    [([1, 3, 4, 5, 6], [2]), ([1, 2], [3, 4, 5, 6]), ([1, 2, 4, 5, 6], [3])],
+    [([1, 3, 4, 5, 6, 7], [2]), ([1, 2], [3, 4, 5, 6, 7]), ([1, 2, 4, 5, 6, 7], [3])],
 )
 def test_a_missing_migration_is_named_then_applied_and_both_features_work(
     database_url: str, schemas: list[str], deployed: list[int], missing: list[int]
@@ -99,7 +100,7 @@ def test_every_migration_applies_twice_in_either_order_of_0002_and_0003(
 ) -> None:
     """The SQL of 0002 and 0003 applied again over a complete schema (each is written to
     be safe twice) changes nothing a client notices."""
-    schema = _partial_schema(database_url, [1, 3, 2, 4, 5, 6])
+    schema = _partial_schema(database_url, [1, 3, 2, 4, 5, 6, 7])
     schemas.append(schema)
     by_version = {m.version: m for m in migrations()}
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -126,7 +127,7 @@ def test_a_schedule_stored_before_plans_still_ticks(database_url: str, schemas: 
     simple = load_flow_text(
         'name: legacy-tick\nnodes:\n  a: {call: "cyclone_test_handlers.basic:echo"}\n'
     )
-    schema = _partial_schema(database_url, [1, 3, 4, 5, 6])
+    schema = _partial_schema(database_url, [1, 3, 4, 5, 6, 7])
     schemas.append(schema)
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))

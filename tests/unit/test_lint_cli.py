@@ -45,6 +45,7 @@ def test_lint_json_format() -> None:
             "line": 6,
             "col": 13,
             "code": "E010",
+            "severity": "error",
             "message": "dependency cycle: a -> b -> c -> a (each node needs the one before it)",
         }
     ]

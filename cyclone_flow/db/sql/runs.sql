@@ -86,6 +86,28 @@ WHERE r.state <> 'running' AND r.parent_run_id IS NULL
   AND r.finished_at < coalesce(%(now)s::timestamptz, now())
                       - (%(age_us)s::bigint * interval '1 microsecond')
 
+-- name: run_disown_if_owner_gone
+-- The owner release (isolated runs): clear the owner of the top runs whose owner has no
+-- cyclone_workers row heartbeated within its lease_ttl of now (the database clock, or a
+-- pinned instant), so steps inserted later (fan-out items, child runs) are claimable by
+-- every worker; SKIP LOCKED (a locked run waits for the next pass). Returns their ids.
+WITH gone AS (
+    SELECT r.id
+    FROM {schema}.cyclone_runs r
+    WHERE r.owner IS NOT NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM {schema}.cyclone_workers w
+          WHERE w.client_id = r.owner
+            AND w.heartbeat_at >= coalesce(%(now)s::timestamptz, now()) - w.lease_ttl)
+    ORDER BY r.id
+    FOR UPDATE OF r SKIP LOCKED
+)
+UPDATE {schema}.cyclone_runs r
+SET owner = NULL
+FROM gone g
+WHERE r.id = g.id
+RETURNING r.id
+
 -- name: run_exists_open_in_sequence
 -- Whether some run of the sequence is neither completed nor cancelled (a new run is then
 -- held); read under the sequence's row lock.
@@ -164,11 +186,12 @@ WHERE unique_slot = CASE WHEN %(unique_window_s)s::float8 IS NULL THEN %(unique_
 -- Retention, WithMaxSignalWait): with a unique key the unique_slot (key, plus the window
 -- bucket of the database's now()) conflicts with a run still holding it, and the insert
 -- does nothing (the caller then reads the winner). The flow's deadline counts from the
--- run's start: run_at, or now() plus a delay in microseconds, or now().
+-- run's start: run_at, or now() plus a delay in microseconds, or now(). %(owner)s: the
+-- client id of the `cyclone-flow run` process of an isolated run (NULL: shared).
 INSERT INTO {schema}.cyclone_runs
     (workflow_id, flow_name, input, unique_key, unique_slot, unique_states,
      sequence_key, sequence_pos, sequence_held, schedule_id, scheduled_for,
-     output_limit, max_signal_wait, deadline, deadline_at)
+     output_limit, max_signal_wait, deadline, deadline_at, owner)
 SELECT w.id, w.name, %(input)s::jsonb, %(unique_key)s::text,
     CASE WHEN %(unique_key)s::text IS NULL THEN NULL
          WHEN %(unique_window_s)s::float8 IS NULL THEN %(unique_key)s::text
@@ -184,7 +207,8 @@ SELECT w.id, w.name, %(input)s::jsonb, %(unique_key)s::text,
              coalesce(%(run_at)s::timestamptz,
                       statement_timestamp()
                           + (%(delay_us)s::bigint * interval '1 microsecond')))
-        + make_interval(secs => (w.plan->>'deadline_s')::float8)
+        + make_interval(secs => (w.plan->>'deadline_s')::float8),
+    %(owner)s::text
 FROM {schema}.cyclone_workflows w
 WHERE w.id = %(workflow_id)s
 ON CONFLICT (unique_slot) WHERE unique_slot IS NOT NULL DO NOTHING

@@ -44,11 +44,14 @@ RETURNING node
 -- order and stop after %(limit)s rows instead of sorting the queue's backlog. run_input is
 -- the run's input as JSON text when the node may need it (no input template and not a
 -- fan-out item, or a template that mentions run.input), else NULL: a prefetch that spares
--- the worker a separate read (Output Resolution).
+-- the worker a separate read (Output Resolution). claim_owner IS NULL: the steps of an
+-- isolated run are its `cyclone-flow run` process's (cyclone_steps_claim_shared_idx holds
+-- only the others).
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps
-    WHERE state = 'available' AND queue = %(queue)s AND scheduled_at <= now()
+    WHERE state = 'available' AND claim_owner IS NULL AND queue = %(queue)s
+      AND scheduled_at <= now()
     ORDER BY priority, scheduled_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -73,8 +76,9 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
           END AS run_input
 
 -- name: step_claim_run
--- step_claim restricted to one run and its child runs (cyclone-flow run's %(run_id)s): a
--- statement of its own so the generic plan of step_claim never carries the run filter.
+-- step_claim restricted to one run and its child runs (cyclone-flow run's %(run_id)s), owned
+-- by the claiming process or not: a statement of its own so the generic plan of step_claim
+-- never carries the run filter.
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps
@@ -273,6 +277,30 @@ WHERE run_id = %(run_id)s AND node = %(node)s AND state = 'waiting'
   AND (%(child_run_id)s::uuid IS NULL OR child_run_id = %(child_run_id)s::uuid)
 RETURNING node, child_run_id
 
+-- name: step_disown_if_owner_gone
+-- The owner release (isolated runs): clear claim_owner of the steps whose owner has no
+-- cyclone_workers row heartbeated within its lease_ttl of now (the database clock, or a
+-- pinned instant): a dead or stopped `cyclone-flow run` process's run goes to the
+-- workers. SKIP LOCKED: a row an engine transaction holds waits for the next pass (no
+-- lock wait, no deadlock). Returns each released step's queue and whether it is claimable
+-- now (the wakeups).
+WITH gone AS (
+    SELECT s.id
+    FROM {schema}.cyclone_steps s
+    WHERE s.claim_owner IS NOT NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM {schema}.cyclone_workers w
+          WHERE w.client_id = s.claim_owner
+            AND w.heartbeat_at >= coalesce(%(now)s::timestamptz, now()) - w.lease_ttl)
+    ORDER BY s.id
+    FOR UPDATE OF s SKIP LOCKED
+)
+UPDATE {schema}.cyclone_steps s
+SET claim_owner = NULL
+FROM gone g
+WHERE s.id = g.id
+RETURNING s.queue, s.state = 'available' AND s.scheduled_at <= now() AS due
+
 -- name: step_extend_lease_many
 -- Renew the leases this client holds, each guarded by its own lease_generation; a step past
 -- started_at + timeout is not renewed, which makes the timeout durable (Engine Design:
@@ -436,12 +464,13 @@ SELECT state, parent_node FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s 
 -- node again) are kept as they are.
 INSERT INTO {schema}.cyclone_steps
     (run_id, root_run_id, node, type, call, state, queue, priority, max_attempts, backoff,
-     timeout, input, parent_node, item_index, item, scheduled_at)
+     timeout, input, parent_node, item_index, item, scheduled_at, claim_owner)
 SELECT p.run_id, p.root_run_id, p.node || '[' || (e.ord - 1) || ']', 'fan_out_item', p.call,
        CASE WHEN p.max_parallel IS NULL OR e.ord <= p.max_parallel
             THEN 'available' ELSE 'pending' END,
        p.queue, p.priority, p.max_attempts, p.backoff, p.timeout, p.input, p.node,
-       (e.ord - 1)::int, e.value, greatest(p.scheduled_at, statement_timestamp())
+       (e.ord - 1)::int, e.value, greatest(p.scheduled_at, statement_timestamp()),
+       p.claim_owner
 FROM {schema}.cyclone_steps p
 CROSS JOIN LATERAL jsonb_array_elements(CASE
           WHEN %(literal)s::jsonb IS NOT NULL THEN %(literal)s::jsonb
@@ -462,11 +491,11 @@ ON CONFLICT (run_id, node) DO NOTHING
 -- sequence). The submission's %(queue)s / %(priority)s replace those of the nodes that do
 -- not set their own (Queues and Priority). No step is claimable before %(run_at)s, or
 -- now() plus %(delay_us)s microseconds (a delayed run). Returns each step's queue, state,
--- and whether it is claimable now.
+-- and whether it is claimable now. claim_owner: the owner of the top run (an isolated run).
 INSERT INTO {schema}.cyclone_steps
     (run_id, root_run_id, node, type, call, state, queue, priority, max_attempts, backoff,
      on_dep_failure, timeout, input, over, max_parallel, signal, max_wait, child_workflow_id,
-     scheduled_at)
+     scheduled_at, claim_owner)
 SELECT %(run_id)s, %(root_run_id)s, p.node, p.type, p.call,
        CASE WHEN p.type = 'action' AND jsonb_array_length(p.needs) = 0
                  AND NOT %(hold)s::boolean
@@ -479,7 +508,9 @@ SELECT %(run_id)s, %(root_run_id)s, p.node, p.type, p.call,
        make_interval(secs => p.timeout_s), p.input, p.over, p.max_parallel, p.signal,
        make_interval(secs => p.max_wait_s), p.child_workflow_id,
        coalesce(%(run_at)s::timestamptz,
-                now() + (%(delay_us)s::bigint * interval '1 microsecond'), now())
+                now() + (%(delay_us)s::bigint * interval '1 microsecond'), now()),
+       (SELECT r.owner FROM {schema}.cyclone_runs r
+        WHERE r.id = coalesce(%(root_run_id)s::uuid, %(run_id)s::uuid))
 FROM {schema}.cyclone_workflows w
 CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') WITH ORDINALITY AS e(value, ord)
 CROSS JOIN LATERAL jsonb_to_record(e.value) AS p(
@@ -490,6 +521,13 @@ CROSS JOIN LATERAL jsonb_to_record(e.value) AS p(
 WHERE w.id = %(workflow_id)s
 ORDER BY e.ord
 RETURNING queue, state, scheduled_at <= statement_timestamp() AS due
+
+-- name: step_list_signal_names
+-- The signal names the wait_signal nodes of a run await (any state), sorted: the
+-- did-you-mean of a signal no node awaits.
+SELECT DISTINCT signal FROM {schema}.cyclone_steps
+WHERE run_id = %(run_id)s AND signal IS NOT NULL
+ORDER BY signal
 
 -- name: step_list
 -- Every step of a run in creation order (fan-out items only when %(items)s).
