@@ -18,7 +18,7 @@ import psycopg
 import psycopg_pool
 
 from cyclone_flow.config import PayloadLimits
-from cyclone_flow.durations import DurationError, check_seconds, parse_duration
+from cyclone_flow.durations import DurationError, check_seconds, parse_duration_arg
 from cyclone_flow.errors import ConfigError, CycloneError, FlowError
 from cyclone_flow.flowfile.model import JSON
 from cyclone_flow.logs import TextFormatter, debug_requested
@@ -165,11 +165,12 @@ def parse_json(text: str, source: str) -> JSON:
 
 
 def duration_option(value: str, option: str, *, max_s: float, allow_zero: bool = False) -> float:
-    """``value`` (``500ms``, ``30s``, ``1h30m``, a number of seconds) as seconds; a click
+    """``value`` (``500ms``, ``30s``, ``1h30m``, or a bare number of seconds such as ``30``:
+    :func:`~cyclone_flow.durations.parse_duration_arg`) as seconds; a click
     usage error (exit 2) naming ``option`` when it is not a duration, is over ``max_s``
     seconds, or is 0 and ``allow_zero`` is False."""
     try:
-        seconds = parse_duration(value, max_s=max_s)
+        seconds = parse_duration_arg(value, max_s=max_s)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=option) from None
     try:
