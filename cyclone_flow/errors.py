@@ -137,6 +137,24 @@ class RunNotFoundError(CycloneError):
         super().__init__(f"run {shown_id} not found")
 
 
+class AmbiguousRunIdError(CycloneError):
+    """A short run id (a prefix of hex digits) starts the ids of several runs.
+
+    ``prefix`` is the text given; ``matches`` the first matching run ids (lowest first,
+    at most ten); ``more`` is True when further runs match."""
+
+    def __init__(self, prefix: str, matches: Sequence[str], more: bool = False) -> None:
+        self.prefix = prefix
+        self.matches = list(matches)
+        self.more = more
+        listed = ", ".join(self.matches) + (", ..." if more else "")
+        count = f"more than {len(self.matches)}" if more else str(len(self.matches))
+        super().__init__(
+            f"run id {prefix!r} is ambiguous: it starts {count} run ids ({listed}); "
+            "give more of the id"
+        )
+
+
 class PayloadTooLargeError(CycloneError):
     """A payload exceeds its limit; raised before any write (Client Options: WithPayloadLimits).
 

@@ -10,8 +10,6 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from cyclone_flow.cli.common import (
@@ -19,6 +17,8 @@ from cyclone_flow.cli.common import (
     duration_option,
     echo_json,
     handle_errors,
+    out_console,
+    out_table,
     parse_json,
     resolve_database,
     setup_logging,
@@ -222,13 +222,7 @@ def schedule_list_cmd(as_json: bool, database_url: str | None, schema: str) -> N
             ]
         )
         return
-    table = Table()
-    table.add_column("name", no_wrap=True)
-    table.add_column("flow")
-    table.add_column("cron", no_wrap=True)
-    table.add_column("timezone", no_wrap=True)
-    table.add_column("state")
-    table.add_column("next run (UTC)", no_wrap=True)
+    table = out_table("name", "flow", "cron", "timezone", "state", "next run (UTC)")
     for r in rows:
         table.add_row(
             Text(r.name),
@@ -238,7 +232,7 @@ def schedule_list_cmd(as_json: bool, database_url: str | None, schema: str) -> N
             f"paused ({r.source})" if r.paused else r.source,
             r.next_run_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
         )
-    Console(highlight=False).print(table)
+    out_console().print(table)
 
 
 @schedule_group.command("sync")

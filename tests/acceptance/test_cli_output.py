@@ -5,6 +5,7 @@ bare number of seconds, full values and ISO 8601 timestamps in a pipe, short run
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +71,79 @@ def test_a_bare_number_is_seconds_in_every_duration_option(
         no_traceback(bad)
         assert bad.returncode == 2, (args, bad.stderr)
         assert args[-2] in bad.stderr, bad.stderr
+
+
+ISO_INSTANT = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00$")
+
+
+def _instants(value: Any) -> list[str]:
+    """Every string value of ``value`` (nested) that looks like a timestamp."""
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _instants(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _instants(v)]
+    return [value] if isinstance(value, str) and re.match(r"^\d{4}-\d\d-\d\d", value) else []
+
+
+def test_tables_print_full_values_in_a_pipe_and_json_has_iso_instants(
+    cli: Runner, tmp_path: Path
+) -> None:
+    name = "orders-" + "x" * 90  # 97 characters: cut at 80 columns before
+    node = "charge_the_customer_" + "y" * 100
+    flow = tmp_path / "long.yaml"
+    flow.write_text(
+        f"name: {name}\nnodes:\n  {node}: {{call: '{NOOP}'}}\n"
+        f"schedules:\n  - {{name: {name}-nightly, cron: '0 3 * * *', timezone: Europe/Paris}}\n"
+    )
+    run_id = json_output(_ok(cli("submit", flow, "--json")).stdout)["run_id"]
+    runs = _ok(cli("runs")).stdout
+    assert name in runs and run_id in runs and "…" not in runs, runs
+    status = _ok(cli("status", run_id)).stdout
+    assert name in status and node in status and "…" not in status, status
+    _ok(cli("schedule", "sync", flow))
+    schedules = _ok(cli("schedule", "list")).stdout
+    assert f"{name}-nightly" in schedules and "Europe/Paris" in schedules, schedules
+    assert "…" not in schedules, schedules
+    _ok(cli(*WORKER))
+    for args in (
+        ("runs", "--json"),
+        ("status", run_id, "--json"),
+        ("schedule", "list", "--json"),
+    ):
+        instants = _instants(json_output(_ok(cli(*args)).stdout))
+        assert instants, args
+        for instant in instants:
+            assert ISO_INSTANT.match(instant), (args, instant)
+
+
+def test_every_run_id_argument_takes_a_short_prefix(cli: Runner, tmp_path: Path, db: Any) -> None:
+    flow = tmp_path / "gate.yaml"
+    flow.write_text(
+        "name: gate\nnodes:\n"
+        "  a: {call: 'cyclone_test_handlers.basic:echo'}\n"
+        "  gate: {type: wait_signal, signal: go, needs: [a]}\n"
+    )
+    run_id = json_output(_ok(cli("submit", flow, "--input", "{}", "--json")).stdout)["run_id"]
+    short = run_id[:8]  # as the progress bar of `run` shows it
+    assert json_output(_ok(cli("status", short, "--json")).stdout)["id"] == run_id
+    assert run_id in _ok(cli("status", short)).stdout
+    _ok(cli("logs", short))
+    assert "gate" in _ok(cli("graph", "--run", short)).stdout
+    _ok(cli("signal", short, "go"))
+    assert _ok(cli("cancel", short)).stdout.strip() == f"run {run_id} cancelled"
+    assert run_id in _ok(cli("retry", short)).stdout
+    # two runs whose ids start the same: the prefix is ambiguous, exit 1 with both ids
+    twin = run_id[:8] + "-0000-4000-8000-000000000000"
+    db.execute(
+        "INSERT INTO cyclone_runs SELECT (jsonb_populate_record(NULL::cyclone_runs,"
+        " to_jsonb(r) || jsonb_build_object('id', %s::text))).* FROM cyclone_runs r"
+        " WHERE r.id = %s",
+        (twin, run_id),
+    )
+    for args in (("status", short), ("cancel", short), ("logs", short)):
+        both = cli(*args)
+        no_traceback(both)
+        assert both.returncode == 1, both.stderr
+        assert "ambiguous" in both.stderr and run_id in both.stderr and twin in both.stderr
+    gone = cli("status", "0123456789" if not run_id.startswith("0123") else "fedcba98")
+    assert gone.returncode == 1 and "not found" in gone.stderr, gone.stderr
