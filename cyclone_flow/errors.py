@@ -103,7 +103,8 @@ class InputValidationError(CycloneError):
 
 
 class SchemaOutdatedError(CycloneError):
-    """The database schema is older than this code; run ``cyclone-flow migrate``.
+    """The database schema is older than this code; run ``cyclone-flow migrate`` (the
+    message adds ``--schema NAME`` for a schema other than ``public``).
 
     ``found`` is the highest applied version, ``needed`` the highest shipped one, and
     ``missing`` every shipped version not applied (it can name one below ``found``: a
@@ -120,9 +121,10 @@ class SchemaOutdatedError(CycloneError):
             if missing and found >= needed
             else ""
         )
+        command = "cyclone-flow migrate" + (f" --schema {schema}" if schema != "public" else "")
         super().__init__(
             f"database schema {schema!r} is at version {found}{lacks}, this cyclone-flow "
-            f"needs version {needed}: run `cyclone-flow migrate` first"
+            f"needs version {needed}: run `{command}` first"
         )
 
 

@@ -136,6 +136,9 @@ def runs_cmd(
     if as_json:
         echo_json([run_dict(r) for r in runs])
         return
+    if not runs:
+        click.echo("no runs")
+        return
     table = out_table("flow", "state", "created", "finished")
     table.add_column("run", no_wrap=True, min_width=36)  # never cut: people copy it
     for r in runs:

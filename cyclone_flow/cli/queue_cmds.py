@@ -222,6 +222,9 @@ def schedule_list_cmd(as_json: bool, database_url: str | None, schema: str) -> N
             ]
         )
         return
+    if not rows:
+        click.echo("no schedules")
+        return
     table = out_table("name", "flow", "cron", "timezone", "state", "next run (UTC)")
     for r in rows:
         table.add_row(

@@ -6,10 +6,12 @@ bare number of seconds, full values and ISO 8601 timestamps in a pipe, short run
 from __future__ import annotations
 
 import re
+import uuid
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from helpers.cli import Runner, json_output, no_traceback
+from helpers.cli import Runner, json_output, no_traceback, run_cli
 from helpers.paths import TEST_HANDLERS
 
 NOOP = "cyclone_test_handlers.queueing:noop"
@@ -147,3 +149,38 @@ def test_every_run_id_argument_takes_a_short_prefix(cli: Runner, tmp_path: Path,
         assert "ambiguous" in both.stderr and run_id in both.stderr and twin in both.stderr
     gone = cli("status", "0123456789" if not run_id.startswith("0123") else "fedcba98")
     assert gone.returncode == 1 and "not found" in gone.stderr, gone.stderr
+
+
+def test_usage_mistakes_print_the_same_error_prefix_and_exit_2(cli: Runner, tmp_path: Path) -> None:
+    flow = _flow(tmp_path)
+    for args in (
+        ("submit", flow, "--delay", "soon"),  # click's BadParameter
+        ("submit", tmp_path / "missing.yaml"),  # click's own path check
+        ("status",),  # a missing argument
+        ("status", "x", "--nope"),  # an unknown option
+        ("retry",),  # ours: a UsageError raised by the command
+    ):
+        proc = cli(*args)
+        no_traceback(proc)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert "Error:" not in proc.stderr, proc.stderr
+        assert proc.stderr.rstrip().splitlines()[-1].startswith("error: "), proc.stderr
+    unknown = run_cli("nope")
+    assert unknown.returncode == 2 and "error: no such command 'nope'" in unknown.stderr
+    ours = cli("status", "0000000000000000")  # an error of ours: exit 1, the same prefix
+    assert ours.returncode == 1 and "error: run 0000000000000000 not found" in ours.stderr
+
+
+def test_version_empty_lists_and_the_migrate_hint(cli: Runner, database_url: str) -> None:
+    version = run_cli("--version")
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.strip() == f"cyclone-flow {metadata.version('cyclone-flow')}"
+    assert _ok(cli("runs")).stdout.strip() == "no runs"
+    assert _ok(cli("schedule", "list")).stdout.strip() == "no schedules"
+    assert json_output(_ok(cli("runs", "--json")).stdout) == []
+    bare = f"unmigrated_{uuid.uuid4().hex[:8]}"
+    proc = run_cli("runs", "--database-url", database_url, "--schema", bare)
+    no_traceback(proc)
+    assert proc.returncode == 1, proc.stderr
+    assert f"run `cyclone-flow migrate --schema {bare}` first" in proc.stderr, proc.stderr
+
