@@ -184,3 +184,47 @@ def test_version_empty_lists_and_the_migrate_hint(cli: Runner, database_url: str
     assert proc.returncode == 1, proc.stderr
     assert f"run `cyclone-flow migrate --schema {bare}` first" in proc.stderr, proc.stderr
 
+
+PLAIN_FLOW = """
+name: plain
+nodes:
+  a: {call: 'cyclone_test_handlers.basic:echo'}
+  flaky:
+    call: cyclone_test_handlers.ops:flaky
+    needs: [a]
+    input: {succeed_on: 3}
+    retry: {max_attempts: 3, backoff: {initial: 0s}}
+  price:
+    type: fan_out
+    needs: [flaky]
+    over: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+    call: cyclone_test_handlers.basic:echo
+  summary: {call: 'cyclone_test_handlers.basic:echo', needs: [price]}
+"""
+
+
+def test_plain_progress_is_causal_reports_every_failed_attempt_and_sums_up_items(
+    cli: Runner, tmp_path: Path
+) -> None:
+    flow = tmp_path / "plain.yaml"
+    flow.write_text(PLAIN_FLOW)
+    proc = cli("run", flow, "--import-path", TEST_HANDLERS)  # stderr is a pipe: plain lines
+    _ok(proc)
+    lines = [line.strip() for line in proc.stderr.splitlines() if line.startswith("  step ")]
+    # both failed attempts of flaky, retried at once (no backoff) between two polls
+    assert "step flaky attempt 1 failed: RuntimeError: flaky attempt 1" in lines, lines
+    assert "step flaky attempt 2 failed: RuntimeError: flaky attempt 2" in lines, lines
+    expected_order = [
+        "step a completed",
+        "step flaky attempt 1 failed: RuntimeError: flaky attempt 1",
+        "step flaky attempt 2 failed: RuntimeError: flaky attempt 2",
+        "step flaky completed",
+        "step price: 12/12 items completed",
+        "step price completed",
+        "step summary completed",
+    ]
+    assert [line for line in lines if line in expected_order] == expected_order, lines
+    # no line per item: at most a summary every few seconds, and the last one
+    item_lines = [line for line in lines if line.startswith("step price")]
+    assert not any("price[" in line for line in lines), lines
+    assert len(item_lines) <= 4, item_lines
