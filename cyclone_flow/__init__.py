@@ -13,6 +13,7 @@ from cyclone_flow.config import ClientConfig, ClientOptions, PayloadLimits, Rete
 from cyclone_flow.db.rows import QueueStats, Run, ScheduleRow, Step, StepLogLine, WorkerRow
 from cyclone_flow.engine.fan_out import MAX_FAN_OUT_ITEMS
 from cyclone_flow.errors import (
+    AmbiguousRunIdError,
     ClientStateError,
     ConfigError,
     CycloneError,
@@ -52,6 +53,7 @@ from cyclone_flow.worker.context import Context
 __all__ = [
     "MAX_FAN_OUT_ITEMS",
     "AllowList",
+    "AmbiguousRunIdError",
     "Client",
     "ClientConfig",
     "ClientOptions",

@@ -39,6 +39,7 @@ from cyclone_flow.engine import explain, operator, signals
 from cyclone_flow.engine.explain import Waiting
 from cyclone_flow.engine.tx import transaction
 from cyclone_flow.errors import (
+    AmbiguousRunIdError,
     ClientStateError,
     ConfigError,
     InputValidationError,
@@ -530,6 +531,33 @@ class Client:
             raise RunNotFoundError(rid)
         return run
 
+    def resolve_run_id(self, run_id: str) -> str:
+        """The full id of the run that ``run_id`` names: a full run id (returned
+        normalised, not looked up) or the start of one, at least
+        :data:`MIN_RUN_ID_PREFIX` hex digits (``a3834a92``, as the CLI's progress shows
+        it; hyphens where the id has them), looked up in one primary-key range read.
+
+        Raises RunNotFoundError when no run id starts so (or the text is neither), and
+        AmbiguousRunIdError (listing the first ten) when several do."""
+        try:
+            return parse_run_id(run_id)
+        except RunNotFoundError:
+            pass
+        bounds = _prefix_bounds(run_id)
+        if bounds is None:
+            raise RunNotFoundError(str(run_id))
+        low, high = bounds
+        with self._db.session() as s:
+            found = runs.run_list_ids_in_range(
+                s, low=low, high=high, limit=AMBIGUOUS_RUN_IDS_SHOWN + 1
+            )
+        if not found:
+            raise RunNotFoundError(run_id)
+        if len(found) > 1:
+            shown_ids = found[:AMBIGUOUS_RUN_IDS_SHOWN]
+            raise AmbiguousRunIdError(run_id, shown_ids, more=len(found) > len(shown_ids))
+        return found[0]
+
     def list_steps(self, run_id: str, *, items: bool = True) -> list[Step]:
         """Every step of the run (fan-out item steps only when ``items``); raises
         RunNotFoundError for an unknown run."""
@@ -775,6 +803,30 @@ class Client:
         no work (the polling floor finds it). The transitions and services of this client
         call it after their commits."""
         self._hub.publish(wakeups, conn)
+
+
+MIN_RUN_ID_PREFIX = 4
+"""The fewest hex digits :meth:`Client.resolve_run_id` takes as the start of a run id."""
+AMBIGUOUS_RUN_IDS_SHOWN = 10
+"""How many matching ids an :class:`AmbiguousRunIdError` lists."""
+
+
+def _prefix_bounds(prefix: object) -> tuple[str, str] | None:
+    """The lowest and highest uuid starting with ``prefix`` (hex digits, hyphens where a
+    uuid has them); None when ``prefix`` is not such a start of at least
+    :data:`MIN_RUN_ID_PREFIX` digits."""
+    if not isinstance(prefix, str):
+        return None
+    text = prefix.lower()
+    digits = text.replace("-", "")
+    if not (MIN_RUN_ID_PREFIX <= len(digits) < 32) or any(
+        c not in "0123456789abcdef" for c in digits
+    ):
+        return None
+    low = str(uuid.UUID(digits.ljust(32, "0")))
+    if not low.startswith(text):  # a hyphen where a uuid has none
+        return None
+    return low, str(uuid.UUID(digits.ljust(32, "f")))
 
 
 def parse_run_id(run_id: str | uuid.UUID) -> str:

@@ -26,6 +26,7 @@ __all__ = [
     "check_seconds",
     "format_duration",
     "parse_duration",
+    "parse_duration_arg",
 ]
 
 _UNITS: dict[str, float] = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -46,6 +47,7 @@ denormal numbers such as ``1.0e-320`` overflow the retry backoff's arithmetic.""
 
 _WHOLE = re.compile(DURATION_PATTERN)
 _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d)")
+_BARE_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
 
 
 def parse_duration(text: str | int | float, max_s: float | None = None) -> float:
@@ -72,6 +74,28 @@ def parse_duration(text: str | int | float, max_s: float | None = None) -> float
     ValueError: invalid duration '400d': longer than the maximum of 366d
     """
     seconds = _parse(text)
+    if max_s is not None and seconds > max_s:
+        raise ValueError(
+            f"invalid duration {text!r}: longer than the maximum of {_format_limit(max_s)}"
+        )
+    return seconds
+
+
+def parse_duration_arg(text: str, max_s: float | None = None) -> float:
+    """Return the duration ``text`` written as command-line text, in seconds: a bare
+    number (``"30"``, ``"1.5"``) is that many seconds, as a number is in a flow file or in
+    Python; anything else is read by :func:`parse_duration` (``"500ms"``, ``"1h30m"``).
+
+    Raises ``ValueError`` as :func:`parse_duration` does.
+
+    >>> parse_duration_arg("30"), parse_duration_arg("0"), parse_duration_arg("1m30s")
+    (30.0, 0.0, 90.0)
+    """
+    if not (isinstance(text, str) and _BARE_NUMBER.fullmatch(text)):
+        return parse_duration(text, max_s=max_s)
+    seconds = float(text)
+    if not math.isfinite(seconds):
+        raise ValueError(f"invalid duration {text!r}: too large")
     if max_s is not None and seconds > max_s:
         raise ValueError(
             f"invalid duration {text!r}: longer than the maximum of {_format_limit(max_s)}"
@@ -141,7 +165,8 @@ def _parse(text: str | int | float) -> float:
         raise ValueError(f"invalid duration {text!r}: expected a string or a number")
     if not _WHOLE.fullmatch(text):
         raise ValueError(
-            f"invalid duration {text!r}: expected parts like '500ms', '30s', '5m', '1h30m', '2d'"
+            f"invalid duration {text!r}: expected a number of seconds or parts like "
+            "'500ms', '30s', '5m', '1h30m', '2d'"
         )
     total = 0.0
     for number, unit in _PART.findall(text):

@@ -111,7 +111,8 @@ class InputValidationError(CycloneError):
 
 
 class SchemaOutdatedError(CycloneError):
-    """The database schema is older than this code; run ``cyclone-flow migrate``.
+    """The database schema is older than this code; run ``cyclone-flow migrate`` (the
+    message adds ``--schema NAME`` for a schema other than ``public``).
 
     ``found`` is the highest applied version, ``needed`` the highest shipped one, and
     ``missing`` every shipped version not applied (it can name one below ``found``: a
@@ -128,9 +129,10 @@ class SchemaOutdatedError(CycloneError):
             if missing and found >= needed
             else ""
         )
+        command = "cyclone-flow migrate" + (f" --schema {schema}" if schema != "public" else "")
         super().__init__(
             f"database schema {schema!r} is at version {found}{lacks}, this cyclone-flow "
-            f"needs version {needed}: run `cyclone-flow migrate` first"
+            f"needs version {needed}: run `{command}` first"
         )
 
 
@@ -143,6 +145,24 @@ class RunNotFoundError(CycloneError):
         plain = len(run_id) <= _SHOWN_CHARS and run_id.isprintable()
         shown_id = run_id if plain else shown(run_id)
         super().__init__(f"run {shown_id} not found")
+
+
+class AmbiguousRunIdError(CycloneError):
+    """A short run id (a prefix of hex digits) starts the ids of several runs.
+
+    ``prefix`` is the text given; ``matches`` the first matching run ids (lowest first,
+    at most ten); ``more`` is True when further runs match."""
+
+    def __init__(self, prefix: str, matches: Sequence[str], more: bool = False) -> None:
+        self.prefix = prefix
+        self.matches = list(matches)
+        self.more = more
+        listed = ", ".join(self.matches) + (", ..." if more else "")
+        count = f"more than {len(self.matches)}" if more else str(len(self.matches))
+        super().__init__(
+            f"run id {prefix!r} is ambiguous: it starts {count} run ids ({listed}); "
+            "give more of the id"
+        )
 
 
 class PayloadTooLargeError(CycloneError):

@@ -7,6 +7,8 @@ shared. Every command goes through the :class:`cyclone_flow.Client`'s public met
 
 from __future__ import annotations
 
+from typing import IO, Any
+
 import click
 
 from cyclone_flow.cli.inspect_cmds import logs_cmd, runs_cmd, status_cmd, workers_cmd
@@ -18,7 +20,55 @@ from cyclone_flow.cli.submit_cmds import run_cmd, submit_cmd
 from cyclone_flow.cli.worker_cmd import worker_cmd
 
 
-@click.group()
+def _show(exc: click.ClickException, file: IO[Any] | None = None) -> None:
+    """Print a click error as every cyclone-flow error is printed: ``error: message``
+    (lowercase ``error``), after the usage and help hint of a usage error."""
+    ctx = exc.ctx if isinstance(exc, click.UsageError) else None
+    if ctx is not None:
+        hint = ""
+        if ctx.command.get_help_option(ctx) is not None:
+            names = ctx.command.get_help_option_names(ctx)
+            hint = f"Try '{ctx.command_path} {max(names, key=len)}' for help.\n"
+        click.echo(f"{ctx.get_usage()}\n{hint}", file=file, err=True, color=ctx.color)
+    message = exc.format_message()
+    if message[:1].isupper() and message[1:2].islower():  # "Invalid value", not "FILE"
+        message = message[0].lower() + message[1:]
+    click.echo(f"error: {message}", file=file, err=True, color=ctx.color if ctx else None)
+
+
+def _restyled(exc: click.ClickException) -> click.ClickException:
+    setattr(exc, "show", lambda file=None: _show(exc, file))  # noqa: B010 (an instance's)
+    return exc
+
+
+class _Main(click.Group):
+    """The top command: click's own errors (a bad option value, a missing argument, an
+    unknown command) are printed with the same ``error:`` prefix as the commands' own;
+    the exit code stays click's (2 for a usage error)."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as exc:
+            raise _restyled(exc) from exc.__cause__
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            raise _restyled(exc) from exc.__cause__
+
+
+@click.group(cls=_Main)
+@click.version_option(
+    package_name="cyclone-flow", prog_name="cyclone-flow", message="%(prog)s %(version)s"
+)
 def main() -> None:
     """cyclone-flow: Postgres-backed workflow engine with YAML flows."""
 

@@ -4,6 +4,7 @@ codes (1 for a problem with input or state, 2 for a usage mistake) without a tra
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 import logging
@@ -16,9 +17,11 @@ from typing import Any, TypeVar
 import click
 import psycopg
 import psycopg_pool
+from rich.console import Console
+from rich.table import Table
 
 from cyclone_flow.config import PayloadLimits
-from cyclone_flow.durations import DurationError, check_seconds, parse_duration
+from cyclone_flow.durations import DurationError, check_seconds, parse_duration_arg
 from cyclone_flow.errors import ConfigError, CycloneError, FlowError
 from cyclone_flow.flowfile.model import JSON
 from cyclone_flow.logs import TextFormatter, debug_requested
@@ -202,11 +205,12 @@ def parse_json(text: str, source: str) -> JSON:
 
 
 def duration_option(value: str, option: str, *, max_s: float, allow_zero: bool = False) -> float:
-    """``value`` (``500ms``, ``30s``, ``1h30m``, a number of seconds) as seconds; a click
+    """``value`` (``500ms``, ``30s``, ``1h30m``, or a bare number of seconds such as ``30``:
+    :func:`~cyclone_flow.durations.parse_duration_arg`) as seconds; a click
     usage error (exit 2) naming ``option`` when it is not a duration, is over ``max_s``
     seconds, or is 0 and ``allow_zero`` is False."""
     try:
-        seconds = parse_duration(value, max_s=max_s)
+        seconds = parse_duration_arg(value, max_s=max_s)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=option) from None
     try:
@@ -233,6 +237,29 @@ def add_import_paths(paths: tuple[str, ...]) -> None:
             sys.path.insert(0, full)
 
 
+def _json_default(value: Any) -> str:
+    """A value JSON has no type for: instants as ISO 8601 (``2026-12-01T08:07:49+00:00``),
+    anything else (a UUID) as its text."""
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    return str(value)
+
+
 def echo_json(value: Any) -> None:
-    """Print ``value`` as indented JSON on stdout."""
-    click.echo(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+    """Print ``value`` as indented JSON on stdout; datetimes as ISO 8601 text."""
+    click.echo(json.dumps(value, indent=2, default=_json_default, ensure_ascii=False))
+
+
+def out_console() -> Console:
+    """The console of a command's result on stdout. It never cuts a line or a table cell
+    when stdout is not a terminal (a pipe, a file): the lines are as long as they need."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
+
+
+def out_table(*headers: str) -> Table:
+    """A table whose cells wrap instead of being cut with "…" when a terminal is too
+    narrow (printed with :func:`out_console`, a pipe never cuts them)."""
+    table = Table()
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    return table

@@ -5,18 +5,17 @@ most recent runs), ``logs`` (what a run's handlers logged and printed) and ``wor
 from __future__ import annotations
 
 import json
-import sys
 import time
 
 import click
-from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from cyclone_flow.cli.common import (
     database_options,
     echo_json,
     handle_errors,
+    out_console,
+    out_table,
     prepare_enabled,
     resolve_database,
     setup_logging,
@@ -24,12 +23,6 @@ from cyclone_flow.cli.common import (
 from cyclone_flow.cli.render import queue_info_lines, run_dict, step_detail
 from cyclone_flow.client import Client
 from cyclone_flow.db.rows import StepLogLine, WorkerRow
-
-
-def _console() -> Console:
-    """A console that never cuts a cell when stdout is not a terminal (a pipe, a file)."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 100_000)
-
 
 STATUS_LOG_LINES = 5
 """Log lines ``status`` shows (the last ones of the run)."""
@@ -73,11 +66,11 @@ def status_cmd(
     setup_logging()
     url = resolve_database(database_url)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
-        run = client.get_run(run_id)
-        steps = client.list_steps(run_id, items=items)
-        progress = client.item_progress(run_id)
+        run = client.get_run(client.resolve_run_id(run_id))
+        steps = client.list_steps(run.id, items=items)
+        progress = client.item_progress(run.id)
         queue_info = client.queue_info(run.id) or {}
-        waiting = client.explain(run_id, items=items)
+        waiting = client.explain(run.id, items=items)
         tail = client.step_log_tail(run.id, STATUS_LOG_LINES)
     if as_json:
         echo_json(
@@ -88,7 +81,7 @@ def status_cmd(
             }
         )
         return
-    console = _console()
+    console = out_console()
     console.print(Text.assemble(f"run {run.id}  flow {run.flow_name}  ", (run.state, "bold")))
     for line in queue_info_lines(queue_info):
         console.print(Text(line))
@@ -98,9 +91,7 @@ def status_cmd(
         console.print(Text(f"deadline: {run.deadline_at.isoformat(timespec='seconds')}"))
     if run.error:
         console.print(Text(f"error: {run.error}"))
-    table = Table("node", "state", "attempt", "reclaims", "queue")
-    table.add_column("detail", overflow="fold")  # run ids are copied: never cut them
-    table.add_column("error")
+    table = out_table("node", "state", "attempt", "reclaims", "queue", "detail", "error")
     for s in steps:
         # a completed step may keep the error of an earlier attempt: --json shows them all
         table.add_row(  # Text cells: error messages are never read as rich markup
@@ -146,7 +137,10 @@ def runs_cmd(
     if as_json:
         echo_json([run_dict(r) for r in runs])
         return
-    table = Table("flow", "state", "created", "finished")
+    if not runs:
+        click.echo("no runs")
+        return
+    table = out_table("flow", "state", "created", "finished")
     table.add_column("run", no_wrap=True, min_width=36)  # never cut: people copy it
     for r in runs:
         table.add_row(
@@ -156,7 +150,7 @@ def runs_cmd(
             r.finished_at.isoformat(timespec="seconds") if r.finished_at else "",
             r.id,
         )
-    Console(highlight=False).print(table)
+    out_console().print(table)
 
 
 def worker_dict(w: WorkerRow) -> dict[str, object]:
@@ -185,16 +179,16 @@ def workers_cmd(as_json: bool, database_url: str | None, schema: str) -> None:
     rows: live ones first, then the dead ones not yet reaped."""
     setup_logging()
     url = resolve_database(database_url)
-    with Client(url, schema=schema) as client:
+    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         rows = client.workers()
     if as_json:
         echo_json([worker_dict(w) for w in rows])
         return
-    console = _console()
+    console = out_console()
     if not rows:
         console.print("no workers")
         return
-    table = Table("state", "queues", "host", "pid", "last beat", "started", "version")
+    table = out_table("state", "queues", "host", "pid", "last beat", "started", "version")
     table.add_column("client", no_wrap=True)  # never cut: people copy it
     for w in rows:
         queues = ", ".join(f"{q}:{n}" for q, n in zip(w.queues, w.slots, strict=True))
@@ -234,8 +228,8 @@ def logs_cmd(
     and stderr), per attempt, in write order."""
     setup_logging()
     url = resolve_database(database_url)
-    with Client(url, schema=schema) as client:
-        run = client.get_run(run_id)
+    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
+        run = client.get_run(client.resolve_run_id(run_id))
         after = 0
         ended_at: float | None = None
         while True:

@@ -168,7 +168,7 @@ def run_graph(run_id: str, database_url: str | None, schema: str) -> tuple[Flow,
     setup_logging()
     url = resolve_database(database_url)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
-        run = client.get_run(run_id)
+        run = client.get_run(client.resolve_run_id(run_id))
         definition = client.run_definition(run.id)
         steps = client.list_steps(run.id, items=False)
         progress = client.item_progress(run.id)

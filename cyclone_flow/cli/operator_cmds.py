@@ -34,6 +34,7 @@ def cancel_cmd(run_id: str, database_url: str | None, schema: str) -> None:
     setup_logging()
     url = resolve_database(database_url)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
+        run_id = client.resolve_run_id(run_id)
         if client.cancel(run_id):
             click.echo(f"run {run_id} cancelled")
             return
@@ -77,6 +78,7 @@ def retry_cmd(
             click.echo(f"retried {len(retried)} failed run(s)", err=True)
             return
         assert run_id is not None
+        run_id = client.resolve_run_id(run_id)
         reset = client.retry(run_id, node)
     click.echo(f"run {run_id} retried: {', '.join(reset) or 'no step to redo'}")
 
@@ -123,6 +125,7 @@ def signal_cmd(
     setup_logging()
     url = resolve_database(database_url)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
+        run_id = client.resolve_run_id(run_id)
         node = client.signal(run_id, name, value)
     if node is None:
         click.echo(

@@ -4,16 +4,20 @@ that waits for a run, such as ``submit --wait``).
 :func:`follow_run` waits for the run and reads its steps from the database every
 ``interval`` seconds, so it shows the same thing whichever process executes the steps.
 On a terminal it draws a rich progress bar (steps done/total, running, failed attempts);
-otherwise it prints one plain line per step that finishes or fails an attempt, which
-reads well in CI logs and pipes. Fan-out item steps count like any other step row.
+otherwise it prints plain lines (:class:`PlainLines`: each step that finishes or fails
+an attempt, in the order it happened, and a periodic summary of a fan-out node's items),
+which read well in CI logs and pipes. On the bar, fan-out item steps count like any
+other step row.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -52,28 +56,120 @@ class StepCounts:
 
 
 @dataclass
-class PlainLines:
-    """Turns successive snapshots of a run's steps into one line per change: a step that
-    finished (``completed``, ``discarded``, ``cancelled``) or failed an attempt and will
-    be retried."""
+class _Seen:
+    """What :class:`PlainLines` reported of one step: its state and error count."""
 
-    seen: dict[int, tuple[str, int]] = field(default_factory=dict)
+    state: str
+    errors: int
+
+
+@dataclass
+class _ItemTally:
+    """The items of one fan-out node as last summarised: the summary line and when."""
+
+    line: str = ""
+    at: float = -math.inf
+
+
+SUMMARY_EVERY_S = 5.0
+"""Seconds between two summary lines of one fan-out node's items in plain progress (a
+last one is printed when the node ends)."""
+
+
+@dataclass
+class PlainLines:
+    """Turns successive snapshots of a run's steps (with fan-out items) into lines, in
+    the order things happened (by the database's timestamps, so a node's completion comes
+    before its dependents' and items before their fan-out node):
+
+    - ``  step NODE attempt N failed: ERROR`` for each failed attempt that was retried,
+      read from the step's error history, so an attempt that failed and was retried
+      between two snapshots is still reported;
+    - ``  step NODE completed`` (``discarded: ERROR``, ``cancelled``) when a step ends;
+    - for the items of a fan-out node no line each, but ``  step NODE: 3/10 items
+      completed`` (with the discarded items and failed attempts, if any), at most every
+      ``summary_every_s`` seconds and once more when the node ends.
+
+    ``clock`` (monotonic seconds) paces the summaries (tests pass their own)."""
+
+    summary_every_s: float = SUMMARY_EVERY_S
+    clock: Callable[[], float] = time.monotonic
+    seen: dict[int, _Seen] = field(default_factory=dict)
+    tallies: dict[str, _ItemTally] = field(default_factory=dict)
 
     def changes(self, steps: list[Step]) -> list[str]:
-        lines = []
+        """The lines for what changed since the previous snapshot, oldest first."""
+        events: list[tuple[datetime, int, int, str]] = []  # (when, rank, step id, line)
+        changed_items: dict[str, datetime] = {}
         for s in steps:
-            before = self.seen.get(s.id)
-            now = (str(s.state), s.attempt)
-            self.seen[s.id] = now
-            if before == now:
+            before = self.seen.get(s.id, _Seen("", 0))
+            self.seen[s.id] = _Seen(str(s.state), len(s.errors))
+            new_errors = s.errors[before.errors :] if len(s.errors) >= before.errors else []
+            ended = s.state in _TERMINAL and before.state != str(s.state)
+            if s.parent_node is not None:
+                if new_errors or ended:
+                    last = max([_at(e, s) for e in new_errors] + ([_end(s)] if ended else []))
+                    changed_items[s.parent_node] = max(last, changed_items.get(s.parent_node, last))
                 continue
-            prev_state, prev_attempt = before if before else ("", 1)
-            if s.attempt > prev_attempt and s.state not in _TERMINAL:
-                lines.append(f"  step {s.node} attempt {s.attempt - 1} failed: {s.error}")
-            if s.state in _TERMINAL and prev_state != str(s.state):
+            for entry in new_errors:
+                final = s.state == StepState.DISCARDED and entry is s.errors[-1]
+                if not final:  # the discarded line below carries the last error
+                    line = f"  step {s.node} attempt {entry.get('attempt')} failed: "
+                    events.append((_at(entry, s), 0, s.id, line + str(entry.get("error"))))
+            if ended:
                 why = f": {s.error}" if s.error and s.state != StepState.COMPLETED else ""
-                lines.append(f"  step {s.node} {s.state}{why}")
-        return lines
+                events.append((_end(s), 2, s.id, f"  step {s.node} {s.state}{why}"))
+        now = self.clock()
+        items: dict[str, list[Step]] = {}
+        for s in steps:
+            if s.parent_node is not None:
+                items.setdefault(s.parent_node, []).append(s)
+        for node in steps:
+            if node.type != "fan_out" or node.parent_node is not None:
+                continue
+            mine = items.get(node.node, [])
+            ended = any(e[2] == node.id and e[1] == 2 for e in events)
+            tally = self.tallies.setdefault(node.node, _ItemTally())
+            if not mine:
+                continue  # not started (or no items): nothing to sum up
+            line = _summary(node, mine)
+            if line == tally.line or not (ended or now - tally.at >= self.summary_every_s):
+                continue  # a summary changed within the pause is printed after it
+            tally.line, tally.at = line, now
+            latest = changed_items.get(node.node) or max(
+                (i.finished_at for i in mine if i.finished_at), default=_EARLIEST
+            )
+            events.append((_end(node) if ended else latest, 1, node.id, line))
+        events.sort(key=lambda e: e[:3])
+        return [line for *_, line in events]
+
+
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+
+def _end(step: Step) -> datetime:
+    return step.finished_at or datetime.max.replace(tzinfo=UTC)
+
+
+def _at(entry: dict[str, Any], step: Step) -> datetime:
+    """When an attempt failed (the error entry's ``at``); the step's end if unreadable."""
+    try:
+        return datetime.fromisoformat(str(entry["at"]))
+    except (KeyError, ValueError):
+        return _end(step)
+
+
+def _summary(node: Step, items: list[Step]) -> str:
+    total = node.items_total if node.items_total is not None else len(items)
+    done = sum(s.state == StepState.COMPLETED for s in items)
+    line = f"  step {node.node}: {done}/{total} items completed"
+    discarded = sum(s.state == StepState.DISCARDED for s in items)
+    failed = sum(len(s.errors) for s in items) - discarded
+    if discarded:
+        line += f", {discarded} discarded"
+    if failed > 0:
+        line += f", {failed} failed attempt{'s' if failed > 1 else ''} retried"
+    return line
 
 
 def follow_run(

@@ -10,8 +10,6 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
-from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from cyclone_flow.cli.common import (
@@ -20,6 +18,8 @@ from cyclone_flow.cli.common import (
     echo_json,
     handle_errors,
     notify_option,
+    out_console,
+    out_table,
     parse_json,
     prepare_enabled,
     resolve_database,
@@ -226,13 +226,10 @@ def schedule_list_cmd(as_json: bool, database_url: str | None, schema: str) -> N
             ]
         )
         return
-    table = Table()
-    table.add_column("name", no_wrap=True)
-    table.add_column("flow")
-    table.add_column("cron", no_wrap=True)
-    table.add_column("timezone", no_wrap=True)
-    table.add_column("state")
-    table.add_column("next run (UTC)", no_wrap=True)
+    if not rows:
+        click.echo("no schedules")
+        return
+    table = out_table("name", "flow", "cron", "timezone", "state", "next run (UTC)")
     for r in rows:
         table.add_row(
             Text(r.name),
@@ -242,7 +239,7 @@ def schedule_list_cmd(as_json: bool, database_url: str | None, schema: str) -> N
             f"paused ({r.source})" if r.paused else r.source,
             r.next_run_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
         )
-    Console(highlight=False).print(table)
+    out_console().print(table)
 
 
 @schedule_group.command("sync")

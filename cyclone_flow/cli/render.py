@@ -113,5 +113,7 @@ def queue_info_lines(info: dict[str, Any]) -> list[str]:
             where += ": held until the earlier runs of the sequence complete or are cancelled"
         lines.append(where)
     if info.get("schedule_id") is not None:
-        lines.append(f"scheduled tick {info['scheduled_for']}")
+        tick = info["scheduled_for"]
+        shown = tick.isoformat(timespec="seconds") if hasattr(tick, "isoformat") else tick
+        lines.append(f"scheduled tick {shown}")
     return lines

@@ -258,6 +258,13 @@ def run_exists_open_in_sequence(s: SessionLike, *, key: str) -> bool:
     return bool(row and row[0])
 
 
+def run_list_ids_in_range(s: SessionLike, *, low: str, high: str, limit: int) -> list[str]:
+    """Ids of the runs from uuid ``low`` to uuid ``high`` (both included), lowest first,
+    at most ``limit``."""
+    params = {"low": low, "high": high, "limit": limit}
+    return [str(r[0]) for r in execute(s, "run_list_ids_in_range", params).fetchall()]
+
+
 def run_list_failed(s: SessionLike, *, flow: str | None) -> list[str]:
     """Ids of the failed top runs (optionally of one flow), oldest first."""
     return [str(r[0]) for r in execute(s, "run_list_failed", {"flow": flow}).fetchall()]

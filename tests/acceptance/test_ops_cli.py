@@ -63,7 +63,7 @@ def test_purge_dry_run_then_purge(cli: Runner, make_client: Callable[..., Client
     [
         (["--older-than", "0s"], "must be positive"),
         (["--older-than", "7x"], "invalid duration"),
-        ([], "Missing option '--older-than'"),
+        ([], "error: missing option '--older-than'"),
         (["--older-than", "1d", "--batch-size", "0"], "--batch-size"),
     ],
 )

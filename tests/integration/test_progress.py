@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
 
-from cyclone_flow import Client
-from cyclone_flow.cli.progress import follow_run
+from cyclone_flow import Client, Step, StepState
+from cyclone_flow.cli.progress import PlainLines, follow_run
 from cyclone_flow.flowfile import load_flow_text
 
 FLOW = load_flow_text(
@@ -79,3 +80,55 @@ def test_unknown_run_is_an_error(make_client: Callable[..., Client], terminal: b
     console = Console(file=io.StringIO(), force_terminal=terminal)
     with pytest.raises(RunNotFoundError):
         follow_run(client, "00000000-0000-0000-0000-000000000000", console=console)
+
+
+FAN = load_flow_text(
+    """
+name: fan
+nodes:
+  a: {call: 'cyclone_test_handlers.basic:echo'}
+  price:
+    type: fan_out
+    needs: [a]
+    over: [1, 2, 3, 4, 5, 6]
+    call: cyclone_test_handlers.basic:echo
+  summary: {call: 'cyclone_test_handlers.basic:echo', needs: [price]}
+"""
+)
+
+
+def test_plain_lines_sum_up_fan_out_items_at_most_every_few_seconds(
+    make_client: Callable[..., Client],
+) -> None:
+    client = make_client(workers=2, allow_modules=["cyclone_test_handlers"])
+    run_id = client.submit(FAN, {})
+    client.start()
+    assert client.wait(run_id, timeout=30).state == "completed"
+    final = client.list_steps(run_id)
+
+    def stage(done: int) -> list[Step]:
+        """The run's real rows as they were when ``done`` items had completed."""
+        out = []
+        for s in final:
+            if s.parent_node == "price" and (s.item_index or 0) >= done:
+                s = replace(s, state=StepState.AVAILABLE, finished_at=None)
+            elif s.node in ("price", "summary"):
+                s = replace(s, state=StepState.WAITING, finished_at=None)
+            out.append(s)
+        return out
+
+    now = [0.0]
+    lines = PlainLines(summary_every_s=5.0, clock=lambda: now[0])
+    assert lines.changes(stage(2)) == ["  step a completed", "  step price: 2/6 items completed"]
+    now[0] = 1.0
+    assert lines.changes(stage(4)) == []  # 4/6 within the pause: not yet
+    now[0] = 3.0
+    assert lines.changes(stage(4)) == []
+    now[0] = 6.0
+    assert lines.changes(stage(4)) == ["  step price: 4/6 items completed"]  # after the pause
+    now[0] = 6.5
+    assert lines.changes(final) == [  # the node ended: its last summary, then the node
+        "  step price: 6/6 items completed",
+        "  step price completed",
+        "  step summary completed",
+    ]

@@ -134,7 +134,8 @@ def test_client_on_unmigrated_schema_raises(database_url: str, fresh_schema: str
     err = info.value
     assert err.found == 0
     assert err.needed == latest_version()
-    assert "run `cyclone-flow migrate`" in str(err)
+    # the hint names the schema: a bare `cyclone-flow migrate` would migrate public
+    assert f"run `cyclone-flow migrate --schema {fresh_schema}` first" in str(err)
     assert err.exit_code == 1
 
 

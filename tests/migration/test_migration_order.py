@@ -81,7 +81,7 @@ def test_a_missing_migration_is_named_then_applied_and_both_features_work(
     with pytest.raises(SchemaOutdatedError) as info:
         Client(database_url, schema=schema)
     assert info.value.missing == tuple(missing)
-    assert "run `cyclone-flow migrate`" in str(info.value)
+    assert f"run `cyclone-flow migrate --schema {schema}`" in str(info.value)
     assert migrate(database_url, schema=schema) == missing
     assert migrate(database_url, schema=schema) == []
     client = _use(database_url, schema)

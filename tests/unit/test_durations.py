@@ -64,3 +64,20 @@ def test_parse_max_s_bounds_with_a_clear_value_error() -> None:
 def test_parse_too_large_is_a_value_error(huge: object) -> None:
     with pytest.raises(ValueError, match="too large"):
         parse_duration(huge)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("30", 30.0), ("0", 0.0), ("1.5", 1.5), ("1h30m", 5400.0)]
+)
+def test_parse_arg_reads_a_bare_number_as_seconds(text: str, seconds: float) -> None:
+    from cyclone_flow.durations import parse_duration_arg
+
+    assert parse_duration_arg(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["", "-1", "1e3", " 30", "30 ", "inf", "9" * 400, "400d"])
+def test_parse_arg_rejects_with_value_error(bad: str) -> None:
+    from cyclone_flow.durations import MAX_FLOW_DURATION_S, parse_duration_arg
+
+    with pytest.raises(ValueError, match="invalid duration"):
+        parse_duration_arg(bad, max_s=MAX_FLOW_DURATION_S)

@@ -242,6 +242,15 @@ WHERE (%(flow)s::text IS NULL OR r.flow_name = %(flow)s)
 ORDER BY r.created_at DESC, r.id
 LIMIT %(limit)s
 
+-- name: run_list_ids_in_range
+-- Ids between two uuids, lowest first, at most %(limit)s: the runs whose id starts with a
+-- short hex prefix (the bounds are the prefix padded with 0s and fs; a primary-key range
+-- scan).
+SELECT id FROM {schema}.cyclone_runs
+WHERE id >= %(low)s::uuid AND id <= %(high)s::uuid
+ORDER BY id
+LIMIT %(limit)s
+
 -- name: run_list_failed
 -- Ids of failed top runs (a child run is retried through its parent), optionally of one
 -- flow, oldest first (operator retry --all-failed).
