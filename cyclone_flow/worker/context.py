@@ -56,9 +56,19 @@ class Context:
         self._submit_in_tx = submit_in_tx
         self._enqueue_in_tx = enqueue_in_tx
         self.item_index = item_index
-        self.log = StepLogger(
-            logging.getLogger(STEP_LOGGER_NAME), step_extra(run_id, node, attempt)
-        )
+        self._log: StepLogger | None = None
+
+    @property
+    def log(self) -> StepLogger:
+        """A ``logging.LoggerAdapter`` of the ``cyclone_flow.step`` logger whose records
+        carry this step's fields (built on first use: most handlers never log)."""
+        log = self._log
+        if log is None:
+            log = self._log = StepLogger(
+                logging.getLogger(STEP_LOGGER_NAME),
+                step_extra(self.run_id, self.node, self.attempt),
+            )
+        return log
 
     def completion_tx(self) -> Conn:
         """The psycopg connection of this step's completion transaction, already inside it.

@@ -25,9 +25,8 @@ import logging
 import sys
 import threading
 import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
+from types import TracebackType
 from typing import Any, TextIO
 
 from cyclone_flow.db import step_logs
@@ -251,6 +250,45 @@ def uninstall() -> None:
         _saved = _handler = None
 
 
+class _Capture:
+    """The context manager of :meth:`StepLogs.capture` (a class, not a generator: it
+    wraps every handler call, so it costs two plain method calls)."""
+
+    __slots__ = ("log",)
+
+    def __init__(self, log: AttemptLog | None) -> None:
+        self.log = log
+
+    def __enter__(self) -> AttemptLog | None:
+        if self.log is not None:
+            _local.log = self.log
+        return self.log
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        log = self.log
+        if log is None:
+            return
+        try:
+            if exc is not None:
+                cause = exc.__cause__ or exc
+                text = "".join(traceback.format_exception(cause))[-_TB_LIMIT:]
+                what = "".join(traceback.format_exception_only(cause)).strip().splitlines()
+                log.flush()
+                log.add(
+                    "log",
+                    "ERROR",
+                    f"the handler raised {what[-1] if what else ''}\n{text.rstrip()}",
+                )
+        finally:
+            _local.log = None
+            log.close()
+
+
 class StepLogs:
     """The step-log capture of one started client: ``cap`` bytes per attempt (0: off)."""
 
@@ -275,31 +313,12 @@ class StepLogs:
             self._started = False
             uninstall()
 
-    @contextmanager
-    def capture(self) -> Iterator[AttemptLog | None]:
+    def capture(self) -> _Capture:
         """Capture the calling thread's output and records for the block (one handler
         call); yields the attempt's buffer (None when off). An exception leaving the block
         adds ``the handler raised EXCEPTION`` and its traceback (its cause's, when it wraps
         one) as a last ``log`` line."""
-        if not self._started:
-            yield None
-            return
-        log = AttemptLog(self.cap)
-        _local.log = log
-        try:
-            yield log
-        except BaseException as exc:
-            cause = exc.__cause__ or exc
-            text = "".join(traceback.format_exception(cause))[-_TB_LIMIT:]
-            what = "".join(traceback.format_exception_only(cause)).strip().splitlines()
-            log.flush()
-            log.add(
-                "log", "ERROR", f"the handler raised {what[-1] if what else ''}\n{text.rstrip()}"
-            )
-            raise
-        finally:
-            _local.log = None
-            log.close()
+        return _Capture(AttemptLog(self.cap) if self._started else None)
 
     def write(self, step: ClaimedStep, log: AttemptLog | None) -> None:
         """Store the attempt's lines (nothing when there are none). A failure is logged."""
