@@ -86,10 +86,8 @@ def pin_read_committed(conn: Conn, q: Statements) -> Conn:
     if conn.isolation_level is not READ_COMMITTED:
         conn.isolation_level = READ_COMMITTED
     if conn not in _pinned:
-        from cyclone_flow.db import misc  # misc's functions are built on this module
-
-        with autocommit(conn):
-            misc.session_read_committed(Session(conn, q))
+        with autocommit(conn):  # misc.sql's statement, run here: db.misc imports this module
+            execute(Session(conn, q), "session_read_committed")
         _pinned.add(conn)
     return conn
 
