@@ -51,6 +51,13 @@ def session_read_snapshot(s: SessionLike) -> None:
     execute(s, "session_read_snapshot")
 
 
+def session_read_committed(s: SessionLike) -> None:
+    """Make the session's default isolation READ COMMITTED (``SET SESSION
+    CHARACTERISTICS``; run in autocommit). :func:`cyclone_flow.db.conn.pin_read_committed`
+    runs this statement by name (this module imports ``conn``, not the other way)."""
+    execute(s, "session_read_committed")
+
+
 def session_default_isolation(s: SessionLike) -> str:
     """The session's ``default_transaction_isolation`` (e.g. ``"read committed"``)."""
     row = execute(s, "session_default_isolation").fetchone()
