@@ -56,3 +56,8 @@ def own_server(directory: Path) -> Iterator[OwnServer]:
         yield OwnServer(server)
     finally:
         server.cleanup()
+        if (directory / "pgdata" / "postmaster.pid").exists():
+            # restarted by pg_ctl: pgserver's cleanup knew only the first postmaster
+            from pgserver._commands import pg_ctl
+
+            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
