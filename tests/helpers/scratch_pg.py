@@ -55,5 +55,12 @@ class ScratchPostgres:
             return
         try:
             self._server.cleanup()
+            if (Path(self.pgdata) / "postmaster.pid").exists():
+                # restarted by pg_ctl: pgserver's cleanup knew only the first postmaster
+                from pgserver import _commands
+
+                _commands.pg_ctl(
+                    ["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self._server.system_user
+                )
         finally:
             shutil.rmtree(self._root, ignore_errors=True)
