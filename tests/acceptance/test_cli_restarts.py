@@ -16,9 +16,9 @@ import psycopg
 import pytest
 from helpers.cli import clean_env
 from helpers.flows import step_flow_text
+from helpers.own_server import OwnServer, own_server
 from helpers.paths import CLI, REPO, TEST_HANDLERS
 from helpers.procs import WorkerProcess, wait_until
-from helpers.scratch_pg import ScratchPostgres
 
 from cyclone_flow import migrate
 from cyclone_flow.db.errors import OUTAGE_GRACE_S
@@ -27,14 +27,11 @@ SLEEP = "cyclone_test_handlers.ops:short_sleep"
 
 
 @pytest.fixture
-def scratch_pg() -> Iterator[ScratchPostgres]:
+def scratch_pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnServer]:
     """A migrated Postgres of this test's own, to restart at will."""
-    pg = ScratchPostgres()
-    try:
-        migrate(pg.url)
+    with own_server(tmp_path_factory.mktemp("own-server")) as pg:
+        migrate(pg.uri)
         yield pg
-    finally:
-        pg.stop()
 
 
 def _spawn(args: list[str], out: Path) -> subprocess.Popen[bytes]:
@@ -67,7 +64,7 @@ def _run_state(url: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def test_submit_wait_rides_out_two_restarts(scratch_pg: ScratchPostgres, tmp_path: Path) -> None:
+def test_submit_wait_rides_out_two_restarts(scratch_pg: OwnServer, tmp_path: Path) -> None:
     flow = tmp_path / "nap.yaml"
     flow.write_text(step_flow_text(SLEEP, name="nap"), encoding="utf-8")
     marker = tmp_path / "ran"
@@ -81,22 +78,22 @@ def test_submit_wait_rides_out_two_restarts(scratch_pg: ScratchPostgres, tmp_pat
             "--timeout",
             "60s",
             "--database-url",
-            scratch_pg.url,
+            scratch_pg.uri,
         ],
         tmp_path / "submit.out",
     )
     worker: WorkerProcess | None = None
     try:
-        wait_until(lambda: _run_state(scratch_pg.url) == "running", 30, what="the submit")
+        wait_until(lambda: _run_state(scratch_pg.uri) == "running", 30, what="the submit")
         for _ in range(2):  # no worker yet: the run waits, and so does `submit --wait`
             scratch_pg.restart()
             assert waiter.poll() is None, "submit --wait gave up on a restart"
-        worker = WorkerProcess(scratch_pg.url, "public", tmp_path / "worker.log")
+        worker = WorkerProcess(scratch_pg.uri, "public", tmp_path / "worker.log")
         stderr = _finish(waiter, tmp_path / "submit.out", 90)
         assert waiter.returncode == 0, stderr
         assert "Traceback" not in stderr, stderr
         assert marker.exists()
-        assert _run_state(scratch_pg.url) == "completed"
+        assert _run_state(scratch_pg.uri) == "completed"
     finally:
         _finish(waiter, tmp_path / "submit.out", 0)
         if worker is not None:
@@ -104,7 +101,7 @@ def test_submit_wait_rides_out_two_restarts(scratch_pg: ScratchPostgres, tmp_pat
 
 
 def test_run_rides_out_a_restart_while_its_handler_runs(
-    scratch_pg: ScratchPostgres, tmp_path: Path
+    scratch_pg: OwnServer, tmp_path: Path
 ) -> None:
     flow = tmp_path / "nap.yaml"
     flow.write_text(step_flow_text(SLEEP, name="nap"), encoding="utf-8")
@@ -118,7 +115,7 @@ def test_run_rides_out_a_restart_while_its_handler_runs(
             "--input",
             json.dumps({"marker": str(marker), "seconds": 2}),
             "--database-url",
-            scratch_pg.url,
+            scratch_pg.uri,
         ],
         tmp_path / "run.out",
     )
@@ -129,14 +126,14 @@ def test_run_rides_out_a_restart_while_its_handler_runs(
         assert runner.returncode == 0, stderr
         output = json.loads((tmp_path / "run.out").read_text())
         assert output == {"s": {"pid": runner.pid}}
-        assert _run_state(scratch_pg.url) == "completed"
+        assert _run_state(scratch_pg.uri) == "completed"
     finally:
         _finish(runner, tmp_path / "run.out", 0)
 
 
 @pytest.mark.slow
 def test_run_says_its_run_is_still_running_when_the_database_stays_away(
-    scratch_pg: ScratchPostgres, tmp_path: Path
+    scratch_pg: OwnServer, tmp_path: Path
 ) -> None:
     """The database stopped for good: after the outage grace (60 s) `run` gives up with
     exit 1 and the note its Ctrl-C path prints, never silently."""
@@ -152,7 +149,7 @@ def test_run_says_its_run_is_still_running_when_the_database_stays_away(
             "--input",
             json.dumps({"marker": str(marker), "seconds": 2}),
             "--database-url",
-            scratch_pg.url,
+            scratch_pg.uri,
         ],
         tmp_path / "run.out",
     )

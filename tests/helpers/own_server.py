@@ -15,7 +15,7 @@ import psycopg
 class OwnServer:
     """A running embedded server: :attr:`uri` (of database ``postgres``), :meth:`uri_of`
     another database, :meth:`restart` (``pg_ctl restart -m fast``: every session is
-    terminated, the server is back when it returns)."""
+    terminated, the server is back when it returns), :meth:`stop` (for good)."""
 
     def __init__(self, server: Any) -> None:
         self._server = server
@@ -38,6 +38,19 @@ class OwnServer:
         )
         self.restarts += 1
 
+    def stop(self) -> None:
+        """Stop the server (again: a no-op). pgserver's cleanup knows only the first
+        postmaster, so one that :meth:`restart` started is stopped with ``pg_ctl``."""
+        self._server.cleanup()
+        if (Path(self._server.pgdata) / "postmaster.pid").exists():
+            from pgserver._commands import pg_ctl
+
+            pg_ctl(
+                ["-w", "-m", "fast", "stop"],
+                pgdata=self._server.pgdata,
+                user=self._server.system_user,
+            )
+
     def create_database(self, name: str) -> str:
         """``CREATE DATABASE name``; returns its URI."""
         with psycopg.connect(self.uri, autocommit=True) as conn:
@@ -51,13 +64,8 @@ def own_server(directory: Path) -> Iterator[OwnServer]:
     when the block ends."""
     import pgserver
 
-    server = pgserver.get_server(directory / "pgdata", cleanup_mode="stop")
+    server = OwnServer(pgserver.get_server(directory / "pgdata", cleanup_mode="stop"))
     try:
-        yield OwnServer(server)
+        yield server
     finally:
-        server.cleanup()
-        if (directory / "pgdata" / "postmaster.pid").exists():
-            # restarted by pg_ctl: pgserver's cleanup knew only the first postmaster
-            from pgserver._commands import pg_ctl
-
-            pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
+        server.stop()
