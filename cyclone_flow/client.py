@@ -31,6 +31,7 @@ from cyclone_flow.config import (
 )
 from cyclone_flow.db import runs, step_logs, steps, workers
 from cyclone_flow.db.conn import Database, Session
+from cyclone_flow.db.errors import BRIEF_POOL_WAIT_S
 from cyclone_flow.db.migrate import check_schema_version
 from cyclone_flow.db.migrate import migrate as migrate_schema
 from cyclone_flow.db.pool import open_pool
@@ -523,9 +524,11 @@ class Client:
     # -- runs ------------------------------------------------------------------------------
 
     def get_run(self, run_id: str) -> Run:
-        """The run's state, input, output and error; raises RunNotFoundError."""
+        """The run's state, input, output and error; raises RunNotFoundError, and
+        ``psycopg_pool.PoolTimeout`` when no pool connection comes within
+        :data:`~cyclone_flow.db.errors.BRIEF_POOL_WAIT_S` (5 s: the database is out of reach)."""
         rid = parse_run_id(run_id)
-        with self._db.session() as s:
+        with self._db.session(wait=BRIEF_POOL_WAIT_S) as s:
             run = runs.run_get(s, run_id=rid)
         if run is None:
             raise RunNotFoundError(rid)
@@ -560,17 +563,18 @@ class Client:
 
     def list_steps(self, run_id: str, *, items: bool = True) -> list[Step]:
         """Every step of the run (fan-out item steps only when ``items``); raises
-        RunNotFoundError for an unknown run."""
+        RunNotFoundError for an unknown run (``PoolTimeout`` as :meth:`get_run`)."""
         rid = parse_run_id(run_id)
-        with self._db.session() as s:
+        with self._db.session(wait=BRIEF_POOL_WAIT_S) as s:
             if runs.run_get(s, run_id=rid) is None:
                 raise RunNotFoundError(rid)
             return steps.step_list(s, run_id=rid, items=items)
 
     def item_progress(self, run_id: str) -> dict[str, dict[str, int]]:
         """Item counts of each started fan-out node of the run: node -> step state ->
-        count (e.g. ``{"ship_each": {"completed": 40, "running": 8, "pending": 52}}``)."""
-        with self._db.session() as s:
+        count (e.g. ``{"ship_each": {"completed": 40, "running": 8, "pending": 52}}``;
+        ``PoolTimeout`` as :meth:`get_run`)."""
+        with self._db.session(wait=BRIEF_POOL_WAIT_S) as s:
             return steps.step_count_items(s, run_id=parse_run_id(run_id))
 
     def list_runs(
@@ -777,10 +781,10 @@ class Client:
         psycopg.OperationalError, psycopg.InterfaceError, psycopg_pool.PoolTimeout
             The database stayed out of reach until ``timeout`` passed, or for
             :data:`~cyclone_flow.db.errors.OUTAGE_GRACE_S` (60 s) without a timeout (counted
-            from the first failed look, which may itself wait the pool's 30 s for a
-            connection): a restart or a shorter outage is ridden out (retried with a
-            backoff of 0.1 s doubling to 1 s, the pool replacing the connections it
-            killed); the run goes on.
+            from the start of the first failed look, which waits up to
+            :data:`~cyclone_flow.db.errors.BRIEF_POOL_WAIT_S` for a connection): a restart or a
+            shorter outage is ridden out (retried with a backoff of 0.1 s doubling to 1 s,
+            the pool replacing the connections it killed); the run goes on.
         psycopg.Error
             Any other database error (e.g. the schema was dropped).
         """

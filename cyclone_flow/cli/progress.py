@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cyclone_flow.db.errors import ride_out
+from cyclone_flow.db.errors import Outage
 from cyclone_flow.db.rows import Run, Step
 from cyclone_flow.errors import WaitTimeoutError
 from cyclone_flow.states import StepState
@@ -180,19 +180,21 @@ def follow_run(
     quiet: bool = False,
     interval: float = 0.25,
     timeout: float | None = None,
+    outage: Outage | None = None,
 ) -> Run:
     """Block until run ``run_id`` is terminal and return its final status, showing
     progress on ``console`` (default: stderr) unless ``quiet``: a live bar when the
     console is a terminal, plain lines otherwise. ``KeyboardInterrupt`` propagates (the
     display is closed first). The database going away (a restart, a short outage) is
-    ridden out as :meth:`Client.wait <cyclone_flow.Client.wait>` does. Raises
+    ridden out as one spell (``outage``, or one of its own: every look of the follow
+    counts against the same ``OUTAGE_GRACE_S``, up to ``timeout``). Raises
     RunNotFoundError for an unknown run, WaitTimeoutError when ``timeout`` seconds (None:
     no limit) pass first, and the last database error when the database stayed out of
     reach until the timeout (or for ``OUTAGE_GRACE_S`` without one)."""
     console = console if console is not None else Console(stderr=True, highlight=False)
+    waiter = _Waiter(client, run_id, interval, timeout, outage or Outage())
     if quiet:
-        return client.wait(run_id, timeout=timeout)
-    waiter = _Waiter(client, run_id, interval, timeout)
+        return waiter.until_terminal()
     if console.is_terminal:
         return _follow_bar(client, run_id, console, waiter)
     return _follow_plain(client, run_id, console, waiter)
@@ -200,18 +202,44 @@ def follow_run(
 
 class _Waiter:
     """Waits a little at a time: the run's status once it is terminal or ``interval``
-    seconds passed; raises WaitTimeoutError past ``timeout``."""
+    seconds passed; raises WaitTimeoutError past ``timeout``. Every call rides out
+    database outages through ``outage`` (bounded by the deadline too)."""
 
-    def __init__(self, client: Client, run_id: str, interval: float, timeout: float | None):
+    def __init__(
+        self,
+        client: Client,
+        run_id: str,
+        interval: float,
+        timeout: float | None,
+        outage: Outage,
+    ) -> None:
         self.client, self.run_id, self.interval, self.timeout = client, run_id, interval, timeout
         self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.outage = outage
+        if self.deadline is not None:
+            given = outage.deadline
+            outage.deadline = self.deadline if given is None else min(given, self.deadline)
 
     def next(self) -> Run:
         return self.ride(self._next)
 
+    def until_terminal(self) -> Run:
+        """The run's status once it is terminal: one :meth:`Client.wait` (woken by the
+        run's notification, polling at the client's ``poll_interval``), no display."""
+
+        def wait() -> Run:
+            left = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+            try:
+                return self.client.wait(self.run_id, timeout=left)
+            except WaitTimeoutError as exc:
+                assert self.timeout is not None
+                raise WaitTimeoutError(self.run_id, self.timeout, exc.state) from None
+
+        return self.ride(wait)
+
     def ride(self, call: Callable[[], T]) -> T:
-        """``call()``, through database outages up to the deadline (:func:`ride_out`)."""
-        return ride_out(call, deadline=self.deadline)
+        """``call()``, through database outages (:meth:`Outage.ride`)."""
+        return self.outage.ride(call)
 
     def _next(self) -> Run:
         step = self.interval

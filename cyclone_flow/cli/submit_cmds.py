@@ -27,7 +27,8 @@ from cyclone_flow.cli.queue_cmds import queue_options, submission_kwargs
 from cyclone_flow.cli.render import run_dict
 from cyclone_flow.client import Client, migrate
 from cyclone_flow.config import MAX_LEASE_TTL_S
-from cyclone_flow.db.errors import database_lost, ride_out
+from cyclone_flow.db.errors import Outage, database_lost
+from cyclone_flow.db.rows import Step
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
 from cyclone_flow.errors import WaitTimeoutError
 from cyclone_flow.flowfile import load_flow
@@ -201,9 +202,13 @@ def run_cmd(
             click.echo(f"run {run_id} of flow {flow.name} submitted", err=True)
         client.start(run_id=run_id)
         try:
-            status = follow_run(client, run_id, quiet=as_json)
-            steps = ride_out(lambda: client.list_steps(run_id, items=False)) if as_json else None
-            progress = ride_out(lambda: client.item_progress(run_id)) if as_json else None
+            outage = Outage()  # one spell for all its looks (OUTAGE_GRACE_S in all)
+            status = follow_run(client, run_id, quiet=as_json, outage=outage)
+            steps: list[Step] | None = None
+            progress: dict[str, dict[str, int]] | None = None
+            if as_json:
+                steps = outage.ride(lambda: client.list_steps(run_id, items=False))
+                progress = outage.ride(lambda: client.item_progress(run_id))
         except KeyboardInterrupt:
             client.shutdown(timeout=0)  # releases the leases of steps still running
             click.echo(f"\ninterrupted: {_still_running(run_id)}", err=True)
@@ -211,9 +216,9 @@ def run_cmd(
         except Exception as exc:
             if not database_lost(exc):
                 raise
-            client.shutdown(timeout=0)  # stop working on it; the leases expire by themselves
             click.echo(f"error: cannot use the database: {_first_line(exc)}", err=True)
             click.echo(f"gave up: {_still_running(run_id)}", err=True)
+            client.shutdown(timeout=0)  # stop working on it; the leases expire by themselves
             sys.exit(1)
     finally:
         client.shutdown()

@@ -124,11 +124,12 @@ class Database:
         object.__setattr__(self, "q", queries.render(self.schema))
 
     @contextmanager
-    def connection(self) -> Iterator[Conn]:
+    def connection(self, *, wait: float | None = None) -> Iterator[Conn]:
         """A pool connection for the block, its transactions READ COMMITTED
         (:func:`pin_read_committed`); what it did commits when the block ends (rolls back
-        on an exception), as psycopg_pool's ``connection()``."""
-        with self.pool.connection() as conn:
+        on an exception), as psycopg_pool's ``connection()``. ``wait``: seconds to wait
+        for a connection before ``PoolTimeout`` (None: the pool's timeout, 30 s)."""
+        with self.pool.connection(timeout=wait) as conn:
             yield pin_read_committed(conn, self.q)
 
     def getconn(self) -> Conn:
@@ -192,10 +193,11 @@ class Database:
             self.pool.putconn(conn)
 
     @contextmanager
-    def session(self) -> Iterator[Session]:
+    def session(self, *, wait: float | None = None) -> Iterator[Session]:
         """A pool connection for the block (READ COMMITTED); what it did commits when the
-        block ends (rolls back on an exception), as psycopg_pool's ``connection()``."""
-        with self.connection() as conn:
+        block ends (rolls back on an exception), as psycopg_pool's ``connection()``.
+        ``wait`` as for :meth:`connection`."""
+        with self.connection(wait=wait) as conn:
             yield Session(conn, self.q)
 
     @contextmanager

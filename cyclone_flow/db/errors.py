@@ -21,6 +21,13 @@ OUTAGE_GRACE_S = 60.0
 """How long a waiter without a timeout of its own keeps retrying a database it cannot
 reach (seconds of continuous failure) before it gives up and raises the last error."""
 
+BRIEF_POOL_WAIT_S = 5.0
+"""How long a look made while waiting for a run (its status, its steps) and a statement
+of a worker's shutdown wait for a pool connection (seconds), instead of the pool's 30 s.
+The pool budget (Engine Design: Pool Budget) keeps a connection free for them, so a
+longer wait means the database is out of reach: a look fails and is retried within the
+outage grace; a shutdown skips what is left to write (leases expire by themselves)."""
+
 _RETRY_MIN_S = 0.1
 _RETRY_MAX_S = 1.0
 
@@ -40,6 +47,68 @@ def database_lost(exc: BaseException) -> bool:
     return state is None or state.startswith("08") or state.startswith("57P0")
 
 
+class Outage:
+    """One spell of failing to reach the database, shared by every call ridden out through
+    it (:meth:`ride`), so that a command making several calls in a row (a follower's
+    status looks and step reads) gives up ``grace`` seconds after the outage began, not
+    ``grace`` seconds after each call first failed.
+
+    The spell begins when the first failing call began (a look that waited for a pool
+    connection the whole time counts from its start) and ends at the first call that
+    works. It gives up at ``grace`` seconds after its beginning, or at ``deadline`` (a
+    ``time.monotonic()`` instant; None: none), whichever comes first. ``on_lost(exc)`` is
+    called once per spell, at its first failure. ``clock`` and ``sleep`` (monotonic
+    seconds) are for tests. Not thread-safe: one caller's calls."""
+
+    def __init__(
+        self,
+        *,
+        grace: float = OUTAGE_GRACE_S,
+        deadline: float | None = None,
+        on_lost: Callable[[Exception], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.grace, self.deadline, self.on_lost = grace, deadline, on_lost
+        self._clock, self._sleep = clock, sleep
+        self.since: float | None = None
+        """When the current spell began (``time.monotonic()``); None: the database works."""
+
+    def give_up_at(self) -> float | None:
+        """The instant the current spell gives up at; None outside a spell."""
+        if self.since is None:
+            return None
+        at = self.since + self.grace
+        return at if self.deadline is None else min(at, self.deadline)
+
+    def ride(self, call: Callable[[], T]) -> T:
+        """``call()``, retried while it fails with :func:`database_lost` errors, with a
+        backoff of 0.1 s doubling to 1 s, until the spell gives up (:meth:`give_up_at`);
+        then the last error is raised. Any other exception propagates at once."""
+        delay = _RETRY_MIN_S
+        while True:
+            began = self._clock()
+            try:
+                result = call()
+            except Exception as exc:
+                if not database_lost(exc):
+                    raise
+                if self.since is None:
+                    self.since = began
+                    if self.on_lost is not None:
+                        self.on_lost(exc)
+                now = self._clock()
+                give_up_at = self.give_up_at()
+                assert give_up_at is not None
+                if now >= give_up_at:
+                    raise
+                self._sleep(min(delay, give_up_at - now))
+                delay = min(delay * 2, _RETRY_MAX_S)
+                continue
+            self.since = None
+            return result
+
+
 def ride_out(
     call: Callable[[], T],
     *,
@@ -47,27 +116,10 @@ def ride_out(
     grace: float = OUTAGE_GRACE_S,
     on_lost: Callable[[Exception], None] | None = None,
 ) -> T:
-    """``call()``, retried while it fails with :func:`database_lost` errors, with a
-    backoff of 0.1 s doubling to 1 s, until ``deadline`` (a ``time.monotonic()`` instant;
-    None: none) or ``grace`` seconds after the first failure, whichever comes first; then
-    the last error is raised. ``on_lost(exc)`` is called once, at the first failure (to
-    say so once, not at every retry). Any other exception propagates at once."""
-    given_up_at: float | None = None
-    delay = _RETRY_MIN_S
-    while True:
-        try:
-            return call()
-        except Exception as exc:
-            if not database_lost(exc):
-                raise
-            now = time.monotonic()
-            if given_up_at is None:
-                given_up_at = now + grace
-                if deadline is not None:
-                    given_up_at = min(given_up_at, deadline)
-                if on_lost is not None:
-                    on_lost(exc)
-            if now >= given_up_at:
-                raise
-            time.sleep(min(delay, max(0.0, given_up_at - now)))
-            delay = min(delay * 2, _RETRY_MAX_S)
+    """``call()`` ridden through an outage of its own (:meth:`Outage.ride`): retried while
+    it fails with :func:`database_lost` errors, with a backoff of 0.1 s doubling to 1 s,
+    until ``deadline`` (a ``time.monotonic()`` instant; None: none) or ``grace`` seconds
+    after the failing call began, whichever comes first; then the last error is raised.
+    ``on_lost(exc)`` is called once, at the first failure (to say so once, not at every
+    retry). Any other exception propagates at once."""
+    return Outage(grace=grace, deadline=deadline, on_lost=on_lost).ride(call)

@@ -24,6 +24,7 @@ from importlib import metadata
 
 from cyclone_flow.db import workers
 from cyclone_flow.db.conn import Database, retry_conflicts
+from cyclone_flow.db.errors import database_lost
 from cyclone_flow.engine import claim
 from cyclone_flow.events import Reporter
 
@@ -152,18 +153,22 @@ class Heartbeat:
             return False
         return True
 
-    def unregister(self) -> None:
+    def unregister(self, *, wait: float | None = None) -> bool:
         """Delete this client's ``cyclone_workers`` row (clean shutdown); a failure is
-        logged (the worker reaper deletes the row later)."""
+        logged (the worker reaper deletes the row later). ``wait``: seconds to wait for a
+        pool connection (None: the pool's timeout). Returns False when the database was
+        out of reach (:func:`~cyclone_flow.db.errors.database_lost`), else True."""
         if self.identity is None:
-            return
+            return True
         try:
-            with self.db.session() as s:
+            with self.db.session(wait=wait) as s:
                 workers.worker_delete(s, client_id=self.owner)
         except Exception as exc:
             self.reporter.trouble(
                 "heartbeat", exc, "could not delete the heartbeat row of worker %s", self.owner
             )
+            return not database_lost(exc)
+        return True
 
     def run(self, stop: threading.Event) -> None:
         """Beat every ``interval_s`` seconds until ``stop`` is set: refresh the worker row,

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from cyclone_flow.config import ClientConfig
 from cyclone_flow.db.conn import Database, retry_conflicts
+from cyclone_flow.db.errors import BRIEF_POOL_WAIT_S, database_lost
 from cyclone_flow.db.rows import ClaimedStep
 from cyclone_flow.engine import claim
 from cyclone_flow.events import StepEvent
@@ -190,12 +191,16 @@ class Worker:
             cancels = list(self._leases.values())
         # Release first, then tell the handlers: a handler that stops when told can then
         # no longer complete under the lease it was told to give up.
+        # The database out of reach: what is left to write is skipped (the leases expire,
+        # the worker reaper deletes the heartbeat row, other workers release the run).
+        reachable = True
         if leases:
             try:
-                with self.db.session() as s:
+                with self.db.session(wait=BRIEF_POOL_WAIT_S) as s:
                     released = claim.release_leases(s, self.config.client_id, leases)
                 self.publish(released)
             except Exception as exc:
+                reachable = not database_lost(exc)
                 self.reporter.trouble(
                     "shutdown", exc, "could not release %d leases at shutdown", len(leases)
                 )
@@ -206,12 +211,15 @@ class Worker:
             self._tasks.put(None)
         for thread in self._threads:
             thread.join(timeout=0.5 if thread.name.startswith("cyclone-worker") else 5.0)
-        self.heartbeat.unregister()  # after the heartbeat thread: no beat writes it again
-        if self.only_run is not None:  # an isolated run goes to the workers at once
+        if reachable:  # after the heartbeat thread: no beat writes the row again
+            reachable = self.heartbeat.unregister(wait=BRIEF_POOL_WAIT_S)
+        if reachable and self.only_run is not None:  # an isolated run: to the workers now
             try:
                 self.owner_release.run_once()
-            except Exception:
-                self.log.exception("could not release the isolated run %s", self.only_run)
+            except Exception as exc:
+                self.reporter.trouble(
+                    "shutdown", exc, "could not release the isolated run %s", self.only_run
+                )
         self.executor.step_logs.stop()
 
     # -- wakeups -----------------------------------------------------------------------

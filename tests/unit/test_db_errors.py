@@ -11,7 +11,7 @@ import psycopg_pool
 import pytest
 from psycopg import errors
 
-from cyclone_flow.db.errors import database_lost, ride_out
+from cyclone_flow.db.errors import Outage, database_lost, ride_out
 
 
 @pytest.mark.parametrize(
@@ -86,3 +86,82 @@ def test_ride_out_lets_any_other_error_through_at_once() -> None:
     with pytest.raises(errors.UndefinedTable):
         ride_out(read, grace=60)
     assert calls == 1
+
+
+class _Clock:
+    """Monotonic seconds that move only when told (a call's duration) or slept."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _lost_after(clock: _Clock, seconds: float) -> psycopg.OperationalError:
+    clock.now += seconds  # the look waited this long (e.g. for a pool connection)
+    return psycopg.OperationalError("server closed the connection unexpectedly")
+
+
+def test_one_outage_spans_every_call_ridden_through_it() -> None:
+    """A follower's looks (status, then steps, then status...) share one spell: it gives
+    up ``grace`` seconds after the first failing look began, not ``grace`` after each
+    call first failed (which let `cyclone-flow run` wait about 150 s, not 60)."""
+    clock = _Clock()
+    lost: list[Exception] = []
+    outage = Outage(grace=60, on_lost=lost.append, clock=clock, sleep=clock.sleep)
+    started = clock.now
+
+    def look() -> str:
+        raise _lost_after(clock, 5)
+
+    for _ in range(100):  # calls in turn, as a follower makes them
+        try:
+            outage.ride(look)
+        except psycopg.OperationalError:
+            break
+    assert 60 <= clock.now - started <= 65 + 1
+    assert len(lost) == 1, "one report per spell, however many calls meet it"
+
+
+def test_an_outage_counts_from_the_start_of_the_first_failing_call() -> None:
+    clock = _Clock()
+    outage = Outage(grace=60, clock=clock, sleep=clock.sleep)
+    started = clock.now
+    calls = 0
+
+    def look() -> str:
+        nonlocal calls
+        calls += 1
+        raise _lost_after(clock, 61)  # one look that waited the whole grace
+
+    with pytest.raises(psycopg.OperationalError):
+        outage.ride(look)
+    assert calls == 1, "no retry past the grace"
+    assert clock.now - started == 61
+
+
+def test_a_call_that_works_ends_the_spell() -> None:
+    clock = _Clock()
+    outage = Outage(grace=10, clock=clock, sleep=clock.sleep)
+    failures = iter([True, True, False, True, True, False])
+
+    def look() -> str:
+        if next(failures):
+            raise _lost_after(clock, 4)
+        return "run"
+
+    assert outage.ride(look) == "run"  # 2 failures: 8 s + backoff < 10 s
+    assert outage.since is None
+    assert outage.ride(look) == "run", "a new spell gets the whole grace again"
+
+
+def test_an_outage_gives_up_at_its_deadline_first() -> None:
+    clock = _Clock()
+    outage = Outage(grace=60, deadline=clock.now + 3, clock=clock, sleep=clock.sleep)
+    with pytest.raises(psycopg.OperationalError):
+        outage.ride(lambda: (_ for _ in ()).throw(_lost_after(clock, 1)))
+    assert clock.now <= 1000 + 3 + 1
