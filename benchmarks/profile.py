@@ -1,6 +1,6 @@
 """Profile the engine on one benchmark path: ``python -m benchmarks.profile [--scenario
-noop|chain|exactly_once] [--workers 8] [--runs N] [--database-url URL] [--no-pyspy]
-[--json]``.
+noop|chain|exactly_once|fanout] [--workers 8] [--runs N] [--database-url URL] [--no-pyspy]
+[--json]`` (for ``fanout``, one run of ``--runs`` items).
 
 First the latency of one round trip (``SELECT 1``), then two passes over the same
 backlog size, each in a fresh schema:
@@ -59,6 +59,7 @@ SCENARIOS = {  # flow, steps per run, default runs
     "noop": ("noop", 1, 5_000),
     "chain": ("chain", 3, 2_000),
     "exactly_once": ("exactly_once", 1, 5_000),
+    "fanout": ("fanout", 1, 5_000),  # one run of N items (--runs: the item count)
 }
 RATE_HZ = 250
 ROLES = {  # a thread's root function -> its role
@@ -273,6 +274,8 @@ def _backlog(env: Env, schema: str, scenario: str, runs: int) -> None:
         with psycopg.connect(env.url, autocommit=True) as conn:
             conn.execute(bench_sql.render(schema)["bench_ledger_create"])
         inputs: Iterable[Any] = ({"schema": schema, "amount": i} for i in range(runs))
+    elif scenario == "fanout":
+        inputs = [{"items": runs}]
     else:
         inputs = ({"i": i} for i in range(runs))
     submit_backlog(env, schema, load(flow_name), inputs)
