@@ -343,9 +343,11 @@ class Client:
 
     def sync_schedules(self, flow: FlowLike, *, now: datetime | None = None) -> SyncResult:
         """Make the flow file's ``schedules:`` the active schedules of that flow: each is
-        created or updated by name (its tick kept when cron and timezone are unchanged)
-        and the flow's other file-declared schedules are removed, in one transaction.
-        Schedules added with :meth:`add_schedule` are left alone. ``now`` pins the clock
+        created or updated by name (a paused one stays paused; its tick is kept when cron
+        and timezone are unchanged) and the flow's other file-declared schedules are removed, in one
+        transaction; an entry without ``name`` is named ``<flow>-<8 hex>`` from its cron,
+        timezone and input, whatever its position. Schedules added with
+        :meth:`add_schedule` are left alone. ``now`` pins the clock
         (tests). Raises FlowError, InputValidationError, SubmitOptionError."""
         return self._schedules.sync(flow, now=now)
 

@@ -19,7 +19,7 @@ from cyclone_flow.db.errors import database_lost
 from cyclone_flow.engine.tx import Effects, EngineEvent
 from cyclone_flow.states import EventKind
 
-__all__ = ["EventKind", "Reporter", "StepEvent", "call_hook", "emit_engine_events"]
+__all__ = ["EventKind", "Reporter", "StepEvent", "call_hook", "emit_engine_events", "from_engine"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,13 @@ class StepEvent:
     wait_s: float | None = None
 
 
+def from_engine(e: EngineEvent) -> StepEvent:
+    """The step event of a node the engine decided (on the node's queue)."""
+    return StepEvent(
+        e.kind, e.run_id, e.node, error=e.error, error_kind=e.error_kind, queue=e.queue
+    )
+
+
 def call_hook(logger: logging.Logger, hook: Callable[..., Any] | None, *args: Any) -> None:
     """Call a user hook (``on_step_event`` or ``error_handler``); whatever it raises, even
     ``SystemExit``, is logged and never raised, so a hook cannot stop the engine thread
@@ -68,8 +75,7 @@ def emit_engine_events(
     """Send the ``completed`` / ``discarded`` events of nodes the engine decided in a
     committed transaction (fan-out, child and wait_signal nodes)."""
     for e in events:
-        event = StepEvent(e.kind, e.run_id, e.node, error=e.error, error_kind=e.error_kind)
-        call_hook(logger, hook, event)
+        call_hook(logger, hook, from_engine(e))
 
 
 def cancelled_in(effects: Effects) -> list[tuple[str, str]]:
@@ -149,10 +155,6 @@ class Reporter:
                 log, hook, StepEvent(EventKind.CANCELLED, run_id, node, error_kind="cancelled")
             )
         for e in engine:
-            call_hook(
-                log,
-                hook,
-                StepEvent(e.kind, e.run_id, e.node, error=e.error, error_kind=e.error_kind),
-            )
+            call_hook(log, hook, from_engine(e))
         if error is not None and event is not None:
             call_hook(log, self.error_handler, event, error)

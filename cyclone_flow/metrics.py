@@ -17,10 +17,13 @@ Library users can do what the CLI does::
 
 Series (``queue`` label on all but one; ``error_kind`` where it says so):
 
-- ``cyclone_steps_claimed_total``, ``cyclone_steps_completed_total``,
+- ``cyclone_steps_claimed_total``, ``cyclone_steps_completed_total`` (also the fan-out,
+  child and wait_signal nodes the engine completes, on the node's queue),
   ``cyclone_steps_retried_total`` (failed attempts with attempts left),
   ``cyclone_steps_failed_total{error_kind}`` (every failed attempt),
-  ``cyclone_steps_discarded_total{error_kind}`` (dead letters),
+  ``cyclone_steps_discarded_total{error_kind}`` (dead letters; a fan-out node discarded
+  because one of its items was, ``item_failed``, is not a second one: the item was
+  counted),
   ``cyclone_steps_reclaimed_total`` (expired leases put back by this client's sweep)
 - ``cyclone_database_errors_total{where}`` (no ``queue`` label): connection-level
   database failures this worker met and rode out (the database restarted or was out of
@@ -34,7 +37,9 @@ Series (``queue`` label on all but one; ``error_kind`` where it says so):
   ``cyclone_queue_oldest_available_age_seconds``: gauges read from the database, the same
   for every worker of a schema (aggregate them with ``max``)
 
-Counters and histograms count what this process did: sum them over the fleet.
+Counters and histograms count what this process did: sum them over the fleet. No
+``_created`` series are exported (the start time of each labelled series, which
+prometheus_client adds by default): only the registry of a :class:`Metrics` is affected.
 """
 
 from __future__ import annotations
@@ -47,9 +52,11 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.metrics import MetricWrapperBase
 
 from cyclone_flow.db.rows import QueueStats
 from cyclone_flow.events import StepEvent
+from cyclone_flow.states import ErrorKind
 
 DURATION_BUCKETS_S = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
@@ -60,6 +67,9 @@ LATENCY_BUCKETS_S = (
     3600.0,
 )  # fmt: skip
 UNKNOWN_QUEUE = "unknown"  # a cancelled step's event does not say its queue
+ITEM_FAILED = str(ErrorKind.ITEM_FAILED)
+"""The error kind of a fan-out node discarded because an item was: that item was the dead
+letter (counted on its queue), so the node's roll-up is not counted as a second one."""
 
 
 class QueueSource(Protocol):
@@ -75,7 +85,7 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        r = self.registry
+        r = None  # registered below, through _WithoutCreated
         self.claimed = Counter(
             "cyclone_steps_claimed", "Steps claimed by this worker.", ["queue"], registry=r
         )
@@ -127,11 +137,28 @@ class Metrics:
             buckets=LATENCY_BUCKETS_S,
             registry=r,
         )
+        self.registry.register(
+            _WithoutCreated(
+                [
+                    self.claimed,
+                    self.completed,
+                    self.failed,
+                    self.retried,
+                    self.discarded,
+                    self.reclaimed,
+                    self.database_errors,
+                    self.handler_duration,
+                    self.start_latency,
+                ]
+            )
+        )
 
     def observe(self, event: StepEvent) -> None:
         """Count one step event (pass this method to ``Client.observe_steps``)."""
         queue = event.queue or UNKNOWN_QUEUE
         kind = event.kind
+        if kind == "discarded" and event.error_kind == ITEM_FAILED:
+            return  # the fan-out's roll-up of an item already counted as discarded
         if kind == "claimed":
             self.claimed.labels(queue).inc()
             if event.wait_s is not None:
@@ -166,6 +193,23 @@ class Metrics:
         self.registry.register(
             QueueCollector(source, queues, logger or logging.getLogger("cyclone_flow"))
         )
+
+
+class _WithoutCreated:
+    """Serves ``metrics`` without their ``_created`` samples (prometheus_client's
+    ``disable_created_metrics()`` would change every registry of the process)."""
+
+    def __init__(self, metrics: list[MetricWrapperBase]) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list[Metric]:
+        return [family for m in self.metrics for family in m.describe()]
+
+    def collect(self) -> Iterator[Metric]:
+        for m in self.metrics:
+            for family in m.collect():
+                family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+                yield family
 
 
 class QueueCollector:

@@ -1,10 +1,12 @@
 """Names that every layer checks the same way: Postgres schema names, queue names and
-signal names, and the default queue (shared by the options, the flow-file pipeline, the
-database code, the Client and the CLI).
+signal names, the default queue, and the default name of a schedule (shared by the
+options, the flow-file pipeline, the database code, the Client and the CLI).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from typing import Any
 
@@ -18,6 +20,7 @@ __all__ = [
     "SIGNAL_NAME_RULE",
     "is_queue_name",
     "is_signal_name",
+    "schedule_default_name",
     "validate_queue_name",
     "validate_schema_name",
 ]
@@ -63,3 +66,20 @@ def validate_queue_name(name: Any) -> str:
 def is_signal_name(name: Any) -> bool:
     """True when ``name`` is a valid signal name (see :data:`SIGNAL_NAME_RULE`)."""
     return isinstance(name, str) and SIGNAL_NAME_RE.fullmatch(name) is not None
+
+
+def schedule_default_name(flow: str, cron: str, timezone: str = "UTC", input: Any = None) -> str:
+    """The name of a schedule given none: ``<flow>-<8 hex>``, the start of the sha256 of
+    the canonical JSON (sorted keys, no spaces) of its ``cron``, ``timezone`` and
+    ``input`` (as written, before the ``input_schema`` defaults are filled). It depends on
+    nothing else, so a flow file's unnamed schedule keeps its name when others are added,
+    removed or reordered, and adding one schedule twice (``schedule add``) is one; changing
+    its cron, time zone or input makes it another schedule. Lint (E052) and ``schedule
+    sync`` / ``schedule add`` use it alike."""
+    canonical = json.dumps(
+        {"cron": cron, "timezone": timezone, "input": input},
+        sort_keys=True,
+        separators=(",", ":"),
+        default=str,  # lint may see YAML values JSON has not (E004 reports them)
+    )
+    return f"{flow}-{hashlib.sha256(canonical.encode('utf-8')).hexdigest()[:8]}"

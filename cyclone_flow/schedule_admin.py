@@ -113,8 +113,11 @@ class Schedules:
     ) -> SyncResult:
         """Create or update ``entries`` (schedules of ``spec`` from ``source``: ``flow``
         for a flow file's, ``manual`` for :meth:`add`) by name, and with ``flow`` delete
-        the flow's other file-declared schedules, in one transaction. Every entry is
-        checked before anything is written."""
+        the flow's other file-declared schedules, in one transaction. An unnamed ``flow``
+        entry (named ``<flow>-<digest>``) that matches a schedule an earlier version named
+        by its position (``<flow>``, ``<flow>-<n>``: same cron, timezone and input) updates
+        that one, which keeps its name. Every entry is checked before anything is
+        written."""
         prepared = []
         for entry in entries:
             validate_schedule_name(entry.name)
@@ -125,21 +128,38 @@ class Schedules:
             current = misc.pg_now(s, now=now)
         added: list[str] = []
         updated: list[str] = []
+        names: list[str] = []
+        taken = [entry.name for entry in entries]
         with self._db.transaction() as conn:
             s = Session(conn, self._db.q)
             for entry, ticks, input_json in prepared:
-                other = stored.schedule_get_source(s, name=entry.name)
+                name = entry.name
+                if source == "flow" and not entry.named:
+                    # a schedule an earlier version named by position keeps its name
+                    name = (
+                        stored.schedule_get_positional(
+                            s,
+                            flow_name=spec.name,
+                            cron=entry.cron,
+                            timezone=entry.timezone,
+                            input=input_json,
+                            taken=taken,
+                        )
+                        or name
+                    )
+                other = stored.schedule_get_source(s, name=name)
                 if other is not None and other != source:
                     raise SubmitOptionError(
                         "name",
-                        entry.name,
+                        name,
                         f"a schedule of this name was created by "
                         f"{'schedule sync' if other == 'flow' else 'schedule add'}; remove it "
                         "first or pick another name",
                     )
+                names.append(name)
                 created = stored.schedule_upsert(
                     s,
-                    name=entry.name,
+                    name=name,
                     flow_name=spec.name,
                     workflow_id=store_definition(Tx(conn, self._db.q), spec),
                     cron=entry.cron,
@@ -148,11 +168,9 @@ class Schedules:
                     source=source,
                     next_run_at=ticks.after(current),
                 )
-                (added if created else updated).append(entry.name)
+                (added if created else updated).append(name)
             removed = (
-                stored.schedule_delete_flow_stale(
-                    s, flow_name=spec.name, keep=[e.name for e in entries]
-                )
+                stored.schedule_delete_flow_stale(s, flow_name=spec.name, keep=names)
                 if source == "flow"
                 else []
             )

@@ -27,8 +27,8 @@ from croniter import CroniterBadDateError, croniter
 
 from cyclone_flow.cron import cron_problem
 from cyclone_flow.errors import SubmitOptionError
-from cyclone_flow.flowfile.build import document_digest
 from cyclone_flow.flowfile.model import Flow
+from cyclone_flow.names import schedule_default_name
 from cyclone_flow.text import zone_info
 
 __all__ = [
@@ -218,13 +218,14 @@ class Ticks:
 
 @dataclass(frozen=True)
 class ScheduleSpec:
-    """One entry of a flow file's ``schedules:`` (see ``docs/queues.md``): ``name`` defaults
-    to ``<flow>`` for the first entry without one and ``<flow>-<index>`` for the others."""
+    """One entry of a flow file's ``schedules:`` (see ``docs/queues.md``); an entry
+    without a ``name`` (``named`` False) is named by :func:`default_schedule_name`."""
 
     name: str
     cron: str
     timezone: str = "UTC"
     input: object = None
+    named: bool = True
 
 
 @dataclass(frozen=True)
@@ -248,26 +249,23 @@ def validate_schedule_name(name: object) -> str:
     return name
 
 
-def default_schedule_name(flow: str, cron: str, timezone: str, input: object) -> str:
-    """``<flow>-<8 hex>``: the digest of cron, timezone and input, so adding the same
-    schedule twice updates one schedule."""
-    digest = document_digest({"cron": cron, "timezone": timezone, "input": input})
-    return f"{flow}-{digest[:8]}"
+default_schedule_name = schedule_default_name  # ``<flow>-<8 hex>``; lint (E052) uses it too
 
 
 def flow_schedules(flow: Flow) -> list[ScheduleSpec]:
-    """The ``schedules:`` of a flow file. An entry without ``name`` is named after the
-    flow when it is the only one, else ``<flow>-<n>`` (1-based position)."""
-    entries = flow.document.get("schedules") or []
+    """The ``schedules:`` of a flow file. An entry without ``name`` is named by its cron,
+    timezone and input (:func:`default_schedule_name`), never by its position."""
     out = []
-    for i, entry in enumerate(entries):
-        name = entry.get("name") or (flow.name if len(entries) == 1 else f"{flow.name}-{i + 1}")
+    for entry in flow.document.get("schedules") or []:
+        cron, timezone, input = entry["cron"], entry.get("timezone", "UTC"), entry.get("input")
+        name = entry.get("name")
         out.append(
             ScheduleSpec(
-                name=name,
-                cron=entry["cron"],
-                timezone=entry.get("timezone", "UTC"),
-                input=entry.get("input"),
+                name=name or default_schedule_name(flow.name, cron, timezone, input),
+                cron=cron,
+                timezone=timezone,
+                input=input,
+                named=bool(name),
             )
         )
     return out

@@ -202,7 +202,8 @@ def schedule_group() -> None:
 @database_options
 @handle_errors
 def schedule_list_cmd(as_json: bool, database_url: str | None, schema: str) -> None:
-    """List every schedule with its next tick."""
+    """List every schedule: its state (active or paused), source (flow or manual) and next
+    tick (none while paused)."""
     setup_logging()
     url = resolve_database(database_url)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
@@ -216,9 +217,10 @@ def schedule_list_cmd(as_json: bool, database_url: str | None, schema: str) -> N
                     "cron": r.cron,
                     "timezone": r.timezone,
                     "input": r.input,
+                    "state": "paused" if r.paused else "active",
                     "source": r.source,
                     "paused": r.paused,
-                    "next_run_at": r.next_run_at,
+                    "next_run_at": None if r.paused else r.next_run_at,
                     "last_run_at": r.last_run_at,
                     "last_run_id": r.last_run_id,
                 }
@@ -229,15 +231,16 @@ def schedule_list_cmd(as_json: bool, database_url: str | None, schema: str) -> N
     if not rows:
         click.echo("no schedules")
         return
-    table = out_table("name", "flow", "cron", "timezone", "state", "next run (UTC)")
+    table = out_table("name", "flow", "cron", "timezone", "state", "source", "next run (UTC)")
     for r in rows:
         table.add_row(
             Text(r.name),
             Text(r.flow_name),
             Text(r.cron),
             Text(r.timezone),
-            f"paused ({r.source})" if r.paused else r.source,
-            r.next_run_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
+            "paused" if r.paused else "active",
+            r.source,
+            "-" if r.paused else r.next_run_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
         )
     out_console().print(table)
 
@@ -292,6 +295,9 @@ def schedule_add_cmd(
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         added = client.add_schedule(flow, cron, timezone=timezone, input=run_input, name=name)
         row = client.get_schedule(added)
+    if row is not None and row.paused:  # an existing schedule of that name, paused
+        click.echo(f"schedule {added}: paused (resume it to run)")
+        return
     when = row.next_run_at.isoformat(timespec="seconds") if row else "?"
     click.echo(f"schedule {added}: next run at {when}")
 

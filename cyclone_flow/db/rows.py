@@ -478,10 +478,12 @@ class ItemsDone(NamedTuple):
 
 class DecidedNode(NamedTuple):
     """``step_complete_fan_out`` / ``step_complete_from_child_if_waiting``: the node's new
-    state (completed, or discarded for an output over the limit) and its error."""
+    state (completed, or discarded for an output over the limit), its error and its
+    queue."""
 
     state: StepState
     error: str | None
+    queue: str | None = None
 
 
 class ExpiredWait(NamedTuple):

@@ -46,6 +46,29 @@ def schedule_get_source(s: SessionLike, *, name: str) -> str | None:
     return None if row is None else str(row[0])
 
 
+def schedule_get_positional(
+    s: SessionLike,
+    *,
+    flow_name: str,
+    cron: str,
+    timezone: str,
+    input: str,
+    taken: list[str],
+) -> str | None:
+    """The name of the ``flow`` schedule of ``flow_name`` an earlier version named by
+    position (``<flow>``, ``<flow>-<n>``) with this ``cron``, ``timezone`` and ``input``
+    (JSON text), not one of ``taken``; None when there is none."""
+    params = {
+        "flow_name": flow_name,
+        "cron": cron,
+        "timezone": timezone,
+        "input": input,
+        "taken": taken,
+    }
+    row = execute(s, "schedule_get_positional", params).fetchone()
+    return None if row is None else str(row[0])
+
+
 def schedule_delete_flow_stale(s: SessionLike, *, flow_name: str, keep: list[str]) -> list[str]:
     """Delete the ``flow`` schedules of ``flow_name`` not named in ``keep``; their names,
     sorted."""

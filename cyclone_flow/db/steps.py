@@ -189,10 +189,12 @@ def step_complete_if_leased_many(
     ).result()
 
 
-def step_complete_if_waiting(s: SessionLike, *, run_id: str, node: str, output: str) -> bool:
-    """waiting -> completed with ``output`` (JSON text); False when stale."""
+def step_complete_if_waiting(s: SessionLike, *, run_id: str, node: str, output: str) -> str | None:
+    """waiting -> completed with ``output`` (JSON text); the node's queue, None when
+    stale."""
     params = {"run_id": run_id, "node": node, "output": output}
-    return execute(s, "step_complete_if_waiting", params).fetchone() is not None
+    row = execute(s, "step_complete_if_waiting", params).fetchone()
+    return None if row is None else str(row[0])
 
 
 def step_complete_from_child_if_waiting(
@@ -361,9 +363,9 @@ def step_discard_if_waiting(
     error: str,
     error_kind: str,
     child_run_id: str | None = None,
-) -> bool:
+) -> str | None:
     """waiting -> discarded with ``error`` (only while it waits for ``child_run_id``,
-    when given); False when stale."""
+    when given); the node's queue, None when stale."""
     params = {
         "run_id": run_id,
         "node": node,
@@ -371,7 +373,8 @@ def step_discard_if_waiting(
         "error_kind": error_kind,
         "child_run_id": child_run_id,
     }
-    return execute(s, "step_discard_if_waiting", params).fetchone() is not None
+    row = execute(s, "step_discard_if_waiting", params).fetchone()
+    return None if row is None else str(row[2])
 
 
 def step_reset_for_retry(s: SessionLike, *, run_id: str, node: str | None) -> list[ResetStep]:

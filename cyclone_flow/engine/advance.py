@@ -216,9 +216,10 @@ def advance_completed(
         run_completed(txs[done.id], done)
 
 
-def engine_completed(tx: Tx, run_id: str, node: str) -> None:
-    """A node the engine completed (not a worker): note the event, advance the run."""
-    tx.effects.events.append(EngineEvent(EventKind.COMPLETED, run_id, node))
+def engine_completed(tx: Tx, run_id: str, node: str, queue: str | None) -> None:
+    """A node the engine completed (not a worker; ``queue`` its queue): note the event,
+    advance the run."""
+    tx.effects.events.append(EngineEvent(EventKind.COMPLETED, run_id, node, queue=queue))
     node_completed(tx, run_id, node)
 
 
@@ -235,9 +236,10 @@ def items_completed(tx: Tx, run_id: str, parent: str, n: int = 1) -> None:
 def item_discarded(tx: Tx, run_id: str, item: str, parent: str, error: str) -> None:
     """An item of ``parent`` was finally discarded: discard the fan-out node and cancel its
     other items; the node's dependents' policy then applies."""
-    message = fan_out.discard_for_item(tx, run_id, item, parent, error)
-    if message is not None:
-        engine_discarded(tx, run_id, parent, message, str(ErrorKind.ITEM_FAILED))
+    discarded = fan_out.discard_for_item(tx, run_id, item, parent, error)
+    if discarded is not None:
+        message, queue = discarded
+        engine_discarded(tx, run_id, parent, message, str(ErrorKind.ITEM_FAILED), queue)
 
 
 def _finish_fan_out(tx: Tx, run_id: str, node: str) -> None:
@@ -250,9 +252,10 @@ def _decided(tx: Tx, run_id: str, node: str, row: DecidedNode | None) -> None:
     if row is None:
         return
     if row.state == StepState.COMPLETED:
-        engine_completed(tx, run_id, node)
+        engine_completed(tx, run_id, node, row.queue)
     else:
-        engine_discarded(tx, run_id, node, row.error or "", str(ErrorKind.PAYLOAD_TOO_LARGE))
+        error, kind = row.error or "", str(ErrorKind.PAYLOAD_TOO_LARGE)
+        engine_discarded(tx, run_id, node, error, kind, row.queue)
 
 
 # -- runs completed, failed, cancelled -----------------------------------------------------
@@ -330,22 +333,26 @@ def discard_waiting(
     child_run_id: str | None = None,
 ) -> bool:
     """waiting -> discarded, then apply the dependents' policy. False when stale."""
-    if not steps.step_discard_if_waiting(
+    queue = steps.step_discard_if_waiting(
         tx,
         run_id=run_id,
         node=node,
         error=error,
         error_kind=str(kind),
         child_run_id=child_run_id,
-    ):
+    )
+    if queue is None:
         return False
-    engine_discarded(tx, run_id, node, error, str(kind))
+    engine_discarded(tx, run_id, node, error, str(kind), queue)
     return True
 
 
-def engine_discarded(tx: Tx, run_id: str, node: str, error: str, kind: str) -> None:
-    """A node the engine discarded: note the event, apply the dependents' policy."""
-    tx.effects.events.append(EngineEvent(EventKind.DISCARDED, run_id, node, error, kind))
+def engine_discarded(
+    tx: Tx, run_id: str, node: str, error: str, kind: str, queue: str | None
+) -> None:
+    """A node the engine discarded (``queue`` its queue): note the event, apply the
+    dependents' policy."""
+    tx.effects.events.append(EngineEvent(EventKind.DISCARDED, run_id, node, error, kind, queue))
     resolve_discard(tx, run_id, node, error)
 
 
@@ -396,6 +403,7 @@ def consume_signal(tx: Tx, run_id: str, node: str, name: str | None) -> bool:
     payload = signals.signal_consume(tx, run_id=run_id, name=name, node=node)
     if payload is None:
         return False
-    if steps.step_complete_if_waiting(tx, run_id=run_id, node=node, output=payload):
-        engine_completed(tx, run_id, node)
+    queue = steps.step_complete_if_waiting(tx, run_id=run_id, node=node, output=payload)
+    if queue is not None:
+        engine_completed(tx, run_id, node, queue)
     return True

@@ -103,17 +103,20 @@ def items_completed(tx: Tx, run_id: str, parent: str, n: int = 1) -> bool:
     return False
 
 
-def discard_for_item(tx: Tx, run_id: str, item: str, parent: str, error: str) -> str | None:
+def discard_for_item(
+    tx: Tx, run_id: str, item: str, parent: str, error: str
+) -> tuple[str, str] | None:
     """Item ``item`` of ``parent`` was finally discarded: discard the fan-out node (kind
     ``item_failed``) and cancel its other items. Returns the node's error for the
-    dependents' policy, None when the node no longer waits (stale)."""
+    dependents' policy and its queue, None when the node no longer waits (stale)."""
     message = f"item {item} was discarded: {error}"
-    if not steps.step_discard_if_waiting(
+    queue = steps.step_discard_if_waiting(
         tx, run_id=run_id, node=parent, error=message, error_kind=str(ErrorKind.ITEM_FAILED)
-    ):
+    )
+    if queue is None:
         return None
     cancelled = steps.step_cancel_items(
         tx, run_id=run_id, node=parent, error=f"fan-out node {parent} was discarded"
     )
     tx.effects.cancelled.extend((run_id, node) for node in cancelled)
-    return message
+    return message, queue

@@ -23,13 +23,14 @@ from cyclone_flow.states import ErrorKind, EventKind, RunState, StepState
 class EngineEvent:
     """A node the engine completed or discarded (a fan-out, child or wait_signal node, not
     a worker): reported as a step event after the commit; ``kind`` is
-    ``EventKind.COMPLETED`` or ``EventKind.DISCARDED``."""
+    ``EventKind.COMPLETED`` or ``EventKind.DISCARDED``; ``queue`` the node's queue."""
 
     kind: EventKind
     run_id: str
     node: str
     error: str | None = None
     error_kind: str | None = None
+    queue: str | None = None
 
 
 @dataclass

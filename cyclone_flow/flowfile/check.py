@@ -34,6 +34,7 @@ from cyclone_flow.durations import (
 from cyclone_flow.errors import Problem, TemplateError, shown
 from cyclone_flow.flowfile.read import Document, JsonPath
 from cyclone_flow.flowfile.template import find_strings, parse_ref
+from cyclone_flow.names import schedule_default_name
 from cyclone_flow.text import did_you_mean, iter_unstorable, zone_info
 
 __all__ = ["check_document", "dependency_graph"]
@@ -428,20 +429,36 @@ def _check_schedules(doc: Document) -> list[Problem]:
             )
         name = entry.get("name")
         if not isinstance(name, str):
-            name = flow if len(schedules) == 1 else f"{flow}-{i + 1}"
+            name = _default_schedule_name(flow, entry)
+            if name is None:
+                continue  # an input JSON cannot hold: reported by E003/E004
         if name in seen:
             where: JsonPath = ("schedules", i, "name") if "name" in entry else ("schedules", i)
             pos = doc.value_pos(where) if "name" in entry else doc.key_pos(where)
+            same = "" if "name" in entry else " (the same cron, timezone and input)"
             out.append(
                 doc.problem(
                     pos,
                     "E052",
-                    f"schedules.{i}: the name {name!r} is already used by schedules.{seen[name]}",
+                    f"schedules.{i}: the name {name!r} is already used by "
+                    f"schedules.{seen[name]}{same}",
                 )
             )
         else:
             seen[name] = i
     return out
+
+
+def _default_schedule_name(flow: str, entry: dict[str, Any]) -> str | None:
+    """The name ``schedule sync`` gives ``entry`` (it has no ``name``), None when its
+    values cannot be digested (E003 reports a wrong type)."""
+    cron, zone = entry.get("cron"), entry.get("timezone", "UTC")
+    if not isinstance(cron, str) or not isinstance(zone, str):
+        return None
+    try:
+        return schedule_default_name(flow, cron, zone, entry.get("input"))
+    except (TypeError, ValueError, RecursionError):  # e.g. mixed key types in input
+        return None
 
 
 def _never_fires(cron: str) -> bool:

@@ -17,6 +17,7 @@ from helpers.procs import wait_until
 
 from cyclone_flow import Client, InputValidationError, ScheduleNotFoundError, SubmitOptionError
 from cyclone_flow.flowfile import load_flow_text
+from cyclone_flow.schedules import default_schedule_name
 
 FLOW_TEXT = """
 name: nightly
@@ -100,11 +101,12 @@ def test_after_downtime_only_the_most_recent_missed_tick_runs(
     flow = load_flow_text(FLOW_TEXT.split("schedules:")[0] + "schedules: [{cron: '*/5 * * * *'}]\n")
     client.sync_schedules(flow, now=start)
     (row,) = client.list_schedules()
-    assert (row.name, row.next_run_at) == ("nightly", utc(2024, 6, 1, 12, 5))
+    name = default_schedule_name("nightly", "*/5 * * * *", "UTC", None)  # an unnamed entry
+    assert (row.name, row.next_run_at) == (name, utc(2024, 6, 1, 12, 5))
     down_until = utc(2024, 6, 1, 15, 7)
     assert client.schedule_scanner.run_once(now=down_until).submitted == 1
     assert client.schedule_scanner.run_once(now=down_until).submitted == 0
-    assert _ticks(db) == [("nightly", utc(2024, 6, 1, 15, 5))]
+    assert _ticks(db) == [(name, utc(2024, 6, 1, 15, 5))]
     (row,) = client.list_schedules()
     assert row.next_run_at == utc(2024, 6, 1, 15, 10) and row.last_run_id is not None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -156,14 +157,17 @@ def test_bad_cron_or_zone(cron: str, zone: str) -> None:
 
 def test_flow_schedule_names() -> None:
     one = load_flow_text("name: f\nnodes: {a: {call: 'm:f'}}\nschedules: [{cron: '@daily'}]\n")
-    assert [s.name for s in flow_schedules(one)] == ["f"]
+    daily = default_schedule_name("f", "@daily", "UTC", None)
+    assert re.fullmatch(r"f-[0-9a-f]{8}", daily)
+    assert [(s.name, s.named) for s in flow_schedules(one)] == [(daily, False)]
     two = load_flow_text(
         "name: f\nnodes: {a: {call: 'm:f'}}\n"
-        "schedules: [{cron: '@daily'}, {cron: '@hourly', name: hourly, timezone: Europe/Paris}]\n"
+        "schedules: [{cron: '@hourly', name: hourly, timezone: Europe/Paris},"
+        " {cron: '@daily', timezone: UTC}]\n"
     )
-    assert [(s.name, s.timezone) for s in flow_schedules(two)] == [
-        ("f-1", "UTC"),
-        ("hourly", "Europe/Paris"),
+    assert [(s.name, s.timezone, s.named) for s in flow_schedules(two)] == [
+        ("hourly", "Europe/Paris", True),
+        (daily, "UTC", False),  # by cron, timezone and input: not by position
     ]
     assert default_schedule_name("f", "@daily", "UTC", None) == default_schedule_name(
         "f", "@daily", "UTC", None

@@ -27,6 +27,21 @@ SELECT id, name, flow_name, cron, timezone, input, source, paused, next_run_at,
        last_run_at, last_run_id
 FROM {schema}.cyclone_schedules WHERE name = %(name)s
 
+-- name: schedule_get_positional
+-- schedule sync: the schedule of this flow that an earlier version named by its position in
+-- the flow file ('<flow>' or '<flow>-<n>') and that has the cron, timezone and input of an
+-- unnamed entry, unless another entry of the file takes its name: the entry keeps it (its
+-- name, pause state, next tick and last fire) instead of a new '<flow>-<digest>' row.
+SELECT name FROM {schema}.cyclone_schedules
+WHERE flow_name = %(flow_name)s AND source = 'flow'
+  AND cron = %(cron)s AND timezone = %(timezone)s AND input = %(input)s::jsonb
+  AND (name = flow_name
+       OR (left(name, length(flow_name) + 1) = flow_name || '-'
+           AND substr(name, length(flow_name) + 2) ~ '^[0-9]+$'))
+  AND NOT (name = ANY(%(taken)s::text[]))
+ORDER BY id
+LIMIT 1
+
 -- name: schedule_get_source
 -- The source ('flow' or 'manual') of a schedule, to refuse overwriting one with the other.
 SELECT source FROM {schema}.cyclone_schedules WHERE name = %(name)s

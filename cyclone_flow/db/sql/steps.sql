@@ -127,7 +127,7 @@ FROM (SELECT l.list, octet_length(l.list::text) AS size
             WHERE i.run_id = %(run_id)s AND i.parent_node = %(node)s) l) a,
      {schema}.cyclone_runs r
 WHERE p.run_id = %(run_id)s AND p.node = %(node)s AND p.state = 'waiting' AND r.id = p.run_id
-RETURNING p.state, p.error
+RETURNING p.state, p.error, p.queue
 
 -- name: step_complete_from_child_if_waiting
 -- A child run completed, in its completion transaction: the child node waiting for it ->
@@ -148,7 +148,7 @@ FROM (SELECT id, output, octet_length(output::text) AS size FROM {schema}.cyclon
      {schema}.cyclone_runs pr
 WHERE p.run_id = %(run_id)s AND p.node = %(node)s AND p.state = 'waiting'
   AND p.child_run_id = %(child_run_id)s AND pr.id = p.run_id
-RETURNING p.state, p.error
+RETURNING p.state, p.error, p.queue
 
 -- name: step_complete_if_leased
 -- running -> completed with the output, guarded by the claim's owner and lease_generation,
@@ -182,11 +182,12 @@ WHERE s.id = b.id AND s.state = 'running'
 RETURNING s.id, s.lease_generation, s.run_id, s.parent_node, s.output::text
 
 -- name: step_complete_if_waiting
--- waiting -> completed with %(output)s (a signal's payload, a child run's output).
+-- waiting -> completed with %(output)s (a signal's payload, a child run's output); returns
+-- the node's queue (its step events are counted on it).
 UPDATE {schema}.cyclone_steps
 SET state = 'completed', output = %(output)s, finished_at = statement_timestamp()
 WHERE run_id = %(run_id)s AND node = %(node)s AND state = 'waiting'
-RETURNING node
+RETURNING queue
 
 -- name: step_count_active
 -- How many steps of the given queues are available (at any scheduled_at) or running:
@@ -266,7 +267,7 @@ RETURNING type, child_run_id
 -- name: step_discard_if_waiting
 -- waiting -> discarded with an error (a bad fan-out list, a failed child or item, an
 -- expired wait); the error joins the step's error history. With %(child_run_id)s set,
--- only while the node still waits for that child run.
+-- only while the node still waits for that child run. Returns the node's queue too.
 UPDATE {schema}.cyclone_steps
 SET state = 'discarded', finished_at = statement_timestamp(), error = %(error)s,
     error_kind = %(error_kind)s,
@@ -275,7 +276,7 @@ SET state = 'discarded', finished_at = statement_timestamp(), error = %(error)s,
         'traceback', NULL, 'at', statement_timestamp()))
 WHERE run_id = %(run_id)s AND node = %(node)s AND state = 'waiting'
   AND (%(child_run_id)s::uuid IS NULL OR child_run_id = %(child_run_id)s::uuid)
-RETURNING node, child_run_id
+RETURNING node, child_run_id, queue
 
 -- name: step_disown_if_owner_gone
 -- The owner release (isolated runs): clear claim_owner of the steps whose owner has no
