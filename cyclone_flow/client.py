@@ -25,6 +25,7 @@ from cyclone_flow.config import (
     RETENTION_BATCH_SIZE,
     ClientConfig,
     ClientOptions,
+    PayloadLimits,
     RetentionConfig,
     build_config,
     validate_retention,
@@ -56,7 +57,7 @@ from cyclone_flow.maintenance.scheduler import ScheduleScanner, ScheduleScannerC
 from cyclone_flow.names import SIGNAL_NAME_RULE, is_signal_name
 from cyclone_flow.notify import Listener, Publisher, WakeupHub, Wakeups, WakeupTracker
 from cyclone_flow.options import JobOptions, RunOptions, SubmitOptions, job_flow, run_options
-from cyclone_flow.producer import FlowLike, Producer, RunId
+from cyclone_flow.producer import FlowLike, Producer, RunId, RunPlan, plan_run
 from cyclone_flow.schedule_admin import Schedules
 from cyclone_flow.schedules import SyncResult
 from cyclone_flow.states import EventKind
@@ -67,7 +68,7 @@ from cyclone_flow.worker.execute import Executor
 from cyclone_flow.worker.heartbeat import WorkerIdentity
 from cyclone_flow.worker.runtime import Worker
 
-__all__ = ["Client", "FlowLike", "RunId", "migrate"]
+__all__ = ["Client", "FlowLike", "RunId", "RunPlan", "migrate", "plan_submit"]
 
 
 class Client:
@@ -851,6 +852,27 @@ def migrate(database: str, /, *, schema: str = "public", prepare: bool = True) -
     psycopg.OperationalError when the database cannot be reached."""
     with psycopg.connect(database, **_connect_kwargs(prepare)) as conn:
         return migrate_schema(conn, schema)
+
+
+def plan_submit(
+    flow: FlowLike,
+    input: JSON = None,
+    *,
+    payload_limits: PayloadLimits | None = None,
+    **options: Unpack[SubmitOptions],
+) -> RunPlan:
+    """What :meth:`Client.submit` would write for ``flow``, ``input`` and ``options``,
+    without a database (``submit --dry-run``): the flow linted, the input validated (after
+    filling defaults) against ``payload_limits.input_bytes`` (default 1 MiB), the options
+    checked, and the steps with their queue, priority, needs and first state
+    (:class:`~cyclone_flow.producer.RunPlan`). Nothing is written or connected to.
+
+    Raises what submit raises for the same arguments: FlowError, InputValidationError,
+    PayloadTooLargeError, SubmitOptionError.
+    """
+    opts = run_options(**options)
+    limits = payload_limits or PayloadLimits()
+    return plan_run(flow, input, opts, limits.input_bytes)
 
 
 def _connect_kwargs(prepare: bool) -> dict[str, Any]:

@@ -351,3 +351,17 @@ class EmbeddedUnavailableError(CycloneError):
     """The embedded Postgres cannot be used (package missing or server failed to start)."""
 
     exit_code = 2
+
+
+class EmbeddedInUseError(CycloneError):
+    """``embedded stop`` without ``--force`` while live processes use the embedded server:
+    they would lose their connections (``pids``, the live users; ``data_dir``)."""
+
+    def __init__(self, data_dir: object, pids: tuple[int, ...]) -> None:
+        self.data_dir = data_dir
+        self.pids = pids
+        listed = ", ".join(map(str, pids))
+        super().__init__(
+            f"the embedded Postgres in {data_dir} is in use by cyclone-flow process(es) "
+            f"{listed}: stop them first, or give --force (they lose their connections)"
+        )

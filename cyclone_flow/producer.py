@@ -11,6 +11,9 @@ caller-owned transaction: workers then find the run within one poll interval).
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+
+import networkx as nx
 
 from cyclone_flow._json import JSON, Unencodable, encode_payload
 from cyclone_flow.config import ClientConfig
@@ -40,6 +43,136 @@ class RunId(str):
         return self
 
 
+def prepare_run(flow: FlowLike, run_input: JSON, input_limit: int) -> tuple[Flow, JSON, str]:
+    """``(flow, input, encoded input)`` of a submission: ``flow`` loaded if it is a path
+    (with its child flows), every child flow checked loaded, the top-level ``default``
+    values of its ``input_schema`` filled into ``run_input``, which is validated and
+    encoded to at most ``input_limit`` bytes. No database.
+
+    Raises FlowError (a bad flow file, or a ``child`` node whose flow is not loaded:
+    E030), InputValidationError, PayloadTooLargeError.
+    """
+    spec = flow if isinstance(flow, Flow) else load_flow(flow)
+    for part in spec.tree():
+        for node in part.nodes.values():
+            if node.type == "child" and node.name not in part.children:
+                raise FlowError(
+                    [
+                        Problem(
+                            part.path or "<string>",
+                            1,
+                            1,
+                            "E030",
+                            f"node {node.name!r}: its child flow is not loaded (build "
+                            "flows with load_flow or load_flow_text, which load child "
+                            "flows)",
+                        )
+                    ]
+                )
+    value = validate_input(spec.name, spec.input_schema, run_input)
+    try:
+        text = encode_payload("input", value, input_limit)
+    except Unencodable as exc:
+        raise InputValidationError(spec.name, str(exc)) from None
+    return spec, value, text
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    """One step a submission would write (:func:`plan_run`).
+
+    ``state`` is the one submit leaves (``available``: an action without needs;
+    ``waiting``: another node type without needs, started by submit; ``pending``: a node
+    with needs, released when they complete); ``queue`` / ``priority`` are after the
+    submission's overrides; ``timeout_s`` seconds or None; ``detail`` holds what its node
+    type adds (fan-out: ``over``, ``max_parallel``; child: ``flow``, ``max_wait_s``;
+    wait_signal: ``signal``, ``max_wait_s``).
+    """
+
+    node: str
+    type: str
+    call: str | None
+    queue: str
+    priority: int
+    needs: tuple[str, ...]
+    state: str
+    max_attempts: int
+    timeout_s: float | None
+    detail: dict[str, JSON]
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a submission would write (:func:`plan_run`): the flow's ``name`` and ``path``,
+    the validated ``input`` (defaults filled) and its encoded size ``input_bytes``, the
+    validated ``options``, the ``steps`` in an order they can run (a node after its
+    needs, file order among the ready ones) and the names of the ``child_flows`` whose
+    definitions are stored with it (their runs start when their nodes do)."""
+
+    flow: str
+    path: str | None
+    input: JSON
+    input_bytes: int
+    options: RunOptions
+    steps: tuple[PlannedStep, ...]
+    child_flows: tuple[str, ...]
+
+
+def plan_run(flow: FlowLike, run_input: JSON, options: RunOptions, input_limit: int) -> RunPlan:
+    """The plan of a submission of ``flow`` with ``run_input`` and ``options``, checked as
+    submit checks it (:func:`prepare_run`) but written nowhere: the rows
+    ``step_insert_plan`` would insert, as submit would set their state, queue and
+    priority. Whether a ``unique_key`` matches a run, or a ``sequence`` holds this one,
+    only the database says at submit.
+
+    Raises FlowError, InputValidationError, PayloadTooLargeError.
+    """
+    spec, value, text = prepare_run(flow, run_input, input_limit)
+    order = {name: i for i, name in enumerate(spec.nodes)}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(spec.nodes)
+    graph.add_edges_from((need, n.name) for n in spec.nodes.values() for need in n.needs)
+    planned = []
+    for name in nx.lexicographical_topological_sort(graph, key=order.__getitem__):
+        n = spec.nodes[name]
+        detail: dict[str, JSON] = {}
+        if n.type == "fan_out":
+            detail = {"over": n.options.get("over"), "max_parallel": n.options.get("max_parallel")}
+        elif n.type == "child":
+            child = spec.children.get(n.name)
+            detail = {"flow": child.name if child else None, "max_wait_s": n.max_wait_s}
+        elif n.type == "wait_signal":
+            detail = {"signal": n.options.get("signal"), "max_wait_s": n.max_wait_s}
+        planned.append(
+            PlannedStep(
+                node=n.name,
+                type=n.type,
+                call=n.call,
+                queue=n.queue if options.queue is None or n.queue_set else options.queue,
+                priority=(
+                    n.priority if options.priority is None or n.priority_set else options.priority
+                ),
+                needs=tuple(n.needs),
+                state=("pending" if n.needs else "available" if n.type == "action" else "waiting"),
+                max_attempts=n.retry.max_attempts,
+                timeout_s=n.timeout_s,
+                detail=detail,
+            )
+        )
+    return RunPlan(
+        flow=spec.name,
+        path=spec.path,
+        input=value,
+        input_bytes=len(text.encode("utf-8")),
+        options=options,
+        steps=tuple(planned),
+        # one per stored definition (content-addressed: a flow used twice is stored once)
+        child_flows=tuple(
+            name for name, _ in dict.fromkeys((p.name, p.digest) for p in spec.tree()[1:])
+        ),
+    )
+
+
 class Producer:
     """Prepares and inserts runs for one client (its database, payload limits and
     ``max_signal_wait``): the one path every submission takes."""
@@ -51,33 +184,13 @@ class Producer:
     def prepare(self, flow: FlowLike, run_input: JSON) -> tuple[Flow, str]:
         """Load ``flow`` if it is a path (with its child flows), check that every child
         flow is loaded, fill the top-level ``default`` values of its ``input_schema`` into
-        ``run_input``, validate and encode it.
+        ``run_input``, validate and encode it (:func:`prepare_run` with this client's
+        input limit).
 
         Raises FlowError (a bad flow file, or a ``child`` node whose flow is not loaded:
         E030), InputValidationError, PayloadTooLargeError; nothing is written.
         """
-        spec = flow if isinstance(flow, Flow) else load_flow(flow)
-        for part in spec.tree():
-            for node in part.nodes.values():
-                if node.type == "child" and node.name not in part.children:
-                    raise FlowError(
-                        [
-                            Problem(
-                                part.path or "<string>",
-                                1,
-                                1,
-                                "E030",
-                                f"node {node.name!r}: its child flow is not loaded (build "
-                                "flows with load_flow or load_flow_text, which load child "
-                                "flows)",
-                            )
-                        ]
-                    )
-        run_input = validate_input(spec.name, spec.input_schema, run_input)
-        try:
-            text = encode_payload("input", run_input, self.config.payload_limits.input_bytes)
-        except Unencodable as exc:
-            raise InputValidationError(spec.name, str(exc)) from None
+        spec, _value, text = prepare_run(flow, run_input, self.config.payload_limits.input_bytes)
         return spec, text
 
     def insert(

@@ -1,7 +1,8 @@
 """The ``cyclone-flow`` command line, one module per command family: ``lint_cmds`` (lint,
 graph), ``schema_cmds`` (migrate), ``submit_cmds`` (submit, run), ``queue_cmds`` (enqueue,
 schedule), ``worker_cmd`` (worker), ``inspect_cmds`` (status, runs, logs, workers),
-``operator_cmds`` (cancel, retry, signal, purge); ``common`` (options, errors, logging),
+``operator_cmds`` (cancel, retry, signal, purge), ``init_cmds`` (init: a new project's
+files), ``embedded_cmds`` (embedded status|url|stop); ``common`` (options, errors, logging),
 ``render`` (how runs and steps are shown) and ``progress`` (live progress of a run) are
 shared. Every command goes through the :class:`cyclone_flow.Client`'s public methods."""
 
@@ -11,6 +12,8 @@ from typing import IO, Any
 
 import click
 
+from cyclone_flow.cli.embedded_cmds import embedded_group
+from cyclone_flow.cli.init_cmds import init_cmd
 from cyclone_flow.cli.inspect_cmds import logs_cmd, runs_cmd, status_cmd, workers_cmd
 from cyclone_flow.cli.lint_cmds import graph, lint
 from cyclone_flow.cli.operator_cmds import cancel_cmd, purge_cmd, retry_cmd, signal_cmd
@@ -90,5 +93,7 @@ for _command in (
     signal_cmd,
     workers_cmd,
     logs_cmd,
+    init_cmd,
+    embedded_group,
 ):
     main.add_command(_command)

@@ -113,12 +113,33 @@ def resolve_database(url: str | None) -> str:
         shown = f"{info.get('host') or 'localhost'}/{info.get('dbname') or ''}"
         click.echo(f"cyclone-flow: using database {shown}", err=True)
         return url
-    from cyclone_flow.embedded import cyclone_home, embedded_url
+    from cyclone_flow.embedded import cyclone_home, embedded_exists, embedded_url
 
     home = cyclone_home()
+    new = not embedded_exists(home)
     resolved = embedded_url(home)
-    click.echo(f"cyclone-flow: using the embedded Postgres in {home}", err=True)
+    if new:
+        click.echo(new_embedded_notice(home), err=True)
+    else:
+        click.echo(f"cyclone-flow: using the embedded Postgres in {home}", err=True)
     return resolved
+
+
+def new_embedded_notice(home: Path) -> str:
+    """The stderr line of a command that has just created the embedded database in
+    ``home``: where, and how to use an existing one instead (the nearest ``.cyclone`` of
+    a parent folder holding one, when there is)."""
+    from cyclone_flow.embedded import other_homes
+
+    line = f"cyclone-flow: created a new, empty embedded Postgres in {home} (none was there); "
+    found = other_homes() if not os.environ.get("CYCLONE_HOME") else []
+    if found:
+        old = found[0]
+        return line + (f"to use the one in {old}, run from {old.parent} or set CYCLONE_HOME={old}")
+    return line + (
+        "to use another one, run from the folder holding its .cyclone, set CYCLONE_HOME "
+        "to that .cyclone folder, or give --database-url"
+    )
 
 
 def setup_logging(default: int = logging.WARNING) -> None:

@@ -11,8 +11,16 @@ from typing import Any
 
 from cyclone_flow.db.rows import Run, Step
 from cyclone_flow.engine.explain import Waiting
+from cyclone_flow.producer import PlannedStep, RunPlan
 
-__all__ = ["queue_info_lines", "run_dict", "step_detail", "step_fields"]
+__all__ = [
+    "plan_dict",
+    "plan_table_rows",
+    "queue_info_lines",
+    "run_dict",
+    "step_detail",
+    "step_fields",
+]
 
 
 def run_dict(
@@ -117,3 +125,75 @@ def queue_info_lines(info: dict[str, Any]) -> list[str]:
         shown = tick.isoformat(timespec="seconds") if hasattr(tick, "isoformat") else tick
         lines.append(f"scheduled tick {shown}")
     return lines
+
+
+def plan_dict(plan: RunPlan) -> dict[str, Any]:
+    """The ``submit --dry-run --json`` form of a plan: ``dry_run`` true, ``flow``,
+    ``path``, ``input`` (defaults filled), ``input_bytes``, ``options`` (the submission
+    options given, durations in seconds, ``run_at`` ISO 8601), ``steps`` in run order
+    (``node``, ``type``, ``call``, ``queue``, ``priority``, ``needs``, ``state``,
+    ``max_attempts``, ``timeout_s`` and the node type's fields) and ``child_flows``."""
+    opts = plan.options
+    options = {
+        "queue": opts.queue,
+        "priority": opts.priority,
+        "run_at": opts.run_at.isoformat() if opts.run_at else None,
+        "delay_s": opts.delay_s,
+        "unique_key": opts.unique_key,
+        "unique_window_s": opts.unique_window_s,
+        "unique_states": list(opts.unique_states) if opts.unique_states else None,
+        "sequence": opts.sequence,
+    }
+    return {
+        "dry_run": True,
+        "flow": plan.flow,
+        "path": plan.path,
+        "input": plan.input,
+        "input_bytes": plan.input_bytes,
+        "options": {k: v for k, v in options.items() if v is not None},
+        "steps": [_planned_dict(step) for step in plan.steps],
+        "child_flows": list(plan.child_flows),
+    }
+
+
+def _planned_dict(step: PlannedStep) -> dict[str, Any]:
+    return {
+        "node": step.node,
+        "type": step.type,
+        "call": step.call,
+        "queue": step.queue,
+        "priority": step.priority,
+        "needs": list(step.needs),
+        "state": step.state,
+        "max_attempts": step.max_attempts,
+        "timeout_s": step.timeout_s,
+        **step.detail,
+    }
+
+
+def plan_table_rows(plan: RunPlan) -> list[tuple[str, ...]]:
+    """The rows of ``submit --dry-run``'s table: position, node, type, queue, priority,
+    needs, state and what it runs (its call; a child flow, an awaited signal, a
+    fan-out's list)."""
+    rows: list[tuple[str, ...]] = []
+    for i, step in enumerate(plan.steps, 1):
+        runs = step.call or ""
+        if step.type == "child":
+            runs = f"child flow {step.detail.get('flow')}"
+        elif step.type == "wait_signal":
+            runs = f"signal {step.detail.get('signal')!r}"
+        elif step.type == "fan_out":
+            runs = f"{runs} over {step.detail.get('over')}"
+        rows.append(
+            (
+                str(i),
+                step.node,
+                step.type,
+                step.queue,
+                str(step.priority),
+                ", ".join(step.needs) or "-",
+                step.state,
+                runs,
+            )
+        )
+    return rows

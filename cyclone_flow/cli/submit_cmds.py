@@ -3,11 +3,13 @@ work in-process until the run ends)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 from typing import Any
 
 import click
+from rich.text import Text
 
 from cyclone_flow.cli.common import (
     add_import_paths,
@@ -17,6 +19,8 @@ from cyclone_flow.cli.common import (
     handle_errors,
     input_options,
     notify_option,
+    out_console,
+    out_table,
     prepare_enabled,
     read_input,
     resolve_database,
@@ -24,8 +28,8 @@ from cyclone_flow.cli.common import (
 )
 from cyclone_flow.cli.progress import follow_run
 from cyclone_flow.cli.queue_cmds import queue_options, submission_kwargs
-from cyclone_flow.cli.render import run_dict
-from cyclone_flow.client import Client, migrate
+from cyclone_flow.cli.render import plan_dict, plan_table_rows, run_dict
+from cyclone_flow.client import Client, RunPlan, migrate, plan_submit
 from cyclone_flow.config import MAX_LEASE_TTL_S
 from cyclone_flow.db.errors import Outage, database_lost
 from cyclone_flow.db.rows import Step
@@ -43,7 +47,8 @@ from cyclone_flow.handlers import AllowList
     "--json",
     "as_json",
     is_flag=True,
-    help='Print {"run_id": ..., "duplicate": ...} (with --wait: the run).',
+    help='Print {"run_id": ..., "duplicate": ...} (with --wait: the run; with --dry-run: '
+    "the plan).",
 )
 @click.option(
     "--wait",
@@ -57,6 +62,12 @@ from cyclone_flow.handlers import AllowList
     default=None,
     help="With --wait: give up after this long, e.g. 30s or 5m (exit 1; the run goes on).",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Lint, validate the input and options, print the steps that would be written; "
+    "write nothing (no database is used).",
+)
 @notify_option
 @database_options
 @handle_errors
@@ -67,6 +78,7 @@ def submit_cmd(
     as_json: bool,
     wait: bool,
     timeout: str | None,
+    dry_run: bool,
     notify: bool,
     database_url: str | None,
     schema: str,
@@ -75,9 +87,13 @@ def submit_cmd(
     """Lint FILE, then write a run of it (definition, run, steps, deps) in one transaction;
     print its id. Queue options: docs/queues.md. With --wait, then wait for the run to end
     (Client.wait: woken by cyclone_run_done, polling as the floor; a database restart
-    or a short outage is ridden out up to --timeout)."""
+    or a short outage is ridden out up to --timeout). With --dry-run, check the same and
+    print the plan (the steps in run order with queue, needs and first state) instead:
+    nothing is written, no database is used."""
     if timeout is not None and not wait:
         raise click.UsageError("--timeout goes with --wait")
+    if dry_run and wait:
+        raise click.UsageError("--dry-run writes no run to wait for: give one of them")
     wait_s = None
     if timeout is not None:
         wait_s = duration_option(timeout, "--timeout", max_s=MAX_FLOW_DURATION_S, allow_zero=True)
@@ -85,6 +101,9 @@ def submit_cmd(
     run_input = read_input(input_json, input_file)
     options = submission_kwargs(queue_values)
     flow = load_flow(file)
+    if dry_run:
+        _show_plan(plan_submit(flow, run_input, **options), as_json)
+        return
     url = resolve_database(database_url)
     client = Client(url, schema=schema, prepare=prepare_enabled(), notify=notify)
     try:
@@ -230,6 +249,32 @@ def run_cmd(
         else:
             click.echo(f"run {run_id} {status.state}: {status.error}", err=True)
     sys.exit(0 if status.state == "completed" else 1)
+
+
+def _show_plan(plan: RunPlan, as_json: bool) -> None:
+    """Print a dry run's plan on stdout (a table, or ``--json``) and, on stderr, that
+    nothing was written."""
+    if as_json:
+        echo_json(plan_dict(plan))
+    else:
+        console = out_console()
+        where = f" ({plan.path})" if plan.path else ""
+        console.print(Text(f"flow {plan.flow}{where}: {len(plan.steps)} step(s)"))
+        console.print(Text(f"input: {json.dumps(plan.input, ensure_ascii=False)}"))
+        if options := plan_dict(plan)["options"]:
+            console.print(Text(f"options: {json.dumps(options, ensure_ascii=False)}"))
+        table = out_table("#", "node", "type", "queue", "priority", "needs", "state", "runs")
+        for row in plan_table_rows(plan):
+            table.add_row(*(Text(cell) for cell in row))
+        console.print(table)
+        if plan.child_flows:
+            console.print(Text(f"child flows stored with it: {', '.join(plan.child_flows)}"))
+    notes = ["dry run: flow, input and options are valid; nothing was written"]
+    if plan.options.unique_key is not None:
+        notes.append("whether a run holds the unique key is known only at submit")
+    if plan.options.sequence is not None:
+        notes.append("whether the sequence holds this run is known only at submit")
+    click.echo("; ".join(notes), err=True)
 
 
 def _still_running(run_id: str) -> str:

@@ -287,7 +287,7 @@ def test_submit_to_unmigrated_schema_says_run_migrate(database_url: str) -> None
     assert "cyclone-flow migrate" in proc.stderr
 
 
-# --- the embedded default (starts a second Postgres: keep this the only such test) ---------
+# --- the embedded default (starts a second Postgres: this and test_embedded_cli.py only) ---
 
 
 @pytest.mark.db  # starts the embedded Postgres itself

@@ -1,0 +1,126 @@
+"""``cyclone-flow init [DIR]`` (the real console script): the project it writes lints with
+``--check-imports`` and runs with ``cyclone-flow run`` from its folder; it refuses to
+overwrite (exit 1, naming the files, writing nothing) unless ``--force``; the editor
+association points the flow files at the shipped schema; its pre-commit config runs the
+repository's ``cyclone-flow-lint`` hook."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import yaml
+from helpers.cli import Runner, json_output, no_traceback, run_cli
+from helpers.paths import CLI, REPO
+
+FILES = [
+    "flows/example.yaml",
+    "handlers/__init__.py",
+    "handlers/example.py",
+    "schemas/flow.schema.json",
+    ".vscode/settings.json",
+    ".pre-commit-config.yaml",
+]
+
+
+def test_init_writes_a_project_that_lints_and_runs(cli: Runner, tmp_path: Path) -> None:
+    proc = run_cli("init", "proj", cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    project = tmp_path / "proj"
+    for rel in FILES:
+        assert (project / rel).is_file(), rel
+        assert f"  {rel}\n" in proc.stdout, proc.stdout
+    assert "cd proj && cyclone-flow run flows/example.yaml" in proc.stdout
+
+    lint = run_cli("lint", "--check-imports", "flows/", cwd=project)
+    no_traceback(lint)
+    assert (lint.returncode, lint.stdout) == (0, ""), lint.stdout + lint.stderr
+    assert "no problems found" in lint.stderr
+
+    run = cli("run", "flows/example.yaml", "--json", cwd=project)
+    no_traceback(run)
+    assert run.returncode == 0, run.stderr
+    data = json_output(run.stdout)
+    assert data["state"] == "completed"
+    assert data["output"] == {"shout": {"message": "HELLO, WORLD!"}}
+
+    named = cli("run", "flows/example.yaml", "--input", '{"name": "Ada"}', cwd=project)
+    assert named.returncode == 0, named.stderr
+    assert json.loads(named.stdout) == {"shout": {"message": "HELLO, ADA!"}}
+
+
+def test_init_in_the_current_folder_says_the_command_to_run(tmp_path: Path) -> None:
+    proc = run_cli("init", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "  cyclone-flow run flows/example.yaml"
+    assert (tmp_path / "flows" / "example.yaml").is_file()
+
+
+def test_init_refuses_existing_files_unless_force(tmp_path: Path) -> None:
+    (tmp_path / "handlers").mkdir()
+    (tmp_path / "handlers" / "example.py").write_text("mine\n", encoding="utf-8")
+    (tmp_path / ".vscode").mkdir()
+    (tmp_path / ".vscode" / "settings.json").write_text("{}\n", encoding="utf-8")
+
+    proc = run_cli("init", cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("error: 2 file(s) exist already in .: ")
+    assert "handlers/example.py" in line and ".vscode/settings.json" in line
+    assert "--force" in line
+    # nothing was written, nothing changed
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == [
+        ".vscode/settings.json",
+        "handlers/example.py",
+    ]
+    assert (tmp_path / "handlers" / "example.py").read_text(encoding="utf-8") == "mine\n"
+
+    forced = run_cli("init", "--force", cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert "  handlers/example.py (overwritten)" in forced.stdout
+    assert "def greet(ctx" in (tmp_path / "handlers" / "example.py").read_text(encoding="utf-8")
+
+
+def test_init_into_a_file_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("", encoding="utf-8")
+    proc = run_cli("init", "taken", cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1].startswith("error: ")
+    assert "'taken' is a file" in proc.stderr
+
+
+def test_init_associates_the_flows_with_the_shipped_schema(tmp_path: Path) -> None:
+    assert run_cli("init", cwd=tmp_path).returncode == 0
+    schema = tmp_path / "schemas" / "flow.schema.json"
+    assert schema.read_bytes() == (REPO / "schemas" / "flow.schema.json").read_bytes()
+    settings = json.loads((tmp_path / ".vscode" / "settings.json").read_text(encoding="utf-8"))
+    ((target, globs),) = settings["yaml.schemas"].items()
+    assert (tmp_path / target).resolve() == schema.resolve()
+    assert "flows/*.yaml" in globs
+    first = (tmp_path / "flows" / "example.yaml").read_text(encoding="utf-8").splitlines()[0]
+    assert first == "# yaml-language-server: $schema=../schemas/flow.schema.json"
+    assert (tmp_path / "flows" / "../schemas/flow.schema.json").resolve() == schema.resolve()
+
+
+def test_init_pre_commit_config_runs_the_repository_hook(tmp_path: Path) -> None:
+    assert run_cli("init", cwd=tmp_path).returncode == 0
+    config = yaml.safe_load((tmp_path / ".pre-commit-config.yaml").read_text(encoding="utf-8"))
+    ((repo,),) = [config["repos"]]
+    assert repo["repo"] == "local"
+    ((hook,),) = [repo["hooks"]]
+    (upstream,) = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text(encoding="utf-8"))
+    for key in ("id", "name", "entry", "files"):
+        assert hook[key] == upstream[key], key
+    assert hook["language"] == "system"
+    # what pre-commit would run on the staged flow file: entry + args + file names
+    argv = shlex.split(hook["entry"]) + hook.get("args", []) + ["flows/example.yaml"]
+    assert argv[0] == "cyclone-flow"
+    proc = run_cli(*argv[1:], cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert CLI.exists()
