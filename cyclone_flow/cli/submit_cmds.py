@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 import click
+from rich.console import Console
 
 from cyclone_flow.cli.common import (
     add_import_paths,
@@ -22,7 +23,7 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
-from cyclone_flow.cli.progress import follow_run
+from cyclone_flow.cli.progress import end_line, follow_run
 from cyclone_flow.cli.queue_cmds import queue_options, submission_kwargs
 from cyclone_flow.cli.render import run_dict
 from cyclone_flow.client import Client, migrate
@@ -122,10 +123,8 @@ def submit_cmd(
         client.shutdown()
     if as_json:
         echo_json(run_dict(status))
-    elif status.state == "completed":
-        click.echo(f"run {run_id} completed", err=True)
     else:
-        click.echo(f"run {run_id} {status.state}: {status.error}", err=True)
+        click.echo(end_line(status), err=True)
     sys.exit(0 if status.state == "completed" else 1)
 
 
@@ -195,13 +194,17 @@ def run_cmd(
         notify=notify,
         lease_ttl=ttl,
     )
+    # made before the worker starts: it writes to the real stderr, not to the proxy that
+    # keeps a handler thread's writes (a log record printed above the bar is not captured
+    # again into the step's logs)
+    console = Console(file=sys.stderr, highlight=False)
     try:
         run_id = client.submit(flow, run_input, isolated=not shared)
         if not as_json:
             click.echo(f"run {run_id} of flow {flow.name} submitted", err=True)
         client.start(run_id=run_id)
         try:
-            status = follow_run(client, run_id, quiet=as_json)
+            status = follow_run(client, run_id, console=console, quiet=as_json)
             steps = ride_out(lambda: client.list_steps(run_id, items=False)) if as_json else None
             progress = ride_out(lambda: client.item_progress(run_id)) if as_json else None
         except KeyboardInterrupt:
@@ -223,7 +226,7 @@ def run_cmd(
         if status.state == "completed":
             echo_json(status.output)
         else:
-            click.echo(f"run {run_id} {status.state}: {status.error}", err=True)
+            click.echo(end_line(status), err=True)
     sys.exit(0 if status.state == "completed" else 1)
 
 
