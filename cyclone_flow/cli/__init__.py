@@ -2,8 +2,9 @@
 graph), ``schema_cmds`` (migrate), ``submit_cmds`` (submit, run), ``queue_cmds`` (enqueue,
 schedule), ``worker_cmd`` (worker), ``inspect_cmds`` (status, runs, logs, workers),
 ``operator_cmds`` (cancel, retry, signal, purge); ``common`` (options, errors, logging),
-``render`` (how runs and steps are shown) and ``progress`` (live progress of a run) are
-shared. Every command goes through the :class:`cyclone_flow.Client`'s public methods."""
+``render`` (how runs and steps are shown), ``progress`` (live progress of a run) and
+``watch`` (``status --watch``) are shared. Every command goes through the
+:class:`cyclone_flow.Client`'s public methods."""
 
 from __future__ import annotations
 
