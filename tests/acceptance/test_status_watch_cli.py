@@ -121,7 +121,8 @@ def test_on_a_terminal_it_draws_a_tree_with_states_durations_and_waits(
         assert any(line.startswith(f"run {run_id}  flow signalled  running") for line in shown)
         node_a = next(line for line in shown if re.search(r"\ba  completed", line))
         assert re.search(rf"a  completed  attempt 1/1  {DURATION}$", node_a), node_a
-        assert any(re.search(r"w  waiting  attempt 1/1  awaits signal 'go'", x) for x in shown), shown
+        node_w = re.compile(r"w  waiting  attempt 1/1  awaits signal 'go'")
+        assert any(node_w.search(line) for line in shown), shown
         assert any("waiting: " in x and "'go'" in x for x in shown), shown
 
         assert cli("signal", run_id, "go").returncode == 0
