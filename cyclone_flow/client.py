@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Any, Unpack
 
@@ -695,13 +695,26 @@ class Client:
         with transaction(self._db, self._publish) as tx:
             return operator.retry_run(tx, parse_run_id(run_id), node)
 
-    def retry_all(self, flow: str | None = None) -> list[str]:
-        """:meth:`retry` every failed run (of ``flow`` when given); returns their ids."""
-        retried: list[str] = []
+    def failed_run_ids(self, flow: str | None = None) -> list[str]:
+        """The ids of the failed top runs (of ``flow`` when given), oldest first: what
+        :meth:`retry_all` would retry now (``retry --all-failed`` previews them)."""
         if flow is not None and not storable(flow):
-            return retried  # no flow has such a name
+            return []  # no flow has such a name
         with self._db.session() as s:
-            failed = runs.run_list_failed(s, flow=flow)
+            return runs.run_list_failed(s, flow=flow)
+
+    def retry_all(
+        self, flow: str | None = None, *, only: Collection[str] | None = None
+    ) -> list[str]:
+        """:meth:`retry` every failed run (of ``flow`` when given; with ``only``, those
+        of these ids only, e.g. the ones :meth:`failed_run_ids` returned for a preview);
+        returns their ids, oldest first. A run retried or no longer failed meanwhile is
+        skipped."""
+        retried: list[str] = []
+        failed = self.failed_run_ids(flow)
+        if only is not None:
+            wanted = set(only)
+            failed = [rid for rid in failed if rid in wanted]
         for rid in failed:
             try:
                 self.retry(rid)

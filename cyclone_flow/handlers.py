@@ -361,6 +361,21 @@ def check_handler_shape(call: str, target: Callable[..., Any]) -> None:
         ) from None
 
 
+def import_path_hint(module_name: str, exc: BaseException) -> str:
+    """What to add to the message of ``exc``, the failed import of handler module
+    ``module_name``: when its top-level package is on no folder of ``sys.path``
+    (``import shop.handlers`` found no ``shop``), how to put that folder there
+    (``--import-path DIR`` of the cyclone-flow commands, or ``PYTHONPATH``); "" for any
+    other failure (a module its code imports is missing, the code raised)."""
+    top = module_name.partition(".")[0]
+    if not isinstance(exc, ModuleNotFoundError) or exc.name != top:
+        return ""
+    return (
+        f"; no folder on the import path (sys.path) holds {top!r}: pass --import-path DIR, "
+        f"the folder that contains {top}, or set PYTHONPATH=DIR"
+    )
+
+
 def _mtime(module: types.ModuleType) -> float | None:
     """The modification time of ``module``'s source file, or None (no file)."""
     path = getattr(module, "__file__", None)
@@ -404,6 +419,7 @@ class HandlerResolver:
         except Exception as exc:  # any failure of the import is the step's error
             raise HandlerImportError(
                 f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
+                + import_path_hint(module_name, exc)
             ) from exc
         with self._lock:
             seen = self._mtimes.setdefault(module_name, _mtime(module))

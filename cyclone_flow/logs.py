@@ -28,9 +28,22 @@ def debug_requested() -> bool:
     return value not in ("", "0", "false", "no", "off")
 
 
-def step_extra(run_id: str, node: str, attempt: int | None = None) -> dict[str, Any]:
-    """The structured fields of a record about one step, for ``extra=``."""
-    return {"run_id": run_id, "node": node, "attempt": attempt}
+EVENT_FIELD = "step_event"
+"""The record attribute naming what a worker's record reports, when it reports a step
+event a run's progress display shows too: ``attempt_failed`` (an attempt failed) or
+``run_ended`` (its step ended the run). ``cyclone-flow run`` leaves these records out while
+it shows its run's progress, which tells them (each failure once)."""
+
+
+def step_extra(
+    run_id: str, node: str, attempt: int | None = None, event: str | None = None
+) -> dict[str, Any]:
+    """The structured fields of a record about one step, for ``extra=`` (``event``: the
+    :data:`EVENT_FIELD` of a record that reports a step event, else left out)."""
+    fields: dict[str, Any] = {"run_id": run_id, "node": node, "attempt": attempt}
+    if event is not None:
+        fields[EVENT_FIELD] = event
+    return fields
 
 
 class TextFormatter(logging.Formatter):

@@ -3,8 +3,9 @@ graph), ``schema_cmds`` (migrate), ``submit_cmds`` (submit, run), ``queue_cmds``
 schedule), ``worker_cmd`` (worker), ``inspect_cmds`` (status, runs, logs, workers),
 ``operator_cmds`` (cancel, retry, signal, purge), ``init_cmds`` (init: a new project's
 files), ``embedded_cmds`` (embedded status|url|stop); ``common`` (options, errors, logging),
-``render`` (how runs and steps are shown) and ``progress`` (live progress of a run) are
-shared. Every command goes through the :class:`cyclone_flow.Client`'s public methods."""
+``render`` (how runs and steps are shown), ``progress`` (live progress of a run) and
+``watch`` (``status --watch``) are shared. Every command goes through the
+:class:`cyclone_flow.Client`'s public methods."""
 
 from __future__ import annotations
 

@@ -5,15 +5,19 @@ most recent runs), ``logs`` (what a run's handlers logged and printed) and ``wor
 from __future__ import annotations
 
 import json
+import sys
 import time
+from typing import NoReturn
 
 import click
 from rich.text import Text
 
 from cyclone_flow.cli.common import (
     database_options,
+    duration_option,
     echo_json,
     handle_errors,
+    notify_option,
     out_console,
     out_table,
     prepare_enabled,
@@ -21,6 +25,7 @@ from cyclone_flow.cli.common import (
     setup_logging,
 )
 from cyclone_flow.cli.render import queue_info_lines, run_dict, step_detail
+from cyclone_flow.cli.watch import watch_run
 from cyclone_flow.client import Client
 from cyclone_flow.db.rows import StepLogLine, WorkerRow
 
@@ -28,6 +33,10 @@ STATUS_LOG_LINES = 5
 """Log lines ``status`` shows (the last ones of the run)."""
 FOLLOW_POLL_S = 0.5
 """Seconds between two reads of ``logs --follow`` (which stops 1 s after the run ended)."""
+WATCH_INTERVAL_S = 0.5
+"""Seconds between two reads of ``status --watch`` (``--interval``)."""
+WATCH_MAX_INTERVAL_S = 3600.0
+"""The longest ``status --watch --interval``."""
 
 
 def log_line_text(line: StepLogLine) -> str:
@@ -55,16 +64,44 @@ def log_line_dict(line: StepLogLine) -> dict[str, object]:
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--items", is_flag=True, help="Also list every fan-out item step.")
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Follow the run until it ends: a live tree of its nodes on a terminal, a line per "
+    "change otherwise; exit 0 when it completed, 1 when not.",
+)
+@click.option(
+    "--interval",
+    default=None,
+    help="With --watch: how often to read the run (default 500ms), e.g. 1s.",
+)
+@notify_option
 @database_options
 @handle_errors
 def status_cmd(
-    run_id: str, as_json: bool, items: bool, database_url: str | None, schema: str
+    run_id: str,
+    as_json: bool,
+    items: bool,
+    watch: bool,
+    interval: str | None,
+    notify: bool,
+    database_url: str | None,
+    schema: str,
 ) -> None:
     """Show a run's state and each step's state, attempt, reclaims and error; fan-out
     nodes with their item progress, child nodes with their child run, wait_signal nodes
-    with the awaited signal."""
+    with the awaited signal. With --watch, follow it until it ends (Ctrl-C: exit 130)."""
+    if watch and as_json:
+        raise click.UsageError("--watch does not go with --json")
+    if interval is not None and not watch:
+        raise click.UsageError("--interval goes with --watch")
+    every = WATCH_INTERVAL_S
+    if interval is not None:
+        every = duration_option(interval, "--interval", max_s=WATCH_MAX_INTERVAL_S)
     setup_logging()
     url = resolve_database(database_url)
+    if watch:
+        _watch(url, schema, run_id, items=items, interval=every, notify=notify)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         run = client.get_run(client.resolve_run_id(run_id))
         steps = client.list_steps(run.id, items=items)
@@ -112,6 +149,20 @@ def status_cmd(
             head, *rest = log_line_text(entry).splitlines() or [""]
             more = f" (+{len(rest)} lines)" if rest else ""
             console.print(Text(f"{head}{more}"))
+
+
+def _watch(
+    url: str, schema: str, run_id: str, *, items: bool, interval: float, notify: bool
+) -> NoReturn:
+    """``status --watch``: follow the run on stdout, then exit 0 when it completed, 1
+    when it failed or was cancelled, 130 on Ctrl-C (quietly: the display is closed)."""
+    try:
+        with Client(url, schema=schema, prepare=prepare_enabled(), notify=notify) as client:
+            full = client.resolve_run_id(run_id)
+            run = watch_run(client, full, out_console(), interval=interval, items=items)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(0 if run.state == "completed" else 1)
 
 
 @click.command("runs")

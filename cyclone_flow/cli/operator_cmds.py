@@ -22,6 +22,7 @@ from cyclone_flow.cli.common import (
 )
 from cyclone_flow.client import Client
 from cyclone_flow.config import RETENTION_BATCH_SIZE, PayloadLimits
+from cyclone_flow.errors import RunNotFoundError
 from cyclone_flow.names import SIGNAL_NAME_RULE, is_signal_name
 
 
@@ -43,13 +44,27 @@ def cancel_cmd(run_id: str, database_url: str | None, schema: str) -> None:
     sys.exit(1)
 
 
+RETRY_PREVIEW_RUNS = 10
+"""Failed runs ``retry --all-failed`` lists before it asks (the count says the rest)."""
+
+
 @click.command("retry")
 @click.argument("run_id", required=False)
 @click.option(
     "--node", default=None, help="Retry only this discarded node (and the cancelled steps)."
 )
-@click.option("--all-failed", is_flag=True, help="Retry every failed run.")
+@click.option(
+    "--all-failed",
+    is_flag=True,
+    help="Retry every failed run: lists them and asks first (on a terminal).",
+)
 @click.option("--flow", default=None, help="With --all-failed: only runs of this flow.")
+@click.option(
+    "--yes",
+    "-y",
+    is_flag=True,
+    help="With --all-failed: do not ask (needed when stdin is not a terminal).",
+)
 @database_options
 @handle_errors
 def retry_cmd(
@@ -57,30 +72,72 @@ def retry_cmd(
     node: str | None,
     all_failed: bool,
     flow: str | None,
+    yes: bool,
     database_url: str | None,
     schema: str,
 ) -> None:
     """Put a failed or cancelled run back to work: discarded and cancelled steps are reset
-    (attempts and reclaims to zero) and the run is running again."""
+    (attempts and reclaims to zero) and the run is running again. --all-failed first lists
+    the failed runs (how many, the first ones) and asks; without a terminal to ask on it
+    retries only with --yes (else exit 2, nothing retried)."""
     if all_failed == (run_id is not None):
         raise click.UsageError("give a RUN_ID or --all-failed (not both)")
     if node is not None and all_failed:
         raise click.UsageError("--node goes with a RUN_ID, not with --all-failed")
     if flow is not None and not all_failed:
         raise click.UsageError("--flow goes with --all-failed")
+    if yes and not all_failed:
+        raise click.UsageError("--yes goes with --all-failed")
     setup_logging()
     url = resolve_database(database_url)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         if all_failed:
-            retried = client.retry_all(flow)
-            for rid in retried:
-                click.echo(rid)
-            click.echo(f"retried {len(retried)} failed run(s)", err=True)
+            _retry_all_failed(client, flow, yes)
             return
         assert run_id is not None
         run_id = client.resolve_run_id(run_id)
         reset = client.retry(run_id, node)
     click.echo(f"run {run_id} retried: {', '.join(reset) or 'no step to redo'}")
+
+
+def _retry_all_failed(client: Client, flow: str | None, yes: bool) -> None:
+    """``retry --all-failed``: the preview on stderr, the confirmation, then the retried
+    ids on stdout (only runs of the preview: a run that failed after it waits for the next
+    one)."""
+    failed = client.failed_run_ids(flow)
+    if failed:
+        of = f" of flow {flow}" if flow is not None else ""
+        click.echo(f"{len(failed)} failed run(s){of} to retry:", err=True)
+        for rid in failed[:RETRY_PREVIEW_RUNS]:
+            click.echo(f"  {_preview_line(client, rid)}", err=True)
+        if len(failed) > RETRY_PREVIEW_RUNS:
+            click.echo(f"  ... and {len(failed) - RETRY_PREVIEW_RUNS} more", err=True)
+        if not yes:
+            if not sys.stdin.isatty():
+                click.echo(
+                    "error: retry --all-failed asks before it retries, and stdin is not a "
+                    "terminal: pass --yes to retry these runs; nothing was retried",
+                    err=True,
+                )
+                sys.exit(2)
+            if not click.confirm(f"retry {len(failed)} run(s)?", err=True):
+                click.echo("nothing retried", err=True)
+                sys.exit(1)
+    retried = client.retry_all(flow, only=failed)
+    for rid in retried:
+        click.echo(rid)
+    click.echo(f"retried {len(retried)} failed run(s)", err=True)
+
+
+def _preview_line(client: Client, run_id: str) -> str:
+    """One run of the preview: id, flow, when it finished, its error (first line)."""
+    try:
+        run = client.get_run(run_id)
+    except RunNotFoundError:
+        return f"{run_id}  (purged meanwhile)"
+    when = run.finished_at.isoformat(timespec="seconds") if run.finished_at else ""
+    error = (run.error or "").strip().splitlines()
+    return f"{run.id}  {run.flow_name}  {when}  {error[0] if error else ''}".rstrip()
 
 
 @click.command("signal")

@@ -7,24 +7,31 @@ On a terminal it draws a rich progress bar (steps done/total, running, failed at
 otherwise it prints plain lines (:class:`PlainLines`: each step that finishes or fails
 an attempt, in the order it happened, and a periodic summary of a fan-out node's items),
 which read well in CI logs and pipes. On the bar, fan-out item steps count like any
-other step row.
+other step row, and each failed attempt of the run's own nodes is told by one line above
+it. While it shows progress, the process's log records go through the display
+(:func:`logs_above`), without the worker's own lines about what the display tells.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from cyclone_flow.db.errors import Outage
 from cyclone_flow.db.rows import Run, Step
 from cyclone_flow.errors import WaitTimeoutError
+from cyclone_flow.logs import EVENT_FIELD
 from cyclone_flow.states import StepState
 
 if TYPE_CHECKING:
@@ -90,10 +97,13 @@ class PlainLines:
       completed`` (with the discarded items and failed attempts, if any), at most every
       ``summary_every_s`` seconds and once more when the node ends.
 
-    ``clock`` (monotonic seconds) paces the summaries (tests pass their own)."""
+    ``clock`` (monotonic seconds) paces the summaries (tests pass their own). With
+    ``failures_only`` (the lines above a progress bar, which counts the rest) only the
+    failed attempts and the discarded steps of the run's own nodes are told."""
 
     summary_every_s: float = SUMMARY_EVERY_S
     clock: Callable[[], float] = time.monotonic
+    failures_only: bool = False
     seen: dict[int, _Seen] = field(default_factory=dict)
     tallies: dict[str, _ItemTally] = field(default_factory=dict)
 
@@ -116,9 +126,12 @@ class PlainLines:
                 if not final:  # the discarded line below carries the last error
                     line = f"  step {s.node} attempt {entry.get('attempt')} failed: "
                     events.append((_at(entry, s), 0, s.id, line + str(entry.get("error"))))
-            if ended:
+            if ended and not (self.failures_only and s.state != StepState.DISCARDED):
                 why = f": {s.error}" if s.error and s.state != StepState.COMPLETED else ""
                 events.append((_end(s), 2, s.id, f"  step {s.node} {s.state}{why}"))
+        if self.failures_only:
+            events.sort(key=lambda e: e[:3])
+            return [line for *_, line in events]
         now = self.clock()
         items: dict[str, list[Step]] = {}
         for s in steps:
@@ -190,20 +203,104 @@ def follow_run(
     counts against the same ``OUTAGE_GRACE_S``, up to ``timeout``). Raises
     RunNotFoundError for an unknown run, WaitTimeoutError when ``timeout`` seconds (None:
     no limit) pass first, and the last database error when the database stayed out of
-    reach until the timeout (or for ``OUTAGE_GRACE_S`` without one)."""
+    reach until the timeout (or for ``OUTAGE_GRACE_S`` without one).
+
+    While it shows progress, the log records of this process go through the display (on
+    a terminal: printed on ``console`` above the bar, which stays whole), except those
+    that tell what the display tells itself: a failed attempt and the end of this run
+    (:func:`reported_by_display`), so each failure is told once."""
     console = console if console is not None else Console(stderr=True, highlight=False)
-    waiter = _Waiter(client, run_id, interval, timeout, outage or Outage())
+    waiter = Waiter(client, run_id, interval, timeout, outage)
     if quiet:
         return waiter.until_terminal()
+    drop = functools.partial(reported_by_display, run_id)
     if console.is_terminal:
-        return _follow_bar(client, run_id, console, waiter)
-    return _follow_plain(client, run_id, console, waiter)
+        with logs_above(console, drop):
+            return _follow_bar(client, run_id, console, waiter)
+    with logs_above(None, drop):
+        return _follow_plain(client, run_id, console, waiter)
 
 
-class _Waiter:
-    """Waits a little at a time: the run's status once it is terminal or ``interval``
-    seconds passed; raises WaitTimeoutError past ``timeout``. Every call rides out
-    database outages through ``outage`` (bounded by the deadline too)."""
+def end_line(run: Run) -> str:
+    """The last line of a followed run, after its progress: ``run ID completed``, or
+    ``run ID failed: ERROR`` (``cancelled: REASON``). A run failed by a discarded step says
+    only which step (``run ID failed: step b discarded``): the progress told its error
+    just before, once."""
+    if run.state == "completed" or not run.error:
+        return f"run {run.id} {run.state}"
+    error = run.error
+    if run.error_kind == "step_discarded":
+        error = error.split(": ", 1)[0]  # "step NODE discarded: ERROR" (engine/advance.py)
+    return f"run {run.id} {run.state}: {error}"
+
+
+def reported_by_display(run_id: str, record: logging.LogRecord) -> bool:
+    """Whether ``record`` tells what the progress display of run ``run_id`` shows itself:
+    a worker's line about a failed attempt of one of its steps, or about its end (the
+    records whose ``step_event`` field is set, :data:`cyclone_flow.logs.EVENT_FIELD`)."""
+    return (
+        getattr(record, EVENT_FIELD, None) is not None and getattr(record, "run_id", None) == run_id
+    )
+
+
+class ConsoleLogHandler(logging.Handler):
+    """Prints each log record (formatted as the handler it stands in for formats it) on a
+    rich console: above the console's live display while one is drawn, so the display
+    stays whole. Thread-safe (the console's lock); the text is never read as markup."""
+
+    def __init__(self, console: Console) -> None:
+        super().__init__()
+        self.console = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.console.print(Text(self.format(record)), soft_wrap=True, highlight=False)
+        except Exception:
+            self.handleError(record)
+
+
+@contextmanager
+def logs_above(
+    console: Console | None, drop: Callable[[logging.LogRecord], bool] | None = None
+) -> Iterator[None]:
+    """While in the block, the root logger's stream handlers (what
+    :func:`~cyclone_flow.cli.common.setup_logging` installed) print on ``console`` through
+    a :class:`ConsoleLogHandler` with the same format and level (None: they stay as they
+    are), and leave out the records for which ``drop(record)`` is true; they are put back
+    afterwards."""
+    root = logging.getLogger()
+    streams = [h for h in root.handlers if type(h) is logging.StreamHandler]
+    standins: list[logging.Handler] = []
+
+    def keep(record: logging.LogRecord) -> bool:
+        return drop is None or not drop(record)
+
+    for handler in streams:
+        standin: logging.Handler = handler
+        if console is not None:
+            standin = ConsoleLogHandler(console)
+            standin.setFormatter(handler.formatter)
+            standin.setLevel(handler.level)
+            root.removeHandler(handler)
+            root.addHandler(standin)
+        standin.addFilter(keep)
+        standins.append(standin)
+    try:
+        yield
+    finally:
+        for handler, standin in zip(streams, standins, strict=True):
+            standin.removeFilter(keep)
+            if standin is not handler:
+                root.removeHandler(standin)
+                root.addHandler(handler)
+
+
+class Waiter:
+    """Waits a little at a time for run ``run_id``: :meth:`next` returns its status once
+    it is terminal or ``interval`` seconds passed, and raises WaitTimeoutError past
+    ``timeout`` seconds (None: no limit); :meth:`ride` rides a read out through database
+    outages through ``outage`` (one spell for all its reads; None: one of its own), up to
+    that deadline."""
 
     def __init__(
         self,
@@ -211,10 +308,11 @@ class _Waiter:
         run_id: str,
         interval: float,
         timeout: float | None,
-        outage: Outage,
+        outage: Outage | None = None,
     ) -> None:
         self.client, self.run_id, self.interval, self.timeout = client, run_id, interval, timeout
         self.deadline = None if timeout is None else time.monotonic() + timeout
+        outage = outage if outage is not None else Outage()
         self.outage = outage
         if self.deadline is not None:
             given = outage.deadline
@@ -255,7 +353,7 @@ class _Waiter:
             return status
 
 
-def _follow_plain(client: Client, run_id: str, console: Console, waiter: _Waiter) -> Run:
+def _follow_plain(client: Client, run_id: str, console: Console, waiter: Waiter) -> Run:
     lines = PlainLines()
     while True:
         status = waiter.next()
@@ -265,7 +363,7 @@ def _follow_plain(client: Client, run_id: str, console: Console, waiter: _Waiter
             return status
 
 
-def _follow_bar(client: Client, run_id: str, console: Console, waiter: _Waiter) -> Run:
+def _follow_bar(client: Client, run_id: str, console: Console, waiter: Waiter) -> Run:
     columns = (
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -273,6 +371,7 @@ def _follow_bar(client: Client, run_id: str, console: Console, waiter: _Waiter) 
         TextColumn("steps  {task.fields[detail]}"),
         TimeElapsedColumn(),
     )
+    failures = PlainLines(failures_only=True)  # told once, above the bar
     # no redirect of sys.stdout/stderr: a handler's prints go to its step logs (the
     # worker's proxies, cyclone_flow.worker.step_logs), not above the bar
     with Progress(
@@ -281,7 +380,10 @@ def _follow_bar(client: Client, run_id: str, console: Console, waiter: _Waiter) 
         task = progress.add_task(f"run {run_id[:8]}", total=None, detail="")
         while True:
             status = waiter.next()
-            counts = StepCounts.of(waiter.ride(lambda: client.list_steps(run_id)))
+            steps = waiter.ride(lambda: client.list_steps(run_id))
+            for line in failures.changes(steps):
+                progress.console.print(Text(line), soft_wrap=True, highlight=False)
+            counts = StepCounts.of(steps)
             detail = f"{counts.running} running"
             if counts.failed:
                 detail += f", {counts.failed} failed attempt(s)"

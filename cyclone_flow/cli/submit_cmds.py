@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 import click
+from rich.console import Console
 from rich.text import Text
 
 from cyclone_flow.cli.common import (
@@ -26,7 +27,7 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
-from cyclone_flow.cli.progress import follow_run
+from cyclone_flow.cli.progress import end_line, follow_run
 from cyclone_flow.cli.queue_cmds import queue_options, submission_kwargs
 from cyclone_flow.cli.render import plan_dict, plan_table_rows, run_dict
 from cyclone_flow.client import Client, RunPlan, migrate, plan_submit
@@ -142,10 +143,8 @@ def submit_cmd(
         client.shutdown()
     if as_json:
         echo_json(run_dict(status))
-    elif status.state == "completed":
-        click.echo(f"run {run_id} completed", err=True)
     else:
-        click.echo(f"run {run_id} {status.state}: {status.error}", err=True)
+        click.echo(end_line(status), err=True)
     sys.exit(0 if status.state == "completed" else 1)
 
 
@@ -215,6 +214,10 @@ def run_cmd(
         notify=notify,
         lease_ttl=ttl,
     )
+    # made before the worker starts: it writes to the real stderr, not to the proxy that
+    # keeps a handler thread's writes (a log record printed above the bar is not captured
+    # again into the step's logs)
+    console = Console(file=sys.stderr, highlight=False)
     try:
         run_id = client.submit(flow, run_input, isolated=not shared)
         if not as_json:
@@ -222,7 +225,7 @@ def run_cmd(
         client.start(run_id=run_id)
         try:
             outage = Outage()  # one spell for all its looks (OUTAGE_GRACE_S in all)
-            status = follow_run(client, run_id, quiet=as_json, outage=outage)
+            status = follow_run(client, run_id, console=console, quiet=as_json, outage=outage)
             steps: list[Step] | None = None
             progress: dict[str, dict[str, int]] | None = None
             if as_json:
@@ -247,7 +250,7 @@ def run_cmd(
         if status.state == "completed":
             echo_json(status.output)
         else:
-            click.echo(f"run {run_id} {status.state}: {status.error}", err=True)
+            click.echo(end_line(status), err=True)
     sys.exit(0 if status.state == "completed" else 1)
 
 

@@ -15,7 +15,13 @@ from typing import Any
 from cyclone_flow.errors import LintPathError, NoFlowFilesError, Problem
 from cyclone_flow.flowfile.load import analyse_text
 from cyclone_flow.flowfile.read import Document, read_text
-from cyclone_flow.handlers import AllowList, HandlerImportError, HandlerResolver, split_call
+from cyclone_flow.handlers import (
+    AllowList,
+    HandlerImportError,
+    HandlerResolver,
+    import_path_hint,
+    split_call,
+)
 
 __all__ = [
     "LintPathError",
@@ -129,7 +135,8 @@ def _check_call(call: str, resolver: HandlerResolver) -> tuple[str, str] | None:
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
-        return "E020", f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
+        hint = import_path_hint(module_name, exc)
+        return "E020", f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}{hint}"
     try:
         # the worker's own walk: no code of an object outside the allowed modules runs
         # (a descriptor's __get__, a __getattr__) before it is refused

@@ -299,14 +299,15 @@ class Settler:
                 extra=_extra(step),
             )
         if outcome is None:
+            if timed_out:
+                return  # after a stale result, which its caller has told (once)
             self.log.info(
                 "step %s of run %s: stale failure ignored",
                 step.node,
                 step.run_id,
                 extra=_extra(step),
             )
-            if not timed_out:
-                self._fail_timed_out(step)
+            self._fail_timed_out(step)
             return
         self.log.warning(
             "step %s of run %s attempt %d failed (%s): %s",
@@ -315,7 +316,7 @@ class Settler:
             step.attempt,
             failure.kind,
             failure,
-            extra=_extra(step),
+            extra=_extra(step, "attempt_failed"),
         )
         # the handler's own exception (or the engine's typed error), never the internal
         # StepFailure wrapper
@@ -359,7 +360,7 @@ class Settler:
         )
         if outcome.run_state is not None:
             level = self.log.info if outcome.run_state is RunState.COMPLETED else self.log.warning
-            level("run %s %s", run_id, outcome.run_state, extra=_extra(step))
+            level("run %s %s", run_id, outcome.run_state, extra=_extra(step, "run_ended"))
 
 
 class InlineSink:
@@ -703,5 +704,5 @@ def failed_attempt_on_error(what: str) -> Iterator[None]:
         ) from exc
 
 
-def _extra(step: ClaimedStep) -> dict[str, Any]:
-    return step_extra(step.run_id, step.node, step.attempt)
+def _extra(step: ClaimedStep, event: str | None = None) -> dict[str, Any]:
+    return step_extra(step.run_id, step.node, step.attempt, event)

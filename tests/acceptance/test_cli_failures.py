@@ -93,7 +93,7 @@ def test_failed_runs_status_then_retry_node_and_retry_all_failed(
     assert _status(cli, first)["state"] == "running"
     none = cli("retry", "--all-failed", "--flow", "other-flow")
     assert _ok(none) == "" and "retried 0 failed run(s)" in none.stderr
-    assert _ok(cli("retry", "--all-failed", "--flow", "outage")).split() == [second]
+    assert _ok(cli("retry", "--all-failed", "--flow", "outage", "--yes")).split() == [second]
     _drain(cli)
 
     done = json.loads(_ok(cli("runs", "--json", "--state", "completed")))

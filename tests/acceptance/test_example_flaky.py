@@ -70,4 +70,7 @@ def test_flaky_pipeline_fails_when_the_outage_outlasts_the_retries(cli: Runner) 
     )
     no_traceback(proc)
     assert proc.returncode == 1, (proc.stdout, proc.stderr)
-    assert "failed: step fetch discarded: ConnectionError: price feed unavailable" in proc.stderr
+    # the progress tells the step's error once; the run's last line names the step
+    assert "  step fetch discarded: ConnectionError: price feed unavailable" in proc.stderr
+    assert proc.stderr.count("price feed unavailable") == 4, proc.stderr  # 4 attempts
+    assert proc.stderr.rstrip().endswith("failed: step fetch discarded")

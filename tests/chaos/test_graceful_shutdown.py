@@ -164,3 +164,51 @@ def test_a_signal_while_the_worker_starts_is_a_graceful_stop(
             assert "Traceback" not in log, log
         finally:
             worker.kill()
+
+
+@pytest.mark.parametrize(
+    ("handler", "line"),
+    [
+        ("ops:cooperative_once", "stale completion not written"),
+        ("failures:raise_when_cancelled", "stale failure ignored"),
+    ],
+    ids=["returns", "raises"],
+)
+def test_a_step_released_at_shutdown_logs_its_stale_result_once(
+    make_client: Callable[..., Client],
+    db: Any,
+    database_url: str,
+    schema: str,
+    tmp_path: Path,
+    handler: str,
+    line: str,
+) -> None:
+    """Issue 18: the handler of a step whose lease the shutdown released ends after the
+    release; its result is stale, and the worker says so in one line (it used to log a
+    second "stale failure ignored" for the timeout check of a step with a timeout)."""
+    submitter = make_client()
+    worker = WorkerProcess(
+        database_url,
+        schema,
+        tmp_path / "worker.log",
+        lease_ttl="60s",
+        extra_args=["--shutdown-timeout", "100ms"],
+    )
+    try:
+        run_id = submitter.submit(
+            step_flow(f"cyclone_test_handlers.{handler}", name="stale", timeout="60s"),
+            {"marker": str(tmp_path / "entered")},
+        )
+        wait_until(
+            lambda: _owned_by(worker)(step_row(db, run_id)),
+            timeout=30,
+            what="the worker to run the handler",
+        )
+        assert worker.terminate(timeout=30) == 0, worker.log()
+    finally:
+        worker.kill()
+    log = worker.log()
+    stale = [entry for entry in log.splitlines() if "stale" in entry]
+    assert len(stale) == 1 and line in stale[0], log
+    row = step_row(db, run_id)  # released, nothing of the late result written
+    assert (row["state"], row["attempt"], row["errors"]) == ("available", 1, []), row

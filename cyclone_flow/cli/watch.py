@@ -1,0 +1,150 @@
+"""``cyclone-flow status RUN --watch``: one run followed until it ends.
+
+On a terminal, :func:`watch_run` redraws a tree (rich ``Live``) every ``interval``
+seconds: the run, then one line per node with its state, attempt, how long it ran (or has
+been running), its node-type detail (a fan-out node's item summary, the child run, the
+awaited signal) and, for a step that is neither running nor finished, why it waits
+(:meth:`Client.explain <cyclone_flow.Client.explain>`, as ``status`` says it). With
+``items``, a fan-out node's item steps hang below it. Elsewhere (stdout a pipe or a file)
+it prints the plain lines of :class:`~cyclone_flow.cli.progress.PlainLines` as things
+change, in the order they happened, so a CI log gets no redraws. Either way it returns
+the final run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+from rich.tree import Tree
+
+from cyclone_flow.cli.progress import PlainLines, Waiter, end_line, logs_above
+from cyclone_flow.cli.render import step_detail
+from cyclone_flow.db.rows import Run, Step
+from cyclone_flow.engine.explain import Waiting
+
+if TYPE_CHECKING:
+    from cyclone_flow.client import Client
+
+__all__ = ["node_line", "render_tree", "watch_run"]
+
+_STYLE = {
+    "completed": "green",
+    "running": "cyan",
+    "failed": "red",
+    "discarded": "red",
+    "cancelled": "yellow",
+    "waiting": "magenta",
+}
+
+
+def watch_run(
+    client: Client, run_id: str, console: Console, *, interval: float, items: bool
+) -> Run:
+    """Follow run ``run_id`` (a full id) on ``console`` until it is terminal and return
+    it: a live tree on a terminal, plain lines of changes otherwise (see the module
+    docstring). Database outages are ridden out as ``run`` does; ``KeyboardInterrupt``
+    propagates once the display is closed. Raises RunNotFoundError."""
+    waiter = Waiter(client, run_id, interval, None)
+    if console.is_terminal:
+        return _watch_live(client, run_id, console, waiter, items)
+    return _watch_plain(client, run_id, console, waiter)
+
+
+def _watch_plain(client: Client, run_id: str, console: Console, waiter: Waiter) -> Run:
+    lines = PlainLines()
+    while True:
+        run = waiter.next()
+        for line in lines.changes(waiter.ride(lambda: client.list_steps(run_id))):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        if run.state.terminal:
+            console.print(end_line(run), markup=False, highlight=False, soft_wrap=True)
+            return run
+
+
+def _watch_live(client: Client, run_id: str, console: Console, waiter: Waiter, items: bool) -> Run:
+    def snapshot() -> Tree:
+        run = client.get_run(run_id)
+        steps = client.list_steps(run_id, items=items)
+        progress = client.item_progress(run_id)
+        waiting = client.explain(run_id, items=items)
+        return render_tree(run, steps, progress, waiting, datetime.now(UTC))
+
+    with logs_above(console), Live(console=console, auto_refresh=False) as live:
+        while True:
+            run = waiter.next()
+            live.update(waiter.ride(snapshot), refresh=True)
+            if run.state.terminal:
+                return run
+
+
+def render_tree(
+    run: Run,
+    steps: list[Step],
+    progress: dict[str, dict[str, int]],
+    waiting: Mapping[str, Waiting],
+    now: datetime,
+) -> Tree:
+    """The tree ``status --watch`` draws: the run (id, flow, state, its error once it
+    ended) with one branch per node (:func:`node_line`; a waiting step's reason below it),
+    and the item steps in ``steps`` below their fan-out node."""
+    head = Text.assemble(
+        f"run {run.id}  flow {run.flow_name}  ", (str(run.state), f"bold {_style(run.state)}")
+    )
+    if run.error and run.state.terminal:
+        head.append(f"  {run.error}")
+    tree = Tree(head)
+    branches: dict[str, Tree] = {}
+    for step in steps:
+        parent = branches.get(step.parent_node, tree) if step.parent_node else tree
+        branch = parent.add(node_line(step, progress, now))
+        if step.parent_node is None:
+            branches[step.node] = branch
+        why = waiting.get(step.node)
+        if why is not None:
+            branch.add(Text(f"waiting: {why.text}", style="dim"))
+    return tree
+
+
+def node_line(step: Step, progress: dict[str, dict[str, int]], now: datetime) -> Text:
+    """One node of the tree: ``NODE  STATE  attempt N/M  DURATION  DETAIL  [KIND] ERROR``
+    (the duration of a running step so far, the error of a step that did not complete)."""
+    line = Text.assemble((step.node, "bold"), "  ", (str(step.state), _style(step.state)))
+    line.append(f"  attempt {step.attempt}/{step.max_attempts}")
+    took = duration(step, now)
+    if took:
+        line.append(f"  {took}")
+    detail = step_detail(step, progress) if step.parent_node is None else ""
+    if detail:
+        line.append(f"  {detail}")
+    if step.error and step.state != "completed":
+        line.append(f"  [{step.error_kind}] {step.error}", style="red")
+    return line
+
+
+def duration(step: Step, now: datetime) -> str:
+    """How long ``step`` ran (``started_at`` to ``finished_at``, or to ``now`` while it
+    runs) as ``850ms``, ``12.3s``, ``4m05s`` or ``2h03m``; "" when it never started."""
+    if step.started_at is None:
+        return ""
+    end = step.finished_at or (now if step.state == "running" else None)
+    if end is None:
+        return ""
+    seconds = max(0.0, (end - step.started_at).total_seconds())
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def _style(state: str) -> str:
+    return _STYLE.get(str(state), "")
