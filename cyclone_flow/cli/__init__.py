@@ -1,9 +1,10 @@
 """The ``cyclone-flow`` command line, one module per command family: ``lint_cmds`` (lint,
 graph), ``schema_cmds`` (migrate), ``submit_cmds`` (submit, run), ``queue_cmds`` (enqueue,
 schedule), ``worker_cmd`` (worker), ``inspect_cmds`` (status, runs, logs, workers),
-``operator_cmds`` (cancel, retry, signal, purge); ``common`` (options, errors, logging),
-``render`` (how runs and steps are shown) and ``progress`` (live progress of a run) are
-shared. Every command goes through the :class:`cyclone_flow.Client`'s public methods."""
+``operator_cmds`` (cancel, retry, signal, purge), ``ui_cmd`` (ui, the web dashboard);
+``common`` (options, errors, logging), ``render`` (how runs and steps are shown) and
+``progress`` (live progress of a run) are shared. Every command goes through the
+:class:`cyclone_flow.Client`'s public methods."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from cyclone_flow.cli.operator_cmds import cancel_cmd, purge_cmd, retry_cmd, sig
 from cyclone_flow.cli.queue_cmds import enqueue_cmd, schedule_group
 from cyclone_flow.cli.schema_cmds import migrate_cmd
 from cyclone_flow.cli.submit_cmds import run_cmd, submit_cmd
+from cyclone_flow.cli.ui_cmd import ui_cmd
 from cyclone_flow.cli.worker_cmd import worker_cmd
 
 
@@ -90,5 +92,6 @@ for _command in (
     signal_cmd,
     workers_cmd,
     logs_cmd,
+    ui_cmd,
 ):
     main.add_command(_command)
