@@ -276,8 +276,8 @@ class _Dashboard:
         )
 
     def runs(self, request: Request) -> Response:
-        q = request.query_params
-        search = (q.get("q") or "").strip()
+        params = request.query_params
+        search = (params.get("q") or "").strip()
         if search and _is_hex_prefix(search):
             try:
                 rid = self.client.resolve_run_id(search)
@@ -288,12 +288,12 @@ class _Dashboard:
             if rid is not None:
                 base = str(request.scope.get("root_path", "")).rstrip("/")
                 return RedirectResponse(f"{base}/runs/{rid}", status_code=303)
-        state = q.get("state") or None
+        state = params.get("state") or None
         if state is not None and state not in ("running", "completed", "failed", "cancelled"):
             raise HTTPException(400, f"unknown run state {state!r}")
         after = None
-        if q.get("after"):
-            at, _, rid_text = q["after"].partition("_")
+        if params.get("after"):
+            at, _, rid_text = params["after"].partition("_")
             when = _parse_time(at, "after")
             if when is None:
                 raise HTTPException(400, "after: not <created_at>_<run id>")
@@ -302,12 +302,12 @@ class _Dashboard:
             rows = self.client.list_runs_page(
                 limit=PAGE_SIZE + 1,
                 after=after,
-                flow=q.get("flow") or None,
+                flow=params.get("flow") or None,
                 state=state,
-                queue=q.get("queue") or None,
+                queue=params.get("queue") or None,
                 unique_key=search or None,
-                since=_parse_time(q.get("since"), "since"),
-                until=_parse_time(q.get("until"), "until"),
+                since=_parse_time(params.get("since"), "since"),
+                until=_parse_time(params.get("until"), "until"),
             )
         except RunNotFoundError:
             raise HTTPException(400, "after: not a run id") from None
@@ -316,7 +316,7 @@ class _Dashboard:
         next_query = None
         if more:
             last = rows[-1]
-            keep = {k: v for k, v in q.items() if k != "after" and v}
+            keep = {k: v for k, v in params.items() if k != "after" and v}
             keep["after"] = f"{last.created_at.isoformat()}_{last.id}"
             next_query = urlencode(keep)
         return self.page(
@@ -324,9 +324,9 @@ class _Dashboard:
             "runs.html",
             runs=rows,
             next_query=next_query,
-            first_query=urlencode({k: v for k, v in q.items() if k != "after" and v}),
+            first_query=urlencode({k: v for k, v in params.items() if k != "after" and v}),
             paged=after is not None,
-            f={k: q.get(k, "") for k in ("flow", "state", "queue", "since", "until", "q")},
+            f={k: params.get(k, "") for k in ("flow", "state", "queue", "since", "until", "q")},
         )
 
     def _run_or_404(self, run_id: str) -> Run:
