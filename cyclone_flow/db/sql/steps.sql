@@ -574,10 +574,14 @@ LIMIT %(batch)s
 
 -- name: step_list_reclaimed
 -- Unfinished steps reclaimed more than %(min_reclaims)s times, most reclaims first (at
--- most %(limit)s): the dashboard's warning about steps whose workers keep dying.
+-- most %(limit)s): the dashboard's warning about steps whose workers keep dying. One branch
+-- per state, each on its partial index (cyclone_steps_claim_idx, cyclone_steps_running_idx).
 SELECT run_id, node, item_index, state, reclaims
-FROM {schema}.cyclone_steps
-WHERE reclaims > %(min_reclaims)s AND state IN ('available', 'running')
+FROM (SELECT id, run_id, node, item_index, state, reclaims FROM {schema}.cyclone_steps
+      WHERE state = 'available' AND reclaims > %(min_reclaims)s
+      UNION ALL
+      SELECT id, run_id, node, item_index, state, reclaims FROM {schema}.cyclone_steps
+      WHERE state = 'running' AND reclaims > %(min_reclaims)s) s
 ORDER BY reclaims DESC, id
 LIMIT %(limit)s
 
