@@ -2,9 +2,10 @@
 fan-out node as one box with its item counts, coloured by the state of its step.
 
 Layout: the nodes in columns by dependency depth (``networkx.topological_generations``),
-ordered in a column by the mean row of their needs (fewer crossings), edges as curves
-from a need to its dependent. Linear in nodes + edges, so a 2,000-node flow is one SVG
-the browser draws at once. Every text is escaped (:func:`markupsafe.escape`).
+each moved right up to the column before its first dependent (so no edge runs under the
+boxes between), ordered in a column by the mean row of their needs (fewer crossings),
+edges as curves from a need to its dependent. Linear in nodes + edges, so a 2,000-node
+flow is one SVG the browser draws at once. Every text is escaped (:func:`markupsafe.escape`).
 """
 
 from __future__ import annotations
@@ -134,15 +135,27 @@ def _layout(nodes: Sequence[DagNode]) -> dict[str, tuple[int, int]]:
         graph.add_edges_from((need, node.name) for need in node.needs)
     rank = {n.name: i for i, n in enumerate(nodes)}
     try:
-        columns = [list(c) for c in nx.topological_generations(graph)]
+        generations = list(nx.topological_generations(graph))
+        order = list(nx.topological_sort(graph))
     except nx.NetworkXUnfeasible:  # not a DAG (a stored flow always is): one column
-        columns = [[n.name for n in nodes]]
+        generations, order = [[n.name for n in nodes]], []
+    column = {name: col for col, names in enumerate(generations) for name in names}
+    if order:
+        # as late as its first dependent allows: a node next to what needs it, so an edge
+        # does not run under the boxes of the columns between them
+        for name in reversed(order):
+            after = [column[s] for s in graph.successors(name)]
+            if after:
+                column[name] = max(column[name], min(after) - 1)
+    columns: list[list[str]] = [[] for _ in range(max(column.values(), default=0) + 1)]
+    for name in sorted(column, key=rank.__getitem__):
+        columns[column[name]].append(name)
     place: dict[str, tuple[int, int]] = {}
     for col, names in enumerate(columns):
 
         def key(name: str) -> tuple[float, int]:
             rows = [place[p][1] for p in graph.predecessors(name) if p in place]
-            return (sum(rows) / len(rows) if rows else -1.0, rank[name])
+            return (sum(rows) / len(rows) if rows else float("inf"), rank[name])
 
         for row, name in enumerate(sorted(names, key=key)):
             place[name] = (col, row)

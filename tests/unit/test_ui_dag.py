@@ -42,6 +42,26 @@ def test_a_flow_without_a_run_draws_every_node_in_columns_by_depth() -> None:
     assert 'href="/x/d"' in svg and ">load<" in svg and ">signal go<" in svg
 
 
+def test_a_root_needed_late_stands_next_to_its_dependent() -> None:
+    # the weather flow's shape: prepare_table is needed only by store, two columns on
+    definition = {
+        "name": "w",
+        "nodes": {
+            "load": {"call": "m:f"},
+            "monthly": {"call": "m:f", "needs": ["load"]},
+            "prepare": {"call": "m:f"},
+            "store": {"call": "m:f", "needs": ["monthly", "prepare"]},
+        },
+    }
+    svg = str(render_svg(dag_nodes(definition), lambda n: None))
+    at = {
+        name: (int(x), int(y))
+        for name, x, y in re.findall(r'data-node="(\w+)".*?<rect x="(\d+)" y="(\d+)"', svg)
+    }
+    assert at["prepare"][0] == at["monthly"][0]  # not under monthly's box in column 0
+    assert at["monthly"][1] < at["prepare"][1]  # the node with needs keeps the first row
+
+
 def test_texts_are_escaped() -> None:
     definition = {"name": "x", "nodes": {"a": {"call": 'm:"><img src=x onerror=alert(1)>'}}}
     svg = str(render_svg(dag_nodes(definition), lambda n: None))
