@@ -30,13 +30,22 @@ from cyclone_flow.config import (
     build_config,
     validate_retention,
 )
-from cyclone_flow.db import runs, step_logs, steps, workers
+from cyclone_flow.db import runs, step_logs, steps, workers, workflows
 from cyclone_flow.db.conn import Database, Session
 from cyclone_flow.db.errors import BRIEF_POOL_WAIT_S
 from cyclone_flow.db.migrate import check_schema_version
 from cyclone_flow.db.migrate import migrate as migrate_schema
 from cyclone_flow.db.pool import open_pool
-from cyclone_flow.db.rows import QueueStats, Run, ScheduleRow, Step, StepLogLine, WorkerRow
+from cyclone_flow.db.rows import (
+    FlowRow,
+    QueueStats,
+    ReclaimedStep,
+    Run,
+    ScheduleRow,
+    Step,
+    StepLogLine,
+    WorkerRow,
+)
 from cyclone_flow.engine import explain, operator, signals
 from cyclone_flow.engine.explain import Waiting
 from cyclone_flow.engine.tx import transaction
@@ -665,6 +674,87 @@ class Client:
         read (:meth:`cyclone_flow.metrics.Metrics.watch_queues`)."""
         with self._db.session() as s:
             return steps.step_count_by_queue(s)
+
+    # -- dashboard reads (cyclone_flow.ui; the CLI may use them too) ---------------------
+
+    def list_runs_page(
+        self,
+        *,
+        limit: int = 50,
+        flow: str | None = None,
+        state: str | None = None,
+        unique_key: str | None = None,
+        queue: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after: tuple[datetime, str] | None = None,
+    ) -> list[Run]:
+        """One page of runs, newest first: at most ``limit`` (1 to 1000) after the keyset
+        ``after`` (``(run.created_at, run.id)`` of the last run of the previous page; no
+        OFFSET), of ``flow``, in ``state``, with ``unique_key``, with a step on ``queue``,
+        created in ``[since, until)`` when given. Raises ConfigError for a bad limit."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise ConfigError(f"limit must be an integer from 1 to 1000, got {limit!r}")
+        texts = (flow, state, unique_key, queue)
+        if any(v is not None and not storable(v) for v in texts):
+            return []  # no run has such a value
+        if after is not None:
+            after = (after[0], parse_run_id(after[1]))
+        with self._db.session() as s:
+            return runs.run_list_page(
+                s,
+                limit=limit,
+                flow=flow,
+                state=state,
+                unique_key=unique_key,
+                queue=queue,
+                since=since,
+                until=until,
+                after=after,
+            )
+
+    def count_runs_by_state(self, age_s: float, *, cap: int = 10_000) -> dict[str, int]:
+        """Runs created in the last ``age_s`` seconds (database clock) by state; at most
+        ``cap`` runs are counted (the newest), so a sum equal to ``cap`` means "at least"."""
+        with self._db.session() as s:
+            return runs.run_count_states_since(s, age_s=float(age_s), cap=int(cap))
+
+    def list_flows(self, *, limit: int = 200, name: str | None = None) -> list[FlowRow]:
+        """Stored flow definitions (name, digest, first and last use), newest first,
+        without their document (:meth:`get_flow` has it)."""
+        if name is not None and not storable(name):
+            return []
+        with self._db.session() as s:
+            return workflows.workflow_list(s, limit=limit, name=name)
+
+    def get_flow(self, flow_id: int) -> FlowRow | None:
+        """One stored flow definition with its document (``definition``); None if unknown."""
+        with self._db.session() as s:
+            return workflows.workflow_get(s, id=int(flow_id))
+
+    def count_leases(self) -> dict[str, int]:
+        """Running steps per lease owner (a worker's client id): what each worker holds."""
+        with self._db.session() as s:
+            return steps.step_count_by_lease_owner(s)
+
+    def list_reclaimed_steps(
+        self, *, min_reclaims: int = 1, limit: int = 20
+    ) -> list[ReclaimedStep]:
+        """Unfinished steps reclaimed more than ``min_reclaims`` times (their workers keep
+        dying or losing their leases), most reclaims first, at most ``limit``."""
+        with self._db.session() as s:
+            return steps.step_list_reclaimed(s, min_reclaims=min_reclaims, limit=limit)
+
+    def list_runs_past_deadline(self, *, limit: int = 20) -> list[str]:
+        """Ids of running runs past their deadline that the deadline scanner has not
+        failed yet (no started client runs it, or it is behind)."""
+        with self._db.session() as s:
+            return runs.run_list_past_deadline(s, batch=limit)
+
+    def list_held_sequences(self, *, limit: int = 20) -> list[str]:
+        """Keys of sequences whose first open run is still held (nothing releases it)."""
+        with self._db.session() as s:
+            return runs.run_list_stalled_sequences(s, batch=limit)
 
     def cancel(self, run_id: str, reason: str = "cancelled by operator") -> bool:
         """Cancel a running run and every non-terminal step, with the whole trees of its

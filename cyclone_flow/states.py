@@ -100,3 +100,16 @@ class EventKind(StrEnum):
 
 
 _TERMINAL_STEP = frozenset({StepState.COMPLETED, StepState.DISCARDED, StepState.CANCELLED})
+
+
+STATE_COLOURS: dict[str, str] = {
+    "pending": "#e5e7eb",
+    "available": "#bfdbfe",
+    "running": "#60a5fa",
+    "waiting": "#fde68a",
+    "completed": "#86efac",
+    "discarded": "#fca5a5",
+    "cancelled": "#cbd5e1",
+}
+"""The fill colour of each step state, the legend of the dashboard (its ``ui.css``) and of
+``graph --run`` (DOT ``fillcolor``, Mermaid ``classDef``)."""

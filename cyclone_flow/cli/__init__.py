@@ -2,10 +2,10 @@
 graph), ``schema_cmds`` (migrate), ``submit_cmds`` (submit, run), ``queue_cmds`` (enqueue,
 schedule), ``worker_cmd`` (worker), ``inspect_cmds`` (status, runs, logs, workers),
 ``operator_cmds`` (cancel, retry, signal, purge), ``init_cmds`` (init: a new project's
-files), ``embedded_cmds`` (embedded status|url|stop); ``common`` (options, errors, logging),
-``render`` (how runs and steps are shown), ``progress`` (live progress of a run) and
-``watch`` (``status --watch``) are shared. Every command goes through the
-:class:`cyclone_flow.Client`'s public methods."""
+files), ``embedded_cmds`` (embedded status|url|stop), ``ui_cmd`` (ui, the web dashboard);
+``common`` (options, errors, logging), ``render`` (how runs and steps are shown),
+``progress`` (live progress of a run) and ``watch`` (``status --watch``) are shared. Every
+command goes through the :class:`cyclone_flow.Client`'s public methods."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from cyclone_flow.cli.operator_cmds import cancel_cmd, purge_cmd, retry_cmd, sig
 from cyclone_flow.cli.queue_cmds import enqueue_cmd, schedule_group
 from cyclone_flow.cli.schema_cmds import migrate_cmd
 from cyclone_flow.cli.submit_cmds import run_cmd, submit_cmd
+from cyclone_flow.cli.ui_cmd import ui_cmd
 from cyclone_flow.cli.worker_cmd import worker_cmd
 
 
@@ -96,5 +97,6 @@ for _command in (
     logs_cmd,
     init_cmd,
     embedded_group,
+    ui_cmd,
 ):
     main.add_command(_command)

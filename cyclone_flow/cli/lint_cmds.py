@@ -145,8 +145,9 @@ def graph(
     if (file is None) == (run_id is None):
         raise click.UsageError("give a FILE or --run RUN_ID (not both)")
     if run_id is not None:
-        flow, notes = run_graph(run_id, database_url, schema)
-        click.echo(to_mermaid(flow, notes) if fmt == "mermaid" else to_dot(flow, notes), nl=False)
+        flow, notes, states = run_graph(run_id, database_url, schema)
+        text = (to_mermaid if fmt == "mermaid" else to_dot)(flow, notes, states)
+        click.echo(text, nl=False)
         return
     assert file is not None
     if not os.path.exists(file):
@@ -160,8 +161,11 @@ def graph(
 
 
 @handle_errors
-def run_graph(run_id: str, database_url: str | None, schema: str) -> tuple[Flow, dict[str, str]]:
-    """The flow a run was submitted with and a note per node: its state and detail."""
+def run_graph(
+    run_id: str, database_url: str | None, schema: str
+) -> tuple[Flow, dict[str, str], dict[str, str]]:
+    """The flow a run was submitted with, a note per node (its state and detail) and the
+    state of each node's step."""
     from cyclone_flow.cli.render import step_detail
     from cyclone_flow.client import Client
 
@@ -180,4 +184,4 @@ def run_graph(run_id: str, database_url: str | None, schema: str) -> tuple[Flow,
     for step in steps:
         detail = step_detail(step, progress)
         notes[step.node] = f"{step.state}: {detail}" if detail else str(step.state)
-    return flow, notes
+    return flow, notes, {step.node: str(step.state) for step in steps}

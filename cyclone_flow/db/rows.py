@@ -525,3 +525,28 @@ class SignalRoom(NamedTuple):
 
     awaiting: int
     stored: int
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowRow:
+    """One stored definition of ``cyclone_workflows`` (``workflow_list``, ``workflow_get``):
+    ``created_at`` is its first use (when it was stored), ``last_used_at`` the creation
+    time of its newest run (None: no run left); ``definition`` only from ``workflow_get``."""
+
+    id: int
+    name: str
+    digest: str
+    created_at: datetime
+    last_used_at: datetime | None
+    definition: dict[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ReclaimedStep:
+    """``step_list_reclaimed``: an unfinished step reclaimed more than once."""
+
+    run_id: str
+    node: str
+    item_index: int | None
+    state: StepState
+    reclaims: int

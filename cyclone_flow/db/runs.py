@@ -207,6 +207,40 @@ def run_list(s: SessionLike, *, flow: str | None, state: str | None, limit: int)
     return execute_rows(s, "run_list", params, _RUN).fetchall()
 
 
+def run_list_page(
+    s: SessionLike,
+    *,
+    limit: int,
+    flow: str | None = None,
+    state: str | None = None,
+    unique_key: str | None = None,
+    queue: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    after: tuple[datetime, str] | None = None,
+) -> list[Run]:
+    """Up to ``limit`` runs, newest first, after the keyset ``after`` (``(created_at,
+    id)`` of the last run of the previous page), filtered by the arguments given."""
+    params = {
+        "limit": limit,
+        "flow": flow,
+        "state": state,
+        "unique_key": unique_key,
+        "queue": queue,
+        "since": since,
+        "until": until,
+        "after_at": after[0] if after else None,
+        "after_id": after[1] if after else None,
+    }
+    return execute_rows(s, "run_list_page", params, _RUN).fetchall()
+
+
+def run_count_states_since(s: SessionLike, *, age_s: float, cap: int) -> dict[str, int]:
+    """Runs created in the last ``age_s`` seconds by state, at most ``cap`` counted."""
+    params = {"age_s": age_s, "cap": cap}
+    return {str(r[0]): int(r[1]) for r in execute(s, "run_count_states_since", params)}
+
+
 def run_get_input(s: SessionLike, *, run_id: str) -> str | None:
     """The input of a run as JSON text; None when there is no such run."""
     row = execute(s, "run_get_input", {"run_id": run_id}).fetchone()

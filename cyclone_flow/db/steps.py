@@ -30,6 +30,7 @@ from cyclone_flow.db.rows import (
     NodeInfo,
     NodeState,
     QueueStats,
+    ReclaimedStep,
     ReleasedStep,
     RescuedStep,
     ResetStep,
@@ -582,3 +583,17 @@ def step_count_active(s: SessionLike, *, queues: Sequence[str]) -> int:
 def step_count_by_queue(s: SessionLike) -> list[QueueStats]:
     """Per queue with available or running steps: depth, delayed, running, oldest age."""
     return execute_rows(s, "step_count_by_queue", None, _QUEUE_STATS).fetchall()
+
+
+_RECLAIMED = rows_of(ReclaimedStep, convert={"state": StepState})
+
+
+def step_list_reclaimed(s: SessionLike, *, min_reclaims: int, limit: int) -> list[ReclaimedStep]:
+    """Unfinished steps reclaimed more than ``min_reclaims`` times, most first."""
+    params = {"min_reclaims": min_reclaims, "limit": limit}
+    return execute_rows(s, "step_list_reclaimed", params, _RECLAIMED).fetchall()
+
+
+def step_count_by_lease_owner(s: SessionLike) -> dict[str, int]:
+    """Running steps per lease owner (client id)."""
+    return {str(r[0]): int(r[1]) for r in execute(s, "step_count_by_lease_owner", None)}

@@ -4,9 +4,10 @@ each."""
 from __future__ import annotations
 
 from cyclone_flow.db.conn import SessionLike, execute, execute_rows
-from cyclone_flow.db.rows import StoredWorkflow, rows_of
+from cyclone_flow.db.rows import FlowRow, StoredWorkflow, rows_of
 
 _STORED = rows_of(StoredWorkflow)
+_FLOW = rows_of(FlowRow)
 
 
 def workflow_upsert(
@@ -22,3 +23,13 @@ def workflow_upsert(
 def workflow_fill_plan(s: SessionLike, *, id: int, plan: str) -> None:
     """Give a definition stored before plans existed its plan."""
     execute(s, "workflow_fill_plan", {"id": id, "plan": plan})
+
+
+def workflow_list(s: SessionLike, *, limit: int, name: str | None = None) -> list[FlowRow]:
+    """Stored definitions (without their document), newest first, at most ``limit``."""
+    return execute_rows(s, "workflow_list", {"limit": limit, "name": name}, _FLOW).fetchall()
+
+
+def workflow_get(s: SessionLike, *, id: int) -> FlowRow | None:
+    """One stored definition with its document; None when there is no such id."""
+    return execute_rows(s, "workflow_get", {"id": id}, _FLOW).fetchone()

@@ -90,6 +90,9 @@ def test_approval_example_with_the_signal_command(
     graph = cli("graph", "--run", run_id)
     assert graph.returncode == 0, graph.stderr
     assert "approve<br/>wait_signal approved<br/>completed: signal 'approved'" in graph.stdout
+    assert "    classDef completed fill:#86efac" in graph.stdout  # the dashboard's legend
+    dot = cli("graph", "--run", run_id, "--format", "dot")
+    assert 'style=filled, fillcolor="#86efac"' in dot.stdout, dot.stdout
     # the run is finished now: another signal is refused
     late = cli("signal", run_id, "approved")
     no_traceback(late)

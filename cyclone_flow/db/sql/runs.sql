@@ -86,6 +86,17 @@ WHERE r.state <> 'running' AND r.parent_run_id IS NULL
   AND r.finished_at < coalesce(%(now)s::timestamptz, now())
                       - (%(age_us)s::bigint * interval '1 microsecond')
 
+-- name: run_count_states_since
+-- Runs created in the last %(age_s)s seconds (database clock) by state, counting at most
+-- %(cap)s of them, newest first on cyclone_runs_created_idx: the dashboard's counts stay
+-- fast on millions of runs (a count that reached the cap is shown as "cap+").
+SELECT t.state, count(*)::int AS n
+FROM (SELECT state FROM {schema}.cyclone_runs
+      WHERE created_at >= now() - make_interval(secs => %(age_s)s)
+      ORDER BY created_at DESC
+      LIMIT %(cap)s) t
+GROUP BY t.state
+
 -- name: run_disown_if_owner_gone
 -- The owner release (isolated runs): clear the owner of the top runs whose owner has no
 -- cyclone_workers row heartbeated within its lease_ttl of now (the database clock, or a
@@ -258,6 +269,27 @@ SELECT id FROM {schema}.cyclone_runs
 WHERE state = 'failed' AND (%(flow)s::text IS NULL OR flow_name = %(flow)s)
   AND parent_run_id IS NULL
 ORDER BY created_at, id
+
+-- name: run_list_page
+-- One page of runs, newest first, after the keyset (created_at, id) of the last row of the
+-- previous page (no OFFSET), optionally of one flow, state, unique key, created in
+-- [since, until), or with a step on one queue (the dashboard's runs list).
+SELECT r.id, r.flow_name, r.state, r.input, r.output, r.error, r.error_kind,
+       r.created_at, r.finished_at, w.digest, r.parent_run_id, r.parent_node, r.deadline_at
+FROM {schema}.cyclone_runs r
+JOIN {schema}.cyclone_workflows w ON w.id = r.workflow_id
+WHERE (%(flow)s::text IS NULL OR r.flow_name = %(flow)s)
+  AND (%(state)s::text IS NULL OR r.state = %(state)s)
+  AND (%(unique_key)s::text IS NULL OR r.unique_key = %(unique_key)s)
+  AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR r.created_at < %(until)s)
+  AND (%(queue)s::text IS NULL OR EXISTS (
+        SELECT 1 FROM {schema}.cyclone_steps s WHERE s.run_id = r.id AND s.queue = %(queue)s))
+  AND (%(after_at)s::timestamptz IS NULL
+       OR r.created_at < %(after_at)s
+       OR (r.created_at = %(after_at)s AND r.id < %(after_id)s::uuid))
+ORDER BY r.created_at DESC, r.id DESC
+LIMIT %(limit)s
 
 -- name: run_list_past_deadline
 -- Deadline scanner: running runs past their flow's deadline.

@@ -211,6 +211,14 @@ WHERE state IN ('available', 'running')
 GROUP BY queue
 ORDER BY queue
 
+-- name: step_count_by_lease_owner
+-- Running steps per lease owner (client id): the steps each worker holds (dashboard; the
+-- partial index cyclone_steps_running_idx holds exactly these rows).
+SELECT lease_owner, count(*)::int AS n
+FROM {schema}.cyclone_steps
+WHERE state = 'running'
+GROUP BY lease_owner
+
 -- name: step_count_item_done
 -- %(n)s items of a waiting fan-out node completed (1, or more in a group commit): count
 -- them on the node and, unless they were the last ones, release the next pending items up
@@ -564,6 +572,19 @@ WHERE state = 'running' AND lease_expiry < coalesce(%(now)s::timestamptz, now())
   AND %(max_reclaims)s::int > 0 AND reclaims >= %(max_reclaims)s::int
 ORDER BY lease_expiry
 LIMIT %(batch)s
+
+-- name: step_list_reclaimed
+-- Unfinished steps reclaimed more than %(min_reclaims)s times, most reclaims first (at
+-- most %(limit)s): the dashboard's warning about steps whose workers keep dying. One branch
+-- per state, each on its partial index (cyclone_steps_claim_idx, cyclone_steps_running_idx).
+SELECT run_id, node, item_index, state, reclaims
+FROM (SELECT id, run_id, node, item_index, state, reclaims FROM {schema}.cyclone_steps
+      WHERE state = 'available' AND reclaims > %(min_reclaims)s
+      UNION ALL
+      SELECT id, run_id, node, item_index, state, reclaims FROM {schema}.cyclone_steps
+      WHERE state = 'running' AND reclaims > %(min_reclaims)s) s
+ORDER BY reclaims DESC, id
+LIMIT %(limit)s
 
 -- name: step_list_timed_out
 -- Recovery sweep: running steps past started_at + timeout, even with a fresh lease.

@@ -1,0 +1,627 @@
+"""The dashboard's ASGI application: :func:`create_app`.
+
+Server-rendered pages (Jinja2, autoescape on) over a :class:`~cyclone_flow.Client`: the
+overview, the runs list, a run with its DAG (live through an htmx fragment polled every
+``poll_interval_s``), a step with "why is it not running", the stored flows. Actions
+(cancel, retry, retry a node, signal, pause/resume a schedule, bulk cancel/retry) call
+the same Client methods as the CLI; they exist only without ``read_only``, and every POST
+carries the app's secret form token and passes an ``Origin``/``Sec-Fetch-Site`` check.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import secrets
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import jinja2
+from ruamel.yaml import YAML
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from cyclone_flow.client import Client
+from cyclone_flow.db.rows import Run, Step
+from cyclone_flow.errors import (
+    AmbiguousRunIdError,
+    ConfigError,
+    CycloneError,
+    InputValidationError,
+    PayloadTooLargeError,
+    RunNotFoundError,
+    ScheduleNotFoundError,
+)
+from cyclone_flow.ui.dag import LEGEND, DagNode, dag_nodes, render_svg
+
+__all__ = ["PAGE_SIZE", "create_app"]
+
+_HERE = Path(__file__).parent
+PAGE_SIZE = 50
+"""Runs per page of the runs list."""
+ITEMS_PAGE_SIZE = 100
+"""Fan-out items per page of a fan-out node's step page."""
+JSON_SHOWN_BYTES = 64 * 1024
+"""Pretty JSON shown on a page, at most (the rest: the download link)."""
+TEXT_SHOWN_CHARS = 16 * 1024
+"""Characters of an error or a traceback shown on a page, at most."""
+MAX_BODY_BYTES = 1024 * 1024
+"""The largest POST body accepted (413 above)."""
+COUNT_CAP = 10_000
+"""Runs counted at most per overview count (shown as ``10000+``)."""
+_ACTIVE = ("pending", "available", "running", "waiting")
+
+
+def _pretty(value: Any) -> tuple[str, bool]:
+    """``value`` as indented JSON, cut at :data:`JSON_SHOWN_BYTES`; and whether it was cut."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    if len(text) <= JSON_SHOWN_BYTES:
+        return text, False
+    return text[:JSON_SHOWN_BYTES], True
+
+
+def _cut(text: str | None, limit: int = TEXT_SHOWN_CHARS) -> str:
+    if not text:
+        return ""
+    return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more chars)"
+
+
+def _ago(when: datetime | None, now: datetime) -> str:
+    if when is None:
+        return ""
+    seconds = (now - when).total_seconds()
+    future = seconds < 0
+    seconds = abs(seconds)
+    if seconds < 60:
+        text = f"{seconds:.0f}s"
+    elif seconds < 3600:
+        text = f"{seconds / 60:.0f}m"
+    elif seconds < 86400:
+        text = f"{seconds / 3600:.1f}h"
+    else:
+        text = f"{seconds / 86400:.1f}d"
+    return f"in {text}" if future else f"{text} ago"
+
+
+def _stamp(when: datetime | None) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if when else ""
+
+
+def _duration(start: datetime | None, end: datetime | None) -> str:
+    if start is None or end is None:
+        return ""
+    seconds = (end - start).total_seconds()
+    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def _parse_time(text: str | None, name: str) -> datetime | None:
+    """An ISO 8601 time of a filter (naive: UTC); 400 when it is not one."""
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise HTTPException(
+            400, f"{name} is not a time (ISO 8601, e.g. 2026-12-01T08:00)"
+        ) from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _is_hex_prefix(text: str) -> bool:
+    digits = text.replace("-", "").lower()
+    return len(digits) >= 4 and all(c in "0123456789abcdef" for c in digits)
+
+
+class _Guard:
+    """Authentication (HTTP basic with the token as password, or ``Bearer``), security
+    headers on every response, and 405 for every method but GET/HEAD when read-only."""
+
+    def __init__(self, app: ASGIApp, *, token: str | None, read_only: bool) -> None:
+        self.app = app
+        self.token = token
+        self.read_only = read_only
+
+    def _authorized(self, headers: Mapping[bytes, bytes]) -> bool:
+        if self.token is None:
+            return True
+        value = headers.get(b"authorization", b"").decode("latin-1")
+        scheme, _, cred = value.partition(" ")
+        given = ""
+        if scheme.lower() == "bearer":
+            given = cred.strip()
+        elif scheme.lower() == "basic":
+            try:
+                given = base64.b64decode(cred.strip(), validate=True).decode().partition(":")[2]
+            except (binascii.Error, UnicodeDecodeError):
+                return False
+        return secrets.compare_digest(given.encode(), self.token.encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        response: Response | None = None
+        if not self._authorized(headers):
+            response = Response(
+                "authentication required\n",
+                status_code=401,
+                headers={"WWW-Authenticate": 'Basic realm="cyclone-flow"'},
+            )
+        elif self.read_only and scope["method"] not in ("GET", "HEAD"):
+            response = Response(
+                "read-only dashboard: no actions\n", status_code=405, headers={"Allow": "GET, HEAD"}
+            )
+        if response is not None:
+            await response(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                extra = [
+                    (b"content-security-policy", _CSP),
+                    (b"x-frame-options", b"DENY"),
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"same-origin"),
+                ]
+                message["headers"] = list(message.get("headers", [])) + extra
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+_CSP = (
+    b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    b"frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+)
+
+
+class _Dashboard:
+    """The pages and actions over one client (see :func:`create_app`)."""
+
+    def __init__(
+        self, client: Client, *, read_only: bool, poll_interval_s: float, title: str
+    ) -> None:
+        self.client = client
+        self.read_only = read_only
+        self.poll_ms = int(poll_interval_s * 1000)
+        self.title = title
+        self.csrf = secrets.token_urlsafe(32)
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(_HERE / "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.globals.update(
+            ago=_ago, stamp=_stamp, duration=_duration, pretty=_pretty, cut=_cut, legend=LEGEND
+        )
+
+    # -- rendering -------------------------------------------------------------------------
+
+    def page(self, request: Request, template: str, status: int = 200, **ctx: Any) -> HTMLResponse:
+        base = str(request.scope.get("root_path", "")).rstrip("/")
+        html = self.env.get_template(template).render(
+            base=base,
+            title=self.title,
+            read_only=self.read_only,
+            csrf=self.csrf,
+            poll_ms=self.poll_ms,
+            now=datetime.now(UTC),
+            message=request.query_params.get("msg", "")[:500],
+            **ctx,
+        )
+        return HTMLResponse(html, status_code=status)
+
+    def error(self, request: Request, status: int, text: str) -> HTMLResponse:
+        return self.page(request, "error.html", status=status, status_code=status, text=text)
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def overview(self, request: Request) -> HTMLResponse:
+        c = self.client
+        counts = {"hour": c.count_runs_by_state(3600, cap=COUNT_CAP)}
+        counts["day"] = c.count_runs_by_state(86400, cap=COUNT_CAP)
+        queues = c.queue_stats()
+        workers = c.workers()
+        served = {q for w in workers if w.live for q in w.queues}
+        warnings: list[tuple[str, str, str | None]] = []  # text, link kind, run id
+        for q in queues:
+            if q.available and q.queue not in served:
+                warnings.append(
+                    (
+                        f"queue {q.queue!r} has {q.available} available step(s) "
+                        "and no live worker serves it",
+                        "",
+                        None,
+                    )
+                )
+        for step in c.list_reclaimed_steps():
+            warnings.append(
+                (
+                    f"step {step.node} reclaimed {step.reclaims} times ({step.state})",
+                    "run",
+                    step.run_id,
+                )
+            )
+        for rid in c.list_runs_past_deadline():
+            warnings.append(("run past its deadline, not failed yet", "run", rid))
+        for key in c.list_held_sequences():
+            warnings.append(
+                (f"sequence {key!r} is held: its first open run is not released", "", None)
+            )
+        return self.page(
+            request,
+            "overview.html",
+            counts=counts,
+            cap=COUNT_CAP,
+            queues=queues,
+            workers=workers,
+            held=c.count_leases(),
+            schedules=c.list_schedules(),
+            warnings=warnings,
+        )
+
+    def runs(self, request: Request) -> Response:
+        params = request.query_params
+        search = (params.get("q") or "").strip()
+        if search and _is_hex_prefix(search):
+            try:
+                rid = self.client.resolve_run_id(search)
+            except AmbiguousRunIdError as exc:
+                return self.error(request, 409, str(exc))
+            except RunNotFoundError:
+                rid = None
+            if rid is not None:
+                base = str(request.scope.get("root_path", "")).rstrip("/")
+                return RedirectResponse(f"{base}/runs/{rid}", status_code=303)
+        state = params.get("state") or None
+        if state is not None and state not in ("running", "completed", "failed", "cancelled"):
+            raise HTTPException(400, f"unknown run state {state!r}")
+        after = None
+        if params.get("after"):
+            at, _, rid_text = params["after"].partition("_")
+            when = _parse_time(at, "after")
+            if when is None:
+                raise HTTPException(400, "after: not <created_at>_<run id>")
+            after = (when, rid_text)
+        try:
+            rows = self.client.list_runs_page(
+                limit=PAGE_SIZE + 1,
+                after=after,
+                flow=params.get("flow") or None,
+                state=state,
+                queue=params.get("queue") or None,
+                unique_key=search or None,
+                since=_parse_time(params.get("since"), "since"),
+                until=_parse_time(params.get("until"), "until"),
+            )
+        except RunNotFoundError:
+            raise HTTPException(400, "after: not a run id") from None
+        more = len(rows) > PAGE_SIZE
+        rows = rows[:PAGE_SIZE]
+        next_query = None
+        if more:
+            last = rows[-1]
+            keep = {k: v for k, v in params.items() if k != "after" and v}
+            keep["after"] = f"{last.created_at.isoformat()}_{last.id}"
+            next_query = urlencode(keep)
+        return self.page(
+            request,
+            "runs.html",
+            runs=rows,
+            next_query=next_query,
+            first_query=urlencode({k: v for k, v in params.items() if k != "after" and v}),
+            paged=after is not None,
+            f={k: params.get(k, "") for k in ("flow", "state", "queue", "since", "until", "q")},
+        )
+
+    def _run_or_404(self, run_id: str) -> Run:
+        try:
+            return self.client.get_run(run_id)
+        except RunNotFoundError:
+            raise HTTPException(404, f"no run {run_id}") from None
+
+    def _run_context(self, request: Request, run: Run) -> dict[str, Any]:
+        steps = self.client.list_steps(run.id, items=False)
+        progress = self.client.item_progress(run.id)
+        definition = self.client.run_definition(run.id)
+        nodes = dag_nodes(definition, steps, progress)
+        base = str(request.scope.get("root_path", "")).rstrip("/")
+
+        def href(node: DagNode) -> str:
+            return f"{base}/runs/{run.id}/steps/{node.name}"
+
+        waiting = self.client.explain(run.id) if run.state == "running" else {}
+        retryable = sorted(s.node for s in steps if s.state == "discarded")
+        return {
+            "run": run,
+            "steps": steps,
+            "progress": progress,
+            "svg": render_svg(nodes, href),
+            "waiting": waiting,
+            "retryable": retryable,
+            "awaited_signal": next((w.signal for w in waiting.values() if w.signal), ""),
+            "live": run.state == "running",
+        }
+
+    def run(self, request: Request) -> HTMLResponse:
+        run = self._run_or_404(request.path_params["run_id"])
+        info = self.client.queue_info(run.id) or {}
+        return self.page(request, "run.html", queue_info=info, **self._run_context(request, run))
+
+    def run_live(self, request: Request) -> HTMLResponse:
+        run = self._run_or_404(request.path_params["run_id"])
+        return self.page(request, "_run_live.html", **self._run_context(request, run))
+
+    def _step(self, run: Run, node: str, item: int | None) -> tuple[Step, list[Step]]:
+        steps = self.client.list_steps(run.id, items=True)
+        top = [s for s in steps if s.node == node and s.parent_node is None]
+        items = [s for s in steps if s.parent_node == node]
+        if item is not None:
+            found = [s for s in items if s.item_index == item]
+            if not found:
+                raise HTTPException(404, f"no item {item} of node {node!r} in run {run.id}")
+            return found[0], []
+        if not top:
+            raise HTTPException(404, f"no node {node!r} in run {run.id}")
+        return top[0], items
+
+    def step(self, request: Request) -> HTMLResponse:
+        run = self._run_or_404(request.path_params["run_id"])
+        node = request.path_params["node"]
+        item = self._int(request, "item")
+        step, items = self._step(run, node, item)
+        page = self._int(request, "page") or 0
+        shown = items[page * ITEMS_PAGE_SIZE : (page + 1) * ITEMS_PAGE_SIZE]
+        why = None
+        if run.state == "running" and step.state in ("pending", "available", "waiting"):
+            why = self.client.explain(run.id, items=item is not None).get(step.node)
+        logs = self.client.step_logs(run.id, node=node, limit=200)
+        return self.page(
+            request,
+            "step.html",
+            run=run,
+            step=step,
+            item=item,
+            items=shown,
+            items_total=len(items),
+            page=page,
+            pages=(len(items) + ITEMS_PAGE_SIZE - 1) // ITEMS_PAGE_SIZE,
+            why=why,
+            logs=logs,
+        )
+
+    @staticmethod
+    def _int(request: Request, name: str) -> int | None:
+        text = request.query_params.get(name)
+        if text is None or text == "":
+            return None
+        if not text.isdigit() or len(text) > 9:
+            raise HTTPException(400, f"{name} must be a whole number")
+        return int(text)
+
+    def step_output(self, request: Request) -> Response:
+        run = self._run_or_404(request.path_params["run_id"])
+        step, _ = self._step(run, request.path_params["node"], self._int(request, "item"))
+        name = f"{run.id}-{step.node}" + (
+            f"-{step.item_index}" if step.item_index is not None else ""
+        )
+        return JSONResponse(
+            step.output, headers={"Content-Disposition": f'attachment; filename="{name}.json"'}
+        )
+
+    def run_output(self, request: Request) -> Response:
+        run = self._run_or_404(request.path_params["run_id"])
+        which = request.path_params["which"]
+        if which not in ("input", "output"):
+            raise HTTPException(404, f"no {which}.json: input.json or output.json")
+        value = run.input if which == "input" else run.output
+        return JSONResponse(
+            value, headers={"Content-Disposition": f'attachment; filename="{run.id}-{which}.json"'}
+        )
+
+    def flows(self, request: Request) -> HTMLResponse:
+        name = request.query_params.get("name") or None
+        return self.page(request, "flows.html", flows=self.client.list_flows(name=name), name=name)
+
+    def flow(self, request: Request) -> HTMLResponse:
+        text = request.path_params["flow_id"]
+        row = self.client.get_flow(int(text)) if text.isdigit() and len(text) < 18 else None
+        if row is None or row.definition is None:
+            raise HTTPException(404, f"no stored flow {text}")
+        yaml = YAML()
+        yaml.default_flow_style = False
+        buf = io.StringIO()
+        yaml.dump(row.definition, buf)
+        svg = render_svg(dag_nodes(row.definition), lambda _n: None)
+        return self.page(request, "flow.html", flow=row, source=buf.getvalue(), svg=svg)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    async def form(self, request: Request) -> FormData:
+        """The POST's form after the checks: body size, same origin, the form token."""
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            raise HTTPException(413, f"request body over {MAX_BODY_BYTES} bytes")
+        site = request.headers.get("sec-fetch-site")
+        if site is not None and site not in ("same-origin", "none"):
+            raise HTTPException(403, f"cross-site request refused (Sec-Fetch-Site: {site})")
+        origin = request.headers.get("origin")
+        if origin is not None and origin != "null":
+            if urlsplit(origin).netloc != request.headers.get("host", ""):
+                raise HTTPException(403, "cross-origin request refused (Origin)")
+        elif origin == "null":
+            raise HTTPException(403, "cross-origin request refused (Origin: null)")
+        form = await request.form(max_files=0, max_fields=1000)
+        token = form.get("csrf")
+        if not isinstance(token, str) or not secrets.compare_digest(token, self.csrf):
+            raise HTTPException(403, "missing or wrong form token: reload the page")
+        return form
+
+    def _confirm(self, request: Request, form: FormData, what: str) -> HTMLResponse | None:
+        if form.get("confirmed") == "1":
+            return None
+        fields = [(k, v) for k, v in form.multi_items() if k not in ("csrf", "confirmed")]
+        return self.page(request, "confirm.html", what=what, action=request.url.path, fields=fields)
+
+    def _back(self, request: Request, path: str, msg: str) -> RedirectResponse:
+        base = str(request.scope.get("root_path", "")).rstrip("/")
+        return RedirectResponse(f"{base}{path}?{urlencode({'msg': msg})}", status_code=303)
+
+    async def cancel(self, request: Request) -> Response:
+        form = await self.form(request)
+        run_id = request.path_params["run_id"]
+        confirm = self._confirm(request, form, f"cancel run {run_id} and every unfinished step")
+        if confirm is not None:
+            return confirm
+        done = await run_in_threadpool(self.client.cancel, run_id, "cancelled from the dashboard")
+        return self._back(
+            request, f"/runs/{run_id}", "run cancelled" if done else "run already finished"
+        )
+
+    async def retry(self, request: Request) -> Response:
+        form = await self.form(request)
+        run_id = request.path_params["run_id"]
+        node = form.get("node") or None
+        if node is not None and not isinstance(node, str):
+            raise HTTPException(400, "node must be text")
+        reset = await run_in_threadpool(self.client.retry, run_id, node)
+        return self._back(request, f"/runs/{run_id}", f"retried: {', '.join(reset) or 'nothing'}")
+
+    async def signal(self, request: Request) -> Response:
+        form = await self.form(request)
+        run_id = request.path_params["run_id"]
+        name = form.get("name")
+        text = form.get("payload") or "null"
+        if not isinstance(name, str) or not isinstance(text, str):
+            raise HTTPException(400, "name and payload must be text")
+        try:
+            payload = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise HTTPException(400, f"the payload is not JSON: {exc}") from None
+        node = await run_in_threadpool(self.client.signal, run_id, name.strip(), payload)
+        msg = f"signal {name!r} consumed by {node}" if node else f"signal {name!r} kept"
+        return self._back(request, f"/runs/{run_id}", msg)
+
+    async def schedule(self, request: Request) -> Response:
+        form = await self.form(request)
+        name = request.path_params["name"]
+        verb = request.path_params["verb"]
+        if verb not in ("pause", "resume"):
+            raise HTTPException(404, f"no schedule action {verb!r}: pause or resume")
+        if verb == "pause":
+            confirm = self._confirm(request, form, f"pause schedule {name!r}")
+            if confirm is not None:
+                return confirm
+            await run_in_threadpool(self.client.pause_schedule, name)
+        else:
+            await run_in_threadpool(self.client.resume_schedule, name)
+        return self._back(request, "/", f"schedule {name!r} {verb}d")
+
+    async def bulk(self, request: Request) -> Response:
+        form = await self.form(request)
+        action = form.get("action")
+        ids = [v for v in form.getlist("run_id") if isinstance(v, str)]
+        if action not in ("cancel", "retry") or not ids:
+            raise HTTPException(400, "choose runs and an action (cancel or retry)")
+        if len(ids) > PAGE_SIZE:
+            raise HTTPException(400, f"at most {PAGE_SIZE} runs at once")
+        confirm = self._confirm(request, form, f"{action} {len(ids)} run(s)")
+        if confirm is not None:
+            return confirm
+
+        def apply() -> tuple[int, list[str]]:
+            done, problems = 0, []
+            for rid in ids:
+                try:
+                    if action == "cancel":
+                        done += bool(self.client.cancel(rid, "cancelled from the dashboard"))
+                    else:
+                        self.client.retry(rid)
+                        done += 1
+                except CycloneError as exc:
+                    problems.append(f"{rid}: {exc}")
+            return done, problems
+
+        done, problems = await run_in_threadpool(apply)
+        msg = f"{action}: {done} of {len(ids)} run(s)" + (f"; {problems[0]}" if problems else "")
+        return self._back(request, "/runs", msg)
+
+    # -- errors ----------------------------------------------------------------------------
+
+    def http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return self.error(request, exc.status_code, str(exc.detail))
+
+    def cyclone_error(self, request: Request, exc: Exception) -> Response:
+        if isinstance(exc, RunNotFoundError | ScheduleNotFoundError):
+            status = 404
+        elif isinstance(exc, InputValidationError | PayloadTooLargeError | ConfigError):
+            status = 400  # the request's fault
+        else:
+            status = 409  # the state's: a run already finished, a signal no node awaits
+        return self.error(request, status, str(exc))
+
+    def routes(self) -> list[BaseRoute]:
+        routes: list[BaseRoute] = [
+            Route("/", self.overview, name="overview"),
+            Route("/runs", self.runs, name="runs"),
+            Route("/runs/{run_id}", self.run, name="run"),
+            Route("/runs/{run_id}/live", self.run_live, name="run_live"),
+            Route("/runs/{run_id}/{which:str}.json", self.run_output, name="run_json"),
+            Route("/runs/{run_id}/steps/{node}", self.step, name="step"),
+            Route("/runs/{run_id}/steps/{node}/output.json", self.step_output, name="step_json"),
+            Route("/flows", self.flows, name="flows"),
+            Route("/flows/{flow_id}", self.flow, name="flow"),
+        ]
+        if not self.read_only:
+            post = ["POST"]
+            routes += [
+                Route("/runs/{run_id}/cancel", self.cancel, methods=post),
+                Route("/runs/{run_id}/retry", self.retry, methods=post),
+                Route("/runs/{run_id}/signal", self.signal, methods=post),
+                Route("/actions/bulk", self.bulk, methods=post),
+                Route("/schedules/{name}/{verb:str}", self.schedule, methods=post),
+            ]
+        return routes
+
+
+def create_app(
+    client: Client,
+    *,
+    read_only: bool = False,
+    auth_token: str | None = None,
+    poll_interval_s: float = 1.0,
+    title: str = "cyclone-flow",
+) -> ASGIApp:
+    """The dashboard as an ASGI application over ``client`` (an application may mount it
+    under a path of its own: links follow the ASGI ``root_path``).
+
+    ``read_only``: no action route at all (any POST is answered 405). ``auth_token``:
+    every request needs HTTP basic auth with this password (any user name) or
+    ``Authorization: Bearer <token>``; None: no authentication (bind to loopback only).
+    ``poll_interval_s``: how often a run's page refreshes its live part (seconds).
+    The client is the caller's: the app never shuts it down."""
+    board = _Dashboard(client, read_only=read_only, poll_interval_s=poll_interval_s, title=title)
+    routes = board.routes()
+    app = Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: board.http_error, CycloneError: board.cyclone_error},
+    )
+    app.mount("/static", StaticFiles(directory=_HERE / "static"), name="static")
+    app.state.dashboard = board
+    return _Guard(app, token=auth_token, read_only=read_only)

@@ -1,0 +1,243 @@
+"""The dashboard in a real browser: Debian's chromium (``/usr/bin/chromium``) driven by
+Playwright pointed at it (no browser download), against the app served by uvicorn on a
+free port over a real Client and Postgres.
+
+Skipped with the reason when chromium or playwright is missing, except under
+``CYCLONE_REQUIRE_CHROMIUM=1`` (CI: ``.ci/run`` installs chromium), where that fails.
+Screenshots go to the test's tmp dir (``pytest --basetemp`` keeps them)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cyclone_test_handlers import ui as handlers
+
+from cyclone_flow import Client
+from cyclone_flow.flowfile import load_flow_text
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TIMEOUT_MS = 20_000
+"""How long a browser wait may take (the worker runs each step in milliseconds)."""
+
+H = "cyclone_test_handlers.ui"
+LIVE = f"""
+name: live
+nodes:
+  fetch:
+    call: {H}:gated
+  parse:
+    call: cyclone_test_handlers.basic:echo
+    needs: [fetch]
+  each:
+    type: fan_out
+    needs: [parse]
+    over: "${{{{ run.input.items }}}}"
+    call: cyclone_test_handlers.basic:echo
+  report:
+    call: cyclone_test_handlers.basic:echo
+    needs: [each]
+  notify:
+    call: cyclone_test_handlers.basic:echo
+    needs: [parse]
+"""
+FAILING = f"""
+name: failing
+nodes:
+  a:
+    call: {H}:fails_while_on
+  b:
+    call: cyclone_test_handlers.basic:echo
+    needs: [a]
+"""
+WAITS = """
+name: waits
+nodes:
+  approve:
+    type: wait_signal
+    signal: go
+  after:
+    call: cyclone_test_handlers.basic:echo
+    needs: [approve]
+"""
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CYCLONE_REQUIRE_CHROMIUM") == "1":
+        pytest.fail(f"CYCLONE_REQUIRE_CHROMIUM=1 but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless chromium for the module."""
+    if not CHROMIUM.exists():
+        _unavailable(f"{CHROMIUM} is missing (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("playwright is not installed (pip install -e '.[dev]')")
+    pytest.importorskip("uvicorn", reason="the ui extra is not installed")
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(
+            executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> Iterator[None]:
+    handlers.GATE.clear()
+    handlers.FAIL["on"] = True
+    yield
+    handlers.GATE.set()
+
+
+@contextmanager
+def serve(client: Client, **options: Any) -> Iterator[str]:
+    """The dashboard of ``client`` served by uvicorn in a thread; yields its base URL."""
+    import uvicorn
+
+    from cyclone_flow.ui import create_app
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        create_app(client, **options), log_level="warning", access_log=False, lifespan="off"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        from helpers.procs import wait_until
+
+        wait_until(lambda: server.started, timeout=10, what="uvicorn to start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    tab = context.new_page()
+    tab.set_default_timeout(TIMEOUT_MS)
+    try:
+        yield tab
+    finally:
+        context.close()
+
+
+def _node(tab: Any, name: str, state: str) -> Any:
+    return tab.wait_for_selector(f'svg.dag g[data-node="{name}"][data-state="{state}"]')
+
+
+def test_runs_list(make_client: Callable[..., Client], page: Any, tmp_path: Path) -> None:
+    client = make_client(workers=2)
+    ids = [client.submit(load_flow_text(WAITS), {}) for _ in range(3)]
+    with serve(client) as url:
+        page.goto(f"{url}/runs")
+        rows = page.locator("table.runs tbody tr[data-run]")
+        assert rows.count() == 3
+        assert set(rows.evaluate_all("rs => rs.map(r => r.dataset.run)")) == set(ids)
+        page.screenshot(path=str(tmp_path / "ui-runs.png"), full_page=True)
+        page.click(f'tr[data-run="{ids[0]}"] a')
+        page.wait_for_url(f"{url}/runs/{ids[0]}")
+        _node(page, "approve", "waiting")
+
+
+def test_run_turns_completed_live_without_a_reload(
+    make_client: Callable[..., Client], page: Any, tmp_path: Path
+) -> None:
+    client = make_client(workers=3)
+    run_id = client.submit(load_flow_text(LIVE), {"items": list(range(12))})
+    client.start()
+    with serve(client, poll_interval_s=0.3) as url:
+        page.goto(f"{url}/runs/{run_id}")
+        _node(page, "fetch", "running")
+        _node(page, "report", "pending")  # not started yet, drawn all the same
+        page.screenshot(path=str(tmp_path / "ui-run-running.png"), full_page=True)
+        page.evaluate("window.__same_document = true")
+        handlers.GATE.set()
+        for node in ("fetch", "parse", "each", "notify", "report"):
+            _node(page, node, "completed")
+        page.wait_for_selector('#live[data-run-state="completed"]')
+        # the same document all along: htmx swapped the fragment, nothing reloaded
+        assert page.evaluate("window.__same_document") is True
+        assert page.evaluate("performance.getEntriesByType('navigation').length") == 1
+        assert "12/12 done" in page.text_content("svg.dag")
+        page.screenshot(path=str(tmp_path / "ui-run.png"), full_page=True)
+
+
+def test_retry_a_failed_run_from_its_page(
+    make_client: Callable[..., Client], page: Any, tmp_path: Path
+) -> None:
+    client = make_client(workers=1)
+    run_id = client.submit(load_flow_text(FAILING), {})
+    client.start()
+    assert client.wait(run_id, timeout=20).state == "failed"
+    with serve(client, poll_interval_s=0.3) as url:
+        page.goto(f"{url}/runs/{run_id}")
+        _node(page, "a", "discarded")
+        assert "failing on purpose" in page.inner_text("#live")
+        handlers.FAIL["on"] = False
+        page.click('button[data-action="retry"]')
+        page.wait_for_selector('#live[data-run-state="completed"]')
+        _node(page, "b", "completed")
+        assert "retried: a, b" in page.inner_text(".flash")
+        page.screenshot(path=str(tmp_path / "ui-retried.png"), full_page=True)
+    assert client.get_run(run_id).state == "completed"
+
+
+def test_signal_a_waiting_run(
+    make_client: Callable[..., Client], page: Any, tmp_path: Path
+) -> None:
+    client = make_client(workers=1)
+    run_id = client.submit(load_flow_text(WAITS), {})
+    client.start()
+    with serve(client, poll_interval_s=0.3) as url:
+        page.goto(f"{url}/runs/{run_id}")
+        _node(page, "approve", "waiting")
+        assert page.input_value('form.signal input[name="name"]') == "go"  # the awaited one
+        page.fill('form.signal input[name="payload"]', '{"by": "browser"}')
+        page.click('button[data-action="signal"]')
+        page.wait_for_selector('#live[data-run-state="completed"]')
+        page.screenshot(path=str(tmp_path / "ui-signalled.png"), full_page=True)
+    approve = next(s for s in client.list_steps(run_id) if s.node == "approve")
+    assert approve.output == {"by": "browser"}
+
+
+def test_read_only_shows_no_action(
+    make_client: Callable[..., Client], page: Any, tmp_path: Path
+) -> None:
+    client = make_client(workers=1)
+    failed = client.submit(load_flow_text(FAILING), {})
+    waiting = client.submit(load_flow_text(WAITS), {})
+    client.start()
+    assert client.wait(failed, timeout=20).state == "failed"
+    with serve(client, read_only=True) as url:
+        for path in (f"/runs/{failed}", f"/runs/{waiting}", "/runs", "/"):
+            page.goto(f"{url}{path}")
+            assert page.locator("[data-action]").count() == 0, path
+            assert page.locator('form[method="post"]').count() == 0, path
+        page.screenshot(path=str(tmp_path / "ui-read-only.png"), full_page=True)
