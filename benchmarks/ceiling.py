@@ -1,7 +1,8 @@
 """The ceiling: a plain psycopg loop running the engine's own claim and completion
-statements (``step_claim``, ``step_complete_if_leased``, and what a completion also runs:
-``run_lock``, ``step_release_dependents``, ``run_complete_if_done``) on the engine's tables in a
-fresh migrated schema, with one connection per worker and no Python engine in between.
+statements (``step_claim_if_available``, ``step_complete_if_leased``, and what a completion
+also runs: ``run_lock``, ``step_release_dependents_if_ready``, ``run_complete_if_done``) on
+the engine's tables in a fresh migrated schema, with one connection per worker and no
+Python engine in between.
 
 Modes (all with the same number of connections as the engine benchmark's workers):
 
@@ -11,9 +12,9 @@ Modes (all with the same number of connections as the engine benchmark's workers
   ``unnest`` UPDATE with the same per-row guard): the issue's batched figure.
 - ``... idx``: the same with ``ceiling_claim_indexed`` (``queue = $1`` instead of
   ``queue = ANY($1)``), which Postgres 16 serves from the claim index in order instead of
-  sorting the whole backlog. Since finding 1 was fixed the engine's ``step_claim`` is itself
-  ``queue = $1`` (plus the run-input prefetch of finding 2), so ``1/tx`` / ``batch50`` and
-  their ``idx`` twins now measure the same plan.
+  sorting the whole backlog. Since finding 1 was fixed the engine's
+  ``step_claim_if_available`` is itself ``queue = $1`` (plus the run-input prefetch of
+  finding 2), so ``1/tx`` / ``batch50`` and their ``idx`` twins now measure the same plan.
 - ``... full idx``: the completion transaction runs every statement the engine's completion
   runs (run lock, CAS, release of dependents, run completion), pipelined: one round trip
   and one commit per job (``1/tx``) or per 50 jobs (``batch50``: group commit with today's
@@ -65,7 +66,7 @@ def _loop(
     b = bench_render(schema)
     limit = 50 if mode.startswith("batch50") else 1
     full = "full" in mode
-    claim = b["ceiling_claim_indexed"] if mode.endswith("idx") else q["step_claim"]
+    claim = b["ceiling_claim_indexed"] if mode.endswith("idx") else q["step_claim_if_available"]
     claim_args: dict[str, Any] = {
         "queues": ["default"], "queue": "default", "limit": limit, "owner": owner,
         "ttl_us": TTL_US, "run_id": None,
@@ -88,7 +89,8 @@ def _loop(
                             {"id": r[0], "owner": owner, "generation": r[9], "output": "null"},
                         )
                         conn.execute(
-                            q["step_release_dependents"], {"run_ids": [r[1]], "nodes": [r[2]]}
+                            q["step_release_dependents_if_ready"],
+                            {"run_ids": [r[1]], "nodes": [r[2]]},
                         )
                         conn.execute(q["run_complete_if_done"], {"run_ids": [r[1]]})
             elif limit == 1:

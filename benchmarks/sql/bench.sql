@@ -107,9 +107,9 @@ WITH runs AS (
 SELECT count(*) FROM steps
 
 -- name: ceiling_claim_indexed
--- step_claim with one queue compared by equality instead of = ANY(array): the same rows and
--- order, but Postgres 16 can then walk cyclone_steps_claim_idx in order instead of sorting
--- every available row (the ceiling's "idx" modes; see FINDINGS.md).
+-- step_claim_if_available with one queue compared by equality instead of = ANY(array): the
+-- same rows and order, but Postgres 16 can then walk cyclone_steps_claim_idx in order
+-- instead of sorting every available row (the ceiling's "idx" modes; see FINDINGS.md).
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps

@@ -80,14 +80,14 @@ def retry_conflicts(run: Callable[[], T], attempts: int = CONFLICT_RETRIES) -> T
 def pin_read_committed(conn: Conn, q: Statements) -> Conn:
     """Make the transactions ``conn`` begins READ COMMITTED (``BEGIN ISOLATION LEVEL READ
     COMMITTED``: no round trip), and the first time this connection is seen, its
-    session's characteristics too (``session_read_committed`` of ``q`` in autocommit, so
+    session's characteristics too (``session_set_read_committed`` of ``q`` in autocommit, so
     that statements run in autocommit are READ COMMITTED as well); ``conn`` must be idle.
     Returns ``conn``; raises the psycopg error of that statement."""
     if conn.isolation_level is not READ_COMMITTED:
         conn.isolation_level = READ_COMMITTED
     if conn not in _pinned:
         with autocommit(conn):  # misc.sql's statement, run here: db.misc imports this module
-            execute(Session(conn, q), "session_read_committed")
+            execute(Session(conn, q), "session_set_read_committed")
         _pinned.add(conn)
     return conn
 

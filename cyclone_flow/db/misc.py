@@ -45,38 +45,38 @@ def session_force_generic_plans(s: SessionLike) -> None:
     send_session_force_generic_plans(s).result()
 
 
-def session_read_snapshot(s: SessionLike) -> None:
+def session_set_read_snapshot(s: SessionLike) -> None:
     """Make the transaction just begun on ``s`` read-only and REPEATABLE READ: its reads
     see one snapshot (send it first)."""
-    execute(s, "session_read_snapshot")
+    execute(s, "session_set_read_snapshot")
 
 
-def session_read_committed(s: SessionLike) -> None:
+def session_set_read_committed(s: SessionLike) -> None:
     """Make the session's default isolation READ COMMITTED (``SET SESSION
     CHARACTERISTICS``; run in autocommit). :func:`cyclone_flow.db.conn.pin_read_committed`
     runs this statement by name (this module imports ``conn``, not the other way)."""
-    execute(s, "session_read_committed")
+    execute(s, "session_set_read_committed")
 
 
-def session_default_isolation(s: SessionLike) -> str:
+def session_get_default_isolation(s: SessionLike) -> str:
     """The session's ``default_transaction_isolation`` (e.g. ``"read committed"``)."""
-    row = execute(s, "session_default_isolation").fetchone()
+    row = execute(s, "session_get_default_isolation").fetchone()
     assert row is not None  # a SELECT of one value returns its row
     value: str = row[0]
     return value
 
 
-def send_session_isolation(s: SessionLike) -> Pending[tuple[str, str]]:
+def send_session_get_isolation(s: SessionLike) -> Pending[tuple[str, str]]:
     """Send the check of a completion transaction's isolation: its result is the
     transaction's isolation (``"read committed"`` unless a handler changed it) and the
     session's default isolation."""
-    return Pending(execute(s, "session_isolation"), _isolation)
+    return Pending(execute(s, "session_get_isolation"), _isolation)
 
 
-def session_isolation(s: SessionLike) -> tuple[str, str]:
+def session_get_isolation(s: SessionLike) -> tuple[str, str]:
     """The transaction's isolation and the session's default isolation (see
-    :func:`send_session_isolation`)."""
-    return send_session_isolation(s).result()
+    :func:`send_session_get_isolation`)."""
+    return send_session_get_isolation(s).result()
 
 
 def _isolation(cursor: Any) -> tuple[str, str]:

@@ -376,8 +376,8 @@ class CompletedLease(NamedTuple):
 
 
 class ReleasedStep(NamedTuple):
-    """``step_release_ready`` / ``step_release_dependents``: a released step (an action is
-    now available, any other node type waiting and to be started)."""
+    """``step_release_if_ready`` / ``step_release_dependents_if_ready``: a released step (an
+    action is now available, any other node type waiting and to be started)."""
 
     run_id: str
     queue: str
@@ -398,7 +398,7 @@ class FailedAttempt(NamedTuple):
 
 
 class RescuedStep(NamedTuple):
-    """``step_rescue_expired``: a step whose expired lease the sweep gave back."""
+    """``step_rescue_if_lease_expired``: a step whose expired lease the sweep gave back."""
 
     id: int
     run_id: str
@@ -425,7 +425,7 @@ class StepOutput(NamedTuple):
 
 
 class ResetStep(NamedTuple):
-    """``step_reset_for_retry``: a reset step and its fan-out node (an item)."""
+    """``step_reset_if_discarded_or_cancelled``: a reset step and its fan-out node (an item)."""
 
     node: str
     parent_node: str | None
@@ -461,15 +461,15 @@ class ListShape(NamedTuple):
 
 
 class ItemCounts(NamedTuple):
-    """``step_set_items_total``: a started fan-out node's completed and total items."""
+    """``step_set_items_total_if_waiting``: a started fan-out node's completed and total items."""
 
     items_done: int
     items_total: int
 
 
 class ItemsDone(NamedTuple):
-    """``step_count_item_done``: the fan-out node's counts and the queue of the items it
-    released (None: none)."""
+    """``step_add_items_done_if_waiting``: the fan-out node's counts and the queue of the
+    items it released (None: none)."""
 
     items_done: int
     items_total: int
@@ -477,7 +477,7 @@ class ItemsDone(NamedTuple):
 
 
 class DecidedNode(NamedTuple):
-    """``step_complete_fan_out`` / ``step_complete_from_child_if_waiting``: the node's new
+    """``step_complete_fan_out_if_waiting`` / ``step_complete_from_child_if_waiting``: the node's new
     state (completed, or discarded for an output over the limit), its error and its
     queue."""
 

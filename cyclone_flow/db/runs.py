@@ -109,11 +109,13 @@ def run_fail_if_past_deadline(
     return execute_rows(s, "run_fail_if_past_deadline", params, _DEADLINE_FAILED).fetchone()
 
 
-def run_cancel_tree(s: SessionLike, *, run_id: str, with_self: bool, error: str) -> list[str]:
+def run_cancel_tree_if_running(
+    s: SessionLike, *, run_id: str, with_self: bool, error: str
+) -> list[str]:
     """Cancel the running descendants of ``run_id`` (and itself when ``with_self``) with
     their unfinished steps; the ids of the runs cancelled."""
     params = {"run_id": run_id, "with_self": with_self, "error": error}
-    return [str(r[0]) for r in execute(s, "run_cancel_tree", params).fetchall()]
+    return [str(r[0]) for r in execute(s, "run_cancel_tree_if_running", params).fetchall()]
 
 
 def run_reopen_if_terminal(s: SessionLike, *, run_id: str) -> bool:
@@ -121,9 +123,9 @@ def run_reopen_if_terminal(s: SessionLike, *, run_id: str) -> bool:
     return execute(s, "run_reopen_if_terminal", {"run_id": run_id}).fetchone() is not None
 
 
-def run_release_next_in_sequence(s: SessionLike, *, key: str) -> list[str]:
+def run_release_next_in_sequence_if_held(s: SessionLike, *, key: str) -> list[str]:
     """Unhold the head run of sequence ``key`` when it is held; the ids released."""
-    return [str(r[0]) for r in execute(s, "run_release_next_in_sequence", {"key": key})]
+    return [str(r[0]) for r in execute(s, "run_release_next_in_sequence_if_held", {"key": key})]
 
 
 # -- inserts -------------------------------------------------------------------------------
@@ -319,13 +321,13 @@ def run_list_stalled_sequences(s: SessionLike, *, batch: int) -> list[str]:
 # -- retention -----------------------------------------------------------------------------
 
 
-def run_purge_terminal(
+def run_purge_if_terminal(
     s: SessionLike, *, age_us: int, batch: int, now: datetime | None = None
 ) -> int:
     """Delete up to ``batch`` terminal top runs finished more than ``age_us`` microseconds
     before ``now`` (default the database's); how many were deleted."""
     params = {"age_us": age_us, "batch": batch, "now": now}
-    return len(execute(s, "run_purge_terminal", params).fetchall())
+    return len(execute(s, "run_purge_if_terminal", params).fetchall())
 
 
 def run_count_purgeable(

@@ -22,9 +22,11 @@ def signal_insert(s: SessionLike, *, run_id: str, name: str, payload: str) -> No
     execute(s, "signal_insert", {"run_id": run_id, "name": name, "payload": payload})
 
 
-def signal_consume(s: SessionLike, *, run_id: str, name: str, node: str) -> str | None:
+def signal_consume_if_unconsumed(
+    s: SessionLike, *, run_id: str, name: str, node: str
+) -> str | None:
     """The oldest unconsumed signal ``name`` of the run -> consumed by ``node``; its
     payload as JSON text, None when none is kept."""
     params = {"run_id": run_id, "name": name, "node": node}
-    row = execute(s, "signal_consume", params).fetchone()
+    row = execute(s, "signal_consume_if_unconsumed", params).fetchone()
     return None if row is None else str(row[0])

@@ -99,38 +99,38 @@ def step_insert_plan(
 # -- claim and leases ------------------------------------------------------------------------
 
 
-def step_claim(
+def step_claim_if_available(
     s: SessionLike, *, queue: str, limit: int, owner: str, ttl_us: int
 ) -> list[ClaimedStep]:
     """available -> running for up to ``limit`` steps of ``queue`` (SKIP LOCKED, then the
     CAS that takes the lease for ``ttl_us`` microseconds)."""
     params = {"queue": queue, "limit": limit, "owner": owner, "ttl_us": ttl_us}
-    return execute_rows(s, "step_claim", params, _CLAIMED).fetchall()
+    return execute_rows(s, "step_claim_if_available", params, _CLAIMED).fetchall()
 
 
-def step_claim_run(
+def step_claim_in_run_if_available(
     s: SessionLike, *, queue: str, limit: int, owner: str, ttl_us: int, run_id: str
 ) -> list[ClaimedStep]:
-    """:func:`step_claim` restricted to run ``run_id`` and its child runs."""
+    """:func:`step_claim_if_available` restricted to run ``run_id`` and its child runs."""
     params = {"queue": queue, "limit": limit, "owner": owner, "ttl_us": ttl_us, "run_id": run_id}
-    return execute_rows(s, "step_claim_run", params, _CLAIMED).fetchall()
+    return execute_rows(s, "step_claim_in_run_if_available", params, _CLAIMED).fetchall()
 
 
-def step_extend_lease_many(
+def step_extend_lease_if_held_many(
     s: SessionLike, *, ids: Sequence[int], generations: Sequence[int], owner: str, ttl_us: int
 ) -> set[tuple[int, int]]:
     """Renew the leases ``(ids[i], generations[i])`` of ``owner``; the pairs renewed."""
     params = {"ids": ids, "generations": generations, "owner": owner, "ttl_us": ttl_us}
-    return {(r[0], r[1]) for r in execute(s, "step_extend_lease_many", params).fetchall()}
+    return {(r[0], r[1]) for r in execute(s, "step_extend_lease_if_held_many", params).fetchall()}
 
 
-def step_release_lease_many(
+def step_release_lease_if_held_many(
     s: SessionLike, *, ids: Sequence[int], generations: Sequence[int], owner: str
 ) -> list[str]:
     """running -> available at once for the leases of ``owner``; the queues of the steps
     given back."""
     params = {"ids": ids, "generations": generations, "owner": owner}
-    return _firsts(execute(s, "step_release_lease_many", params))
+    return _firsts(execute(s, "step_release_lease_if_held_many", params))
 
 
 def step_disown_if_owner_gone(s: SessionLike, *, now: datetime | None) -> list[DisownedStep]:
@@ -210,24 +210,24 @@ def step_complete_from_child_if_waiting(
 # -- release -------------------------------------------------------------------------------
 
 
-def step_release_ready(s: SessionLike, *, run_id: str) -> list[ReleasedStep]:
+def step_release_if_ready(s: SessionLike, *, run_id: str) -> list[ReleasedStep]:
     """Release every pending step of ``run_id`` whose dependencies all completed."""
-    return execute_rows(s, "step_release_ready", {"run_id": run_id}, _RELEASED).fetchall()
+    return execute_rows(s, "step_release_if_ready", {"run_id": run_id}, _RELEASED).fetchall()
 
 
-def send_step_release_dependents(
+def send_step_release_dependents_if_ready(
     s: SessionLike, *, run_ids: Sequence[str], nodes: Sequence[str]
 ) -> Pending[list[ReleasedStep]]:
-    """Send ``step_release_dependents`` for the completed ``(run_ids[i], nodes[i])``."""
+    """Send ``step_release_dependents_if_ready`` for the completed ``(run_ids[i], nodes[i])``."""
     params = {"run_ids": run_ids, "nodes": nodes}
-    return Pending(execute_rows(s, "step_release_dependents", params, _RELEASED), every)
+    return Pending(execute_rows(s, "step_release_dependents_if_ready", params, _RELEASED), every)
 
 
-def step_release_dependents(
+def step_release_dependents_if_ready(
     s: SessionLike, *, run_ids: Sequence[str], nodes: Sequence[str]
 ) -> list[ReleasedStep]:
     """Release the dependents of completed nodes whose dependencies all completed."""
-    return send_step_release_dependents(s, run_ids=run_ids, nodes=nodes).result()
+    return send_step_release_dependents_if_ready(s, run_ids=run_ids, nodes=nodes).result()
 
 
 # -- failure and cancel --------------------------------------------------------------------
@@ -343,17 +343,17 @@ def step_fail_without_backoff_if_leased(
     ).result()
 
 
-def step_cancel_remaining(s: SessionLike, *, run_id: str, error: str) -> list[str]:
+def step_cancel_if_unfinished(s: SessionLike, *, run_id: str, error: str) -> list[str]:
     """Every non-terminal step of ``run_id`` -> cancelled; the nodes cancelled."""
-    return _firsts(execute(s, "step_cancel_remaining", {"run_id": run_id, "error": error}))
+    return _firsts(execute(s, "step_cancel_if_unfinished", {"run_id": run_id, "error": error}))
 
 
-def step_cancel_nodes(
+def step_cancel_nodes_if_unfinished(
     s: SessionLike, *, run_id: str, nodes: Sequence[str], error: str
 ) -> list[str]:
     """The named non-terminal steps of ``run_id`` -> cancelled; the nodes cancelled."""
     params = {"run_id": run_id, "nodes": nodes, "error": error}
-    return _firsts(execute(s, "step_cancel_nodes", params))
+    return _firsts(execute(s, "step_cancel_nodes_if_unfinished", params))
 
 
 def step_discard_if_waiting(
@@ -378,23 +378,25 @@ def step_discard_if_waiting(
     return None if row is None else str(row[2])
 
 
-def step_reset_for_retry(s: SessionLike, *, run_id: str, node: str | None) -> list[ResetStep]:
+def step_reset_if_discarded_or_cancelled(
+    s: SessionLike, *, run_id: str, node: str | None
+) -> list[ResetStep]:
     """Operator retry: discarded (all, or ``node`` and its items) and cancelled steps ->
     pending; the steps reset."""
     params = {"run_id": run_id, "node": node}
-    return execute_rows(s, "step_reset_for_retry", params, _RESET).fetchall()
+    return execute_rows(s, "step_reset_if_discarded_or_cancelled", params, _RESET).fetchall()
 
 
 # -- recovery sweep ------------------------------------------------------------------------
 
 
-def step_rescue_expired(
+def step_rescue_if_lease_expired(
     s: SessionLike, *, max_reclaims: int, batch: int, now: datetime | None = None
 ) -> list[RescuedStep]:
     """Expired leases (at ``now``, default the database's) back to available (reclaims +
     1); the steps rescued."""
     params = {"max_reclaims": max_reclaims, "batch": batch, "now": now}
-    return execute_rows(s, "step_rescue_expired", params, _RESCUED).fetchall()
+    return execute_rows(s, "step_rescue_if_lease_expired", params, _RESCUED).fetchall()
 
 
 def step_list_timed_out(
@@ -423,15 +425,17 @@ def step_get_node_info(s: SessionLike, *, run_id: str, node: str) -> NodeInfo | 
     return execute_rows(s, "step_get_node_info", params, _NODE_INFO).fetchone()
 
 
-def step_start_wait(s: SessionLike, *, run_id: str, node: str) -> None:
+def step_set_wait_until_if_waiting(s: SessionLike, *, run_id: str, node: str) -> None:
     """A child or wait_signal node starts waiting (its ``wait_until`` is set)."""
-    execute(s, "step_start_wait", {"run_id": run_id, "node": node})
+    execute(s, "step_set_wait_until_if_waiting", {"run_id": run_id, "node": node})
 
 
-def step_set_child_run(s: SessionLike, *, run_id: str, node: str, child_run_id: str) -> None:
+def step_set_child_run_if_waiting(
+    s: SessionLike, *, run_id: str, node: str, child_run_id: str
+) -> None:
     """Record the child run a waiting child node started."""
     params = {"run_id": run_id, "node": node, "child_run_id": child_run_id}
-    execute(s, "step_set_child_run", params)
+    execute(s, "step_set_child_run_if_waiting", params)
 
 
 def step_list_expired_waits(
@@ -482,7 +486,7 @@ def step_get_list_shape(
     return execute_rows(s, "step_get_list_shape", params, _LIST_SHAPE).fetchone()
 
 
-def step_insert_items(
+def step_insert_items_if_waiting(
     s: SessionLike,
     *,
     run_id: str,
@@ -500,40 +504,46 @@ def step_insert_items(
         "from_node": from_node,
         "path": path,
     }
-    execute(s, "step_insert_items", params)
+    execute(s, "step_insert_items_if_waiting", params)
 
 
-def step_set_items_total(
+def step_set_items_total_if_waiting(
     s: SessionLike, *, run_id: str, node: str, total: int
 ) -> ItemCounts | None:
     """Record a started fan-out node's item count; its done and total counts."""
     params = {"run_id": run_id, "node": node, "total": total}
-    return execute_rows(s, "step_set_items_total", params, _ITEM_COUNTS).fetchone()
+    return execute_rows(s, "step_set_items_total_if_waiting", params, _ITEM_COUNTS).fetchone()
 
 
-def step_release_items(s: SessionLike, *, run_id: str, node: str) -> list[str]:
+def step_release_items_if_room(s: SessionLike, *, run_id: str, node: str) -> list[str]:
     """pending -> available for the next items of a fan-out node; their queues."""
-    return _firsts(execute(s, "step_release_items", {"run_id": run_id, "node": node}))
+    return _firsts(execute(s, "step_release_items_if_room", {"run_id": run_id, "node": node}))
 
 
-def step_count_item_done(s: SessionLike, *, run_id: str, node: str, n: int) -> ItemsDone | None:
+def step_add_items_done_if_waiting(
+    s: SessionLike, *, run_id: str, node: str, n: int
+) -> ItemsDone | None:
     """``n`` items of the waiting fan-out node ``node`` completed: count them and release
     the next ones; None when the node no longer waits."""
     params = {"run_id": run_id, "node": node, "n": n}
-    return execute_rows(s, "step_count_item_done", params, _ITEMS_DONE).fetchone()
+    return execute_rows(s, "step_add_items_done_if_waiting", params, _ITEMS_DONE).fetchone()
 
 
-def step_complete_fan_out(s: SessionLike, *, run_id: str, node: str) -> DecidedNode | None:
+def step_complete_fan_out_if_waiting(
+    s: SessionLike, *, run_id: str, node: str
+) -> DecidedNode | None:
     """waiting -> completed with the item outputs (or discarded: over the output limit);
     None when stale."""
     params = {"run_id": run_id, "node": node}
-    return execute_rows(s, "step_complete_fan_out", params, _DECIDED).fetchone()
+    return execute_rows(s, "step_complete_fan_out_if_waiting", params, _DECIDED).fetchone()
 
 
-def step_cancel_items(s: SessionLike, *, run_id: str, node: str, error: str) -> list[str]:
+def step_cancel_items_if_unfinished(
+    s: SessionLike, *, run_id: str, node: str, error: str
+) -> list[str]:
     """Every unfinished item of a fan-out node -> cancelled; the items cancelled."""
     params = {"run_id": run_id, "node": node, "error": error}
-    return _firsts(execute(s, "step_cancel_items", params))
+    return _firsts(execute(s, "step_cancel_items_if_unfinished", params))
 
 
 def step_count_items(s: SessionLike, *, run_id: str) -> dict[str, dict[str, int]]:

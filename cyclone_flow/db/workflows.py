@@ -20,9 +20,9 @@ def workflow_upsert(
     return execute_rows(s, "workflow_upsert", params, _STORED).fetchone()
 
 
-def workflow_fill_plan(s: SessionLike, *, id: int, plan: str) -> None:
+def workflow_fill_plan_if_missing(s: SessionLike, *, id: int, plan: str) -> None:
     """Give a definition stored before plans existed its plan."""
-    execute(s, "workflow_fill_plan", {"id": id, "plan": plan})
+    execute(s, "workflow_fill_plan_if_missing", {"id": id, "plan": plan})
 
 
 def workflow_list(s: SessionLike, *, limit: int, name: str | None = None) -> list[FlowRow]:

@@ -90,9 +90,9 @@ def release(tx: Tx, run_id: str, node: str | None) -> bool:
     ready pending node of the run); start those that are not actions. Returns whether any
     node was released."""
     if node is None:
-        released = steps.step_release_ready(tx, run_id=run_id)
+        released = steps.step_release_if_ready(tx, run_id=run_id)
     else:
-        released = steps.step_release_dependents(tx, run_ids=[run_id], nodes=[node])
+        released = steps.step_release_dependents_if_ready(tx, run_ids=[run_id], nodes=[node])
     start_released(tx, run_id, released)
     return bool(released)
 
@@ -121,7 +121,7 @@ def start_node(tx: Tx, run_id: str, node: str) -> None:
     elif info.type == "child":
         _start_child(tx, run_id, node, info)
     elif info.type == "wait_signal":
-        steps.step_start_wait(tx, run_id=run_id, node=node)
+        steps.step_set_wait_until_if_waiting(tx, run_id=run_id, node=node)
         consume_signal(tx, run_id, node, info.signal)
 
 
@@ -156,7 +156,7 @@ def node_completed(tx: Tx, run_id: str, node: str) -> None:
 
 
 def send_node_advance(tx: Tx, run_id: str, node: str) -> NodeAdvance:
-    """Send the advance after ``node`` completed: ``step_release_dependents``, then
+    """Send the advance after ``node`` completed: ``step_release_dependents_if_ready``, then
     ``run_complete_if_done``; read them with :func:`node_advanced` after the pipeline.
 
     Why sending them in one pipeline (even before the completion's own compare-and-swap
@@ -173,13 +173,13 @@ def send_node_advance(tx: Tx, run_id: str, node: str) -> NodeAdvance:
     - both are guarded, idempotent functions of the run's rows, run under the run row
       lock: sent after a stale (zero-row) completion they change nothing that was not
       already due, and that transaction is rolled back anyway;
-    - a fan-out item's ``step_count_item_done`` counts unconditionally (not idempotent),
-      so it is sent only after the compare-and-swap returned its row;
+    - a fan-out item's ``step_add_items_done_if_waiting`` counts unconditionally (not
+      idempotent), so it is sent only after the compare-and-swap returned its row;
     - an error of any statement (e.g. a handler left its completion transaction failed)
       is raised when the pipeline block ends, as the same psycopg error, and the
       connection has left pipeline mode by then, so its rollback works as before.
     """
-    released = steps.send_step_release_dependents(tx, run_ids=[run_id], nodes=[node])
+    released = steps.send_step_release_dependents_if_ready(tx, run_ids=[run_id], nodes=[node])
     done = runs.send_run_complete_if_done(tx, run_ids=[run_id])
     return released, done
 
@@ -200,8 +200,8 @@ def advance_completed(
     finished: Sequence[CompletedRun],
 ) -> None:
     """Go on with the advance of a group commit's runs after its set-based statements:
-    ``released`` the rows ``step_release_dependents`` returned for the batch's completed
-    nodes, ``items`` the count of completed items per ``(run_id, fan-out node)``,
+    ``released`` the rows ``step_release_dependents_if_ready`` returned for the batch's
+    completed nodes, ``items`` the count of completed items per ``(run_id, fan-out node)``,
     ``finished`` the rows ``run_complete_if_done`` returned for the batch's runs; ``txs``
     one Tx (with effects of its own) per run id of the batch. The end state is that of one
     :func:`node_completed` / :func:`items_completed` per step: released actions wake their
@@ -370,7 +370,7 @@ def resolve_discard(tx: Tx, run_id: str, node: str, error: str) -> RunState | No
         )
         if failed is None:
             return None  # already terminal: a run fails fast only once
-        cancelled = steps.step_cancel_remaining(
+        cancelled = steps.step_cancel_if_unfinished(
             tx, run_id=run_id, error=f"run failed: step {node} was discarded"
         )
         tx.effects.cancelled.extend((run_id, n) for n in cancelled)
@@ -382,7 +382,7 @@ def resolve_discard(tx: Tx, run_id: str, node: str, error: str) -> RunState | No
             message,
         )
         return RunState.FAILED
-    cancelled = steps.step_cancel_nodes(
+    cancelled = steps.step_cancel_nodes_if_unfinished(
         tx,
         run_id=run_id,
         nodes=[d.node for d in downstream],
@@ -400,7 +400,7 @@ def consume_signal(tx: Tx, run_id: str, node: str, name: str | None) -> bool:
     with the payload; False when none is kept (the node keeps waiting)."""
     if name is None:
         return False
-    payload = signals.signal_consume(tx, run_id=run_id, name=name, node=node)
+    payload = signals.signal_consume_if_unconsumed(tx, run_id=run_id, name=name, node=node)
     if payload is None:
         return False
     queue = steps.step_complete_if_waiting(tx, run_id=run_id, node=node, output=payload)

@@ -65,8 +65,8 @@ def start(
         not_before=not_before,
     )
     assert row is not None  # the parent run is locked and its definition stored
-    steps.step_set_child_run(tx, run_id=run_id, node=node, child_run_id=row.id)
-    steps.step_start_wait(tx, run_id=run_id, node=node)
+    steps.step_set_child_run_if_waiting(tx, run_id=run_id, node=node, child_run_id=row.id)
+    steps.step_set_wait_until_if_waiting(tx, run_id=run_id, node=node)
     return ChildStarted(row.id, row.root_run_id, workflow_id)
 
 
@@ -82,6 +82,8 @@ def completed(tx: Tx, run_id: str, node: str, child_run_id: str) -> DecidedNode 
 def cancel_tree(tx: Tx, run_id: str, with_self: bool, reason: str) -> None:
     """Cancel the running descendants of ``run_id`` (and ``run_id`` itself when
     ``with_self``) with their unfinished steps."""
-    for rid in runs.run_cancel_tree(tx, run_id=run_id, with_self=with_self, error=reason):
+    for rid in runs.run_cancel_tree_if_running(
+        tx, run_id=run_id, with_self=with_self, error=reason
+    ):
         tx.effects.finished[rid] = RunState.CANCELLED
         tx.effects.wakeups.runs_done.add(rid)

@@ -37,9 +37,11 @@ def claim(
             break
         left = limit - len(claimed)
         if run_id is None:
-            claimed += steps.step_claim(s, queue=queue, limit=left, owner=owner, ttl_us=ttl_us)
+            claimed += steps.step_claim_if_available(
+                s, queue=queue, limit=left, owner=owner, ttl_us=ttl_us
+            )
         else:
-            claimed += steps.step_claim_run(
+            claimed += steps.step_claim_in_run_if_available(
                 s, queue=queue, limit=left, owner=owner, ttl_us=ttl_us, run_id=run_id
             )
     return claimed
@@ -52,7 +54,7 @@ def extend_leases(s: SessionLike, owner: str, ttl_s: float, leases: Sequence[Lea
     if not leases:
         return set()
     ordered = sorted(leases)  # in id order, as a group commit sends its rows
-    return steps.step_extend_lease_many(
+    return steps.step_extend_lease_if_held_many(
         s,
         ids=[lease[0] for lease in ordered],
         generations=[lease[1] for lease in ordered],
@@ -67,7 +69,7 @@ def release_leases(s: SessionLike, owner: str, leases: Sequence[Lease]) -> Wakeu
     wakeups = Wakeups()
     if leases:
         wakeups.queues.update(
-            steps.step_release_lease_many(
+            steps.step_release_lease_if_held_many(
                 s,
                 ids=[lease[0] for lease in leases],
                 generations=[lease[1] for lease in leases],

@@ -46,7 +46,7 @@ def complete_step(
     READ COMMITTED)."""
     parent = step.parent_node  # a fan-out item's fan-out node
     with pipelined(tx.conn):
-        isolation = misc.send_session_isolation(tx) if default_isolation is not None else None
+        isolation = misc.send_session_get_isolation(tx) if default_isolation is not None else None
         misc.send_session_force_generic_plans(tx)
         runs.send_run_lock(tx, run_id=step.run_id)
         completing = steps.send_step_complete_if_leased(
@@ -101,7 +101,7 @@ def complete_steps(
             owner=owner,
         )
         if nodes:
-            releasing = steps.send_step_release_dependents(
+            releasing = steps.send_step_release_dependents_if_ready(
                 tx, run_ids=[r for r, _ in nodes], nodes=[n for _, n in nodes]
             )
             finishing = runs.send_run_complete_if_done(tx, run_ids=node_runs)

@@ -137,7 +137,7 @@ def read_snapshot(
     transaction begins here and the caller's block ends it); None for an unknown run.
     ``items``: also read each fan-out item step; ``now`` pins the clock (tests)."""
     with s.conn.transaction():
-        misc.session_read_snapshot(s)
+        misc.session_set_read_snapshot(s)
         run = runs.run_get(s, run_id=run_id)
         if run is None:
             return None

@@ -166,7 +166,7 @@ def fail_past_deadline(
     row = runs.run_fail_if_past_deadline(tx, run_id=run_id, now=now)
     if row is None:
         return None
-    cancelled = steps.step_cancel_remaining(tx, run_id=run_id, error=row.error)
+    cancelled = steps.step_cancel_if_unfinished(tx, run_id=run_id, error=row.error)
     parent = advance.parent_of(row.parent_run_id, row.parent_node)
     advance.run_ended(tx, run_id, RunState.FAILED, parent, row.error)
     return tuple(cancelled), row.error

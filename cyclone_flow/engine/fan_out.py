@@ -67,10 +67,10 @@ def start(
             f"over: {shown} has {length} items, more than MAX_FAN_OUT_ITEMS = {MAX_FAN_OUT_ITEMS}",
             ErrorKind.FAN_OUT_TOO_LARGE,
         )
-    steps.step_insert_items(
+    steps.step_insert_items_if_waiting(
         tx, run_id=run_id, node=node, literal=literal, from_node=from_node, path=path
     )
-    counts = steps.step_set_items_total(tx, run_id=run_id, node=node, total=length)
+    counts = steps.step_set_items_total_if_waiting(tx, run_id=run_id, node=node, total=length)
     done, total = (counts.items_done, counts.items_total) if counts else (0, 0)
     if done >= total:
         return "finish"
@@ -81,19 +81,19 @@ def start(
 
 def release_items(tx: Tx, run_id: str, node: str) -> None:
     """Release the next pending items of ``node`` up to ``max_parallel``."""
-    tx.effects.wakeups.queues.update(steps.step_release_items(tx, run_id=run_id, node=node))
+    tx.effects.wakeups.queues.update(steps.step_release_items_if_room(tx, run_id=run_id, node=node))
 
 
 def finish(tx: Tx, run_id: str, node: str) -> DecidedNode | None:
     """Complete the fan-out node with its items' outputs (or discard it: over the output
     limit); None when it no longer waits."""
-    return steps.step_complete_fan_out(tx, run_id=run_id, node=node)
+    return steps.step_complete_fan_out_if_waiting(tx, run_id=run_id, node=node)
 
 
 def items_completed(tx: Tx, run_id: str, parent: str, n: int = 1) -> bool:
     """``n`` items of ``parent`` completed: count them and release the next pending items
     (one statement). True when that was the last item (finish the node now)."""
-    row = steps.step_count_item_done(tx, run_id=run_id, node=parent, n=n)
+    row = steps.step_add_items_done_if_waiting(tx, run_id=run_id, node=parent, n=n)
     if row is None:
         return False  # the fan-out node is no longer waiting (discarded or cancelled)
     if row.items_done >= row.items_total:
@@ -115,7 +115,7 @@ def discard_for_item(
     )
     if queue is None:
         return None
-    cancelled = steps.step_cancel_items(
+    cancelled = steps.step_cancel_items_if_unfinished(
         tx, run_id=run_id, node=parent, error=f"fan-out node {parent} was discarded"
     )
     tx.effects.cancelled.extend((run_id, node) for node in cancelled)

@@ -24,7 +24,7 @@ def cancel_run(tx: Tx, run_id: str, reason: str) -> tuple[bool, tuple[str, ...]]
     done = runs.run_cancel_if_running(tx, run_id=run_id, error=reason)
     if done is None and not sequences.cancel_failed(tx, run_id, reason):
         return False, ()
-    cancelled = steps.step_cancel_remaining(tx, run_id=run_id, error=reason)
+    cancelled = steps.step_cancel_if_unfinished(tx, run_id=run_id, error=reason)
     parent = None if done is None else advance.parent_of(done.parent_run_id, done.parent_node)
     advance.run_ended(tx, run_id, RunState.CANCELLED, parent, reason)
     key = sequences.key_of(tx, run_id)
@@ -81,7 +81,7 @@ def retry_run(tx: Tx, run_id: str, node: str | None = None) -> list[str]:
                 run_id, state, f"node {node!r} is {row.state}, not discarded or cancelled"
             )
     runs.run_reopen_if_terminal(tx, run_id=run_id)
-    reset = steps.step_reset_for_retry(tx, run_id=run_id, node=node)
+    reset = steps.step_reset_if_discarded_or_cancelled(tx, run_id=run_id, node=node)
     # A step left discarded must not sit upstream of a reset one: that step could never
     # run and the run would never end. Refuse (the caller rolls the transaction back).
     reset_nodes = {r.node for r in reset}

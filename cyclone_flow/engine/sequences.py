@@ -25,7 +25,7 @@ def unhold_next(tx: Tx, key: str) -> list[str]:
     """Unhold the head run of sequence ``key`` when it is held (under the sequence's row
     lock); the run ids to release as at submit (none, or one)."""
     sequences.sequence_lock(tx, key=key)
-    return runs.run_release_next_in_sequence(tx, key=key)
+    return runs.run_release_next_in_sequence_if_held(tx, key=key)
 
 
 def key_of(tx: Tx, run_id: str) -> str | None:

@@ -47,7 +47,7 @@ def store_definition(tx: Tx, flow: Flow) -> int:
     if stored is None:
         raise CycloneError(f"could not store the definition of flow {flow.name!r}")
     if stored.no_plan:
-        workflows.workflow_fill_plan(tx, id=stored.id, plan=values["plan"])
+        workflows.workflow_fill_plan_if_missing(tx, id=stored.id, plan=values["plan"])
     return stored.id
 
 

@@ -17,7 +17,7 @@ is a stale no-op):
 The lists and the rescue compare with ``now`` (the database's clock unless a test pins
 it); each failure is guarded by the step's state and its claim's lease generation. Each
 batch is at most ``batch_size`` steps per part (the rescue's ``LIMIT`` holds whatever
-the plan: ``step_rescue_expired``); while a part came back full, the pass runs another
+the plan: ``step_rescue_if_lease_expired``); while a part came back full, the pass runs another
 batch, for at most ``pass_budget_s`` seconds (default half the sweep interval; the batch
 that is running when the budget runs out finishes), so a crash of many leases comes back
 in one pass and a pass never runs into the next one.
@@ -144,7 +144,7 @@ class Rescuer:
 
         def rescue() -> list[RescuedStep]:
             with self.db.session() as s:
-                return steps.step_rescue_expired(
+                return steps.step_rescue_if_lease_expired(
                     s, max_reclaims=cfg.max_reclaims, batch=cfg.batch_size, now=now
                 )
 

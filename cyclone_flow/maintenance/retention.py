@@ -103,7 +103,9 @@ class RetentionSweeper:
         total = 0
         for _ in range(cfg.max_batches):
             with self.db.session() as s:
-                deleted = runs.run_purge_terminal(s, age_us=age_us, batch=cfg.batch_size, now=now)
+                deleted = runs.run_purge_if_terminal(
+                    s, age_us=age_us, batch=cfg.batch_size, now=now
+                )
             total += deleted
             if deleted < cfg.batch_size:
                 break

@@ -620,7 +620,9 @@ class CompletionTx:
         conn = self.open()
         if not self.handed:
             try:
-                self.default_isolation = misc.session_default_isolation(Session(conn, self.db.q))
+                self.default_isolation = misc.session_get_default_isolation(
+                    Session(conn, self.db.q)
+                )
             except BaseException as exc:
                 self.note(exc)
                 raise

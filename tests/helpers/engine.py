@@ -80,7 +80,7 @@ def rescue_expired(
     """The sweep's rescue of expired leases: ``(run_id, node, queue, reclaims)`` per
     step put back."""
     with client._db.session() as s:
-        rescued = steps.step_rescue_expired(s, max_reclaims=max_reclaims, batch=batch)
+        rescued = steps.step_rescue_if_lease_expired(s, max_reclaims=max_reclaims, batch=batch)
     return [(r.run_id, r.node, r.queue, r.reclaims) for r in rescued]
 
 

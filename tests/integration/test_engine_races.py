@@ -85,11 +85,17 @@ def test_cas_guard_second_update_changes_zero_rows(make_client, db, database_url
     params = {"queue": "default", "limit": 1, "owner": "tx-1", "ttl_us": 30_000_000}
     params["run_id"] = None
     with psycopg.connect(database_url) as conn1, psycopg.connect(database_url) as conn2:
-        assert len(conn1.execute(q["step_claim"], params).fetchall()) == 1
-        assert conn2.execute(q["step_claim"], {**params, "owner": "tx-2"}).fetchall() == []
+        assert len(conn1.execute(q["step_claim_if_available"], params).fetchall()) == 1
+        assert (
+            conn2.execute(q["step_claim_if_available"], {**params, "owner": "tx-2"}).fetchall()
+            == []
+        )
         conn2.rollback()
         conn1.commit()
-        assert conn2.execute(q["step_claim"], {**params, "owner": "tx-2"}).fetchall() == []
+        assert (
+            conn2.execute(q["step_claim_if_available"], {**params, "owner": "tx-2"}).fetchall()
+            == []
+        )
         conn2.rollback()
     row = step_row(db, run_id, "only")
     assert (row["lease_owner"], row["lease_generation"]) == ("tx-1", 1)

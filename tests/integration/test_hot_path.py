@@ -72,13 +72,16 @@ def test_claim_walks_the_claim_index_in_order_without_sorting(
     db.execute("ANALYZE cyclone_steps")
     if db.info.server_version < 160000:
         pytest.skip("EXPLAIN (GENERIC_PLAN) needs Postgres 16")
-    plan = _generic_plan(db, client._db.q["step_claim"])
+    plan = _generic_plan(db, client._db.q["step_claim_if_available"])
     # the partial index of the steps nobody owns (isolated runs: migration 0007)
     assert "Index Scan using cyclone_steps_claim_shared_idx" in plan, plan
     assert "Sort" not in plan, plan
     # cyclone-flow run's claim is a statement of its own: its run filter never reaches
     # the generic plan of the workers' claim above
-    assert "root_run_id" not in plan and "root_run_id" in client._db.q["step_claim_run"]
+    assert (
+        "root_run_id" not in plan
+        and "root_run_id" in client._db.q["step_claim_in_run_if_available"]
+    )
 
 
 def test_claim_order_and_queue_are_kept(make_client: Callable[..., Client]) -> None:

@@ -1,6 +1,6 @@
 """The recovery sweep after a big crash (issue 15): one pass batches while a batch comes
 back full, within its pass budget, and each batch's ``LIMIT`` holds whatever the plan
-(``step_rescue_expired`` picks its ids in a MATERIALIZED CTE); a real worker process
+(``step_rescue_if_lease_expired`` picks its ids in a MATERIALIZED CTE); a real worker process
 killed with its leases has them back within the documented bound (docs/deployment.md:
 ``--lease-ttl`` plus one sweep interval plus the pass)."""
 

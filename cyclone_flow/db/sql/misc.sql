@@ -24,30 +24,30 @@ SELECT coalesce(%(now)s::timestamptz, now())
 -- name: session_force_generic_plans
 -- Sent first in a completion's pipeline: for the rest of that transaction, prepared
 -- statements run their generic plan. With array parameters (run_complete_if_done,
--- step_release_dependents, the group commit's statements) Postgres otherwise keeps
+-- step_release_dependents_if_ready, the group commit's statements) Postgres otherwise keeps
 -- planning each call anew (the generic plan's estimate for an array of unknown length is
 -- higher), which costs 0.5-1 ms per call, several times the statement itself. Only the
 -- engine's statements follow it: a handler's own writes in ctx.completion_tx() came before.
 SET LOCAL plan_cache_mode = force_generic_plan
 
--- name: session_read_snapshot
+-- name: session_set_read_snapshot
 -- First in a read-only transaction whose reads must agree with each other ("why is it
 -- waiting", which reads a run, its steps, deps and the workers): one snapshot for all.
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
 
--- name: session_read_committed
+-- name: session_set_read_committed
 -- Run once per connection, in autocommit, at its first checkout: the session's default
 -- isolation becomes READ COMMITTED whatever the database's or the role's default, so that
 -- the statements the engine runs in autocommit are READ COMMITTED as its transactions
 -- (which begin with BEGIN ISOLATION LEVEL READ COMMITTED).
 SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED
 
--- name: session_default_isolation
+-- name: session_get_default_isolation
 -- When ctx.completion_tx() hands its transaction to a handler: the session's default
--- isolation before the handler runs (session_isolation compares with it at completion).
+-- isolation before the handler runs (session_get_isolation compares with it at completion).
 SELECT current_setting('default_transaction_isolation')
 
--- name: session_isolation
+-- name: session_get_isolation
 -- Sent in a completion's pipeline when the handler used ctx.completion_tx(): the
 -- isolation of the transaction and the session's default isolation, to refuse a
 -- handler's SET TRANSACTION ISOLATION LEVEL, SET SESSION CHARACTERISTICS or SET

@@ -17,14 +17,14 @@ WHERE id = %(run_id)s AND state = 'failed' AND sequence_key IS NOT NULL
 RETURNING id
 
 -- name: run_cancel_if_running
--- running -> cancelled (operator cancel); step_cancel_remaining follows in the same
+-- running -> cancelled (operator cancel); step_cancel_if_unfinished follows in the same
 -- transaction. Exactly one of a cancel and a racing completion wins: both take the run lock.
 UPDATE {schema}.cyclone_runs
 SET state = 'cancelled', finished_at = statement_timestamp(), error = %(error)s, error_kind = 'cancelled'
 WHERE id = %(run_id)s AND state = 'running'
 RETURNING id, parent_run_id, parent_node
 
--- name: run_cancel_tree
+-- name: run_cancel_tree_if_running
 -- Cancel the running descendants of %(run_id)s (and %(run_id)s itself when %(with_self)s)
 -- with every unfinished step of theirs: a parent that failed, was cancelled, or stopped
 -- waiting for its child cancels the child's whole tree (their handlers learn it on their
@@ -128,7 +128,7 @@ SELECT EXISTS (
 
 -- name: run_fail_if_past_deadline
 -- Deadline scanner: running -> failed with error_kind deadline, guarded by deadline_at (a
--- run that finished or was retried meanwhile is stale). step_cancel_remaining follows.
+-- run that finished or was retried meanwhile is stale). step_cancel_if_unfinished follows.
 -- %(now)s pins the clock (tests; NULL: the database's now()).
 UPDATE {schema}.cyclone_runs
 SET state = 'failed', finished_at = statement_timestamp(), error_kind = 'deadline',
@@ -343,7 +343,7 @@ FROM {schema}.cyclone_runs r JOIN target t ON r.id = t.id
 ORDER BY coalesce(r.root_run_id, r.id), r.root_run_id IS NOT NULL, r.id
 FOR NO KEY UPDATE OF r
 
--- name: run_purge_terminal
+-- name: run_purge_if_terminal
 -- Retention: delete up to %(batch)s terminal top runs (completed, failed, cancelled) whose
 -- finished_at is older than now() - age; their steps, deps, signals and child runs go with
 -- them through ON DELETE CASCADE (a child run is purged with its top run, never while that
@@ -363,9 +363,9 @@ WHERE r.id IN (
   AND r.state <> 'running'
 RETURNING r.id
 
--- name: run_release_next_in_sequence
+-- name: run_release_next_in_sequence_if_held
 -- The first run of the sequence that is neither completed nor cancelled, when it is held:
--- held -> released (its roots are then released as at submit, by step_release_ready in
+-- held -> released (its roots are then released as at submit, by step_release_if_ready in
 -- the same transaction). A held run locked by another transaction (its own cancel) is
 -- skipped: that transaction releases after it. Returns the released run.
 WITH head AS (

@@ -2,7 +2,7 @@
 -- consumes them (Client Options: WithMaxSignalWait, WithPayloadLimits). Defined by
 -- migration 0002_node_types. Every statement runs under the run row lock.
 
--- name: signal_consume
+-- name: signal_consume_if_unconsumed
 -- The oldest unconsumed signal %(name)s of the run -> consumed by %(node)s; returns its
 -- payload as JSON text (none: the node keeps waiting).
 UPDATE {schema}.cyclone_signals

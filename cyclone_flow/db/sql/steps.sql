@@ -8,7 +8,7 @@
 -- waiting, never claimed; the engine completes or discards them in the transaction of the
 -- event that decides them, under the run row lock.
 
--- name: step_cancel_items
+-- name: step_cancel_items_if_unfinished
 -- Every unfinished item of a fan-out node -> cancelled (the node was discarded or
 -- cancelled); a running item learns it on its next heartbeat.
 UPDATE {schema}.cyclone_steps
@@ -18,7 +18,7 @@ WHERE run_id = %(run_id)s AND parent_node = %(node)s
   AND state NOT IN ('completed', 'discarded', 'cancelled')
 RETURNING node
 
--- name: step_cancel_nodes
+-- name: step_cancel_nodes_if_unfinished
 -- The named non-terminal steps of a run -> cancelled (a contained branch: cancel_branch).
 UPDATE {schema}.cyclone_steps
 SET state = 'cancelled', finished_at = statement_timestamp(), lease_expiry = NULL,
@@ -27,7 +27,7 @@ WHERE run_id = %(run_id)s AND node = ANY(%(nodes)s::text[])
   AND state NOT IN ('completed', 'discarded', 'cancelled')
 RETURNING node
 
--- name: step_cancel_remaining
+-- name: step_cancel_if_unfinished
 -- Every non-terminal step of a failed or cancelled run -> cancelled (a second UPDATE in the
 -- discarding transaction; Engine Design: Failure Propagation).
 UPDATE {schema}.cyclone_steps
@@ -36,7 +36,7 @@ SET state = 'cancelled', finished_at = statement_timestamp(), lease_expiry = NUL
 WHERE run_id = %(run_id)s AND state NOT IN ('completed', 'discarded', 'cancelled')
 RETURNING node
 
--- name: step_claim
+-- name: step_claim_if_available
 -- available -> running for up to %(limit)s steps of one queue: SKIP LOCKED, then the CAS
 -- that takes the lease with the database's now() and a TTL in microseconds (Engine Design:
 -- The Claiming Algorithm, CAS State Transitions). queue = %(queue)s (one queue per
@@ -75,10 +75,10 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
                THEN (SELECT r.input::text FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
           END AS run_input
 
--- name: step_claim_run
--- step_claim restricted to one run and its child runs (cyclone-flow run's %(run_id)s), owned
--- by the claiming process or not: a statement of its own so the generic plan of step_claim
--- never carries the run filter.
+-- name: step_claim_in_run_if_available
+-- step_claim_if_available restricted to one run and its child runs (cyclone-flow run's
+-- %(run_id)s), owned by the claiming process or not: a statement of its own so the generic
+-- plan of step_claim_if_available never carries the run filter.
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps
@@ -107,7 +107,7 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
                THEN (SELECT r.input::text FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
           END AS run_input
 
--- name: step_complete_fan_out
+-- name: step_complete_fan_out_if_waiting
 -- waiting -> completed with the item outputs in item order (jsonb_agg), or -> discarded
 -- with payload_too_large when that list is over the output limit of the client that
 -- submitted the run (Client Options: Limits and Retention).
@@ -219,11 +219,11 @@ FROM {schema}.cyclone_steps
 WHERE state = 'running'
 GROUP BY lease_owner
 
--- name: step_count_item_done
+-- name: step_add_items_done_if_waiting
 -- %(n)s items of a waiting fan-out node completed (1, or more in a group commit): count
 -- them on the node and, unless they were the last ones, release the next pending items up
--- to max_parallel (as step_release_items), in one statement. Returns the node's done and
--- total counts and the queue of the items released (NULL: none).
+-- to max_parallel (as step_release_items_if_room), in one statement. Returns the node's
+-- done and total counts and the queue of the items released (NULL: none).
 WITH parent AS (
     UPDATE {schema}.cyclone_steps
     SET items_done = items_done + %(n)s
@@ -310,7 +310,7 @@ FROM gone g
 WHERE s.id = g.id
 RETURNING s.queue, s.state = 'available' AND s.scheduled_at <= now() AS due
 
--- name: step_extend_lease_many
+-- name: step_extend_lease_if_held_many
 -- Renew the leases this client holds, each guarded by its own lease_generation; a step past
 -- started_at + timeout is not renewed, which makes the timeout durable (Engine Design:
 -- Leases and Heartbeats). Returns the (id, generation) pairs renewed; a missing one lost
@@ -465,12 +465,12 @@ LIMIT 1
 -- The state of one node of a run, and its fan-out node when it is an item.
 SELECT state, parent_node FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND node = %(node)s
 
--- name: step_insert_items
+-- name: step_insert_items_if_waiting
 -- One item step per list element, in one INSERT ... SELECT over jsonb_array_elements:
 -- named NODE[i] (0-based), with the node's call, queue, priority, retry and timeout; the
 -- first max_parallel items available, the rest pending, none claimable before the node's
--- scheduled_at (a delayed run). Items that exist already (an operator retry expands the
--- node again) are kept as they are.
+-- scheduled_at (a delayed run); nothing while the node is not waiting. Items that exist
+-- already (an operator retry expands the node again) are kept as they are.
 INSERT INTO {schema}.cyclone_steps
     (run_id, root_run_id, node, type, call, state, queue, priority, max_attempts, backoff,
      timeout, input, parent_node, item_index, item, scheduled_at, claim_owner)
@@ -596,7 +596,7 @@ WHERE state = 'running' AND timeout IS NOT NULL
 ORDER BY started_at
 LIMIT %(batch)s
 
--- name: step_release_dependents
+-- name: step_release_dependents_if_ready
 -- After completions: the dependents of each completed (%(run_ids)s[i], %(nodes)s[i]) whose
 -- every dependency completed, pending -> available (actions) or waiting (the engine starts
 -- the others in the same transaction); one node, or every node of a group commit. Runs
@@ -621,11 +621,11 @@ WHERE s.run_id = t.run_id AND s.node = t.node
       WHERE d.run_id = s.run_id AND d.node = s.node AND u.state <> 'completed')
 RETURNING s.run_id, s.queue, s.node, s.type
 
--- name: step_release_items
--- pending -> available for the next items of a fan-out node, in item order, until
--- max_parallel items are available or running (all of them without max_parallel). Each
--- item's terminal transition calls it, so max_parallel holds across every worker without
--- touching the claim.
+-- name: step_release_items_if_room
+-- pending -> available for the next items of a waiting fan-out node, in item order, while
+-- it has room: until max_parallel items are available or running (all of them without
+-- max_parallel). Each item's terminal transition calls it, so max_parallel holds across
+-- every worker without touching the claim.
 UPDATE {schema}.cyclone_steps s
 SET state = 'available', scheduled_at = greatest(s.scheduled_at, statement_timestamp())
 WHERE s.id IN (
@@ -643,7 +643,7 @@ WHERE s.id IN (
   AND s.state = 'pending'
 RETURNING s.queue
 
--- name: step_release_lease_many
+-- name: step_release_lease_if_held_many
 -- Graceful shutdown: this client's unfinished steps running -> available at once (lease
 -- cleared, no attempt and no reclaim charged), each guarded by its lease_generation.
 UPDATE {schema}.cyclone_steps s
@@ -653,13 +653,13 @@ WHERE s.id = h.id AND s.state = 'running' AND s.lease_owner = %(owner)s
   AND s.lease_generation = h.generation
 RETURNING s.queue
 
--- name: step_release_ready
+-- name: step_release_if_ready
 -- pending -> available (action nodes) or waiting (fan_out, child and wait_signal nodes,
 -- which the engine starts in the same transaction) for every step of run %(run_id)s whose
 -- every dependency completed: after a submit, the release of a held run of a sequence, or
--- an operator retry (the dependents of completed nodes: step_release_dependents). A later
--- scheduled_at (a delayed run) is kept. Fan-out items are released by
--- step_release_items instead.
+-- an operator retry (the dependents of completed nodes: step_release_dependents_if_ready).
+-- A later scheduled_at (a delayed run) is kept. Fan-out items are released by
+-- step_release_items_if_room instead.
 UPDATE {schema}.cyclone_steps s
 SET state = CASE WHEN s.type = 'action' THEN 'available' ELSE 'waiting' END,
     scheduled_at = greatest(s.scheduled_at, statement_timestamp()),
@@ -674,7 +674,7 @@ WHERE s.run_id = %(run_id)s
       WHERE d.run_id = %(run_id)s AND d.node = s.node AND u.state <> 'completed')
 RETURNING s.run_id, s.queue, s.node, s.type
 
--- name: step_rescue_expired
+-- name: step_rescue_if_lease_expired
 -- Recovery sweep: running steps whose lease expired (and whose timeout has not passed) ->
 -- available, lease cleared, reclaims + 1, no attempt charged, scheduled_at untouched
 -- (Engine Design: Leases and Heartbeats). Steps that reached max_reclaims are left to
@@ -701,11 +701,12 @@ WHERE s.id = e.id
   AND s.lease_expiry < coalesce(%(now)s::timestamptz, now())
 RETURNING s.id, s.run_id, s.node, s.queue, s.reclaims
 
--- name: step_reset_for_retry
+-- name: step_reset_if_discarded_or_cancelled
 -- Operator retry: discarded steps (all, or only %(node)s and its fan-out items) and every
--- cancelled step of the run -> pending with attempts and reclaims reset; step_release_ready
--- then releases those whose dependencies completed (a fan-out node releases its reset
--- items again; a child node starts a new child run). The per-attempt error history is kept.
+-- cancelled step of the run -> pending with attempts and reclaims reset;
+-- step_release_if_ready then releases those whose dependencies completed (a fan-out node
+-- releases its reset items again; a child node starts a new child run). The per-attempt
+-- error history is kept.
 UPDATE {schema}.cyclone_steps
 SET state = 'pending', attempt = 1, reclaims = 0, error = NULL, error_kind = NULL,
     finished_at = NULL, lease_owner = NULL, lease_expiry = NULL, heartbeat_at = NULL,
@@ -717,13 +718,13 @@ WHERE run_id = %(run_id)s
            AND (%(node)s::text IS NULL OR node = %(node)s OR parent_node = %(node)s)))
 RETURNING node, parent_node
 
--- name: step_set_child_run
+-- name: step_set_child_run_if_waiting
 -- Record the child run a waiting child node started.
 UPDATE {schema}.cyclone_steps
 SET child_run_id = %(child_run_id)s
 WHERE run_id = %(run_id)s AND node = %(node)s AND state = 'waiting'
 
--- name: step_set_items_total
+-- name: step_set_items_total_if_waiting
 -- Record a started fan-out node's item count and how many of its items completed already
 -- (zero, unless an operator retry expands it again).
 UPDATE {schema}.cyclone_steps p
@@ -734,7 +735,7 @@ SET items_total = %(total)s,
 WHERE p.run_id = %(run_id)s AND p.node = %(node)s AND p.state = 'waiting'
 RETURNING p.items_done, p.items_total
 
--- name: step_start_wait
+-- name: step_set_wait_until_if_waiting
 -- A child or wait_signal node starts waiting: wait_until = now() (or the start of a
 -- delayed run, when later) + max_wait, where a wait_signal node without max_wait takes the
 -- max_signal_wait of the client that submitted the run (Client Options: WithMaxSignalWait);
