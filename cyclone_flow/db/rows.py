@@ -477,9 +477,9 @@ class ItemsDone(NamedTuple):
 
 
 class DecidedNode(NamedTuple):
-    """``step_complete_fan_out_if_waiting`` / ``step_complete_from_child_if_waiting``: the node's new
-    state (completed, or discarded for an output over the limit), its error and its
-    queue."""
+    """``step_complete_fan_out_if_waiting`` / ``step_complete_from_child_if_waiting``: the
+    node's new state (completed, or discarded for an output over the limit), its error and
+    its queue."""
 
     state: StepState
     error: str | None
