@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from datetime import UTC, datetime
 from typing import NoReturn
 
 import click
@@ -24,7 +25,7 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
-from cyclone_flow.cli.render import queue_info_lines, run_dict, step_detail
+from cyclone_flow.cli.render import queue_info_lines, run_dict, step_detail, step_duration
 from cyclone_flow.cli.watch import watch_run
 from cyclone_flow.client import Client
 from cyclone_flow.db.rows import StepLogLine, WorkerRow
@@ -128,7 +129,8 @@ def status_cmd(
         console.print(Text(f"deadline: {run.deadline_at.isoformat(timespec='seconds')}"))
     if run.error:
         console.print(Text(f"error: {run.error}"))
-    table = out_table("node", "state", "attempt", "reclaims", "queue", "detail", "error")
+    table = out_table("node", "state", "attempt", "reclaims", "queue", "took", "detail", "error")
+    now = datetime.now(UTC)
     for s in steps:
         # a completed step may keep the error of an earlier attempt: --json shows them all
         table.add_row(  # Text cells: error messages are never read as rich markup
@@ -137,16 +139,25 @@ def status_cmd(
             f"{s.attempt}/{s.max_attempts}",
             str(s.reclaims),
             Text(s.queue),
+            step_duration(s, now),
             Text(step_detail(s, progress)),
             Text(f"[{s.error_kind}] {s.error}" if s.error and s.state != "completed" else ""),
         )
     console.print(table)
     for node, why in waiting.items():
         console.print(Text(f"waiting: {node}: {why.text}"))
+    if run.state == "completed" and run.output is not None:
+        console.print(Text("output:"))
+        console.print(Text(json.dumps(run.output, indent=2, ensure_ascii=False)))
+    # the last attempt of a discarded step: its traceback in full, the rest first lines only
+    failed = {(s.node, s.attempt) for s in steps if s.state == "discarded"}
     if tail:
         console.print(Text(f"last log lines (all: cyclone-flow logs {run.id}):"))
-        for entry in tail:  # first lines only: `logs` has the tracebacks
+        for entry in tail:
             head, *rest = log_line_text(entry).splitlines() or [""]
+            if rest and (entry.node, entry.attempt) in failed:
+                console.print(Text("\n".join([head, *rest])))
+                continue
             more = f" (+{len(rest)} lines)" if rest else ""
             console.print(Text(f"{head}{more}"))
 

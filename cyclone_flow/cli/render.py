@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict
+from datetime import datetime
 from typing import Any
 
 from cyclone_flow.db.rows import Run, Step
@@ -60,6 +61,26 @@ def run_dict(
             for s in steps
         ]
     return data
+
+
+def step_duration(step: Step, now: datetime) -> str:
+    """How long ``step`` ran (``started_at`` to ``finished_at``, or to ``now`` while it
+    runs) as ``850ms``, ``12.3s``, ``4m05s`` or ``2h03m``; "" when it never started."""
+    if step.started_at is None:
+        return ""
+    end = step.finished_at or (now if step.state == "running" else None)
+    if end is None:
+        return ""
+    seconds = max(0.0, (end - step.started_at).total_seconds())
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
 
 
 def step_detail(step: Step, progress: dict[str, dict[str, int]]) -> str:

@@ -23,7 +23,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from cyclone_flow.cli.progress import PlainLines, Waiter, end_line, logs_above
-from cyclone_flow.cli.render import step_detail
+from cyclone_flow.cli.render import step_detail, step_duration
 from cyclone_flow.db.rows import Run, Step
 from cyclone_flow.engine.explain import Waiting
 
@@ -115,7 +115,7 @@ def node_line(step: Step, progress: dict[str, dict[str, int]], now: datetime) ->
     (the duration of a running step so far, the error of a step that did not complete)."""
     line = Text.assemble((step.node, "bold"), "  ", (str(step.state), _style(step.state)))
     line.append(f"  attempt {step.attempt}/{step.max_attempts}")
-    took = duration(step, now)
+    took = step_duration(step, now)
     if took:
         line.append(f"  {took}")
     detail = step_detail(step, progress) if step.parent_node is None else ""
@@ -124,26 +124,6 @@ def node_line(step: Step, progress: dict[str, dict[str, int]], now: datetime) ->
     if step.error and step.state != "completed":
         line.append(f"  [{step.error_kind}] {step.error}", style="red")
     return line
-
-
-def duration(step: Step, now: datetime) -> str:
-    """How long ``step`` ran (``started_at`` to ``finished_at``, or to ``now`` while it
-    runs) as ``850ms``, ``12.3s``, ``4m05s`` or ``2h03m``; "" when it never started."""
-    if step.started_at is None:
-        return ""
-    end = step.finished_at or (now if step.state == "running" else None)
-    if end is None:
-        return ""
-    seconds = max(0.0, (end - step.started_at).total_seconds())
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 def _style(state: str) -> str:

@@ -228,3 +228,36 @@ def test_plain_progress_is_causal_reports_every_failed_attempt_and_sums_up_items
     item_lines = [line for line in lines if line.startswith("step price")]
     assert not any("price[" in line for line in lines), lines
     assert len(item_lines) <= 4, item_lines
+
+
+def test_status_shows_durations_the_output_and_a_discarded_steps_traceback(
+    cli: Runner, tmp_path: Path
+) -> None:
+    """Issue 18, item 13: `status` shows how long each step took, the run's output, and
+    the traceback of a step that failed for good (not only its first line)."""
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        "name: good\nnodes:\n  a:\n    call: cyclone_test_handlers.basic:echo\n"
+        "    input: {answer: 42}\n"
+    )
+    run_id = _ok(cli("submit", good)).stdout.strip()
+    _ok(cli(*WORKER))
+    shown = _ok(cli("status", run_id)).stdout
+    header = next(line for line in shown.splitlines() if "node" in line and "state" in line)
+    assert "took" in header, shown
+    row = next(line for line in shown.splitlines() if re.search(r"\ba\b.*completed", line))
+    assert re.search(r"\d+(ms|\.\ds)", row), row  # e.g. 3ms
+    assert "output:" in shown, shown
+    assert '"answer": 42' in shown, shown
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nnodes:\n  b: {call: 'cyclone_test_handlers.basic:boom'}\n")
+    run_id = _ok(cli("submit", bad)).stdout.strip()
+    _ok(cli(*WORKER))
+    proc = cli("status", run_id)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr  # no CLI crash
+    text = proc.stdout  # the handler's own traceback, from its step logs
+    assert "discarded" in text, text
+    assert "Traceback (most recent call last)" in text, text
+    assert 'raise RuntimeError("boom")' in text, text
+    assert "output:" not in text, text
