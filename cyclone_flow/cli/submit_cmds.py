@@ -145,6 +145,8 @@ def submit_cmd(
         echo_json(run_dict(status))
     else:
         click.echo(end_line(status), err=True)
+        if status.state == "completed":
+            echo_json(status.output)  # after the run id: the result, as `run` prints it
     sys.exit(0 if status.state == "completed" else 1)
 
 

@@ -29,8 +29,9 @@ def test_submit_wait_exits_0_when_the_run_completes(cli: Runner, make_client, tm
     proc = cli("submit", _flow_file(tmp_path, "echo"), "--input", '{"a": 1}', "--wait")
     no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
-    run_id = proc.stdout.strip()
+    run_id, *rest = proc.stdout.splitlines()  # the run id at once, its output at the end
     assert len(run_id) == 36
+    assert json.loads("\n".join(rest)) == {"only": {"a": 1}}, proc.stdout
     assert f"run {run_id} completed" in proc.stderr
     assert "  step only completed" in proc.stderr  # progress lines (not a terminal)
 
