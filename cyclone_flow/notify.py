@@ -20,7 +20,6 @@ loop polls at least every ``poll_interval`` max seconds (the polling floor).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -39,6 +38,7 @@ from cyclone_flow._json import dumps
 from cyclone_flow.db import misc
 from cyclone_flow.db.conn import Conn, Database, Session, autocommit
 from cyclone_flow.db.errors import database_lost, ride_out
+from cyclone_flow.db.pool import close_and_return
 from cyclone_flow.db.rows import Run
 from cyclone_flow.errors import TransactionOpenError, WaitTimeoutError
 
@@ -448,12 +448,11 @@ class Listener:
 
     def _release(self, conn: Conn) -> None:
         # Closed rather than UNLISTENed: a broken or silent connection cannot be trusted
-        # with a round trip, and closing drops its LISTENs; the pool replaces it.
+        # with a round trip, and closing drops its LISTENs; the pool replaces it (without
+        # its warning about a closed connection: the listener closed it on purpose).
         with self._conn_lock:
             self._conn = None
-            with contextlib.suppress(Exception):
-                conn.close()
-        self._db.pool.putconn(conn)
+            close_and_return(self._db.pool, conn)
 
     def _dispatch(self, channel: str, payload: str) -> None:
         self.received += 1

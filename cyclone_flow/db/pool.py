@@ -14,8 +14,10 @@ is left to the TCP keepalives.
 from __future__ import annotations
 
 import contextlib
+import logging
 import select
 import threading
+import weakref
 from typing import Any
 
 import psycopg
@@ -92,6 +94,34 @@ def _broken(conn: psycopg.Connection[Any]) -> str | None:
     except (OSError, ValueError, psycopg.Error) as exc:
         return str(exc)
     return "the server closed it or sent an unexpected message" if ready else None
+
+
+_CLOSED_ON_PURPOSE: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
+
+
+class _QuietDiscard(logging.Filter):
+    """Drops psycopg_pool's "discarding closed connection" warning for a connection the
+    engine closed itself before giving it back (:func:`close_and_return`): an expected
+    end, not trouble. The warning for any other closed connection stays."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and args and isinstance(args[0], psycopg.Connection):
+            return args[0] not in _CLOSED_ON_PURPOSE
+        return True
+
+
+logging.getLogger("psycopg.pool").addFilter(_QuietDiscard())
+
+
+def close_and_return(pool: ConnectionPool[Any], conn: psycopg.Connection[Any]) -> None:
+    """Close ``conn`` (a connection of ``pool``: whatever session state it had goes with
+    it, e.g. its LISTENs) and give it back, so that the pool replaces it, without the
+    pool's warning about a closed connection."""
+    _CLOSED_ON_PURPOSE.add(conn)
+    with contextlib.suppress(Exception):
+        conn.close()
+    pool.putconn(conn)
 
 
 def open_pool(

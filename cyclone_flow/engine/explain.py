@@ -226,7 +226,7 @@ def _explain_step(snap: Snapshot, step: Step) -> Waiting:
             step.node,
             WaitReason.NO_WORKER,
             f"claimable since {_when(step.scheduled_at)}, but no live worker serves queue "
-            f"{queue!r} (start one: cyclone-flow worker --queue {queue})",
+            f"{queue!r} (start one: {_worker_command(step)})",
             queue,
             claimable_at=step.scheduled_at,
             served=False,
@@ -291,6 +291,13 @@ def _explain_pending(snap: Snapshot, step: Step) -> Waiting:
     )
 
 
+def _worker_command(step: Step) -> str:
+    """The command that starts a worker for ``step``: its queue, and the top-level package
+    of its handler as the allow-list a worker needs (``PACKAGE`` when it has none)."""
+    package = step.call.partition(":")[0].split(".")[0] if step.call else "PACKAGE"
+    return f"cyclone-flow worker --queue {step.queue} --allow-module {package}"
+
+
 def _explain_waiting(snap: Snapshot, step: Step) -> Waiting:
     queue = step.queue
     until = f" until {_when(step.wait_until)}" if step.wait_until else " (no deadline)"
@@ -298,7 +305,8 @@ def _explain_waiting(snap: Snapshot, step: Step) -> Waiting:
         return Waiting(
             step.node,
             WaitReason.SIGNAL,
-            f"awaits signal {step.signal!r}{until} (cyclone-flow signal RUN {step.signal})",
+            f"awaits signal {step.signal!r}{until} "
+            f"(cyclone-flow signal {snap.run.id} {step.signal})",
             queue,
             signal=step.signal,
             deadline=step.wait_until,

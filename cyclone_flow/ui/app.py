@@ -485,6 +485,7 @@ class _Dashboard:
     async def cancel(self, request: Request) -> Response:
         form = await self.form(request)
         run_id = request.path_params["run_id"]
+        await run_in_threadpool(self._run_or_404, run_id)  # nothing to confirm: 404 first
         confirm = self._confirm(request, form, f"cancel run {run_id} and every unfinished step")
         if confirm is not None:
             return confirm
@@ -523,6 +524,8 @@ class _Dashboard:
         verb = request.path_params["verb"]
         if verb not in ("pause", "resume"):
             raise HTTPException(404, f"no schedule action {verb!r}: pause or resume")
+        if await run_in_threadpool(self.client.get_schedule, name) is None:
+            raise HTTPException(404, f"no schedule {name!r}")
         if verb == "pause":
             confirm = self._confirm(request, form, f"pause schedule {name!r}")
             if confirm is not None:

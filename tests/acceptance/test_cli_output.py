@@ -261,3 +261,12 @@ def test_status_shows_durations_the_output_and_a_discarded_steps_traceback(
     assert "Traceback (most recent call last)" in text, text
     assert 'raise RuntimeError("boom")' in text, text
     assert "output:" not in text, text
+
+
+def test_a_clean_run_ends_without_pool_noise(cli: Runner, tmp_path: Path) -> None:
+    """`run` (and `submit --wait`) stop their listener at the end: the pool must not warn
+    about the connection the listener closed on purpose."""
+    flow = _flow(tmp_path, "quiet")
+    proc = _ok(cli("run", flow, "--import-path", TEST_HANDLERS))
+    assert "discarding closed connection" not in proc.stderr, proc.stderr
+    assert "WARNING" not in proc.stderr, proc.stderr

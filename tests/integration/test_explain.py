@@ -57,6 +57,9 @@ def test_unfinished_needs_and_no_live_worker(make_client: Callable[..., Client])
     assert a.reason is WaitReason.NO_WORKER and a.served is False and a.queue == "parked"
     assert a.claimable_at is not None
     assert "no live worker serves queue 'parked'" in a.text
+    # the hint is a command that works: a worker needs its allow-list
+    package = NOOP.partition(":")[0].split(".")[0]
+    assert f"cyclone-flow worker --queue parked --allow-module {package}" in a.text, a.text
     _fake_worker(client, "parked")
     assert client.explain(run_id)["a"].reason is WaitReason.QUEUED
 
@@ -116,6 +119,7 @@ def test_a_signal_wait_names_the_signal_and_its_deadline(
     ok = why["ok"]
     (step,) = [s for s in client.list_steps(run_id) if s.node == "ok"]
     assert ok.reason is WaitReason.SIGNAL and ok.signal == "approved"
+    assert f"cyclone-flow signal {run_id} approved" in ok.text, ok.text  # not a placeholder
     assert ok.deadline is not None and ok.deadline == step.wait_until
     assert ok.as_dict()["deadline"] == step.wait_until.isoformat()  # type: ignore[union-attr]
     assert why["go"].needs == ("ok",)

@@ -225,6 +225,11 @@ def test_cancel_needs_a_confirmation_and_the_form_token(make_client: Callable[..
     assert client.get_run(run_id).state == "cancelled"
     again = http.post(f"/runs/{run_id}/cancel", data={"csrf": token, "confirmed": "1"})
     assert "already" in again.headers["location"]
+    # nothing to confirm for what does not exist: 404 at once
+    missing = http.post("/runs/0a0a0a0a-0000-4000-8000-000000000000/cancel", data={"csrf": token})
+    assert missing.status_code == 404 and "Really" not in missing.text
+    nope = http.post("/schedules/nope/pause", data={"csrf": token})
+    assert nope.status_code == 404 and "Really" not in nope.text
 
 
 def test_retry_a_failed_run_and_a_node(make_client: Callable[..., Client]) -> None:
