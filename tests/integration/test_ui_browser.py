@@ -220,6 +220,12 @@ def test_signal_a_waiting_run(
         _node(page, "approve", "waiting")
         assert page.input_value('form.signal input[name="name"]') == "go"  # the awaited one
         page.fill('form.signal input[name="payload"]', '{"by": "browser"}')
+        # the fragment refreshes under the form: what was typed must survive a refresh
+        page.evaluate(
+            "() => new Promise(done => document.body.addEventListener("
+            "'htmx:afterSettle', () => done(), {once: true}))"
+        )
+        assert page.input_value('form.signal input[name="payload"]') == '{"by": "browser"}'
         page.click('button[data-action="signal"]')
         page.wait_for_selector('#live[data-run-state="completed"]')
         page.screenshot(path=str(tmp_path / "ui-signalled.png"), full_page=True)
