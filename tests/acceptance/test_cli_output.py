@@ -11,18 +11,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from helpers.cli import Runner, json_output, no_traceback, run_cli
+from helpers.cli import WORKER, Runner, json_output, no_traceback, run_cli
 from helpers.paths import TEST_HANDLERS
 
 NOOP = "cyclone_test_handlers.queueing:noop"
-WORKER = (
-    "worker",
-    "--exit-when-idle",
-    "--allow-module",
-    "cyclone_test_handlers",
-    "--import-path",
-    str(TEST_HANDLERS),
-)
 
 
 def _flow(tmp_path: Path, name: str = "later") -> Path:

@@ -8,19 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from helpers.cli import Runner, no_traceback
-from helpers.paths import TEST_HANDLERS
+from helpers.cli import WORKER, Runner, no_traceback
 from helpers.pty_cli import PtyProcess, screen
 
 DOOMED = "name: doomed\nnodes:\n  a: {call: 'cyclone_test_handlers.ops:always_fails'}\n"
-WORKER = (
-    "worker",
-    "--exit-when-idle",
-    "--allow-module",
-    "cyclone_test_handlers",
-    "--import-path",
-    str(TEST_HANDLERS),
-)
 
 
 def _failed_runs(cli: Runner, tmp_path: Path, count: int) -> list[str]:

@@ -10,17 +10,13 @@ import signal
 import subprocess
 from pathlib import Path
 
+import helpers.cli as cli_helpers
 from helpers.cli import Runner, clean_env, no_traceback
-from helpers.paths import CLI, TEST_HANDLERS
+from helpers.paths import CLI
 from helpers.pty_cli import PtyProcess, screen
 
 WORKER = (
-    "worker",
-    "--exit-when-idle",
-    "--allow-module",
-    "cyclone_test_handlers",
-    "--import-path",
-    str(TEST_HANDLERS),
+    *cli_helpers.WORKER,
     "--lease-ttl",
     "5s",
 )

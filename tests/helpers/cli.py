@@ -11,10 +11,20 @@ from typing import Any
 
 import pytest
 
-from helpers.paths import CLI
+from helpers.paths import CLI, TEST_HANDLERS
 from helpers.procs import env_without_cyclone
 
 Runner = Callable[..., subprocess.CompletedProcess[str]]
+
+WORKER = (
+    "worker",
+    "--exit-when-idle",
+    "--allow-module",
+    "cyclone_test_handlers",
+    "--import-path",
+    str(TEST_HANDLERS),
+)
+"""``cyclone-flow worker`` arguments for the test handlers, exiting once no work is left."""
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -44,25 +44,8 @@ nodes:
     call: cyclone_test_handlers.basic:echo
     needs: [approve]
 """
-FAILING = f"""
-name: failing
-nodes:
-  a:
-    call: {H}:fails_while_on
-  b:
-    call: cyclone_test_handlers.basic:echo
-    needs: [a]
-"""
-WAITS = """
-name: waits
-nodes:
-  approve:
-    type: wait_signal
-    signal: go
-  after:
-    call: cyclone_test_handlers.basic:echo
-    needs: [approve]
-"""
+FAILING = handlers.FAILING
+WAITS = handlers.WAITS
 ECHO = """
 name: echo
 nodes:

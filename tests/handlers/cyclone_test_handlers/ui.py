@@ -11,6 +11,29 @@ GATE = threading.Event()
 FAIL = {"on": True}
 """``fails_while_on`` raises while ``FAIL["on"]``."""
 
+FAILING = """
+name: failing
+nodes:
+  a:
+    call: cyclone_test_handlers.ui:fails_while_on
+  b:
+    call: cyclone_test_handlers.basic:echo
+    needs: [a]
+"""
+"""A flow whose first node fails while :data:`FAIL` is on."""
+
+WAITS = """
+name: waits
+nodes:
+  approve:
+    type: wait_signal
+    signal: go
+  after:
+    call: cyclone_test_handlers.basic:echo
+    needs: [approve]
+"""
+"""A flow waiting for the signal ``go``."""
+
 
 def gated(ctx: Any, input: Any) -> Any:
     """Wait until the test sets :data:`GATE`; return the input."""
