@@ -155,8 +155,8 @@ def status_cmd(
         console.print(Text(f"last log lines (all: cyclone-flow logs {run.id}):"))
         for entry in tail:
             head, *rest = log_line_text(entry).splitlines() or [""]
-            if rest and (entry.node, entry.attempt) in failed:
-                console.print(Text("\n".join([head, *rest])))
+            if rest and (entry.node, entry.attempt) in failed:  # indented under its line
+                console.print(Text("\n".join([head, *("    " + line for line in rest)])))
                 continue
             more = f" (+{len(rest)} lines)" if rest else ""
             console.print(Text(f"{head}{more}"))
