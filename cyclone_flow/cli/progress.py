@@ -218,7 +218,7 @@ def follow_run(
         with logs_above(console, drop):
             return _follow_bar(client, run_id, console, waiter)
     with logs_above(None, drop):
-        return _follow_plain(client, run_id, console, waiter)
+        return follow_plain(client, run_id, console, waiter)
 
 
 def end_line(run: Run) -> str:
@@ -353,7 +353,9 @@ class Waiter:
             return status
 
 
-def _follow_plain(client: Client, run_id: str, console: Console, waiter: Waiter) -> Run:
+def follow_plain(client: Client, run_id: str, console: Console, waiter: Waiter) -> Run:
+    """Print :class:`PlainLines` of the run's steps on ``console`` at each look of
+    ``waiter`` until the run is terminal; return its final status."""
     lines = PlainLines()
     while True:
         status = waiter.next()

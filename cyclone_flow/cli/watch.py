@@ -22,7 +22,7 @@ from rich.live import Live
 from rich.text import Text
 from rich.tree import Tree
 
-from cyclone_flow.cli.progress import PlainLines, Waiter, end_line, logs_above
+from cyclone_flow.cli.progress import Waiter, end_line, follow_plain, logs_above
 from cyclone_flow.cli.render import step_detail, step_duration
 from cyclone_flow.db.rows import Run, Step
 from cyclone_flow.engine.explain import Waiting
@@ -56,14 +56,9 @@ def watch_run(
 
 
 def _watch_plain(client: Client, run_id: str, console: Console, waiter: Waiter) -> Run:
-    lines = PlainLines()
-    while True:
-        run = waiter.next()
-        for line in lines.changes(waiter.ride(lambda: client.list_steps(run_id))):
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
-        if run.state.terminal:
-            console.print(end_line(run), markup=False, highlight=False, soft_wrap=True)
-            return run
+    run = follow_plain(client, run_id, console, waiter)
+    console.print(end_line(run), markup=False, highlight=False, soft_wrap=True)
+    return run
 
 
 def _watch_live(client: Client, run_id: str, console: Console, waiter: Waiter, items: bool) -> Run:

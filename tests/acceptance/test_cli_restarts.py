@@ -100,9 +100,9 @@ def test_submit_wait_rides_out_two_restarts(scratch_pg: OwnServer, tmp_path: Pat
             worker.terminate()
 
 
-def test_run_rides_out_a_restart_while_its_handler_runs(
-    scratch_pg: OwnServer, tmp_path: Path
-) -> None:
+def _spawn_nap_run(server: OwnServer, tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """`cyclone-flow run` of a one-step flow on ``server`` whose handler touches a marker
+    file, then sleeps 2 s; its stdout in ``run.out``. Returns the process and the marker."""
     flow = tmp_path / "nap.yaml"
     flow.write_text(step_flow_text(SLEEP, name="nap"), encoding="utf-8")
     marker = tmp_path / "ran"
@@ -115,10 +115,17 @@ def test_run_rides_out_a_restart_while_its_handler_runs(
             "--input",
             json.dumps({"marker": str(marker), "seconds": 2}),
             "--database-url",
-            scratch_pg.uri,
+            server.uri,
         ],
         tmp_path / "run.out",
     )
+    return runner, marker
+
+
+def test_run_rides_out_a_restart_while_its_handler_runs(
+    scratch_pg: OwnServer, tmp_path: Path
+) -> None:
+    runner, marker = _spawn_nap_run(scratch_pg, tmp_path)
     try:
         wait_until(marker.exists, 60, what="the run's handler to start")
         scratch_pg.restart()  # mid-handler: the run's own worker and its follower lose it
@@ -137,22 +144,7 @@ def test_run_says_its_run_is_still_running_when_the_database_stays_away(
 ) -> None:
     """The database stopped for good: after the outage grace (60 s) `run` gives up with
     exit 1 and the note its Ctrl-C path prints, never silently."""
-    flow = tmp_path / "nap.yaml"
-    flow.write_text(step_flow_text(SLEEP, name="nap"), encoding="utf-8")
-    marker = tmp_path / "ran"
-    runner = _spawn(
-        [
-            "run",
-            str(flow),
-            "--import-path",
-            str(TEST_HANDLERS),
-            "--input",
-            json.dumps({"marker": str(marker), "seconds": 2}),
-            "--database-url",
-            scratch_pg.uri,
-        ],
-        tmp_path / "run.out",
-    )
+    runner, marker = _spawn_nap_run(scratch_pg, tmp_path)
     try:
         wait_until(marker.exists, 60, what="the run's handler to start")
         scratch_pg.stop()
