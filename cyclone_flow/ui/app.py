@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import jinja2
 from ruamel.yaml import YAML
@@ -45,6 +45,7 @@ from cyclone_flow.errors import (
     ScheduleNotFoundError,
 )
 from cyclone_flow.ui.dag import LEGEND, DagNode, dag_nodes, render_svg
+from cyclone_flow.ui.timeline import render_timeline, timeline_rows
 
 __all__ = ["PAGE_SIZE", "create_app"]
 
@@ -343,7 +344,10 @@ class _Dashboard:
         base = str(request.scope.get("root_path", "")).rstrip("/")
 
         def href(node: DagNode) -> str:
-            return f"{base}/runs/{run.id}/steps/{node.name}"
+            return step_href(node.name)
+
+        def step_href(node: str) -> str:
+            return f"{base}/runs/{run.id}/steps/{quote(node, safe='')}"
 
         waiting = self.client.explain(run.id) if run.state == "running" else {}
         retryable = sorted(s.node for s in steps if s.state == "discarded")
@@ -352,6 +356,7 @@ class _Dashboard:
             "steps": steps,
             "progress": progress,
             "svg": render_svg(nodes, href),
+            "timeline": render_timeline(run, timeline_rows(steps), datetime.now(UTC), step_href),
             "waiting": waiting,
             "retryable": retryable,
             "awaited_signal": next((w.signal for w in waiting.values() if w.signal), ""),
