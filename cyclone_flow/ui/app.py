@@ -15,6 +15,7 @@ import binascii
 import io
 import json
 import secrets
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,6 +63,17 @@ MAX_BODY_BYTES = 1024 * 1024
 """The largest POST body accepted (413 above)."""
 COUNT_CAP = 10_000
 """Runs counted at most per overview count (shown as ``10000+``)."""
+STEP_ROWS = 300
+"""Most rows of a run page's steps table (a 2,000-node run: the DAG shows every node)."""
+WHY_ROWS = 50
+"""Most nodes listed under "why nodes wait" on a run page (the rest are counted)."""
+LIVE_POLL_PER_BUILD = 4
+"""A run page's live part is fetched again after at least this many times as long as it
+took to build (and never sooner than ``poll_interval_s``): a big run's page is not
+rebuilt back to back."""
+MAX_LIVE_POLL_MS = 10_000
+"""The longest wait between two fetches of a run page's live part (ms)."""
+
 _ACTIVE = ("pending", "available", "running", "waiting")
 
 
@@ -337,6 +349,7 @@ class _Dashboard:
             raise HTTPException(404, f"no run {run_id}") from None
 
     def _run_context(self, request: Request, run: Run) -> dict[str, Any]:
+        began = time.perf_counter()
         steps = self.client.list_steps(run.id, items=False)
         progress = self.client.item_progress(run.id)
         definition = self.client.run_definition(run.id)
@@ -351,9 +364,17 @@ class _Dashboard:
 
         waiting = self.client.explain(run.id) if run.state == "running" else {}
         retryable = sorted(s.node for s in steps if s.state == "discarded")
+        reasons = list(waiting.items())
+        built_ms = (time.perf_counter() - began) * 1000
         return {
             "run": run,
-            "steps": steps,
+            "steps": steps[:STEP_ROWS],
+            "steps_total": len(steps),
+            "reasons": reasons[:WHY_ROWS],
+            "reasons_total": len(reasons),
+            "live_ms": max(
+                self.poll_ms, min(MAX_LIVE_POLL_MS, round(built_ms * LIVE_POLL_PER_BUILD))
+            ),
             "progress": progress,
             "svg": render_svg(nodes, href),
             "timeline": render_timeline(run, timeline_rows(steps), datetime.now(UTC), step_href),
