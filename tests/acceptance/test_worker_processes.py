@@ -6,15 +6,18 @@ bad values exit 2."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.cli import WORKER, Runner, no_traceback
+from helpers.cli import WORKER, Runner, clean_env, no_traceback
 from helpers.flows import step_flow
+from helpers.paths import CLI, TEST_HANDLERS
 from helpers.procs import WorkerProcess, wait_until
 from helpers.rows import step_row
 
@@ -173,6 +176,34 @@ def test_sigterm_stops_both_children_gracefully_and_exits_0(
     assert all(submitter.get_run(r).state == "completed" for r in runs)
 
 
+def test_children_stop_gracefully_when_the_supervisor_is_killed(
+    db: Any, database_url: str, schema: str, tmp_path: Path
+) -> None:
+    supervisor = WorkerProcess(
+        database_url,
+        schema,
+        tmp_path / "worker.log",
+        lease_ttl="60s",  # long: a row gone within the test was deleted by a clean stop
+        extra_args=["--processes", "2", "--shutdown-timeout", "1s", *FAST],
+    )
+    live: dict[int, str] = {}
+    try:
+        live = _two_live(db, supervisor)
+        supervisor.kill()
+        wait_until(
+            lambda: db.execute("SELECT count(*) FROM cyclone_workers").fetchone()[0] == 0,
+            timeout=60,
+            what="the orphaned workers to shut down cleanly (their rows deleted)",
+        )
+    except BaseException:
+        supervisor.kill()
+        for pid in live:  # failed: leave no orphan running
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        raise
+    assert "the supervisor (pid" in supervisor.log()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -192,3 +223,47 @@ def test_bad_process_counts_exit_2(cli: Runner, args: list[str], message: str) -
     assert "--processes" in result.stderr or "--metrics-port" in result.stderr
     assert message in result.stderr, result.stderr
     no_traceback(result)
+
+
+def test_reload_restarts_every_process_and_sigterm_stops_them(
+    db: Any, database_url: str, schema: str, tmp_path: Path
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    module = project / "watched.py"
+    module.write_text("VERSION = 1\n", encoding="utf-8")
+    log_path = tmp_path / "worker.log"
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [str(CLI), "worker", "--reload", "--processes", "2",
+             "--allow-module", "cyclone_test_handlers", "--import-path", str(TEST_HANDLERS),
+             "--lease-ttl", "1s", "--shutdown-timeout", "1s", *FAST,
+             "--database-url", database_url, "--schema", schema],
+            cwd=project, env=clean_env(), stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            first = wait_until(
+                lambda: rows if len(rows := _live(db)) == 2 else None,
+                timeout=60,
+                what="both worker processes to register",
+            )
+            assert proc.pid not in first
+            module.write_text("VERSION = 2\n", encoding="utf-8")
+            second = wait_until(
+                lambda: (
+                    rows if len(rows := _live(db)) == 2 and not set(rows) & set(first) else None
+                ),
+                timeout=60,
+                what="both worker processes to be restarted",
+            )
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    text = log_path.read_text(encoding="utf-8")
+    assert code == 0, text
+    assert "watched.py changed; restarting the worker" in text
+    assert _live(db) == {}
+    assert all(_gone(pid) for pid in (*first, *second))
