@@ -66,6 +66,9 @@ STABLE_S = 60.0
 _TICK_S = 0.1
 """How often the supervisor looks at its children and the stop flag (seconds)."""
 
+_FORWARDED = (signal.SIGTERM, signal.SIGINT)
+"""The signals that stop the supervisor; the first one received is sent to the children."""
+
 _USAGE_EXIT = 2
 """A child's exit code for a usage or configuration mistake: not restarted."""
 
@@ -160,8 +163,22 @@ def run_processes(
         received.append(signum)
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    previous = {signum: signal.signal(signum, on_signal) for signum in _FORWARDED}
+    try:
+        return _supervise(commands, stop_timeout, stop, received, env)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _supervise(
+    commands: Sequence[list[str]],
+    stop_timeout: float,
+    stop: threading.Event,
+    received: list[int],
+    env: dict[str, str] | None,
+) -> int:
+    """The body of :func:`run_processes`; ``received``: the signals the supervisor got."""
     child_env = dict(os.environ if env is None else env)
     child_env[SUPERVISOR_PID_ENV] = str(os.getpid())
     slots = [_Slot(i, list(command)) for i, command in enumerate(commands, start=1)]
