@@ -121,6 +121,10 @@ def stop_children(
     return [child.wait() for _, child in children]
 
 
+def _count(n: int) -> str:
+    return "1 worker process" if n == 1 else f"{n} worker processes"
+
+
 @dataclass
 class _Slot:
     """Child ``index`` (1-based) of the supervisor: its process, when it started, the delay
@@ -157,9 +161,7 @@ def run_processes(
 
     def on_signal(signum: int, _frame: Any) -> None:
         if not received:
-            LOG.info(
-                "%s: stopping the %d worker processes", signal.Signals(signum).name, len(commands)
-            )
+            LOG.info("%s: stopping the %s", signal.Signals(signum).name, _count(len(commands)))
         received.append(signum)
         stop.set()
 
@@ -196,8 +198,8 @@ def _supervise(
     for slot in slots:
         start(slot)
     LOG.info(
-        "processes: started %d worker processes (pids %s)",
-        len(slots),
+        "processes: started %s (pids %s)",
+        _count(len(slots)),
         ", ".join(str(s.proc.pid) for s in slots if s.proc is not None),
     )
     usage_error = False

@@ -193,7 +193,10 @@ def worker_cmd(
     database_url: str | None,
     schema: str,
 ) -> None:
-    """Claim and execute steps until SIGTERM/SIGINT (graceful: exits 0)."""
+    """Claim and execute steps until SIGTERM/SIGINT (graceful: exits 0).
+
+    With --processes N (N > 1): run N such worker processes under a supervisor that
+    forwards SIGTERM/SIGINT to them and restarts a crashed one with backoff."""
     stop = _stop_on_signals()  # first: a worker stopped while starting exits 0 too
     setup_logging(logging.INFO)
     ttl = _duration(lease_ttl, "--lease-ttl")
