@@ -237,7 +237,7 @@ def _supervise(
             slot.delay = min(slot.delay * 2, BACKOFF_MAX_S)
         if all(slot.done for slot in slots):
             LOG.info("processes: every worker process exited")
-            return 0
+            return _USAGE_EXIT if usage_error else 0
     running = [
         (slot.name, slot.proc)
         for slot in slots

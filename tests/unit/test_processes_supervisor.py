@@ -129,6 +129,34 @@ def test_a_child_exiting_2_stops_the_others_and_the_supervisor_exits_2(
     assert not any("restarting" in m for m in messages)
 
 
+def test_exit_2_of_the_last_running_child_is_still_exit_2(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "ok.pid"
+    ok = _python(
+        f"import os, pathlib; pathlib.Path({str(pid_file)!r}).write_text(str(os.getpid()))"
+    )
+    # exits 2 only once the first child is reaped (the supervisor saw it exit 0)
+    usage = _python(
+        "import os, pathlib, sys, time\n"
+        f"path = pathlib.Path({str(pid_file)!r})\n"
+        "while not path.exists() or not path.read_text():\n"
+        "    time.sleep(0.01)\n"
+        "pid = int(path.read_text())\n"
+        "while True:\n"
+        "    try:\n"
+        "        os.kill(pid, 0)\n"
+        "    except ProcessLookupError:\n"
+        "        sys.exit(2)\n"
+        "    time.sleep(0.01)\n"
+    )
+    watch = _StopWhen(caplog, lambda _ms: False)  # a safety net only
+    code = run_processes([ok, usage], 10.0, stop=watch.stop)
+    watch.close()
+    assert not watch.fired
+    assert code == 2, _messages(caplog)
+
+
 def test_a_child_that_ignores_the_stop_is_killed_and_the_stop_is_not_clean(
     caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
