@@ -1,7 +1,7 @@
 """The ``worker --processes`` supervisor (``cyclone_flow.cli.processes.run_processes``)
 on real child processes that are not workers (``python -c ...``): a crashing child is
-restarted with a doubling backoff, reset once it ran for ``STABLE_S``; a child exiting 0
-is not restarted; one exiting 2 stops the others and the supervisor; a stop forwards the
+restarted with a doubling backoff, capped at ``BACKOFF_MAX_S`` and reset once it ran
+for ``STABLE_S``; a child exiting 0 is not restarted; one exiting 2 stops the others and the supervisor; a stop forwards the
 signal. Each test stops the supervisor from a thread once the log shows what it waits
 for (no fixed sleeps)."""
 
@@ -83,6 +83,19 @@ def test_a_crashing_child_is_restarted_with_a_doubling_delay(
     assert [m.rsplit(" in ", 1)[1] for m in crashes[:4]] == ["0.5 s", "1.0 s", "2.0 s", "4.0 s"]
     assert crashes[0].startswith("processes: worker 1 (pid ")
     assert code == 0  # nothing was running at the stop, or it stopped on the signal
+
+
+def test_the_delay_stops_doubling_at_its_cap(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(processes, "BACKOFF_MAX_S", 1.0)
+    crash = _python("import sys; sys.exit(3)")
+    watch = _StopWhen(caplog, lambda ms: sum("exited with code 3" in m for m in ms) >= 4)
+    run_processes([crash], 10.0, stop=watch.stop)
+    watch.close()
+    assert watch.seen, _messages(caplog)
+    crashes = [m for m in _messages(caplog) if "exited with code 3" in m]
+    assert [m.rsplit(" in ", 1)[1] for m in crashes[:4]] == ["0.5 s", "1.0 s", "1.0 s", "1.0 s"]
 
 
 def test_the_delay_is_reset_after_a_child_ran_for_a_while(
