@@ -1,9 +1,9 @@
 """The ``worker --processes`` supervisor (``cyclone_flow.cli.processes.run_processes``)
 on real child processes that are not workers (``python -c ...``): a crashing child is
-restarted with a doubling backoff, capped at ``BACKOFF_MAX_S`` and reset once it ran
-for ``STABLE_S``; a child exiting 0 is not restarted; one exiting 2 stops the others and the supervisor; a stop forwards the
-signal. Each test stops the supervisor from a thread once the log shows what it waits
-for (no fixed sleeps)."""
+restarted with a doubling backoff, capped at ``BACKOFF_MAX_S`` and reset once it ran for
+``STABLE_S``; a child exiting 0 is not restarted; one exiting 2 stops the others and the
+supervisor; a stop forwards the signal. Each test stops the supervisor from a thread once
+the log shows what it waits for (no fixed sleeps)."""
 
 from __future__ import annotations
 
