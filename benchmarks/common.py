@@ -262,12 +262,19 @@ def run_worker(
     rss_every_s: float = 0.0,
     options: dict[str, Any] | None = None,
     profile_to: str | None = None,
+    processes: int = 1,
 ) -> WorkerReport:
     """Run ``python -m benchmarks.worker`` (a ``Client(workers=N)`` on ``schema``) until no
     run of the schema is running; raise RuntimeError if it fails or times out.
 
-    ``profile_to``: sample the process with py-spy (raw collapsed stacks into that file).
+    ``processes``: run that many such worker processes at once (what ``cyclone-flow
+    worker --processes N`` runs), each its own client; the report then adds their CPU
+    seconds and polls, and takes the longest wall time, the largest peak RSS (per
+    process) and the first one's RSS samples. ``profile_to``: sample the process with
+    py-spy (raw collapsed stacks into that file; one process only).
     """
+    if processes > 1 and profile_to is not None:
+        raise ValueError("profile_to samples one worker process: use processes=1")
     spec = {
         "url": env.url,
         "schema": schema,
@@ -288,29 +295,42 @@ def run_worker(
             "-o", profile_to, "--", *cmd,
         ]  # fmt: skip
     before = server_counters(env)
-    proc = subprocess.run(
-        cmd,
-        cwd=REPO,
-        env=env_vars,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s + 60,
-        check=False,
-    )
-    after = server_counters(env)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(
-            f"benchmark worker failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+    procs = [
+        subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=env_vars,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-    data = json.loads(lines[-1])
+        for _ in range(processes)
+    ]
+    outputs: list[tuple[int, str, str]] = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout_s + 60)
+            outputs.append((proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    after = server_counters(env)
+    reports = []
+    for code, out, err in outputs:
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        if code != 0 or not lines:
+            raise RuntimeError(f"benchmark worker failed (exit {code}):\n{err[-4000:]}")
+        reports.append(json.loads(lines[-1]))
+    data = reports[0]
     return WorkerReport(
-        wall_s=data["wall_s"],
-        cpu_s=data["cpu_s"],
-        peak_rss_mib=data["peak_rss_kib"] / 1024,
+        wall_s=max(r["wall_s"] for r in reports),
+        cpu_s=sum(r["cpu_s"] for r in reports),
+        peak_rss_mib=max(r["peak_rss_kib"] for r in reports) / 1024,
         rss_samples=[(s[0], s[1], s[2]) for s in data["rss_samples"]],
-        polls=data["polls"],
-        runs_failed=data["runs_failed"],
+        polls=sum(r["polls"] for r in reports),
+        runs_failed=max(r["runs_failed"] for r in reports),
         commits=after.commits - before.commits,
         rollbacks=after.rollbacks - before.rollbacks,
         server_cpu_s=(

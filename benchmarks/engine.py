@@ -37,13 +37,15 @@ def measure(
     timeout_s: float = 900.0,
     rss_every_s: float = 0.0,
     options: dict[str, Any] | None = None,
+    processes: int = 1,
 ) -> tuple[Result, WorkerReport]:
     """Submit ``runs`` runs of ``flow`` (inputs made from the schema name), run a worker
     with ``workers`` threads until they all ended, and return the figure: ``steps/s``
     (completed steps over the span from the first claim to the last completion) or, with
     ``per="runs"``, ``runs/s`` (completed runs over the span from the first claim to the
-    last run finish). ``steps_per_run`` None skips the step count check. Raises
-    RuntimeError when a run failed or a count is off."""
+    last run finish). ``steps_per_run`` None skips the step count check. ``processes``:
+    worker processes of ``workers`` threads each, run at once. Raises RuntimeError when a
+    run failed or a count is off."""
     with schema_for(env, prefix) as schema:
         if setup is not None:
             setup(schema)
@@ -55,6 +57,7 @@ def measure(
             timeout_s=timeout_s,
             rss_every_s=rss_every_s,
             options=options,
+            processes=processes,
         )
         steps, step_s = step_span(env, schema)
         done_runs, run_s = run_span(env, schema)
@@ -70,6 +73,7 @@ def measure(
     runs_per_s = done_runs / run_s if run_s else 0.0
     extra: dict[str, Any] = {
         "runs": runs,
+        "processes": processes,
         "steps": steps,
         "steps_per_s": round(steps_per_s, 1),
         "runs_per_s": round(runs_per_s, 1),

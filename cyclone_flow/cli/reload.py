@@ -16,11 +16,12 @@ from __future__ import annotations
 import logging
 import signal
 import subprocess
-import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from cyclone_flow.cli.processes import child_command, stop_children
 
 __all__ = ["child_command", "supervise"]
 
@@ -28,12 +29,6 @@ LOG = logging.getLogger("cyclone_flow")
 
 _POLL_MS = 200
 """How often the watch loop looks at the stop flag and the child (milliseconds)."""
-
-
-def child_command(argv: Sequence[str], flag: str = "--reload") -> list[str]:
-    """The interpreter's command line ``argv`` (``sys.orig_argv``) with the interpreter
-    replaced by ``sys.executable`` and every ``flag`` token removed."""
-    return [sys.executable, *(a for a in list(argv)[1:] if a != flag)]
 
 
 def supervise(command: list[str], folders: Sequence[str], stop_timeout: float) -> int:
@@ -80,11 +75,4 @@ def supervise(command: list[str], folders: Sequence[str], stop_timeout: float) -
 def _stop(child: subprocess.Popen[Any], timeout: float) -> int:
     """SIGTERM ``child`` (when still running) and wait for it; SIGKILL after ``timeout``
     seconds. Its exit code."""
-    if child.poll() is None:
-        child.send_signal(signal.SIGTERM)
-        try:
-            child.wait(timeout)
-        except subprocess.TimeoutExpired:
-            LOG.warning("reload: the worker did not stop within %.0f s; killing it", timeout)
-            child.kill()
-    return child.wait()
+    return stop_children([("reload: the worker", child)], timeout)[0]

@@ -21,7 +21,8 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
-from cyclone_flow.cli.reload import child_command, supervise
+from cyclone_flow.cli.processes import child_command, run_processes, supervisor_pid
+from cyclone_flow.cli.reload import supervise
 from cyclone_flow.client import Client
 from cyclone_flow.config import MAX_LEASE_TTL_S, RetentionConfig
 from cyclone_flow.errors import ConfigError
@@ -62,8 +63,27 @@ def _allow_list(allow_module: tuple[str, ...]) -> AllowList:
     return AllowList(prefixes=prefixes)
 
 
+_STOP_MARGIN_S = 15.0
+"""Seconds a supervisor waits for a worker child past its --shutdown-timeout (the
+release of its leases and its row, each up to 5 s for a pool connection), then SIGKILL."""
+
+
 @click.command("worker")
-@click.option("--workers", type=click.IntRange(min=1), default=4, show_default=True)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Worker threads (per process) on the default queue, or the default N of --queue.",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes on this host, each with its own threads, pool and client id; "
+    "above 1 a supervisor runs them, forwards SIGTERM/SIGINT and restarts crashed ones.",
+)
 @click.option("--lease-ttl", default="30s", show_default=True, help="Lease TTL, e.g. 30s.")
 @click.option(
     "--max-reclaims",
@@ -154,6 +174,7 @@ def _allow_list(allow_module: tuple[str, ...]) -> AllowList:
 @handle_errors
 def worker_cmd(
     workers: int,
+    processes: int,
     lease_ttl: str,
     max_reclaims: int,
     allow_module: tuple[str, ...],
@@ -172,7 +193,10 @@ def worker_cmd(
     database_url: str | None,
     schema: str,
 ) -> None:
-    """Claim and execute steps until SIGTERM/SIGINT (graceful: exits 0)."""
+    """Claim and execute steps until SIGTERM/SIGINT (graceful: exits 0).
+
+    With --processes N (N > 1): run N such worker processes under a supervisor that
+    forwards SIGTERM/SIGINT to them and restarts a crashed one with backoff."""
     stop = _stop_on_signals()  # first: a worker stopped while starting exits 0 too
     setup_logging(logging.INFO)
     ttl = _duration(lease_ttl, "--lease-ttl")
@@ -184,9 +208,21 @@ def worker_cmd(
             "imports handlers only from the modules it is allowed"
         )
     worker_queues = _parse_queues(queues, workers)
+    if metrics_port and metrics_port + processes - 1 > 65535:
+        raise click.BadParameter(
+            f"{processes} processes serve metrics on ports {metrics_port} to "
+            f"{metrics_port + processes - 1}, past 65535",
+            param_hint="--metrics-port",
+        )
     if reload:  # a supervisor: the worker runs (and restarts) in a child process
         command = child_command(sys.orig_argv)
-        sys.exit(supervise(command, (os.getcwd(), *import_path), grace + 15.0))
+        # a --processes child is a supervisor itself: give it time to wait for its own
+        margin = _STOP_MARGIN_S + (5.0 if processes > 1 else 0.0)
+        sys.exit(supervise(command, (os.getcwd(), *import_path), grace + margin))
+    if processes > 1:
+        code = _supervise_processes(processes, grace, client_id, metrics_port, database_url, stop)
+        sys.exit(code)
+    supervisor = supervisor_pid()  # set in a --processes child: stop when it is gone
     add_import_paths(import_path)
     url = resolve_database(database_url)
     options: dict[str, Any] = {
@@ -234,11 +270,44 @@ def worker_cmd(
         while not stop.wait(idle_check):
             if exit_when_idle and client.in_flight() == 0 and client.count_active(served) == 0:
                 break
+            if supervisor is not None and os.getppid() != supervisor:
+                logging.getLogger("cyclone_flow").warning(
+                    "the supervisor (pid %d) is gone: shutting down", supervisor
+                )
+                break
     finally:
         client.shutdown(timeout=grace)
         if metrics is not None:
             metrics[1].close()
     sys.exit(0)
+
+
+def _supervise_processes(
+    processes: int,
+    grace: float,
+    client_id: str | None,
+    metrics_port: int | None,
+    database_url: str | None,
+    stop: threading.Event,
+) -> int:
+    """Run ``processes`` copies of this command line (``--processes 1`` appended) under
+    :func:`~cyclone_flow.cli.processes.run_processes`; child *i* gets ``--client-id ID-i``
+    and ``--metrics-port PORT+i-1`` when those were given. Without a database URL the
+    supervisor starts (or joins) the embedded Postgres once and hands its URL to the
+    children in ``CYCLONE_DATABASE_URL``. Returns the supervisor's exit code."""
+    env = dict(os.environ)
+    if database_url is None:
+        env["CYCLONE_DATABASE_URL"] = resolve_database(None)
+    base = [*child_command(sys.orig_argv), "--processes", "1"]
+    commands = []
+    for i in range(1, processes + 1):
+        command = list(base)
+        if client_id is not None:
+            command += ["--client-id", f"{client_id}-{i}"]
+        if metrics_port:
+            command += ["--metrics-port", str(metrics_port + i - 1)]
+        commands.append(command)
+    return run_processes(commands, grace + _STOP_MARGIN_S, stop=stop, env=env)
 
 
 def _stop_on_signals() -> threading.Event:

@@ -44,3 +44,27 @@ def test_quick_suite_runs_every_benchmark(
         "enqueue-to-claim p50 < 2 ms",
     }
     assert doc["machine"]["cores"] >= 1 and doc["machine"]["postgres"].startswith("PostgreSQL")
+
+
+def test_noop_with_two_worker_processes(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        ["--quick", "--json", "--database-url", database_url, "--only", "noop",
+         "--processes", "2"]
+    )  # fmt: skip
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    (result,) = doc["results"]
+    assert result["name"] == "no-op, 2 processes"
+    assert result["value"] > 0 and result["extra"]["processes"] == 2
+    assert result["extra"]["steps"] == result["extra"]["runs"]
+    (target,) = doc["targets"]
+    assert target["target"] == "no-op steps with 2 processes >= 5,500 steps/s"
+
+
+def test_processes_below_1_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--only", "noop", "--processes", "0"])
+    assert exc.value.code == 2
+    assert "--processes: each count must be a whole number >= 1" in capsys.readouterr().err
