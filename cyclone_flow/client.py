@@ -399,6 +399,14 @@ class Client:
         paused are skipped). Raises ScheduleNotFoundError."""
         self._schedules.resume(name, now=now)
 
+    def trigger_schedule(self, name: str, *, now: datetime | None = None) -> RunId:
+        """Submit one run of the schedule ``name`` now, outside its cadence (a paused one
+        too): inserted as its ticks are (the definition stored with the schedule, its
+        input, the queue options), with ``schedule_id`` set and no ``scheduled_for``; it
+        becomes the schedule's last run and the next tick is unchanged. ``now`` pins the
+        clock. Returns the run id. Raises ScheduleNotFoundError."""
+        return self._scanner.trigger(name, now=now)
+
     @property
     def schedule_scanner(self) -> ScheduleScanner:
         """The schedule scanner (its ``run_once(now=None) -> ScheduleScannerResult`` is

@@ -3,7 +3,8 @@
 Server-rendered pages (Jinja2, autoescape on) over a :class:`~cyclone_flow.Client`: the
 overview, the runs list, a run with its DAG (live through an htmx fragment polled every
 ``poll_interval_s``), a step with "why is it not running", the stored flows. Actions
-(cancel, retry, retry a node, signal, pause/resume a schedule, bulk cancel/retry) call
+(cancel, retry, retry a node, signal, pause/resume/trigger a schedule, bulk
+cancel/retry) call
 the same Client methods as the CLI; they exist only without ``read_only``, and every POST
 carries the app's secret form token and passes an ``Origin``/``Sec-Fetch-Site`` check.
 """
@@ -522,10 +523,16 @@ class _Dashboard:
         form = await self.form(request)
         name = request.path_params["name"]
         verb = request.path_params["verb"]
-        if verb not in ("pause", "resume"):
-            raise HTTPException(404, f"no schedule action {verb!r}: pause or resume")
+        if verb not in ("pause", "resume", "trigger"):
+            raise HTTPException(404, f"no schedule action {verb!r}: pause, resume or trigger")
         if await run_in_threadpool(self.client.get_schedule, name) is None:
             raise HTTPException(404, f"no schedule {name!r}")
+        if verb == "trigger":
+            confirm = self._confirm(request, form, f"submit a run of schedule {name!r} now")
+            if confirm is not None:
+                return confirm
+            run_id = await run_in_threadpool(self.client.trigger_schedule, name)
+            return self._back(request, f"/runs/{run_id}", f"run triggered from schedule {name!r}")
         if verb == "pause":
             confirm = self._confirm(request, form, f"pause schedule {name!r}")
             if confirm is not None:

@@ -283,6 +283,28 @@ def test_bulk_cancel_and_schedule_pause_resume(make_client: Callable[..., Client
     assert missing.status_code == 404
 
 
+def test_trigger_a_schedule_from_the_overview(make_client: Callable[..., Client]) -> None:
+    client = make_client()
+    client.add_schedule(load_flow_text(ECHO), "0 0 1 1 *", input={"n": 7}, name="yearly")
+    http = _http(client)
+    overview = http.get("/").text
+    assert 'action="/schedules/yearly/trigger"' in overview and 'data-action="trigger"' in overview
+    token = _token(overview)
+    assert http.post("/schedules/yearly/trigger", data={}).status_code == 403
+    ask = http.post("/schedules/yearly/trigger", data={"csrf": token})
+    assert ask.status_code == 200 and "Really submit a run of schedule" in ask.text
+    assert client.list_runs_page(limit=5) == []  # nothing before the answer
+    done = http.post("/schedules/yearly/trigger", data={"csrf": token, "confirmed": "1"})
+    assert done.status_code == 303
+    (run,) = client.list_runs_page(limit=5)
+    assert done.headers["location"].startswith(f"/runs/{run.id}?msg=")
+    assert run.input == {"n": 7}
+    assert "triggered from its schedule" in http.get(f"/runs/{run.id}").text
+    assert client.get_schedule("yearly").last_run_id == run.id  # type: ignore[union-attr]
+    missing = http.post("/schedules/nope/trigger", data={"csrf": token})
+    assert missing.status_code == 404 and "Really" not in missing.text
+
+
 def test_read_only_has_no_action_at_all(make_client: Callable[..., Client]) -> None:
     client = make_client(workers=1)
     failed = client.submit(load_flow_text(FAILING), {})
@@ -302,6 +324,7 @@ def test_read_only_has_no_action_at_all(make_client: Callable[..., Client]) -> N
         f"/runs/{waiting}/signal",
         "/actions/bulk",
         "/schedules/every5/pause",
+        "/schedules/every5/trigger",
         "/anything",
     ):
         assert http.post(url, data={"confirmed": "1"}).status_code == 405, url
