@@ -86,13 +86,20 @@ def encode_payload(kind: PayloadKind, value: JSON, limit: int) -> str:
         text = dumps(value)
     except (TypeError, ValueError) as exc:
         raise Unencodable(f"{noun} is not JSON: {exc}", f"not JSON: {exc}") from exc
-    reason = unstorable(value)
+    # ``text`` holds ``\u0000`` wherever a string of ``value`` holds a NUL, and a lone
+    # surrogate as itself (which UTF-8 refuses): only then is there anything to look for
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        size = -1
+    reason = unstorable(value) if size < 0 or "\\u0000" in text else None
+    if reason is None and size < 0:
+        reason = "a string that is not UTF-8 text"
     if reason is not None:
         raise Unencodable(
             f"{noun} contains {reason}, which Postgres cannot store",
             f"contains {reason}, which Postgres cannot store",
         )
-    size = len(text.encode("utf-8"))
     if size > limit:
         raise PayloadTooLargeError(kind, size, limit)
     return text

@@ -106,8 +106,12 @@ def input_options(func: F) -> F:
     return func
 
 
-def resolve_database(url: str | None) -> str:
-    """The URL to use; says on stderr which database it is."""
+def resolve_database(url: str | None, *, existing: bool = False) -> str:
+    """The URL to use; says on stderr which database it is. Without ``url`` it is the
+    embedded Postgres of this folder (:func:`cyclone_flow.embedded.cyclone_home`), created
+    when there is none, except with ``existing`` (a command that reads or changes runs
+    that must already be there): then exit 1 saying where no database was found, and
+    nothing is created."""
     if url:
         info = psycopg.conninfo.conninfo_to_dict(url) if "://" in url or "=" in url else {}
         shown = f"{info.get('host') or 'localhost'}/{info.get('dbname') or ''}"
@@ -117,12 +121,33 @@ def resolve_database(url: str | None) -> str:
 
     home = cyclone_home()
     new = not embedded_exists(home)
+    if new and existing:
+        click.echo(missing_embedded_notice(home), err=True)
+        raise SystemExit(1)
     resolved = embedded_url(home)
     if new:
         click.echo(new_embedded_notice(home), err=True)
     else:
         click.echo(f"cyclone-flow: using the embedded Postgres in {home}", err=True)
     return resolved
+
+
+def missing_embedded_notice(home: Path) -> str:
+    """The error of a command that needs runs when this folder has no embedded database:
+    where none was found, and where one is (the nearest ``.cyclone`` of a parent folder
+    holding one), else how to name one."""
+    from cyclone_flow.embedded import other_homes
+
+    line = f"error: no embedded Postgres in {home}, so there are no runs here; "
+    found = other_homes() if not os.environ.get("CYCLONE_HOME") else []
+    if found:
+        old = found[0]
+        return line + f"to use the one in {old}, run from {old.parent} or set CYCLONE_HOME={old}"
+    return line + (
+        "run `cyclone-flow submit FLOW` here first, run from the folder holding the "
+        ".cyclone of your runs, set CYCLONE_HOME to that .cyclone folder, or give "
+        "--database-url"
+    )
 
 
 def new_embedded_notice(home: Path) -> str:
@@ -180,13 +205,13 @@ def read_input(input_json: str | None, input_file: str | None) -> JSON:
     The file is read up to the input payload limit (:func:`read_payload_file`)."""
     if input_json is not None and input_file is not None:
         raise click.UsageError("give --input or --input-file, not both")
-    text, source = input_json, "--input"
+    text, source, what = input_json, "--input", "--input"
     if input_file is not None:
         text = read_payload_file(input_file, "--input-file", "input", PayloadLimits().input_bytes)
-        source = input_file
+        source, what = "--input-file", input_file
     if text is None:
         return None
-    return parse_json(text, source)
+    return parse_json(text, source, what)
 
 
 def read_payload_file(path: str, option: str, kind: str, limit: int) -> str:
@@ -214,15 +239,17 @@ def read_payload_file(path: str, option: str, kind: str, limit: int) -> str:
         ) from None
 
 
-def parse_json(text: str, source: str) -> JSON:
-    """``text`` decoded as JSON; a click usage error (exit 2) naming ``source`` when it is
-    not JSON or is nested too deeply for the decoder."""
+def parse_json(text: str, source: str, what: str | None = None) -> JSON:
+    """``text`` decoded as JSON; a click usage error (exit 2) for the option ``source``
+    when it is not JSON or is nested too deeply for the decoder; the message names
+    ``what`` (e.g. the file the option read), else the option."""
+    what = what or source
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise click.BadParameter(f"{source} is not valid JSON: {exc}", param_hint=source) from None
+        raise click.BadParameter(f"{what} is not valid JSON: {exc}", param_hint=source) from None
     except RecursionError:
-        raise click.BadParameter(f"{source} is nested too deeply", param_hint=source) from None
+        raise click.BadParameter(f"{what} is nested too deeply", param_hint=source) from None
 
 
 def duration_option(value: str, option: str, *, max_s: float, allow_zero: bool = False) -> float:

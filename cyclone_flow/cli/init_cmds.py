@@ -6,6 +6,7 @@ file exists already, unless ``--force``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -141,20 +142,30 @@ def project_files() -> dict[str, str]:
 
 def _write_all(root: Path, files: dict[str, str]) -> None:
     """Write every file or none: each goes to a temporary file next to it first, and
-    only when all are written are they renamed into place. Raises OSError."""
+    only when all are written are they renamed into place; when one cannot be written,
+    the folders made for them are removed again. Raises OSError."""
     temps: list[tuple[Path, Path]] = []
+    made: list[Path] = []  # folders this call created, outermost first
+    done = False
     try:
         for rel, text in files.items():
             path = root / rel
+            missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
             path.parent.mkdir(parents=True, exist_ok=True)
+            made.extend(reversed(missing))
             temp = path.with_name(f".{path.name}.cyclone-init")
-            temp.write_text(text, "utf-8")
             temps.append((temp, path))
+            temp.write_text(text, "utf-8")
         for temp, path in temps:
             os.replace(temp, path)
+        done = True
     finally:
         for temp, _path in temps:
             temp.unlink(missing_ok=True)
+        if not done:
+            for folder in reversed(made):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()  # only when empty
 
 
 @click.command("init")

@@ -100,7 +100,7 @@ def status_cmd(
     if interval is not None:
         every = duration_option(interval, "--interval", max_s=WATCH_MAX_INTERVAL_S)
     setup_logging()
-    url = resolve_database(database_url)
+    url = resolve_database(database_url, existing=True)
     if watch:
         _watch(url, schema, run_id, items=items, interval=every, notify=notify)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
@@ -193,7 +193,7 @@ def runs_cmd(
 ) -> None:
     """List the most recent runs, newest first."""
     setup_logging()
-    url = resolve_database(database_url)
+    url = resolve_database(database_url, existing=True)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         runs = client.list_runs(flow=flow, state=state, limit=limit)
     if as_json:
@@ -240,7 +240,7 @@ def workers_cmd(as_json: bool, database_url: str | None, schema: str) -> None:
     """List the started clients (workers, and `run` processes) from their heartbeat
     rows: live ones first, then the dead ones not yet reaped."""
     setup_logging()
-    url = resolve_database(database_url)
+    url = resolve_database(database_url, existing=True)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         rows = client.workers()
     if as_json:
@@ -289,7 +289,7 @@ def logs_cmd(
     """Print what a run's handlers logged and printed (ctx.log, logging records, stdout
     and stderr), per attempt, in write order."""
     setup_logging()
-    url = resolve_database(database_url)
+    url = resolve_database(database_url, existing=True)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         run = client.get_run(client.resolve_run_id(run_id))
         after = 0

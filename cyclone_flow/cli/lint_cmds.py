@@ -170,7 +170,7 @@ def run_graph(
     from cyclone_flow.client import Client
 
     setup_logging()
-    url = resolve_database(database_url)
+    url = resolve_database(database_url, existing=True)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         run = client.get_run(client.resolve_run_id(run_id))
         definition = client.run_definition(run.id)

@@ -33,7 +33,7 @@ from cyclone_flow.names import SIGNAL_NAME_RULE, is_signal_name
 def cancel_cmd(run_id: str, database_url: str | None, schema: str) -> None:
     """Cancel a running run and every step that has not finished."""
     setup_logging()
-    url = resolve_database(database_url)
+    url = resolve_database(database_url, existing=True)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         run_id = client.resolve_run_id(run_id)
         if client.cancel(run_id):
@@ -89,7 +89,7 @@ def retry_cmd(
     if yes and not all_failed:
         raise click.UsageError("--yes goes with --all-failed")
     setup_logging()
-    url = resolve_database(database_url)
+    url = resolve_database(database_url, existing=True)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         if all_failed:
             _retry_all_failed(client, flow, yes)
@@ -180,7 +180,7 @@ def signal_cmd(
     if text is not None:
         value = parse_json(text, source)
     setup_logging()
-    url = resolve_database(database_url)
+    url = resolve_database(database_url, existing=True)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         run_id = client.resolve_run_id(run_id)
         node = client.signal(run_id, name, value)
@@ -223,7 +223,7 @@ def purge_cmd(
     runs are never touched. Safe while workers run and while other purges run."""
     age = parse_age(older_than, "--older-than")
     setup_logging()
-    url = resolve_database(database_url)
+    url = resolve_database(database_url, existing=True)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         if dry_run:
             runs, steps = client.count_purgeable(age)

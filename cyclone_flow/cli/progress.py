@@ -45,12 +45,16 @@ _TERMINAL = (StepState.COMPLETED, StepState.DISCARDED, StepState.CANCELLED)
 @dataclass
 class StepCounts:
     """What a progress display shows: steps ``done`` (completed, discarded or cancelled)
-    of ``total``, ``running`` now, and ``failed`` attempts so far."""
+    of ``total``, ``running`` now, ``failed`` attempts so far, and how many of the done
+    steps were ``discarded`` or ``cancelled`` (so that a full bar does not read as all
+    completed)."""
 
     total: int = 0
     done: int = 0
     running: int = 0
     failed: int = 0
+    discarded: int = 0
+    cancelled: int = 0
 
     @classmethod
     def of(cls, steps: list[Step]) -> StepCounts:
@@ -59,7 +63,18 @@ class StepCounts:
             done=sum(s.state in _TERMINAL for s in steps),
             running=sum(s.state == StepState.RUNNING for s in steps),
             failed=sum(len(s.errors) for s in steps),
+            discarded=sum(s.state == StepState.DISCARDED for s in steps),
+            cancelled=sum(s.state == StepState.CANCELLED for s in steps),
         )
+
+    def not_completed(self) -> str:
+        """``", 1 discarded, 2 cancelled"`` (the parts that are not zero), or ``""``."""
+        parts = [
+            f"{n} {what}"
+            for n, what in ((self.discarded, "discarded"), (self.cancelled, "cancelled"))
+            if n
+        ]
+        return "".join(f", {part}" for part in parts)
 
 
 @dataclass
@@ -390,7 +405,7 @@ def _follow_bar(client: Client, run_id: str, console: Console, waiter: Waiter) -
             if counts.failed:
                 detail += f", {counts.failed} failed attempt(s)"
             if status.state.terminal:
-                detail = str(status.state)
+                detail = f"{status.state}{counts.not_completed()}"
             progress.update(task, total=counts.total, completed=counts.done, detail=detail)
             if status.state.terminal:
                 return status

@@ -206,7 +206,7 @@ def schedule_list_cmd(as_json: bool, database_url: str | None, schema: str) -> N
     """List every schedule: its state (active or paused), source (flow or manual) and next
     tick (none while paused)."""
     setup_logging()
-    url = resolve_database(database_url)
+    url = resolve_database(database_url, existing=True)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         rows = client.list_schedules()
     if as_json:
@@ -309,7 +309,7 @@ def _by_name(action: str) -> Any:
     @handle_errors
     def command(name: str, database_url: str | None, schema: str) -> None:
         setup_logging()
-        url = resolve_database(database_url)
+        url = resolve_database(database_url, existing=True)
         with Client(url, schema=schema, prepare=prepare_enabled()) as client:
             getattr(client, f"{action}_schedule")(name)
         click.echo(f"schedule {name} {action}d")

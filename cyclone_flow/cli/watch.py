@@ -25,7 +25,7 @@ from rich.tree import Tree
 from cyclone_flow.cli.progress import Waiter, end_line, follow_plain, logs_above
 from cyclone_flow.cli.render import step_detail, step_duration
 from cyclone_flow.db.rows import Run, Step
-from cyclone_flow.engine.explain import Waiting
+from cyclone_flow.engine.explain import Waiting, WaitReason
 
 if TYPE_CHECKING:
     from cyclone_flow.client import Client
@@ -96,29 +96,38 @@ def render_tree(
     branches: dict[str, Tree] = {}
     for step in steps:
         parent = branches.get(step.parent_node, tree) if step.parent_node else tree
-        branch = parent.add(node_line(step, progress, now))
+        why = waiting.get(step.node)
+        # the reason of a node waiting on its signal, child run or items says what its
+        # node-type detail would: shown once, below the node
+        said = why is not None and why.reason in _SAID_BELOW
+        branch = parent.add(node_line(step, progress, now, detail=not said))
         if step.parent_node is None:
             branches[step.node] = branch
-        why = waiting.get(step.node)
         if why is not None:
             branch.add(Text(f"waiting: {why.text}", style="dim"))
     return tree
 
 
-def node_line(step: Step, progress: dict[str, dict[str, int]], now: datetime) -> Text:
+def node_line(
+    step: Step, progress: dict[str, dict[str, int]], now: datetime, *, detail: bool = True
+) -> Text:
     """One node of the tree: ``NODE  STATE  attempt N/M  DURATION  DETAIL  [KIND] ERROR``
-    (the duration of a running step so far, the error of a step that did not complete)."""
+    (the duration of a running step so far, the node-type detail unless ``detail`` is
+    False, the error of a step that did not complete)."""
     line = Text.assemble((step.node, "bold"), "  ", (str(step.state), _style(step.state)))
     line.append(f"  attempt {step.attempt}/{step.max_attempts}")
     took = step_duration(step, now)
     if took:
         line.append(f"  {took}")
-    detail = step_detail(step, progress) if step.parent_node is None else ""
-    if detail:
-        line.append(f"  {detail}")
+    shown = step_detail(step, progress) if detail and step.parent_node is None else ""
+    if shown:
+        line.append(f"  {shown}")
     if step.error and step.state != "completed":
         line.append(f"  [{step.error_kind}] {step.error}", style="red")
     return line
+
+
+_SAID_BELOW = frozenset((WaitReason.SIGNAL, WaitReason.CHILD_RUN, WaitReason.FAN_OUT))
 
 
 def _style(state: str) -> str:

@@ -8,7 +8,12 @@ idle, so the server has nothing to say to it; a socket with something to read (t
 already knows is broken is refused, and the pool's other idle connections are then
 checked at once in the background, so one restart costs one refused connection, not one
 per pooled connection. A socket that went silent without a FIN (a half-open connection)
-is left to the TCP keepalives.
+is left to the TCP keepalives. The socket is only looked at for a connection that was
+last checked out more than :data:`RECENT_CHECKOUT_S` ago: that look is a system call,
+which hands the GIL to another thread, and on a busy client (the claim loop and the
+group commit check out a connection for every statement) those handoffs cost more than
+the check is worth; a connection in use that recently is as likely to have been killed
+while in use as while idle, and that is noticed by the statement that uses it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import contextlib
 import logging
 import select
 import threading
+import time
 import weakref
 from typing import Any
 
@@ -33,6 +39,10 @@ KEEPALIVES: dict[str, int] = {
 """libpq TCP keepalive parameters of every pooled connection (ignored on a Unix socket):
 a peer that vanished is noticed by the kernel within about 25 s of silence."""
 
+RECENT_CHECKOUT_S = 1.0
+"""Seconds since a connection's previous checkout within which
+:class:`BrokenConnectionCheck` does not look at its socket (see the module docstring)."""
+
 
 def configure(conn: psycopg.Connection[Any]) -> None:
     """Pin READ COMMITTED on a new pooled connection, whatever the database's or the
@@ -45,17 +55,25 @@ def configure(conn: psycopg.Connection[Any]) -> None:
 class BrokenConnectionCheck:
     """The pool's ``check``: raises :class:`psycopg.OperationalError` for a connection
     that is closed, in a bad state, or whose socket has something to read while it sits
-    idle in the pool (see the module docstring); then checks the pool's other idle
-    connections on a background thread (one sweep at a time)."""
+    idle in the pool (looked at when its previous checkout is ``recent_s`` seconds old or
+    more: see the module docstring); then checks the pool's other idle connections on a
+    background thread (one sweep at a time)."""
 
-    def __init__(self) -> None:
+    def __init__(self, recent_s: float = RECENT_CHECKOUT_S) -> None:
         self.pool: ConnectionPool[Any] | None = None
+        self.recent_s = recent_s
         self._sweeping = threading.Lock()
+        self._checked_out: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = (
+            weakref.WeakKeyDictionary()
+        )
         self.refused = 0
         """Connections refused so far."""
 
     def __call__(self, conn: psycopg.Connection[Any]) -> None:
-        reason = _broken(conn)
+        now = time.monotonic()
+        last = self._checked_out.get(conn)
+        self._checked_out[conn] = now
+        reason = _broken(conn, look=last is None or now - last >= self.recent_s)
         if reason is None:
             return
         self.refused += 1
@@ -82,11 +100,13 @@ class BrokenConnectionCheck:
         threading.Thread(target=sweep, name="cyclone-pool-check", daemon=True).start()
 
 
-def _broken(conn: psycopg.Connection[Any]) -> str | None:
+def _broken(conn: psycopg.Connection[Any], *, look: bool = True) -> str | None:
     if conn.closed or conn.broken:
         return "closed"
     if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
         return "bad connection status"
+    if not look:
+        return None
     try:
         poller = select.poll()
         poller.register(conn.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)

@@ -16,6 +16,7 @@ import binascii
 import io
 import json
 import secrets
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +47,7 @@ from cyclone_flow.errors import (
     ScheduleNotFoundError,
 )
 from cyclone_flow.ui.dag import LEGEND, DagNode, dag_nodes, render_svg
+from cyclone_flow.ui.timeline import render_timeline, timeline_rows
 
 __all__ = ["PAGE_SIZE", "create_app"]
 
@@ -62,6 +64,17 @@ MAX_BODY_BYTES = 1024 * 1024
 """The largest POST body accepted (413 above)."""
 COUNT_CAP = 10_000
 """Runs counted at most per overview count (shown as ``10000+``)."""
+STEP_ROWS = 300
+"""Most rows of a run page's steps table (a 2,000-node run: the DAG shows every node)."""
+WHY_ROWS = 50
+"""Most nodes listed under "why nodes wait" on a run page (the rest are counted)."""
+LIVE_POLL_PER_BUILD = 4
+"""A run page's live part is fetched again after at least this many times as long as it
+took to build (and never sooner than ``poll_interval_s``): a big run's page is not
+rebuilt back to back."""
+MAX_LIVE_POLL_MS = 10_000
+"""The longest wait between two fetches of a run page's live part (ms)."""
+
 _ACTIVE = ("pending", "available", "running", "waiting")
 
 
@@ -354,6 +367,7 @@ class _Dashboard:
             raise HTTPException(404, f"no run {run_id}") from None
 
     def _run_context(self, request: Request, run: Run) -> dict[str, Any]:
+        began = time.perf_counter()
         steps = self.client.list_steps(run.id, items=False)
         progress = self.client.item_progress(run.id)
         definition = self.client.run_definition(run.id)
@@ -364,15 +378,28 @@ class _Dashboard:
             if node.type == "fan_out":  # the box expands to its items on the run's page
                 name = quote(node.name, safe="")
                 return f"{base}/runs/{run.id}?expand={name}#items-{name}"
-            return f"{base}/runs/{run.id}/steps/{node.name}"
+            return step_href(node.name)
+
+        def step_href(node: str) -> str:
+            return f"{base}/runs/{run.id}/steps/{quote(node, safe='')}"
 
         waiting = self.client.explain(run.id) if run.state == "running" else {}
         retryable = sorted(s.node for s in steps if s.state == "discarded")
+        reasons = list(waiting.items())
+        built_ms = (time.perf_counter() - began) * 1000
         return {
             "run": run,
-            "steps": steps,
+            "steps": steps[:STEP_ROWS],
+            "steps_total": len(steps),
+            "fan_outs": [s for s in steps if s.type == "fan_out"],
+            "reasons": reasons[:WHY_ROWS],
+            "reasons_total": len(reasons),
+            "live_ms": max(
+                self.poll_ms, min(MAX_LIVE_POLL_MS, round(built_ms * LIVE_POLL_PER_BUILD))
+            ),
             "progress": progress,
             "svg": render_svg(nodes, href),
+            "timeline": render_timeline(run, timeline_rows(steps), datetime.now(UTC), step_href),
             "waiting": waiting,
             "retryable": retryable,
             "awaited_signal": next((w.signal for w in waiting.values() if w.signal), ""),
@@ -383,10 +410,9 @@ class _Dashboard:
         run = self._run_or_404(request.path_params["run_id"])
         info = self.client.queue_info(run.id) or {}
         ctx = self._run_context(request, run)
-        fan_outs = [s for s in ctx["steps"] if s.type == "fan_out"]
         expanded = None
         wanted = request.query_params.get("expand")
-        for step in fan_outs:
+        for step in ctx["fan_outs"]:
             if step.node == wanted:
                 items, pages = self._items_page(run, step, 1)
                 expanded = {
@@ -399,7 +425,6 @@ class _Dashboard:
             request,
             "run.html",
             queue_info=info,
-            fan_outs=fan_outs,
             expanded=expanded,
             page_size=ITEMS_PAGE_SIZE,
             **ctx,

@@ -79,6 +79,13 @@ def test_embedded_status_url_stop_and_the_new_database_line(tmp_path: Path) -> N
             f"no embedded Postgres runs in {home / 'pgdata'}\n",
         )
         assert not home.exists()
+        # a command that needs runs says there are none here, and creates nothing either
+        runs = run_cli("runs", cwd=project, env=env)
+        no_traceback(runs)
+        assert runs.returncode == 1
+        assert f"error: no embedded Postgres in {home}, so there are no runs here" in runs.stderr
+        assert "created" not in runs.stderr
+        assert not home.exists()
 
         # the first command creates the database and says so; the next one does not
         first = run_cli("migrate", cwd=project, env=env, timeout=240)
@@ -100,6 +107,14 @@ def test_embedded_status_url_stop_and_the_new_database_line(tmp_path: Path) -> N
         assert f"to use the one in {home}, run from {project} or set CYCLONE_HOME={home}" in (
             nested.stderr
         )
+        deeper = sub / "deeper"
+        deeper.mkdir()
+        lost = run_cli("status", "abc", cwd=deeper, env=env)
+        no_traceback(lost)
+        assert lost.returncode == 1
+        assert f"no embedded Postgres in {deeper / '.cyclone'}" in lost.stderr
+        assert f"to use the one in {sub / '.cyclone'}, run from {sub}" in lost.stderr
+        assert not (deeper / ".cyclone").exists()
 
         # a running worker uses the server: status shows it, stop refuses
         worker = _Worker(project, tmp_path / "worker.log")

@@ -94,6 +94,18 @@ def test_init_into_a_file_is_a_usage_error(tmp_path: Path) -> None:
     assert "'taken' is a file" in proc.stderr
 
 
+def test_init_that_cannot_write_a_file_leaves_no_folder_behind(tmp_path: Path) -> None:
+    project = tmp_path / "new" / "project"
+    project.mkdir(parents=True)
+    (project / "handlers").write_text("a file where the package goes", encoding="utf-8")
+    proc = run_cli("init", str(project), cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 1
+    assert f"error: cannot write the project files in {project}" in proc.stderr
+    # flows/ was made before handlers/ failed: it is gone again, nothing else was written
+    assert sorted(p.name for p in project.iterdir()) == ["handlers"]
+
+
 def test_init_associates_the_flows_with_the_shipped_schema(tmp_path: Path) -> None:
     assert run_cli("init", cwd=tmp_path).returncode == 0
     schema = tmp_path / "schemas" / "flow.schema.json"

@@ -106,6 +106,16 @@ def test_every_page_renders_a_run_in_flight(make_client: Callable[..., Client]) 
     assert states["first"] == states["each"] == "completed"
     assert "3/3 done" in live  # the fan-out node: one box with its item counts
     assert "<html" not in live  # a fragment, not a page
+    # the timeline: a row per node, a run bar for those that started (items have none)
+    timeline = live[live.index('<svg xmlns="http://www.w3.org/2000/svg" class="timeline"') :]
+    rows = dict(re.findall(r'<g class="row" data-node="(\w+)" data-state="(\w+)"', timeline))
+    assert rows == {
+        "first": "completed",
+        "each": "completed",
+        "approve": "waiting",
+        "last": "pending",
+    }
+    assert timeline.count('class="bar state-completed"') == 2
 
     step = http.get(f"/runs/{run_id}/steps/approve")
     assert step.status_code == 200

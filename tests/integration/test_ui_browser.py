@@ -232,6 +232,60 @@ def test_read_only_shows_no_action(
         page.screenshot(path=str(tmp_path / "ui-read-only.png"), full_page=True)
 
 
+def _wide_flow(width: int, depth: int) -> str:
+    """A flow of ``width * depth`` nodes, each level needing two nodes of the one before."""
+    lines = [f"name: wide{width}x{depth}", "nodes:"]
+    for level in range(depth):
+        for i in range(width):
+            lines += [f"  n{level}_{i}:", "    call: cyclone_test_handlers.basic:echo"]
+            if level:
+                lines.append(f"    needs: [n{level - 1}_{i}, n{level - 1}_{(i + 1) % width}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_2000_node_run_renders_and_stays_live(
+    make_client: Callable[..., Client], page: Any, tmp_path: Path
+) -> None:
+    client = make_client(workers=1)
+    run_id = client.submit(load_flow_text(_wide_flow(50, 40)), {})  # no worker: it waits
+    with serve(client, poll_interval_s=0.3) as url:
+        page.goto(f"{url}/runs/{run_id}")
+        page.wait_for_selector('svg.dag g[data-node="n39_49"]')
+        assert page.locator("svg.dag g.node").count() == 2000
+        assert page.locator('svg.dag g.node[data-state="available"]').count() == 50
+        assert "the first 300 of 2000 steps" in page.inner_text("#live")
+        assert page.locator("table.steps tbody tr").count() == 300
+        # a big run's live part is fetched again, not back to back, and swapped in place
+        live_ms = int(page.get_attribute("#live", "hx-trigger").split()[1].removesuffix("ms"))
+        assert live_ms >= 300
+        page.evaluate("window.__same_document = true")
+        page.evaluate(
+            "() => new Promise(done => document.body.addEventListener("
+            "'htmx:afterSettle', () => done(), {once: true}))"
+        )
+        assert page.evaluate("window.__same_document") is True
+        assert page.locator("svg.dag g.node").count() == 2000
+        page.screenshot(path=str(tmp_path / "ui-2000-nodes.png"))
+
+
+def test_a_10000_item_fan_out_renders(
+    make_client: Callable[..., Client], page: Any, tmp_path: Path
+) -> None:
+    client = make_client(workers=1)
+    flow = load_flow_text(
+        "name: many_items\nnodes:\n  each:\n    type: fan_out\n"
+        '    over: "${{ run.input.items }}"\n    call: cyclone_test_handlers.basic:echo\n'
+    )
+    run_id = client.submit(flow, {"items": list(range(10_000))})  # a root: started at once
+    with serve(client, poll_interval_s=0.3) as url:
+        page.goto(f"{url}/runs/{run_id}")
+        box = page.wait_for_selector('svg.dag g[data-node="each"]')
+        assert "of 10000" in box.text_content() or "/10000" in box.text_content()
+        page.goto(f"{url}/runs/{run_id}/steps/each")
+        assert "Items (10000)" in page.inner_text("main")
+        page.screenshot(path=str(tmp_path / "ui-10000-items.png"))
+
+
 BIG = """
 name: big
 nodes:
