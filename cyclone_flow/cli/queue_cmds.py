@@ -332,7 +332,7 @@ def schedule_trigger_cmd(name: str, database_url: str | None, schema: str) -> No
     """Submit one run of schedule NAME now, outside its cadence (its next tick is
     unchanged); prints the run id."""
     setup_logging()
-    url = resolve_database(database_url)
+    url = resolve_database(database_url, existing=True)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         run_id = client.trigger_schedule(name)
     click.echo(run_id)
