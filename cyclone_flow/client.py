@@ -39,6 +39,7 @@ from cyclone_flow.db.pool import open_pool
 from cyclone_flow.db.rows import (
     FlowRow,
     QueueStats,
+    QueueThroughput,
     ReclaimedStep,
     Run,
     ScheduleRow,
@@ -399,6 +400,14 @@ class Client:
         paused are skipped). Raises ScheduleNotFoundError."""
         self._schedules.resume(name, now=now)
 
+    def trigger_schedule(self, name: str, *, now: datetime | None = None) -> RunId:
+        """Submit one run of the schedule ``name`` now, outside its cadence (a paused one
+        too): inserted as its ticks are (the definition stored with the schedule, its
+        input, the queue options), with ``schedule_id`` set and no ``scheduled_for``; it
+        becomes the schedule's last run and the next tick is unchanged. ``now`` pins the
+        clock. Returns the run id. Raises ScheduleNotFoundError."""
+        return self._scanner.trigger(name, now=now)
+
     @property
     def schedule_scanner(self) -> ScheduleScanner:
         """The schedule scanner (its ``run_once(now=None) -> ScheduleScannerResult`` is
@@ -582,6 +591,20 @@ class Client:
                 raise RunNotFoundError(rid)
             return steps.step_list(s, run_id=rid, items=items)
 
+    def list_items(self, run_id: str, node: str, *, start: int = 0, limit: int = 50) -> list[Step]:
+        """The item steps of fan-out node ``node``, in item order from item index ``start``,
+        at most ``limit`` (a keyset page: the next one starts after the last index); [] for
+        a node with no items. Raises RunNotFoundError for an unknown run."""
+        rid = parse_run_id(run_id)
+        if not storable(node):
+            return []
+        with self._db.session(wait=BRIEF_POOL_WAIT_S) as s:
+            if runs.run_get(s, run_id=rid) is None:
+                raise RunNotFoundError(rid)
+            return steps.step_list_items_page(
+                s, run_id=rid, node=node, start=max(0, start), limit=max(0, limit)
+            )
+
     def item_progress(self, run_id: str) -> dict[str, dict[str, int]]:
         """Item counts of each started fan-out node of the run: node -> step state ->
         count (e.g. ``{"ship_each": {"completed": 40, "running": 8, "pending": 52}}``;
@@ -677,6 +700,16 @@ class Client:
 
     # -- dashboard reads (cyclone_flow.ui; the CLI may use them too) ---------------------
 
+    def queue_throughput(self, *, cap: int = 10_000) -> list[QueueThroughput]:
+        """Per queue, the steps finished (completed or discarded) in the last minute and the
+        last hour by the database's clock, at most ``cap`` counted (a count of ``cap``
+        means at least that many). Counted through their runs (no index on a step's finish
+        time): runs finished in the hour, and runs with a step running or claimable now
+        (up to 1,000 of the latter); a step of a run doing neither (a run waiting for a
+        signal) is left out. Queues with nothing finished are left out."""
+        with self._db.session() as s:
+            return steps.step_count_finished_by_queue(s, cap=cap, active=1000)
+
     def list_runs_page(
         self,
         *,
@@ -741,7 +774,9 @@ class Client:
         self, *, min_reclaims: int = 1, limit: int = 20
     ) -> list[ReclaimedStep]:
         """Unfinished steps reclaimed more than ``min_reclaims`` times (their workers keep
-        dying or losing their leases), most reclaims first, at most ``limit``."""
+        dying or losing their leases), most reclaims first, at most ``limit``: the running
+        ones, and the available ones among the first 1,000 of each queue's claim order
+        (a reclaimed step keeps its ``scheduled_at``, so it waits at its queue's head)."""
         with self._db.session() as s:
             return steps.step_list_reclaimed(s, min_reclaims=min_reclaims, limit=limit)
 

@@ -143,8 +143,11 @@ def queue_info_lines(info: dict[str, Any]) -> list[str]:
         lines.append(where)
     if info.get("schedule_id") is not None:
         tick = info["scheduled_for"]
-        shown = tick.isoformat(timespec="seconds") if hasattr(tick, "isoformat") else tick
-        lines.append(f"scheduled tick {shown}")
+        if tick is None:
+            lines.append("triggered from its schedule (no tick)")
+        else:
+            shown = tick.isoformat(timespec="seconds") if hasattr(tick, "isoformat") else tick
+            lines.append(f"scheduled tick {shown}")
     return lines
 
 

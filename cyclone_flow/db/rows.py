@@ -194,6 +194,16 @@ class QueueStats:
 
 
 @dataclasses.dataclass(frozen=True)
+class QueueThroughput:
+    """One queue's steps finished (completed or discarded) in the ``last_minute`` and the
+    ``last_hour`` (see ``Client.queue_throughput`` for what is counted)."""
+
+    queue: str
+    last_minute: int
+    last_hour: int
+
+
+@dataclasses.dataclass(frozen=True)
 class ScheduleRow:
     """One row of ``cyclone_schedules`` (instants are UTC-aware datetimes)."""
 

@@ -112,6 +112,19 @@ def schedule_lock_due(s: SessionLike, *, id: int, now: datetime) -> DueSchedule 
     return execute_rows(s, "schedule_lock_due", {"id": id, "now": now}, _DUE).fetchone()
 
 
+def schedule_lock_named(s: SessionLike, *, name: str) -> DueSchedule | None:
+    """Lock the schedule ``name`` for this transaction, paused or not, due or not (waits
+    for a concurrent tick's transaction); None when there is none."""
+    return execute_rows(s, "schedule_lock_named", {"name": name}, _DUE).fetchone()
+
+
+def schedule_set_last_run(s: SessionLike, *, id: int, at: datetime, run_id: str) -> bool:
+    """Record ``run_id`` (submitted at ``at``) as the last run of schedule ``id``, leaving
+    ``next_run_at`` alone; False when the schedule is gone."""
+    params = {"id": id, "at": at, "run_id": run_id}
+    return execute(s, "schedule_set_last_run", params).fetchone() is not None
+
+
 def schedule_advance_if_unchanged(
     s: SessionLike,
     *,

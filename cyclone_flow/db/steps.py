@@ -30,6 +30,7 @@ from cyclone_flow.db.rows import (
     NodeInfo,
     NodeState,
     QueueStats,
+    QueueThroughput,
     ReclaimedStep,
     ReleasedStep,
     RescuedStep,
@@ -43,6 +44,7 @@ from cyclone_flow.states import StepState
 _CLAIMED = rows_of(ClaimedStep, columns={"run_input": "run_input_text"})
 _STEP = rows_of(Step, convert={"state": StepState})
 _QUEUE_STATS = rows_of(QueueStats)
+_THROUGHPUT = rows_of(QueueThroughput)
 _INSERTED = rows_of(InsertedStep, convert={"state": StepState})
 _COMPLETED = rows_of(CompletedStep)
 _COMPLETED_LEASE = rows_of(CompletedLease)
@@ -579,6 +581,14 @@ def step_list(s: SessionLike, *, run_id: str, items: bool) -> list[Step]:
     return execute_rows(s, "step_list", {"run_id": run_id, "items": items}, _STEP).fetchall()
 
 
+def step_list_items_page(
+    s: SessionLike, *, run_id: str, node: str, start: int, limit: int
+) -> list[Step]:
+    """Item steps of fan-out node ``node``, from item index ``start``, at most ``limit``."""
+    params = {"run_id": run_id, "node": node, "start": start, "limit": limit}
+    return execute_rows(s, "step_list_items_page", params, _STEP).fetchall()
+
+
 def step_list_discarded(s: SessionLike, *, run_id: str) -> list[str]:
     """The discarded nodes of a run."""
     return _firsts(execute(s, "step_list_discarded", {"run_id": run_id}))
@@ -595,12 +605,22 @@ def step_count_by_queue(s: SessionLike) -> list[QueueStats]:
     return execute_rows(s, "step_count_by_queue", None, _QUEUE_STATS).fetchall()
 
 
+def step_count_finished_by_queue(s: SessionLike, *, cap: int, active: int) -> list[QueueThroughput]:
+    """Per queue, steps finished in the last minute and hour (at most ``cap`` counted;
+    the runs with a claimable step looked at: at most ``active``)."""
+    params = {"cap": cap, "active": active}
+    return execute_rows(s, "step_count_finished_by_queue", params, _THROUGHPUT).fetchall()
+
+
 _RECLAIMED = rows_of(ReclaimedStep, convert={"state": StepState})
 
 
-def step_list_reclaimed(s: SessionLike, *, min_reclaims: int, limit: int) -> list[ReclaimedStep]:
-    """Unfinished steps reclaimed more than ``min_reclaims`` times, most first."""
-    params = {"min_reclaims": min_reclaims, "limit": limit}
+def step_list_reclaimed(
+    s: SessionLike, *, min_reclaims: int, limit: int, head: int = 1000
+) -> list[ReclaimedStep]:
+    """Unfinished steps reclaimed more than ``min_reclaims`` times, most first: the running
+    ones, and the available ones among the first ``head`` of each queue's claim order."""
+    params = {"min_reclaims": min_reclaims, "limit": limit, "head": head}
     return execute_rows(s, "step_list_reclaimed", params, _RECLAIMED).fetchall()
 
 

@@ -24,16 +24,17 @@ from datetime import datetime, timedelta
 
 from cyclone_flow.db import misc
 from cyclone_flow.db import schedules as stored
-from cyclone_flow.db.conn import Database, Session
+from cyclone_flow.db.conn import Conn, Database, Session
 from cyclone_flow.db.errors import database_lost
-from cyclone_flow.db.rows import DueRef
-from cyclone_flow.errors import SubmitOptionError
+from cyclone_flow.db.rows import DueRef, DueSchedule
+from cyclone_flow.errors import ScheduleNotFoundError, SubmitOptionError
 from cyclone_flow.flowfile.build import build_flow
 from cyclone_flow.logs import LOGGER_NAME
-from cyclone_flow.notify import Publish
+from cyclone_flow.notify import Publish, Wakeups
 from cyclone_flow.options import RunOptions
-from cyclone_flow.producer import Producer
+from cyclone_flow.producer import Producer, RunId
 from cyclone_flow.schedules import Ticks
+from cyclone_flow.text import storable
 
 __all__ = [
     "SCHEDULE_BATCH",
@@ -193,13 +194,7 @@ class ScheduleScanner:
             ticks = Ticks(due.cron, due.timezone)  # SubmitOptionError: edited by hand
             tick = max(ticks.at_or_before(now), due.next_run_at)
             options = RunOptions(schedule_id=due.id, scheduled_for=tick)
-            if due.no_plan:  # stored before plans (so without child nodes): store its plan
-                flow = build_flow(due.definition)
-                run_id, wakeups = self.producer.insert(conn, flow, due.input_json, options)
-            else:  # the definition as stored, with the child flows it was stored with
-                run_id, wakeups = self.producer.insert_stored(
-                    conn, due.workflow_id, due.input_json, options
-                )
+            run_id, wakeups = self._insert(conn, due, options)
             if not stored.schedule_advance_if_unchanged(
                 s,
                 id=due.id,
@@ -214,6 +209,35 @@ class ScheduleScanner:
         if self.publish is not None:
             self.publish(wakeups)
         return True
+
+    def trigger(self, name: str, now: datetime | None = None) -> RunId:
+        """Submit one run of the schedule ``name`` now, outside its cadence (paused or
+        not): the run is inserted as a tick's is (the stored definition, the schedule's
+        input, this client's limits) with ``schedule_id`` set and no ``scheduled_for``
+        (it is no tick), and it becomes the schedule's last run; ``next_run_at`` is left
+        alone. ``now`` pins the clock (the last run's time). Raises
+        ScheduleNotFoundError."""
+        if not storable(name):
+            raise ScheduleNotFoundError(name)
+        with self.db.transaction() as conn:
+            s = Session(conn, self.db.q)
+            current = misc.pg_now(s, now=now)
+            due = stored.schedule_lock_named(s, name=name)
+            if due is None:
+                raise ScheduleNotFoundError(name)
+            run_id, wakeups = self._insert(conn, due, RunOptions(schedule_id=due.id))
+            stored.schedule_set_last_run(s, id=due.id, at=current, run_id=run_id)
+        if self.publish is not None:
+            self.publish(wakeups)
+        return run_id
+
+    def _insert(self, conn: Conn, due: DueSchedule, options: RunOptions) -> tuple[RunId, Wakeups]:
+        """Insert a run of the locked schedule ``due`` in the caller's transaction."""
+        if due.no_plan:  # stored before plans (so without child nodes): store its plan
+            flow = build_flow(due.definition)
+            return self.producer.insert(conn, flow, due.input_json, options)
+        # the definition as stored, with the child flows it was stored with
+        return self.producer.insert_stored(conn, due.workflow_id, due.input_json, options)
 
     def _skipped(self, name: str, ticks: Ticks, first: datetime, tick: datetime) -> None:
         """Log the ticks skipped from ``first`` (the due one) to ``tick`` (the one

@@ -3,7 +3,8 @@
 Server-rendered pages (Jinja2, autoescape on) over a :class:`~cyclone_flow.Client`: the
 overview, the runs list, a run with its DAG (live through an htmx fragment polled every
 ``poll_interval_s``), a step with "why is it not running", the stored flows. Actions
-(cancel, retry, retry a node, signal, pause/resume a schedule, bulk cancel/retry) call
+(cancel, retry, retry a node, signal, pause/resume/trigger a schedule, bulk
+cancel/retry) call
 the same Client methods as the CLI; they exist only without ``read_only``, and every POST
 carries the app's secret form token and passes an ``Origin``/``Sec-Fetch-Site`` check.
 """
@@ -53,8 +54,8 @@ __all__ = ["PAGE_SIZE", "create_app"]
 _HERE = Path(__file__).parent
 PAGE_SIZE = 50
 """Runs per page of the runs list."""
-ITEMS_PAGE_SIZE = 100
-"""Fan-out items per page of a fan-out node's step page."""
+ITEMS_PAGE_SIZE = 50
+"""Fan-out items per page (a fan-out node's step page, its box expanded on the run page)."""
 JSON_SHOWN_BYTES = 64 * 1024
 """Pretty JSON shown on a page, at most (the rest: the download link)."""
 TEXT_SHOWN_CHARS = 16 * 1024
@@ -113,10 +114,21 @@ def _stamp(when: datetime | None) -> str:
 
 
 def _duration(start: datetime | None, end: datetime | None) -> str:
+    """``end - start`` with its unit: ``850 ms``, ``12.3 s``, ``4 min 05 s``, ``2 h 03 min``,
+    ``3 d 04 h``; "" when either is missing."""
     if start is None or end is None:
         return ""
-    seconds = (end - start).total_seconds()
-    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+    seconds = max(0.0, (end - start).total_seconds())
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+    return f"{whole // 86400} d {whole % 86400 // 3600:02d} h"
 
 
 def _parse_time(text: str | None, name: str) -> datetime | None:
@@ -249,6 +261,12 @@ class _Dashboard:
         counts = {"hour": c.count_runs_by_state(3600, cap=COUNT_CAP)}
         counts["day"] = c.count_runs_by_state(86400, cap=COUNT_CAP)
         queues = c.queue_stats()
+        done = {t.queue: t for t in c.queue_throughput(cap=COUNT_CAP)}
+        by_name = {q.queue: q for q in queues}
+        queue_rows = [
+            {"name": name, "stats": by_name.get(name), "done": done.get(name)}
+            for name in sorted(set(by_name) | set(done))
+        ]
         workers = c.workers()
         served = {q for w in workers if w.live for q in w.queues}
         warnings: list[tuple[str, str, str | None]] = []  # text, link kind, run id
@@ -281,7 +299,7 @@ class _Dashboard:
             "overview.html",
             counts=counts,
             cap=COUNT_CAP,
-            queues=queues,
+            queues=queue_rows,
             workers=workers,
             held=c.count_leases(),
             schedules=c.list_schedules(),
@@ -357,6 +375,9 @@ class _Dashboard:
         base = str(request.scope.get("root_path", "")).rstrip("/")
 
         def href(node: DagNode) -> str:
+            if node.type == "fan_out":  # the box expands to its items on the run's page
+                name = quote(node.name, safe="")
+                return f"{base}/runs/{run.id}?expand={name}#items-{name}"
             return step_href(node.name)
 
         def step_href(node: str) -> str:
@@ -370,6 +391,7 @@ class _Dashboard:
             "run": run,
             "steps": steps[:STEP_ROWS],
             "steps_total": len(steps),
+            "fan_outs": [s for s in steps if s.type == "fan_out"],
             "reasons": reasons[:WHY_ROWS],
             "reasons_total": len(reasons),
             "live_ms": max(
@@ -387,32 +409,74 @@ class _Dashboard:
     def run(self, request: Request) -> HTMLResponse:
         run = self._run_or_404(request.path_params["run_id"])
         info = self.client.queue_info(run.id) or {}
-        return self.page(request, "run.html", queue_info=info, **self._run_context(request, run))
+        ctx = self._run_context(request, run)
+        expanded = None
+        wanted = request.query_params.get("expand")
+        for step in ctx["fan_outs"]:
+            if step.node == wanted:
+                items, pages = self._items_page(run, step, 1)
+                expanded = {
+                    "step": step,
+                    "rows": items,
+                    "pages": pages,
+                    "total": self._total(step),
+                }
+        return self.page(
+            request,
+            "run.html",
+            queue_info=info,
+            expanded=expanded,
+            page_size=ITEMS_PAGE_SIZE,
+            **ctx,
+        )
 
     def run_live(self, request: Request) -> HTMLResponse:
         run = self._run_or_404(request.path_params["run_id"])
         return self.page(request, "_run_live.html", **self._run_context(request, run))
 
-    def _step(self, run: Run, node: str, item: int | None) -> tuple[Step, list[Step]]:
-        steps = self.client.list_steps(run.id, items=True)
-        top = [s for s in steps if s.node == node and s.parent_node is None]
-        items = [s for s in steps if s.parent_node == node]
-        if item is not None:
-            found = [s for s in items if s.item_index == item]
-            if not found:
-                raise HTTPException(404, f"no item {item} of node {node!r} in run {run.id}")
-            return found[0], []
+    def _step(self, run: Run, node: str, item: int | None) -> Step:
+        """The top-level step of ``node``, or its item ``item``; 404 when there is none."""
+        top = [s for s in self.client.list_steps(run.id, items=False) if s.node == node]
         if not top:
             raise HTTPException(404, f"no node {node!r} in run {run.id}")
-        return top[0], items
+        if item is None:
+            return top[0]
+        found = self.client.list_items(run.id, node, start=item, limit=1)
+        if not found or found[0].item_index != item:
+            raise HTTPException(404, f"no item {item} of node {node!r} in run {run.id}")
+        return found[0]
+
+    @staticmethod
+    def _total(step: Step) -> int:
+        return (step.items_total or 0) if step.type == "fan_out" else 0
+
+    def _items_page(self, run: Run, step: Step, page: int) -> tuple[list[Step], int]:
+        """Page ``page`` (from 1) of a fan-out step's items, a keyset read of
+        :data:`ITEMS_PAGE_SIZE` from item index ``(page - 1) * size``; and the page count."""
+        total = self._total(step)
+        pages = max(1, -(-total // ITEMS_PAGE_SIZE))
+        if not total:
+            return [], pages
+        start = (page - 1) * ITEMS_PAGE_SIZE
+        return self.client.list_items(run.id, step.node, start=start, limit=ITEMS_PAGE_SIZE), pages
+
+    def _page(self, request: Request, step: Step) -> int:
+        """The ``page`` query parameter: 1 (absent) to the item page count, else 400."""
+        text = request.query_params.get("page")
+        if text is None or text == "":
+            return 1
+        pages = max(1, -(-self._total(step) // ITEMS_PAGE_SIZE))
+        if not text.isdigit() or len(text) > 9 or not 1 <= int(text) <= pages:
+            raise HTTPException(400, f"page must be a whole number from 1 to {pages}")
+        return int(text)
 
     def step(self, request: Request) -> HTMLResponse:
         run = self._run_or_404(request.path_params["run_id"])
         node = request.path_params["node"]
         item = self._int(request, "item")
-        step, items = self._step(run, node, item)
-        page = self._int(request, "page") or 0
-        shown = items[page * ITEMS_PAGE_SIZE : (page + 1) * ITEMS_PAGE_SIZE]
+        step = self._step(run, node, item)
+        page = self._page(request, step) if item is None else 1
+        items, pages = self._items_page(run, step, page) if item is None else ([], 1)
         why = None
         if run.state == "running" and step.state in ("pending", "available", "waiting"):
             why = self.client.explain(run.id, items=item is not None).get(step.node)
@@ -423,12 +487,33 @@ class _Dashboard:
             run=run,
             step=step,
             item=item,
-            items=shown,
-            items_total=len(items),
+            items=items,
+            items_total=self._total(step) if item is None else 0,
             page=page,
-            pages=(len(items) + ITEMS_PAGE_SIZE - 1) // ITEMS_PAGE_SIZE,
+            pages=pages,
+            page_size=ITEMS_PAGE_SIZE,
             why=why,
             logs=logs,
+        )
+
+    def step_items(self, request: Request) -> HTMLResponse:
+        """The items fragment (htmx): one page of a fan-out node's items."""
+        run = self._run_or_404(request.path_params["run_id"])
+        step = self._step(run, request.path_params["node"], None)
+        if step.type != "fan_out":
+            raise HTTPException(404, f"node {step.node!r} is no fan-out node")
+        page = self._page(request, step)
+        items, pages = self._items_page(run, step, page)
+        return self.page(
+            request,
+            "_items.html",
+            run=run,
+            step=step,
+            items=items,
+            items_total=self._total(step),
+            page=page,
+            pages=pages,
+            page_size=ITEMS_PAGE_SIZE,
         )
 
     @staticmethod
@@ -442,7 +527,7 @@ class _Dashboard:
 
     def step_output(self, request: Request) -> Response:
         run = self._run_or_404(request.path_params["run_id"])
-        step, _ = self._step(run, request.path_params["node"], self._int(request, "item"))
+        step = self._step(run, request.path_params["node"], self._int(request, "item"))
         name = f"{run.id}-{step.node}" + (
             f"-{step.item_index}" if step.item_index is not None else ""
         )
@@ -474,7 +559,7 @@ class _Dashboard:
         buf = io.StringIO()
         yaml.dump(row.definition, buf)
         svg = render_svg(dag_nodes(row.definition), lambda _n: None)
-        return self.page(request, "flow.html", flow=row, source=buf.getvalue(), svg=svg)
+        return self.page(request, "flow.html", flow=row, yaml_text=buf.getvalue(), svg=svg)
 
     # -- actions ---------------------------------------------------------------------------
 
@@ -548,10 +633,16 @@ class _Dashboard:
         form = await self.form(request)
         name = request.path_params["name"]
         verb = request.path_params["verb"]
-        if verb not in ("pause", "resume"):
-            raise HTTPException(404, f"no schedule action {verb!r}: pause or resume")
+        if verb not in ("pause", "resume", "trigger"):
+            raise HTTPException(404, f"no schedule action {verb!r}: pause, resume or trigger")
         if await run_in_threadpool(self.client.get_schedule, name) is None:
             raise HTTPException(404, f"no schedule {name!r}")
+        if verb == "trigger":
+            confirm = self._confirm(request, form, f"submit a run of schedule {name!r} now")
+            if confirm is not None:
+                return confirm
+            run_id = await run_in_threadpool(self.client.trigger_schedule, name)
+            return self._back(request, f"/runs/{run_id}", f"run triggered from schedule {name!r}")
         if verb == "pause":
             confirm = self._confirm(request, form, f"pause schedule {name!r}")
             if confirm is not None:
@@ -614,6 +705,7 @@ class _Dashboard:
             Route("/runs/{run_id}/{which:str}.json", self.run_output, name="run_json"),
             Route("/runs/{run_id}/steps/{node}", self.step, name="step"),
             Route("/runs/{run_id}/steps/{node}/output.json", self.step_output, name="step_json"),
+            Route("/runs/{run_id}/steps/{node}/items", self.step_items, name="step_items"),
             Route("/flows", self.flows, name="flows"),
             Route("/flows/{flow_id}", self.flow, name="flow"),
         ]

@@ -113,3 +113,23 @@ def test_schedule_commands(cli: Runner, tmp_path: Path) -> None:
     assert "removed report-daily" in resynced.stdout and "updated report-hourly" in resynced.stdout
     table = cli("schedule", "list")
     assert "report-hourly" in table.stdout and "Europe/Paris" in table.stdout
+
+
+def test_schedule_trigger_prints_the_run_id(cli: Runner, tmp_path: Path) -> None:
+    flow = tmp_path / "report.yaml"
+    flow.write_text(
+        "name: report\n"
+        "nodes:\n  a: {call: 'cyclone_test_handlers.queueing:noop'}\n"
+        "schedules:\n  - {name: report-daily, cron: '@daily', input: {full: true}}\n"
+    )
+    assert cli("schedule", "sync", flow).returncode == 0
+    fired = cli("schedule", "trigger", "report-daily")
+    assert fired.returncode == 0, fired.stderr
+    run_id = fired.stdout.strip()
+    status = json_output(cli("status", run_id, "--json").stdout)
+    assert status["flow_name"] == "report" and status["input"] == {"full": True}
+    listed = json_output(cli("schedule", "list", "--json").stdout)
+    assert listed[0]["last_run_id"] == run_id
+    missing = cli("schedule", "trigger", "ghost")
+    no_traceback(missing)
+    assert missing.returncode == 1 and "schedule 'ghost' not found" in missing.stderr

@@ -172,6 +172,38 @@ def test_pause_resume_remove(make_client: Callable[..., Client], db: Any) -> Non
             action(name)
 
 
+def test_trigger_submits_one_run_now_outside_the_cadence(
+    make_client: Callable[..., Client], db: Any
+) -> None:
+    client = make_client()
+    start = utc(2024, 6, 1, 12, 0)
+    client.sync_schedules(FLOW, now=start)
+    before = {r.name: r.next_run_at for r in client.list_schedules()}
+    at = start + timedelta(minutes=1)
+    first = client.trigger_schedule("hourly", now=at)
+    second = client.trigger_schedule("hourly", now=at)  # the same instant: a second run
+    assert first != second
+    for run_id in (first, second):
+        run = client.get_run(run_id)
+        assert (run.flow_name, run.state, run.input) == ("nightly", "running", {"region": "fr"})
+        info = client.queue_info(run_id) or {}
+        assert info["schedule_id"] is not None and info["scheduled_for"] is None  # no tick
+    rows = {r.name: r for r in client.list_schedules()}
+    assert rows["hourly"].last_run_id == second and rows["hourly"].last_run_at == at
+    assert {n: r.next_run_at for n, r in rows.items()} == before  # the cadence goes on
+    assert client.schedule_scanner.run_once(now=at).submitted == 0
+    # the daily one's input got the flow's defaults when it was synced; a paused one too
+    client.pause_schedule("daily")
+    daily = client.trigger_schedule("daily")
+    assert client.get_run(daily).input == {"region": "eu"}
+    assert client.schedule_scanner.run_once(now=utc(2024, 6, 1, 12, 30)).submitted == 1
+    assert sorted(name for name, _ in _ticks(db)) == ["daily", "hourly", "hourly", "hourly"]
+    for name in ("ghost", "x\udcfe", ""):
+        with pytest.raises(ScheduleNotFoundError):
+            client.trigger_schedule(name)
+    assert db.execute("SELECT count(*) FROM cyclone_runs").fetchone() == (4,)
+
+
 def test_started_clients_tick_every_second_exactly_once(
     make_client: Callable[..., Client], db: Any
 ) -> None:

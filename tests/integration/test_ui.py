@@ -191,6 +191,139 @@ def test_runs_list_filters_search_and_keyset_pages(
     assert "no runs" in http.get("/runs?since=2999-01-01T00:00").text
 
 
+BIG_FAN_OUT = """
+name: big
+nodes:
+  each:
+    type: fan_out
+    over: "${{ run.input.items }}"
+    call: cyclone_test_handlers.basic:echo
+    queue: nobody-serves-this
+"""
+
+
+def test_a_10000_item_fan_out_pages_its_items_in_sql(make_client: Callable[..., Client]) -> None:
+    client = make_client()
+    run_id = client.submit(load_flow_text(BIG_FAN_OUT), {"items": list(range(10_000))})
+    http = _http(client)
+    size = ui_app.ITEMS_PAGE_SIZE
+    first = client.list_items(run_id, "each", limit=3)
+    assert [s.item_index for s in first] == [0, 1, 2]
+    assert [s.item_index for s in client.list_items(run_id, "each", start=9_998)] == [9998, 9999]
+    assert client.list_items(run_id, "nope") == []
+
+    # the run's page: one box for the fan-out, its link expands the items on the page
+    page = http.get(f"/runs/{run_id}")
+    assert page.status_code == 200 and len(page.text) < 100_000  # the input: cut at 64 KiB
+    assert f'href="/runs/{run_id}?expand=each#items-each"' in page.text
+    assert 'hx-trigger="toggle once"' in page.text and 'data-item="' not in page.text
+    expanded = http.get(f"/runs/{run_id}", params={"expand": "each"}).text
+    rows = re.findall(r'<tr data-item="(\d+)"', expanded)
+    assert rows == [str(i) for i in range(size)]
+    assert f"page 1 of {10_000 // size}" in expanded
+
+    # the fragment htmx swaps in: keyset pages in item order, next and previous
+    frag = http.get(f"/runs/{run_id}/steps/each/items", params={"page": 3})
+    assert frag.status_code == 200 and "<html" not in frag.text
+    start = 2 * size
+    assert re.findall(r'<tr data-item="(\d+)"', frag.text) == [
+        str(i) for i in range(start, start + size)
+    ]
+    assert f'hx-get="/runs/{run_id}/steps/each/items?page=2"' in frag.text
+    assert f'hx-get="/runs/{run_id}/steps/each/items?page=4"' in frag.text
+    last = http.get(f"/runs/{run_id}/steps/each", params={"page": 10_000 // size})
+    assert re.findall(r'<tr data-item="(\d+)"', last.text)[-1] == "9999"
+    assert 'rel="next"' not in last.text
+    item = http.get(f"/runs/{run_id}/steps/each", params={"item": 9_999})
+    assert item.status_code == 200 and "item 9999" in item.text
+    assert http.get(f"/runs/{run_id}/steps/each", params={"item": 10_000}).status_code == 404
+    # page 0, -1 and one past the end: the same message
+    for bad in ("0", "-1", str(10_000 // size + 1), "x"):
+        for url in (f"/runs/{run_id}/steps/each", f"/runs/{run_id}/steps/each/items"):
+            refused = http.get(url, params={"page": bad})
+            assert refused.status_code == 400, (url, bad)
+            assert f"page must be a whole number from 1 to {10_000 // size}" in refused.text
+
+
+def test_overview_throughput_per_queue(make_client: Callable[..., Client], db: Any) -> None:
+    client = make_client(workers=1)
+    echo = load_flow_text(ECHO)
+    done = [client.submit(echo, {}) for _ in range(3)]
+    gated = client.submit(
+        load_flow_text(
+            f"name: two\nnodes:\n  a: {{call: cyclone_test_handlers.basic:echo}}\n"
+            f"  b: {{call: '{H}:gated', needs: [a]}}\n"
+        ),
+        {},
+    )
+    client.start()
+    for run_id in done:
+        assert client.wait(run_id, timeout=20).state == "completed"
+    # a running run's finished step counts too (found through its running step)
+    wait_until(lambda: [s.state for s in client.list_steps(gated)] == ["completed", "running"])
+    assert [(t.queue, t.last_minute, t.last_hour) for t in client.queue_throughput()] == [
+        ("default", 4, 4)
+    ]
+    db.execute(
+        "UPDATE cyclone_steps SET finished_at = now() - interval '10 minutes' WHERE run_id = %s",
+        [done[0]],
+    )
+    db.execute(
+        "UPDATE cyclone_steps SET finished_at = now() - interval '2 hours' WHERE run_id = %s",
+        [done[1]],
+    )
+    assert [(t.queue, t.last_minute, t.last_hour) for t in client.queue_throughput()] == [
+        ("default", 2, 3)
+    ]
+    assert client.queue_throughput(cap=1)[0].last_hour == 1
+    page = _http(client).get("/").text
+    row = re.search(r'<tr data-queue="default">(.*?)</tr>', page, re.S)
+    assert row, page
+    assert '<td class="done-minute">2</td><td class="done-hour">3</td>' in row.group(1)
+    handlers.GATE.set()
+    assert client.wait(gated, timeout=20).state == "completed"
+
+
+def test_reclaimed_steps_running_and_at_a_queue_head(
+    make_client: Callable[..., Client], db: Any
+) -> None:
+    client = make_client()
+    echo = load_flow_text(ECHO)
+    ids = [client.submit(echo, {}) for _ in range(4)]
+    db.execute("UPDATE cyclone_steps SET reclaims = 2 WHERE run_id = %s", [ids[0]])
+    db.execute(
+        "UPDATE cyclone_steps SET state = 'running', lease_owner = 'gone',"
+        " lease_expiry = now() + interval '1 hour', reclaims = 3 WHERE run_id = %s",
+        [ids[1]],
+    )
+    db.execute("UPDATE cyclone_steps SET reclaims = 1 WHERE run_id = %s", [ids[2]])
+    found = [(r.run_id, r.reclaims) for r in client.list_reclaimed_steps()]
+    assert found == [(ids[1], 3), (ids[0], 2)]  # more than once, most first
+    assert "step only reclaimed 2 times (available)" in _http(client).get("/").text
+
+
+def test_cosmetics_took_units_flow_yaml_note(make_client: Callable[..., Client]) -> None:
+    assert ui_app._duration(_at(0), _at(0.25)) == "250 ms"
+    assert ui_app._duration(_at(0), _at(12.34)) == "12.3 s"
+    assert ui_app._duration(_at(0), _at(245)) == "4 min 05 s"
+    assert ui_app._duration(_at(0), _at(7380)) == "2 h 03 min"
+    assert ui_app._duration(_at(0), _at(3 * 86400 + 4 * 3600)) == "3 d 04 h"
+    client = make_client()
+    client.submit(load_flow_text(ECHO), {})
+    http = _http(client)
+    assert "took (created → finished)" in http.get("/runs").text
+    flows = http.get("/flows").text
+    flow_id = re.search(r'href="/flows/(\d+)"', flows)
+    assert flow_id
+    assert "re-serialised as YAML" in http.get(f"/flows/{flow_id.group(1)}").text
+
+
+def _at(seconds: float) -> Any:
+    from datetime import UTC, datetime, timedelta
+
+    return datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=seconds)
+
+
 def test_cancel_needs_a_confirmation_and_the_form_token(make_client: Callable[..., Client]) -> None:
     client = make_client()
     run_id = client.submit(load_flow_text(WAITS), {})
@@ -293,6 +426,28 @@ def test_bulk_cancel_and_schedule_pause_resume(make_client: Callable[..., Client
     assert missing.status_code == 404
 
 
+def test_trigger_a_schedule_from_the_overview(make_client: Callable[..., Client]) -> None:
+    client = make_client()
+    client.add_schedule(load_flow_text(ECHO), "0 0 1 1 *", input={"n": 7}, name="yearly")
+    http = _http(client)
+    overview = http.get("/").text
+    assert 'action="/schedules/yearly/trigger"' in overview and 'data-action="trigger"' in overview
+    token = _token(overview)
+    assert http.post("/schedules/yearly/trigger", data={}).status_code == 403
+    ask = http.post("/schedules/yearly/trigger", data={"csrf": token})
+    assert ask.status_code == 200 and "Really submit a run of schedule" in ask.text
+    assert client.list_runs_page(limit=5) == []  # nothing before the answer
+    done = http.post("/schedules/yearly/trigger", data={"csrf": token, "confirmed": "1"})
+    assert done.status_code == 303
+    (run,) = client.list_runs_page(limit=5)
+    assert done.headers["location"].startswith(f"/runs/{run.id}?msg=")
+    assert run.input == {"n": 7}
+    assert "triggered from its schedule" in http.get(f"/runs/{run.id}").text
+    assert client.get_schedule("yearly").last_run_id == run.id  # type: ignore[union-attr]
+    missing = http.post("/schedules/nope/trigger", data={"csrf": token})
+    assert missing.status_code == 404 and "Really" not in missing.text
+
+
 def test_read_only_has_no_action_at_all(make_client: Callable[..., Client]) -> None:
     client = make_client(workers=1)
     failed = client.submit(load_flow_text(FAILING), {})
@@ -312,6 +467,7 @@ def test_read_only_has_no_action_at_all(make_client: Callable[..., Client]) -> N
         f"/runs/{waiting}/signal",
         "/actions/bulk",
         "/schedules/every5/pause",
+        "/schedules/every5/trigger",
         "/anything",
     ):
         assert http.post(url, data={"confirmed": "1"}).status_code == 405, url

@@ -284,3 +284,56 @@ def test_a_10000_item_fan_out_renders(
         page.goto(f"{url}/runs/{run_id}/steps/each")
         assert "Items (10000)" in page.inner_text("main")
         page.screenshot(path=str(tmp_path / "ui-10000-items.png"))
+
+
+BIG = """
+name: big
+nodes:
+  split:
+    call: cyclone_test_handlers.basic:echo
+  each:
+    type: fan_out
+    needs: [split]
+    over: "${{ nodes.split.output.items }}"
+    call: cyclone_test_handlers.basic:echo
+    queue: nobody-serves-this
+  report:
+    call: cyclone_test_handlers.basic:echo
+    needs: [each]
+"""
+
+
+def test_a_10000_item_fan_out_box_expands_inline(
+    make_client: Callable[..., Client], page: Any, tmp_path: Path
+) -> None:
+    client = make_client(workers=1)
+    run_id = client.submit(load_flow_text(BIG), {"items": list(range(10_000))})
+    client.add_schedule(load_flow_text(BIG), "0 3 * * *", name="nightly-big", input={"items": []})
+    client.start()
+    from helpers.procs import wait_until
+
+    each = lambda: next(s for s in client.list_steps(run_id, items=False) if s.node == "each")  # noqa: E731
+    wait_until(lambda: each().items_total == 10_000, timeout=30, what="the items")
+    with serve(client, poll_interval_s=0.5) as url:
+        page.goto(f"{url}/")
+        page.wait_for_selector('tr[data-queue="default"]')
+        assert page.locator('button[data-action="trigger"]').count() == 1
+        page.screenshot(path=str(tmp_path / "ui-overview.png"), full_page=True)
+        page.goto(f"{url}/runs/{run_id}")
+        _node(page, "each", "waiting")
+        page.evaluate("window.__same_document = true")
+        page.click('svg.dag g[data-node="each"]')  # the box: its items fold out on the page
+        page.wait_for_selector('details#items-each[open] tr[data-item="49"]')
+        assert page.locator("details#items-each tr[data-item]").count() == 50
+        page.click('details#items-each a[rel="next"]')  # htmx swaps the next page in place
+        page.wait_for_selector('details#items-each tr[data-item="99"]')
+        assert page.locator('details#items-each tr[data-item="0"]').count() == 0
+        page.click('details#items-each a[rel="prev"]')
+        page.wait_for_selector('details#items-each tr[data-item="0"]')
+        page.screenshot(path=str(tmp_path / "ui-run-fan-out.png"), full_page=True)
+        # folded out by a click on the summary too, after a plain load of the page
+        page.goto(f"{url}/runs/{run_id}")
+        page.evaluate("window.__same_document = true")
+        page.click("details#items-each summary")
+        page.wait_for_selector('details#items-each tr[data-item="49"]')
+        assert page.evaluate("window.__same_document") is True  # htmx, no navigation

@@ -272,8 +272,11 @@ ORDER BY created_at, id
 
 -- name: run_list_page
 -- One page of runs, newest first, after the keyset (created_at, id) of the last row of the
--- previous page (no OFFSET), optionally of one flow, state, unique key, created in
--- [since, until), or with a step on one queue (the dashboard's runs list).
+-- previous page (no OFFSET), optionally of one flow, state, unique key
+-- (cyclone_runs_unique_key_idx), created in [since, until), or with a step on one queue
+-- (the dashboard's runs list). The queue test is a scalar subquery with LIMIT 1, so it is
+-- probed per run along cyclone_runs_created_idx (cyclone_steps_run_node_key) until the page
+-- is full, never a hash join over every step (no index on cyclone_steps.queue).
 SELECT r.id, r.flow_name, r.state, r.input, r.output, r.error, r.error_kind,
        r.created_at, r.finished_at, w.digest, r.parent_run_id, r.parent_node, r.deadline_at
 FROM {schema}.cyclone_runs r
@@ -283,8 +286,9 @@ WHERE (%(flow)s::text IS NULL OR r.flow_name = %(flow)s)
   AND (%(unique_key)s::text IS NULL OR r.unique_key = %(unique_key)s)
   AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s)
   AND (%(until)s::timestamptz IS NULL OR r.created_at < %(until)s)
-  AND (%(queue)s::text IS NULL OR EXISTS (
-        SELECT 1 FROM {schema}.cyclone_steps s WHERE s.run_id = r.id AND s.queue = %(queue)s))
+  AND (%(queue)s::text IS NULL OR (
+        SELECT true FROM {schema}.cyclone_steps s
+        WHERE s.run_id = r.id AND s.queue = %(queue)s LIMIT 1))
   AND (%(after_at)s::timestamptz IS NULL
        OR r.created_at < %(after_at)s
        OR (r.created_at = %(after_at)s AND r.id < %(after_id)s::uuid))

@@ -72,6 +72,24 @@ JOIN {schema}.cyclone_workflows w ON w.id = s.workflow_id
 WHERE s.id = %(id)s AND NOT s.paused AND s.next_run_at <= %(now)s
 FOR NO KEY UPDATE OF s SKIP LOCKED
 
+-- name: schedule_lock_named
+-- schedule trigger: lock one schedule by name, paused or not, due or not, for the
+-- transaction that inserts a run of it now (waits for a scanner's tick of it to commit).
+SELECT s.id, s.name, s.cron, s.timezone, s.input::text AS input, s.next_run_at,
+       w.definition, w.id AS workflow_id, w.plan IS NULL AS no_plan
+FROM {schema}.cyclone_schedules s
+JOIN {schema}.cyclone_workflows w ON w.id = s.workflow_id
+WHERE s.name = %(name)s
+FOR NO KEY UPDATE OF s
+
+-- name: schedule_set_last_run
+-- schedule trigger: record a triggered run as the schedule's last run; next_run_at is left
+-- alone (the cadence goes on).
+UPDATE {schema}.cyclone_schedules
+SET last_run_at = %(at)s, last_run_id = %(run_id)s, updated_at = now()
+WHERE id = %(id)s
+RETURNING id
+
 -- name: schedule_set_paused
 -- schedule pause / resume. Resuming recomputes nothing here: the caller passes the next
 -- tick after now, so the ticks missed while paused are skipped.

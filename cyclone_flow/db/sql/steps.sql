@@ -196,18 +196,64 @@ SELECT count(*) FROM {schema}.cyclone_steps
 WHERE state IN ('available', 'running') AND queue = ANY(%(queues)s::text[])
 
 -- name: step_count_by_queue
--- Observability (worker --metrics-port): per queue, the steps claimable now (the depth),
--- those available later (backoff), those running, and the age in seconds of the oldest
--- claimable one, all by the database's now().
+-- Observability (worker --metrics-port, the dashboard): per queue, the steps claimable now
+-- (the depth), those available later (backoff), those running, and the age in seconds of
+-- the oldest claimable one, all by the database's now(). Two reads of the partial indexes
+-- (cyclone_steps_claim_idx: available rows, cyclone_steps_running_idx: running rows), not a
+-- scan of every step.
+WITH avail AS (
+    SELECT queue,
+           count(*) FILTER (WHERE scheduled_at <= now()) AS available,
+           count(*) FILTER (WHERE scheduled_at > now()) AS scheduled,
+           min(scheduled_at) FILTER (WHERE scheduled_at <= now()) AS oldest
+    FROM {schema}.cyclone_steps
+    WHERE state = 'available'
+    GROUP BY queue
+), busy AS (
+    SELECT queue, count(*) AS running
+    FROM {schema}.cyclone_steps
+    WHERE state = 'running'
+    GROUP BY queue
+)
+SELECT coalesce(a.queue, b.queue) AS queue,
+       coalesce(a.available, 0) AS available,
+       coalesce(a.scheduled, 0) AS scheduled,
+       coalesce(b.running, 0) AS running,
+       coalesce(extract(epoch FROM now() - a.oldest), 0)::float8 AS oldest_available_s
+FROM avail a
+FULL JOIN busy b ON b.queue = a.queue
+ORDER BY 1
+
+-- name: step_count_finished_by_queue
+-- Dashboard throughput: per queue, the steps finished (completed or discarded) in the last
+-- minute and the last hour by the database's now(), at most %(cap)s counted. No index on
+-- cyclone_steps.finished_at: the steps are found through their runs (cyclone_steps_run_node_key)
+-- that finished in the hour (cyclone_runs_finished_idx, newest %(cap)s) or have a step
+-- running (cyclone_steps_running_idx) or claimable (cyclone_steps_claim_idx, %(active)s
+-- runs at most) now; a step of a run doing neither (waiting for a signal) is not counted.
+WITH recent AS (
+    SELECT f.id FROM (
+        SELECT id FROM {schema}.cyclone_runs
+        WHERE state <> 'running' AND finished_at >= now() - interval '1 hour'
+        ORDER BY finished_at DESC
+        LIMIT %(cap)s) f
+    UNION
+    SELECT a.run_id FROM (
+        SELECT run_id FROM {schema}.cyclone_steps WHERE state = 'running'
+        UNION
+        (SELECT run_id FROM {schema}.cyclone_steps WHERE state = 'available' LIMIT %(active)s)
+    ) a
+), done AS (
+    SELECT s.queue, s.finished_at
+    FROM recent r
+    JOIN {schema}.cyclone_steps s ON s.run_id = r.id
+    WHERE s.state IN ('completed', 'discarded') AND s.finished_at >= now() - interval '1 hour'
+    LIMIT %(cap)s
+)
 SELECT queue,
-       count(*) FILTER (WHERE state = 'available' AND scheduled_at <= now()) AS available,
-       count(*) FILTER (WHERE state = 'available' AND scheduled_at > now()) AS scheduled,
-       count(*) FILTER (WHERE state = 'running') AS running,
-       coalesce(extract(epoch FROM now() - min(scheduled_at)
-                FILTER (WHERE state = 'available' AND scheduled_at <= now())), 0)::float8
-           AS oldest_available_s
-FROM {schema}.cyclone_steps
-WHERE state IN ('available', 'running')
+       count(*) FILTER (WHERE finished_at >= now() - interval '1 minute')::int AS last_minute,
+       count(*)::int AS last_hour
+FROM done
 GROUP BY queue
 ORDER BY queue
 
@@ -548,6 +594,19 @@ FROM {schema}.cyclone_steps
 WHERE run_id = %(run_id)s AND (%(items)s OR parent_node IS NULL)
 ORDER BY id
 
+-- name: step_list_items_page
+-- One page of a fan-out node's item steps in item order: item_index >= %(start)s, at most
+-- %(limit)s (a keyset on the dense item index, no OFFSET; the dashboard's items). Read
+-- through the run's steps (cyclone_steps_run_node_key), sorted top-N.
+SELECT id, node, type, call, state, queue, priority, attempt, max_attempts, reclaims,
+       lease_owner, lease_expiry, lease_generation, started_at, finished_at, scheduled_at,
+       output, error, error_kind, errors, parent_node, item_index, items_total, items_done,
+       signal, wait_until, child_run_id, max_parallel
+FROM {schema}.cyclone_steps
+WHERE run_id = %(run_id)s AND parent_node = %(node)s AND item_index >= %(start)s
+ORDER BY item_index
+LIMIT %(limit)s
+
 -- name: step_list_discarded
 -- The discarded nodes of a run.
 SELECT node FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND state = 'discarded'
@@ -575,11 +634,28 @@ LIMIT %(batch)s
 
 -- name: step_list_reclaimed
 -- Unfinished steps reclaimed more than %(min_reclaims)s times, most reclaims first (at
--- most %(limit)s): the dashboard's warning about steps whose workers keep dying. One branch
--- per state, each on its partial index (cyclone_steps_claim_idx, cyclone_steps_running_idx).
+-- most %(limit)s): the dashboard's warning about steps whose workers keep dying. The
+-- running ones on cyclone_steps_running_idx; the available ones among the first %(head)s of
+-- each queue's claim order on cyclone_steps_claim_idx (its queues found by a loose index
+-- scan): the sweep keeps a reclaimed step's scheduled_at, so it waits at the head of its
+-- queue, and a backlog's every available step is never read.
+WITH RECURSIVE queues AS (
+    (SELECT queue FROM {schema}.cyclone_steps WHERE state = 'available' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT s.queue FROM {schema}.cyclone_steps s
+            WHERE s.state = 'available' AND s.queue > q.queue ORDER BY s.queue LIMIT 1)
+    FROM queues q
+    WHERE q.queue IS NOT NULL
+)
 SELECT run_id, node, item_index, state, reclaims
-FROM (SELECT id, run_id, node, item_index, state, reclaims FROM {schema}.cyclone_steps
-      WHERE state = 'available' AND reclaims > %(min_reclaims)s
+FROM (SELECT h.id, h.run_id, h.node, h.item_index, h.state, h.reclaims
+      FROM queues q
+      CROSS JOIN LATERAL (
+          SELECT id, run_id, node, item_index, state, reclaims FROM {schema}.cyclone_steps
+          WHERE state = 'available' AND queue = q.queue
+          ORDER BY priority, scheduled_at, id
+          LIMIT %(head)s) h
+      WHERE h.reclaims > %(min_reclaims)s
       UNION ALL
       SELECT id, run_id, node, item_index, state, reclaims FROM {schema}.cyclone_steps
       WHERE state = 'running' AND reclaims > %(min_reclaims)s) s
