@@ -149,11 +149,56 @@ def run_insert(
     run_at: datetime | None,
     delay_us: int | None,
     owner: str | None = None,
+    id: str | None = None,
 ) -> str | None:
     """Insert a new top run (``owner``: the client id of the ``cyclone-flow run`` process
-    of an isolated run, None: shared); its id, or None when a unique key conflicted (or
-    the definition ``workflow_id`` is not stored)."""
+    of an isolated run, None: shared; ``id``: its id when the caller chose one, None: the
+    database's); its id, or None when a unique key conflicted (or the definition
+    ``workflow_id`` is not stored)."""
+    return send_run_insert(
+        s,
+        workflow_id=workflow_id,
+        input=input,
+        unique_key=unique_key,
+        unique_window_s=unique_window_s,
+        unique_states=unique_states,
+        sequence_key=sequence_key,
+        sequence_pos=sequence_pos,
+        sequence_held=sequence_held,
+        schedule_id=schedule_id,
+        scheduled_for=scheduled_for,
+        output_limit=output_limit,
+        max_signal_wait_s=max_signal_wait_s,
+        run_at=run_at,
+        delay_us=delay_us,
+        owner=owner,
+        id=id,
+    ).result()
+
+
+def send_run_insert(
+    s: SessionLike,
+    *,
+    workflow_id: int,
+    input: str,
+    unique_key: str | None,
+    unique_window_s: float | None,
+    unique_states: list[str] | None,
+    sequence_key: str | None,
+    sequence_pos: int | None,
+    sequence_held: bool,
+    schedule_id: int | None,
+    scheduled_for: datetime | None,
+    output_limit: int | None,
+    max_signal_wait_s: float | None,
+    run_at: datetime | None,
+    delay_us: int | None,
+    owner: str | None = None,
+    id: str | None = None,
+) -> Pending[str | None]:
+    """Send ``run_insert`` (see :func:`run_insert`); the result is the run's id or None."""
     params = {
+        "id": id,
         "workflow_id": workflow_id,
         "input": input,
         "unique_key": unique_key,
@@ -170,8 +215,66 @@ def run_insert(
         "delay_us": delay_us,
         "owner": owner,
     }
-    row = execute(s, "run_insert", params).fetchone()
+    return Pending(execute(s, "run_insert", params), _first_id)
+
+
+def _first_id(cursor: Any) -> str | None:
+    row = cursor.fetchone()
     return None if row is None else str(row[0])
+
+
+def send_run_insert_many(
+    s: SessionLike,
+    *,
+    workflow_id: int,
+    ids: Sequence[str],
+    inputs: Sequence[str],
+    run_ats: Sequence[datetime | None],
+    delay_us: Sequence[int | None],
+    output_limit: int | None,
+    max_signal_wait_s: float | None,
+) -> Pending[int]:
+    """Send ``run_insert_many``: the runs ``ids`` (one input JSON text, ``run_at`` and
+    ``delay_us`` each, in order) of definition ``workflow_id``; the result is how many
+    were inserted (0: the definition is not stored)."""
+    params = {
+        "workflow_id": workflow_id,
+        "ids": ids,
+        "inputs": inputs,
+        "run_ats": run_ats,
+        "delay_us": delay_us,
+        "output_limit": output_limit,
+        "max_signal_wait_s": max_signal_wait_s,
+    }
+    return Pending(execute(s, "run_insert_many", params), _rowcount)
+
+
+def run_insert_many(
+    s: SessionLike,
+    *,
+    workflow_id: int,
+    ids: Sequence[str],
+    inputs: Sequence[str],
+    run_ats: Sequence[datetime | None],
+    delay_us: Sequence[int | None],
+    output_limit: int | None,
+    max_signal_wait_s: float | None,
+) -> int:
+    """Insert a chunk of new top runs (see :func:`send_run_insert_many`); how many."""
+    return send_run_insert_many(
+        s,
+        workflow_id=workflow_id,
+        ids=ids,
+        inputs=inputs,
+        run_ats=run_ats,
+        delay_us=delay_us,
+        output_limit=output_limit,
+        max_signal_wait_s=max_signal_wait_s,
+    ).result()
+
+
+def _rowcount(cursor: Any) -> int:
+    return int(cursor.rowcount)
 
 
 def run_insert_child(

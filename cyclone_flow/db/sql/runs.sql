@@ -198,12 +198,14 @@ WHERE unique_slot = CASE WHEN %(unique_window_s)s::float8 IS NULL THEN %(unique_
 -- bucket of the database's now()) conflicts with a run still holding it, and the insert
 -- does nothing (the caller then reads the winner). The flow's deadline counts from the
 -- run's start: run_at, or now() plus a delay in microseconds, or now(). %(owner)s: the
--- client id of the `cyclone-flow run` process of an isolated run (NULL: shared).
+-- client id of the `cyclone-flow run` process of an isolated run (NULL: shared). %(id)s:
+-- the new run's id when the caller chose it (a pipelined submission), else generated.
 INSERT INTO {schema}.cyclone_runs
-    (workflow_id, flow_name, input, unique_key, unique_slot, unique_states,
+    (id, workflow_id, flow_name, input, unique_key, unique_slot, unique_states,
      sequence_key, sequence_pos, sequence_held, schedule_id, scheduled_for,
      output_limit, max_signal_wait, deadline, deadline_at, owner)
-SELECT w.id, w.name, %(input)s::jsonb, %(unique_key)s::text,
+SELECT coalesce(%(id)s::uuid, gen_random_uuid()), w.id, w.name, %(input)s::jsonb,
+    %(unique_key)s::text,
     CASE WHEN %(unique_key)s::text IS NULL THEN NULL
          WHEN %(unique_window_s)s::float8 IS NULL THEN %(unique_key)s::text
          ELSE %(unique_key)s::text || '@'
@@ -224,6 +226,27 @@ FROM {schema}.cyclone_workflows w
 WHERE w.id = %(workflow_id)s
 ON CONFLICT (unique_slot) WHERE unique_slot IS NOT NULL DO NOTHING
 RETURNING id
+
+-- name: run_insert_many
+-- Insert a chunk of new top runs of one stored definition in one statement (bulk submit,
+-- Client.submit_many / enqueue_many): ids chosen by the caller, one input, run_at and
+-- delay (microseconds) per run, in array order; no unique key, sequence, schedule or
+-- owner (those runs take run_insert). The deadline counts as in run_insert. Inserts
+-- nothing when the definition is not stored.
+INSERT INTO {schema}.cyclone_runs
+    (id, workflow_id, flow_name, input, output_limit, max_signal_wait, deadline, deadline_at)
+SELECT i.id, w.id, w.name, i.input, %(output_limit)s::integer,
+    make_interval(secs => %(max_signal_wait_s)s::float8),
+    make_interval(secs => (w.plan->>'deadline_s')::float8),
+    greatest(statement_timestamp(),
+             coalesce(i.run_at,
+                      statement_timestamp() + (i.delay_us * interval '1 microsecond')))
+        + make_interval(secs => (w.plan->>'deadline_s')::float8)
+FROM {schema}.cyclone_workflows w
+CROSS JOIN unnest(%(ids)s::uuid[], %(inputs)s::jsonb[], %(run_ats)s::timestamptz[],
+                  %(delay_us)s::bigint[]) WITH ORDINALITY AS i(id, input, run_at, delay_us, ord)
+WHERE w.id = %(workflow_id)s
+ORDER BY i.ord
 
 -- name: run_insert_child
 -- Insert the run a child node starts, in the transaction that released that node: it
