@@ -18,7 +18,7 @@ import networkx as nx
 
 from cyclone_flow._json import JSON, Unencodable, encode_payload
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.db.conn import Conn, Database, pipelined
+from cyclone_flow.db.conn import Conn, Database, Session, autocommit
 from cyclone_flow.engine import submit
 from cyclone_flow.engine.submit import DefinitionMissingError
 from cyclone_flow.engine.tx import Tx
@@ -302,8 +302,9 @@ class Producer:
 
         When the definition is remembered, the options need no read first (no unique key
         or sequence: :func:`~cyclone_flow.engine.submit.pipelinable`) and the flow's
-        roots are all actions, BEGIN, the three inserts and COMMIT go in one pipelined
-        round trip. The definition this transaction stored is remembered after its commit.
+        roots are all actions, the write is one round trip and one commit (the run, its
+        steps and deps in one statement, in autocommit). The definition a transaction of
+        this call stored is remembered after its commit.
         """
         key = (flow.name, flow.digest)
         workflow_id = self._definitions.get(key)
@@ -314,16 +315,16 @@ class Producer:
             and submit.roots_are_actions(flow)
         ):
             output_limit, max_wait = self._limits()
-            with pipelined(conn), conn.transaction():
-                run_id, inserted = submit.send_run(
-                    Tx(conn, self.db.q),
+            with autocommit(conn):  # one statement: its own transaction
+                run_id = submit.insert_run_alone(
+                    Session(conn, self.db.q),
                     workflow_id,
                     input_json,
                     options,
                     output_limit=output_limit,
                     max_signal_wait_s=max_wait,
                 )
-            if inserted.result() is not None:  # committed
+            if run_id is not None:  # committed
                 return RunId(run_id), Wakeups(queues=submit.root_queues(flow, options))
             self._forget(flow)  # that transaction wrote nothing: the definition is gone
         with conn.transaction():

@@ -12,13 +12,7 @@ _DOWNSTREAM = rows_of(Downstream)
 
 def dep_insert_plan(s: SessionLike, *, run_id: str, workflow_id: int) -> None:
     """Write the graph of a new run from its definition's plan: one row per edge."""
-    send_dep_insert_plan(s, run_id=run_id, workflow_id=workflow_id).result()
-
-
-def send_dep_insert_plan(s: SessionLike, *, run_id: str, workflow_id: int) -> Pending[None]:
-    """Send ``dep_insert_plan`` (see :func:`dep_insert_plan`)."""
-    cur = execute(s, "dep_insert_plan", {"run_id": run_id, "workflow_id": workflow_id})
-    return Pending(cur, nothing)
+    execute(s, "dep_insert_plan", {"run_id": run_id, "workflow_id": workflow_id})
 
 
 def send_dep_insert_plan_many(

@@ -149,56 +149,11 @@ def run_insert(
     run_at: datetime | None,
     delay_us: int | None,
     owner: str | None = None,
-    id: str | None = None,
 ) -> str | None:
     """Insert a new top run (``owner``: the client id of the ``cyclone-flow run`` process
-    of an isolated run, None: shared; ``id``: its id when the caller chose one, None: the
-    database's); its id, or None when a unique key conflicted (or the definition
-    ``workflow_id`` is not stored)."""
-    return send_run_insert(
-        s,
-        workflow_id=workflow_id,
-        input=input,
-        unique_key=unique_key,
-        unique_window_s=unique_window_s,
-        unique_states=unique_states,
-        sequence_key=sequence_key,
-        sequence_pos=sequence_pos,
-        sequence_held=sequence_held,
-        schedule_id=schedule_id,
-        scheduled_for=scheduled_for,
-        output_limit=output_limit,
-        max_signal_wait_s=max_signal_wait_s,
-        run_at=run_at,
-        delay_us=delay_us,
-        owner=owner,
-        id=id,
-    ).result()
-
-
-def send_run_insert(
-    s: SessionLike,
-    *,
-    workflow_id: int,
-    input: str,
-    unique_key: str | None,
-    unique_window_s: float | None,
-    unique_states: list[str] | None,
-    sequence_key: str | None,
-    sequence_pos: int | None,
-    sequence_held: bool,
-    schedule_id: int | None,
-    scheduled_for: datetime | None,
-    output_limit: int | None,
-    max_signal_wait_s: float | None,
-    run_at: datetime | None,
-    delay_us: int | None,
-    owner: str | None = None,
-    id: str | None = None,
-) -> Pending[str | None]:
-    """Send ``run_insert`` (see :func:`run_insert`); the result is the run's id or None."""
+    of an isolated run, None: shared); its id, or None when a unique key conflicted (or
+    the definition ``workflow_id`` is not stored)."""
     params = {
-        "id": id,
         "workflow_id": workflow_id,
         "input": input,
         "unique_key": unique_key,
@@ -215,12 +170,44 @@ def send_run_insert(
         "delay_us": delay_us,
         "owner": owner,
     }
-    return Pending(execute(s, "run_insert", params), _first_id)
+    row = execute(s, "run_insert", params).fetchone()
+    return None if row is None else str(row[0])
 
 
 def _first_id(cursor: Any) -> str | None:
     row = cursor.fetchone()
     return None if row is None else str(row[0])
+
+
+def run_insert_with_plan(
+    s: SessionLike,
+    *,
+    id: str,
+    workflow_id: int,
+    input: str,
+    queue: str | None,
+    priority: int | None,
+    run_at: datetime | None,
+    delay_us: int | None,
+    output_limit: int | None,
+    max_signal_wait_s: float | None,
+) -> str | None:
+    """Insert run ``id`` of definition ``workflow_id`` with its steps and deps in one
+    statement (``queue`` / ``priority``: the override of the nodes that set none; the run
+    starts at ``run_at`` or ``delay_us`` microseconds from now, both None: now); its id, or
+    None (nothing written) when the definition is not stored."""
+    params = {
+        "id": id,
+        "workflow_id": workflow_id,
+        "input": input,
+        "queue": queue,
+        "priority": priority,
+        "run_at": run_at,
+        "delay_us": delay_us,
+        "output_limit": output_limit,
+        "max_signal_wait_s": max_signal_wait_s,
+    }
+    return _first_id(execute(s, "run_insert_with_plan", params))
 
 
 def send_run_insert_many(

@@ -91,32 +91,6 @@ def step_insert_plan(
     delay_us: int | None,
 ) -> list[InsertedStep]:
     """Insert one step per node of a new run from its definition's plan."""
-    return send_step_insert_plan(
-        s,
-        run_id=run_id,
-        root_run_id=root_run_id,
-        workflow_id=workflow_id,
-        queue=queue,
-        priority=priority,
-        hold=hold,
-        run_at=run_at,
-        delay_us=delay_us,
-    ).result()
-
-
-def send_step_insert_plan(
-    s: SessionLike,
-    *,
-    run_id: str,
-    root_run_id: str | None,
-    workflow_id: int,
-    queue: str | None,
-    priority: int | None,
-    hold: bool,
-    run_at: datetime | None,
-    delay_us: int | None,
-) -> Pending[list[InsertedStep]]:
-    """Send ``step_insert_plan`` (see :func:`step_insert_plan`)."""
     params = {
         "run_id": run_id,
         "root_run_id": root_run_id,
@@ -127,7 +101,7 @@ def send_step_insert_plan(
         "run_at": run_at,
         "delay_us": delay_us,
     }
-    return Pending(execute_rows(s, "step_insert_plan", params, _INSERTED), every)
+    return execute_rows(s, "step_insert_plan", params, _INSERTED).fetchall()
 
 
 def send_step_insert_plan_many(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from cyclone_flow._json import dumps
 from cyclone_flow.db import deps, runs, steps, workflows
-from cyclone_flow.db.conn import Pending, pipelined
+from cyclone_flow.db.conn import SessionLike, pipelined
 from cyclone_flow.engine import advance, sequences
 from cyclone_flow.engine.tx import Tx
 from cyclone_flow.errors import CycloneError
@@ -146,8 +146,14 @@ def insert_run(
 def pipelinable(options: RunOptions) -> bool:
     """Whether a run with ``options`` can be written without reading anything first (no
     unique key, whose conflict decides whether to write the steps; no sequence, whose
-    position is taken first; no owner): :func:`send_run`, :func:`insert_runs`."""
-    return options.unique_key is None and options.sequence is None and options.owner is None
+    position is taken first; no owner, no schedule): :func:`insert_run_alone`,
+    :func:`insert_runs`."""
+    return (
+        options.unique_key is None
+        and options.sequence is None
+        and options.owner is None
+        and options.schedule_id is None
+    )
 
 
 def roots_are_actions(flow: Flow) -> bool:
@@ -168,56 +174,33 @@ def root_queues(flow: Flow, options: RunOptions) -> set[str]:
     }
 
 
-def send_run(
-    tx: Tx,
+def insert_run_alone(
+    s: SessionLike,
     workflow_id: int,
     input_json: str,
     options: RunOptions,
     *,
     output_limit: int | None = None,
     max_signal_wait_s: float | None = None,
-) -> tuple[str, Pending[str | None]]:
-    """Send the three inserts of a new top run whose ``options`` are
-    :func:`pipelinable` (run, steps, deps) without waiting for any of them, inside the
-    caller's transaction (and pipeline, if any): ``(run id chosen here, pending insert)``.
-    The pending result is None when the definition ``workflow_id`` is not stored (then
-    none of the three wrote a row). The caller starts no node: use it for a flow whose
-    roots are all actions (:func:`roots_are_actions`); its wakeups are
-    :func:`root_queues`. Statements as :func:`insert_run` (``run_insert``,
-    ``step_insert_plan``, ``dep_insert_plan``)."""
-    run_id = str(uuid.uuid4())
-    delay_us = round(options.delay_s * 1_000_000) if options.delay_s else None
-    inserted = runs.send_run_insert(
-        tx,
-        id=run_id,
+) -> str | None:
+    """Write a new top run whose ``options`` are :func:`pipelinable` with its steps and
+    deps in one statement (``run_insert_with_plan``) on ``s``, meant for an autocommit
+    connection: one round trip, one commit. For a flow whose roots are all actions
+    (:func:`roots_are_actions`: no node to start); its wakeups are :func:`root_queues`.
+    Returns the run id, or None when the definition ``workflow_id`` is not stored (nothing
+    written)."""
+    return runs.run_insert_with_plan(
+        s,
+        id=str(uuid.uuid4()),
         workflow_id=workflow_id,
         input=input_json,
-        unique_key=None,
-        unique_window_s=None,
-        unique_states=None,
-        sequence_key=None,
-        sequence_pos=None,
-        sequence_held=False,
-        schedule_id=options.schedule_id,
-        scheduled_for=options.scheduled_for,
-        output_limit=output_limit,
-        max_signal_wait_s=max_signal_wait_s,
-        run_at=options.run_at,
-        delay_us=delay_us,
-    )
-    steps.send_step_insert_plan(
-        tx,
-        run_id=run_id,
-        root_run_id=None,
-        workflow_id=workflow_id,
         queue=options.queue,
         priority=options.priority,
-        hold=False,
         run_at=options.run_at,
-        delay_us=delay_us,
+        delay_us=round(options.delay_s * 1_000_000) if options.delay_s else None,
+        output_limit=output_limit,
+        max_signal_wait_s=max_signal_wait_s,
     )
-    deps.send_dep_insert_plan(tx, run_id=run_id, workflow_id=workflow_id)
-    return run_id, inserted
 
 
 def insert_runs(

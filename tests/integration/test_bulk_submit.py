@@ -268,3 +268,32 @@ def test_a_definition_gone_under_a_live_client_is_stored_again(
 
 def _all_ids(db: Any) -> list[str]:
     return [r[0] for r in db.execute("SELECT id::text FROM cyclone_runs").fetchall()]
+
+
+def test_a_remembered_definition_writes_the_same_rows_in_one_statement(
+    make_client: Callable[..., Client], db: Any
+) -> None:
+    client = make_client()
+    first = client.enqueue(NOOP, {"i": 1}, retry=2, priority=5, queue="q1")  # stores it
+    again = client.enqueue(NOOP, {"i": 2}, retry=2, priority=5, queue="q1")  # remembered
+    cols = (
+        "node, type, call, state, queue, priority, max_attempts, backoff, on_dep_failure, "
+        "timeout, input, claim_owner, root_run_id"
+    )
+    rows = [
+        db.execute(f"SELECT {cols} FROM cyclone_steps WHERE run_id = %s", (r,)).fetchall()
+        for r in (first, again)
+    ]
+    assert rows[0] == rows[1] and len(rows[0]) == 1
+    run_cols = "workflow_id, flow_name, state, deadline, output_limit, unique_states, owner"
+    runs = [
+        db.execute(f"SELECT {run_cols} FROM cyclone_runs WHERE id = %s", (r,)).fetchone()
+        for r in (first, again)
+    ]
+    assert runs[0] == runs[1]
+    late = client.enqueue(NOOP, {"i": 3}, retry=2, delay=3600)
+    assert db.execute(
+        "SELECT scheduled_at > now() + interval '50 minutes' FROM cyclone_steps WHERE run_id = %s",
+        (late,),
+    ).fetchone() == (True,)
+    assert _count(db, "cyclone_workflows") == 1
