@@ -535,7 +535,19 @@ RETURNING queue, state, scheduled_at <= statement_timestamp() AS due
 -- Insert the steps of a chunk of new top runs of one definition (bulk submit; see
 -- step_insert_plan, of which this is the set form for runs that are not held and have
 -- no owner): per run its %(queues)s / %(priorities)s override (NULL: none) and its start,
--- %(run_ats)s or now() plus %(delay_us)s microseconds (NULL both: now).
+-- %(run_ats)s or now() plus %(delay_us)s microseconds (NULL both: now). The plan's nodes
+-- are read once for the chunk.
+WITH p AS MATERIALIZED (
+    SELECT e.ord, r.*
+    FROM {schema}.cyclone_workflows w
+    CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') WITH ORDINALITY AS e(value, ord)
+    CROSS JOIN LATERAL jsonb_to_record(e.value) AS r(
+        node text, type text, call text, needs jsonb, queue text, queue_own boolean,
+        priority int, priority_own boolean, max_attempts int, backoff jsonb,
+        on_dep_failure text, timeout_s float8, input jsonb, over jsonb, max_parallel int,
+        signal text, max_wait_s float8, child_workflow_id bigint)
+    WHERE w.id = %(workflow_id)s
+)
 INSERT INTO {schema}.cyclone_steps
     (run_id, node, type, call, state, queue, priority, max_attempts, backoff,
      on_dep_failure, timeout, input, over, max_parallel, signal, max_wait, child_workflow_id,
@@ -551,18 +563,11 @@ SELECT i.run_id, p.node, p.type, p.call,
        make_interval(secs => p.timeout_s), p.input, p.over, p.max_parallel, p.signal,
        make_interval(secs => p.max_wait_s), p.child_workflow_id,
        coalesce(i.run_at, now() + (i.delay_us * interval '1 microsecond'), now())
-FROM {schema}.cyclone_workflows w
-CROSS JOIN unnest(%(run_ids)s::uuid[], %(queues)s::text[], %(priorities)s::int[],
-                  %(run_ats)s::timestamptz[], %(delay_us)s::bigint[])
+FROM unnest(%(run_ids)s::uuid[], %(queues)s::text[], %(priorities)s::int[],
+            %(run_ats)s::timestamptz[], %(delay_us)s::bigint[])
     WITH ORDINALITY AS i(run_id, queue, priority, run_at, delay_us, ord)
-CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') WITH ORDINALITY AS e(value, ord)
-CROSS JOIN LATERAL jsonb_to_record(e.value) AS p(
-    node text, type text, call text, needs jsonb, queue text, queue_own boolean,
-    priority int, priority_own boolean, max_attempts int, backoff jsonb,
-    on_dep_failure text, timeout_s float8, input jsonb, over jsonb, max_parallel int,
-    signal text, max_wait_s float8, child_workflow_id bigint)
-WHERE w.id = %(workflow_id)s
-ORDER BY i.ord, e.ord
+CROSS JOIN p
+ORDER BY i.ord, p.ord
 
 -- name: step_list_signal_names
 -- The signal names the wait_signal nodes of a run await (any state), sorted: the
