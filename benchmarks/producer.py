@@ -5,8 +5,8 @@
   No worker runs: the figure is the write path alone.
 - Their raw-SQL ceilings, in the same run: the same rows (runs, steps, deps: the columns
   the engine writes, copied from one run it wrote) written per chunk in one transaction,
-  by multi-row ``INSERT ... SELECT FROM unnest(...)`` (``ceiling bulk unnest``) and by
-  ``COPY ... FROM STDIN`` (``ceiling bulk COPY``); each engine figure also as a ratio to
+  by multi-row ``INSERT ... SELECT FROM unnest(...)`` (``bulk ceiling unnest``) and by
+  ``COPY ... FROM STDIN`` (``bulk ceiling COPY``); each engine figure also as a ratio to
   the faster of the two (``extra.ceiling_ratio``).
 - ``enqueue call``: the latency of one ``Client.enqueue`` at idle (definition already
   stored), p50/p95 in ms.
@@ -88,7 +88,7 @@ def _bulk(
             secs = _ceiling(env, schema, wid, template, count, chunk, mode)
         ceilings.append(
             Result(
-                f"ceiling bulk {mode} ({name.removeprefix('bulk ')})",
+                f"bulk ceiling {mode} ({name.removeprefix('bulk ')})",
                 None,
                 count / secs,
                 unit,
