@@ -41,7 +41,7 @@ def test_quick_suite_runs_every_benchmark(
     assert latency["value"] > 0 and "p95=" in latency["note"], latency
     for name in ("bulk enqueue", "bulk submit 3-node"):
         assert by_name[name]["value"] > 0 and by_name[name]["extra"]["ceiling_ratio"] > 0
-    assert sum(r["name"].startswith("ceiling bulk ") for r in doc["results"]) == 4
+    assert sum(r["name"].startswith("bulk ceiling ") for r in doc["results"]) == 4
     assert by_name["enqueue call"]["value"] > 0 and by_name["enqueue call"]["extra"]["p95_ms"]
     assert {t["target"] for t in doc["targets"]} >= {
         "3-node chain >= 1,000 runs/s",
