@@ -252,18 +252,20 @@ def test_a_definition_gone_under_a_live_client_is_stored_again(
     make_client: Callable[..., Client], db: Any
 ) -> None:
     client = make_client()
-    client.submit(CHAIN, {"n": 1})
+    client.submit(CHAIN, {"n": 1})  # four definitions, each remembered
     client.enqueue(NOOP, 1)
-    client.enqueue_many(NOOP, [1, 2])
+    client.enqueue(NOOP, 1, retry=2)
+    client.enqueue(NOOP, 1, retry=3)
     db.execute("TRUNCATE cyclone_workflows CASCADE")  # the schema emptied: ids remembered
     assert _count(db, "cyclone_runs") == 0
-    client.submit(CHAIN, {"n": 2})
-    client.enqueue(NOOP, 2)
-    client.enqueue(NOOP, 3, unique_key="u")
-    client.enqueue_many(NOOP, [4, 5])
-    client.submit_many(CHAIN, [{"n": 3}], item_options=[{"sequence": "q"}])
-    assert _count(db, "cyclone_runs") == 6
-    assert _count(db, "cyclone_steps") == 2 * 3 + 4
+    # each path meets its remembered, now missing, definition first
+    client.enqueue_many(NOOP, [4, 5])  # set-based chunk
+    client.submit_many(CHAIN, [{"n": 3}], item_options=[{"sequence": "q"}])  # per-run item
+    client.enqueue(NOOP, 2, retry=2)  # the one-statement single submission
+    client.enqueue(NOOP, 3, retry=3, unique_key="u")  # a single one with a unique key
+    assert _count(db, "cyclone_runs") == 5
+    assert _count(db, "cyclone_steps") == 2 + 3 + 1 + 1
+    assert _count(db, "cyclone_workflows") == 4
 
 
 def _all_ids(db: Any) -> list[str]:
