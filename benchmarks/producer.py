@@ -28,6 +28,7 @@ from benchmarks.common import Env, Result, load, pick, schema_for
 from benchmarks.sql import render
 from cyclone_flow import Client
 from cyclone_flow.flowfile.model import Flow
+from cyclone_flow.options import job_flow
 
 NOOP = "benchmarks.handlers:noop"
 CHUNK = 1_000
@@ -40,20 +41,10 @@ def run(env: Env, *, quick: bool) -> list[Result]:
     runs = pick((5_000, 150), quick)
     chunk = CHUNK if not quick else 100
     out: list[Result] = []
-    job_flow = _job_flow(env)
-    out.extend(_bulk(env, "bulk enqueue", "jobs/s", job_flow, jobs, chunk, job=True))
+    out.extend(_bulk(env, "bulk enqueue", "jobs/s", job_flow(NOOP), jobs, chunk, job=True))
     out.extend(_bulk(env, "bulk submit 3-node", "runs/s", load("chain"), runs, chunk, job=False))
     out.append(enqueue_latency(env, samples=pick((1_000, 30), quick)))
     return out
-
-
-def _job_flow(env: Env) -> Flow:
-    with schema_for(env, "bench_bulk") as schema:
-        client = Client(env.url, schema=schema, workers=1)
-        try:
-            return client._job_flow(NOOP, None, None)
-        finally:
-            client.shutdown()
 
 
 def _bulk(
