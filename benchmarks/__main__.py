@@ -25,11 +25,11 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # the worker processes import benchmarks.handlers from here
     sys.path.insert(0, str(REPO))
 
-from benchmarks import ceiling, chain, exactly_once, fanout, noop, soak  # noqa: E402
+from benchmarks import ceiling, chain, exactly_once, fanout, noop, producer, soak  # noqa: E402
 from benchmarks.common import Env, Result, database, durability_ok, machine, ratio  # noqa: E402
 
-NAMES = ("ceiling", "noop", "chain", "fanout", "exactly_once", "latency", "soak")
-DEFAULT = ("ceiling", "noop", "chain", "fanout", "exactly_once", "latency")
+NAMES = ("ceiling", "noop", "chain", "fanout", "exactly_once", "latency", "producer", "soak")
+DEFAULT = ("ceiling", "noop", "chain", "fanout", "exactly_once", "latency", "producer")
 # ceilings each engine figure is divided by (same connection count as the engine's workers)
 RATIO_CEILINGS = ("1/tx", "batch50", "1/tx idx", "batch50 idx")
 
@@ -121,6 +121,20 @@ def targets(results: list[Result]) -> list[dict[str, Any]]:
     lat = find("enqueue-to-claim")
     if lat and lat.value is not None:
         add("enqueue-to-claim p50 < 2 ms", lat.value, lat.value < 2, f"{lat.value:.2f} ms")
+    for prefix, goal, unit in (("bulk enqueue", 25_000, "jobs/s"),
+                               ("bulk submit 3-node", 8_000, "runs/s")):  # fmt: skip
+        bulk = find(prefix)
+        if bulk and bulk.value:
+            add(f"{prefix} >= {goal:,} {unit}", bulk.value, bulk.value >= goal,
+                f"{bulk.value:,.0f} {unit}")  # fmt: skip
+            share = bulk.extra.get("ceiling_ratio")
+            if share is not None:
+                add(f"{prefix} >= 50% of its raw-SQL ceiling", share, share >= 0.5,
+                    f"{share:.1%}")  # fmt: skip
+    call = find("enqueue call")
+    if call and call.value is not None:
+        add("one enqueue call p50 <= 1.5 ms", call.value, call.value <= 1.5,
+            f"{call.value:.2f} ms")  # fmt: skip
     sk = find("soak")
     if sk and sk.value is not None:
         add("flat RSS over the soak", sk.value, sk.value < soak.FLAT_MIB, sk.note)
@@ -254,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         "fanout": lambda env, quick: fanout.run(env, quick=quick),
         "exactly_once": lambda env, quick: exactly_once.run(env, quick=quick),
         "latency": run_latency,
+        "producer": lambda env, quick: producer.run(env, quick=quick),
         "soak": lambda env, quick: soak.run(env, quick=quick, steps=args.soak_steps),
     }
     results: list[Result] = []

@@ -14,6 +14,7 @@ from cyclone_flow.db.rows import QueueStats, Run, ScheduleRow, Step, StepLogLine
 from cyclone_flow.engine.fan_out import MAX_FAN_OUT_ITEMS
 from cyclone_flow.errors import (
     AmbiguousRunIdError,
+    BatchItemError,
     ClientStateError,
     ConfigError,
     CycloneError,
@@ -55,6 +56,7 @@ __all__ = [
     "MAX_FAN_OUT_ITEMS",
     "AllowList",
     "AmbiguousRunIdError",
+    "BatchItemError",
     "Client",
     "ClientConfig",
     "ClientOptions",

@@ -11,9 +11,10 @@ calls :meth:`Client.wait`, which starts its listener); call :meth:`Client.shutdo
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Unpack
 
@@ -52,11 +53,14 @@ from cyclone_flow.engine.explain import Waiting
 from cyclone_flow.engine.tx import transaction
 from cyclone_flow.errors import (
     AmbiguousRunIdError,
+    BatchItemError,
     ClientStateError,
     ConfigError,
     InputValidationError,
+    PayloadTooLargeError,
     RunNotFoundError,
     RunStateError,
+    SubmitOptionError,
     shown,
 )
 from cyclone_flow.events import StepEvent, call_hook, emit_engine_events
@@ -67,7 +71,7 @@ from cyclone_flow.maintenance.scheduler import ScheduleScanner, ScheduleScannerC
 from cyclone_flow.names import SIGNAL_NAME_RULE, is_signal_name
 from cyclone_flow.notify import Listener, Publisher, WakeupHub, Wakeups, WakeupTracker
 from cyclone_flow.options import JobOptions, RunOptions, SubmitOptions, job_flow, run_options
-from cyclone_flow.producer import FlowLike, Producer, RunId, RunPlan, plan_run
+from cyclone_flow.producer import FlowLike, Producer, RunId, RunPlan, check_flow, plan_run
 from cyclone_flow.schedule_admin import Schedules
 from cyclone_flow.schedules import SyncResult
 from cyclone_flow.states import EventKind
@@ -79,6 +83,11 @@ from cyclone_flow.worker.heartbeat import WorkerIdentity
 from cyclone_flow.worker.runtime import Worker
 
 __all__ = ["Client", "FlowLike", "RunId", "RunPlan", "migrate", "plan_submit"]
+
+DEFAULT_CHUNK_SIZE = 1000
+"""Items per transaction (and per set-based statement) of ``submit_many`` / ``enqueue_many``."""
+JOB_FLOWS_CACHED = 256
+"""The most job flows (callable, retry, timeout) a client keeps built and digested."""
 
 
 class Client:
@@ -176,6 +185,7 @@ class Client:
             liveness=cfg.poll_interval[1] / 2,
         )
         self._schedules = Schedules(self._db, self._producer)
+        self._jobs: dict[Any, Flow] = {}  # job flows built once: Client._job_flow
 
     # -- schema ----------------------------------------------------------------------------
 
@@ -218,11 +228,11 @@ class Client:
         if isolated:
             opts = dataclasses.replace(opts, owner=self.config.client_id)
         spec, input_json = self._producer.prepare(flow, input)
+        register = (lambda conn, rid: self._register_owner(conn, str(rid))) if isolated else None
         with self._db.connection() as conn:  # READ COMMITTED
-            with conn.transaction():
-                run_id, wakeups = self._producer.insert(conn, spec, input_json, opts)
-                if isolated:
-                    self._register_owner(conn, str(run_id))
+            run_id, wakeups = self._producer.submit(
+                conn, spec, input_json, opts, before_commit=register
+            )
             # committed: publish on the same connection (no second pool checkout)
             self._publish(wakeups, conn)
         return run_id
@@ -269,10 +279,9 @@ class Client:
         the run id. Raises SubmitOptionError, InputValidationError, PayloadTooLargeError.
         """
         flow, opts = self._job(callable, options)
-        spec, input_json = self._producer.prepare(flow, args)
+        input_json = self._producer.prepare_input(flow, args)
         with self._db.connection() as conn:  # READ COMMITTED
-            with conn.transaction():
-                run_id, wakeups = self._producer.insert(conn, spec, input_json, opts)
+            run_id, wakeups = self._producer.submit(conn, flow, input_json, opts)
             self._publish(wakeups, conn)  # committed: publish on the same connection
         return run_id
 
@@ -286,15 +295,173 @@ class Client:
         """Like :meth:`enqueue`, inside the caller's transaction on ``conn`` (committed or
         rolled back with it); publishes nothing."""
         flow, opts = self._job(callable, options)
-        spec, input_json = self._producer.prepare(flow, args)
-        return self._insert_tx(conn, spec, input_json, opts)
+        input_json = self._producer.prepare_input(flow, args)
+        return self._insert_tx(conn, flow, input_json, opts)
 
     def _job(self, call: str, options: JobOptions) -> tuple[Flow, RunOptions]:
         rest = dict(options)
         retry = rest.pop("retry", None)
         timeout = rest.pop("timeout", None)
         opts = run_options(**rest)  # type: ignore[arg-type]
-        return job_flow(call, retry=retry, timeout=timeout), opts  # type: ignore[arg-type]
+        return self._job_flow(call, retry, timeout), opts
+
+    def _job_flow(self, call: str, retry: Any, timeout: Any) -> Flow:
+        """The one-node flow of a job (:func:`~cyclone_flow.options.job_flow`), built and
+        digested once per ``(callable, retry, timeout)`` of hashable values."""
+        try:
+            key: Any = (call, type(retry), retry, type(timeout), timeout)
+            hash(key)
+        except TypeError:  # a retry mapping: built each time
+            return job_flow(call, retry=retry, timeout=timeout)
+        flow = self._jobs.get(key)
+        if flow is None:
+            if len(self._jobs) >= JOB_FLOWS_CACHED:
+                self._jobs.clear()
+            flow = self._jobs[key] = job_flow(call, retry=retry, timeout=timeout)
+        return flow
+
+    # -- bulk submission -------------------------------------------------------------------
+
+    def submit_many(
+        self,
+        flow: FlowLike,
+        inputs: Iterable[JSON],
+        *,
+        item_options: Iterable[Mapping[str, Any] | None] | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        **options: Unpack[SubmitOptions],
+    ) -> list[RunId]:
+        """Submit one run of ``flow`` per input of ``inputs`` (any iterable, read chunk by
+        chunk); returns their ids in input order (each a :class:`RunId`; ``duplicate``
+        when a ``unique_key`` matched an existing run, or an earlier item of the batch).
+
+        ``options`` (those of :meth:`submit`) apply to every item; ``item_options``, one
+        mapping (or None) per input, adds or overrides them per item (``queue``,
+        ``priority``, ``run_at`` / ``delay``, ``unique_key`` (+ ``unique_window``,
+        ``unique_states``), ``sequence``).
+
+        Each chunk of ``chunk_size`` items is validated (input schema, payload limit,
+        options) before anything of it is written, then written in one transaction with
+        one set-based statement per table (items with a ``unique_key`` or a ``sequence``
+        take the single-run insert, in item order, in the same transaction), and its
+        wakeups published after its commit (one notification per chunk). Chunks commit one
+        by one: when an item is invalid, or the database fails, the chunks before it stay
+        committed and nothing of its own chunk is written.
+
+        Raises BatchItemError (``.index`` of the bad item, ``.error`` the error
+        :meth:`submit` would raise for it, ``.committed`` the runs of earlier chunks),
+        FlowError, SubmitOptionError (a bad option of the whole batch, or ``item_options``
+        not one per input).
+        """
+        spec = check_flow(flow)
+        return self._many(spec, None, inputs, item_options, chunk_size, dict(options))
+
+    def submit_many_tx(
+        self,
+        conn: psycopg.Connection[Any],
+        flow: FlowLike,
+        inputs: Iterable[JSON],
+        *,
+        item_options: Iterable[Mapping[str, Any] | None] | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        **options: Unpack[SubmitOptions],
+    ) -> list[RunId]:
+        """Like :meth:`submit_many`, inside the caller's transaction on ``conn`` (every
+        chunk in it: committed or rolled back with it; an autocommit ``conn`` gets one
+        transaction for the whole call). An invalid item raises BatchItemError after the
+        chunks before it were written into the caller's transaction: roll it back to write
+        nothing. Publishes nothing (see :meth:`submit_tx`, :meth:`track_wakeups`)."""
+        spec = check_flow(flow)
+        return self._many(spec, conn, inputs, item_options, chunk_size, dict(options))
+
+    def enqueue_many(
+        self,
+        callable: str,
+        args_list: Iterable[JSON],
+        *,
+        item_options: Iterable[Mapping[str, Any] | None] | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        **options: Unpack[JobOptions],
+    ) -> list[RunId]:
+        """Enqueue one job of ``callable`` per ``args`` of ``args_list``, as
+        :meth:`submit_many` does for a flow (same chunks, guarantees and errors).
+        ``retry`` and ``timeout`` apply to the whole batch (one definition); the other
+        options of :meth:`enqueue` may also be given per item in ``item_options``."""
+        flow, base = self._job_options(callable, options)
+        return self._many(flow, None, args_list, item_options, chunk_size, base)
+
+    def enqueue_many_tx(
+        self,
+        conn: psycopg.Connection[Any],
+        callable: str,
+        args_list: Iterable[JSON],
+        *,
+        item_options: Iterable[Mapping[str, Any] | None] | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        **options: Unpack[JobOptions],
+    ) -> list[RunId]:
+        """Like :meth:`enqueue_many`, inside the caller's transaction on ``conn`` (see
+        :meth:`submit_many_tx`); publishes nothing."""
+        flow, base = self._job_options(callable, options)
+        return self._many(flow, conn, args_list, item_options, chunk_size, base)
+
+    def _job_options(self, call: str, options: JobOptions) -> tuple[Flow, dict[str, Any]]:
+        rest: dict[str, Any] = dict(options)
+        flow = self._job_flow(call, rest.pop("retry", None), rest.pop("timeout", None))
+        return flow, rest
+
+    def _many(
+        self,
+        spec: Flow,
+        conn: psycopg.Connection[Any] | None,
+        inputs: Iterable[JSON],
+        item_options: Iterable[Mapping[str, Any] | None] | None,
+        chunk_size: int,
+        options: dict[str, Any],
+    ) -> list[RunId]:
+        """The bulk submission of ``spec``: chunks validated then written, in a transaction
+        each (``conn`` None) or in the caller's on ``conn``."""
+        if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+            raise SubmitOptionError("chunk_size", chunk_size, "must be an integer >= 1")
+        base = run_options(**options)  # the batch's own options: an error without an index
+        pairs = _pairs(inputs, item_options)
+        ids: list[RunId] = []
+        if conn is not None and conn.autocommit:  # no caller transaction: one of our own
+            with conn.transaction():
+                return self._many_in(spec, conn, pairs, chunk_size, options, base, ids)
+        return self._many_in(spec, conn, pairs, chunk_size, options, base, ids)
+
+    def _many_in(
+        self,
+        spec: Flow,
+        conn: psycopg.Connection[Any] | None,
+        pairs: Iterator[tuple[JSON, Mapping[str, Any] | None]],
+        chunk_size: int,
+        options: dict[str, Any],
+        base: RunOptions,
+        ids: list[RunId],
+    ) -> list[RunId]:
+        index = 0
+        while True:
+            chunk = list(itertools.islice(pairs, chunk_size))
+            if not chunk:
+                return ids
+            prepared: list[tuple[str, RunOptions]] = []
+            for value, extra in chunk:
+                try:
+                    opts = base if not extra else _item_options(options, extra)
+                    prepared.append((self._producer.prepare_input(spec, value), opts))
+                except (InputValidationError, PayloadTooLargeError, SubmitOptionError) as exc:
+                    raise BatchItemError(index, exc, committed=len(ids)) from exc
+                index += 1
+            if conn is None:
+                with self._db.connection() as own:  # READ COMMITTED
+                    got, wakeups = self._producer.submit_many(own, spec, prepared)
+                    self._publish(wakeups, own)  # committed: on the same connection
+            else:
+                got, wakeups = self._producer.insert_many(conn, spec, prepared)
+                self._hub.record(conn, wakeups)  # kept only when conn is tracked
+            ids.extend(got)
 
     def _insert_tx(
         self, conn: psycopg.Connection[Any], spec: Flow, input_json: str, opts: RunOptions
@@ -948,6 +1115,48 @@ class Client:
         no work (the polling floor finds it). The transitions and services of this client
         call it after their commits."""
         self._hub.publish(wakeups, conn)
+
+
+_ITEM_OPTIONS = frozenset(SubmitOptions.__annotations__)
+
+
+def _pairs(
+    inputs: Iterable[JSON], item_options: Iterable[Mapping[str, Any] | None] | None
+) -> Iterator[tuple[JSON, Mapping[str, Any] | None]]:
+    """``(input, item options)`` per item; raises SubmitOptionError when ``item_options``
+    has not one entry per input (told when the shorter one ends)."""
+    if item_options is None:
+        for value in inputs:
+            yield value, None
+        return
+    sentinel = object()
+    for value, extra in itertools.zip_longest(inputs, item_options, fillvalue=sentinel):
+        if value is sentinel or extra is sentinel:
+            raise SubmitOptionError(
+                "item_options", "...", "must have exactly one mapping (or None) per input"
+            )
+        yield value, extra  # type: ignore[misc]
+
+
+def _item_options(options: Mapping[str, Any], extra: Mapping[str, Any]) -> RunOptions:
+    """The options of one item: the batch's ``options`` with its ``extra`` over them.
+    Raises SubmitOptionError."""
+    if not isinstance(extra, Mapping):
+        raise SubmitOptionError("item_options", extra, "each entry must be a mapping or None")
+    for key in extra:
+        if key not in _ITEM_OPTIONS:
+            why = (
+                "applies to the whole batch (one definition): give it to enqueue_many"
+                if key in ("retry", "timeout")
+                else f"is not a per-item option (those: {', '.join(sorted(_ITEM_OPTIONS))})"
+            )
+            raise SubmitOptionError(str(key), extra[key], why)
+    merged = {**options, **extra}
+    if "run_at" in extra and "delay" not in extra:
+        merged.pop("delay", None)  # an item's run_at replaces the batch's delay
+    elif "delay" in extra and "run_at" not in extra:
+        merged.pop("run_at", None)
+    return run_options(**merged)
 
 
 MIN_RUN_ID_PREFIX = 4

@@ -179,6 +179,23 @@ class PayloadTooLargeError(CycloneError):
         super().__init__(f"{kind} payload is {size} bytes, over the limit of {limit} bytes")
 
 
+class BatchItemError(CycloneError):
+    """One item of a bulk submission (``Client.submit_many`` / ``enqueue_many`` and their
+    ``_tx`` forms) is invalid: ``index`` is its position in the inputs (0-based, across
+    chunks), ``error`` the error a single submission would raise for it
+    (:class:`InputValidationError`, :class:`PayloadTooLargeError` or
+    :class:`SubmitOptionError`; also its ``__cause__``). Nothing of that item's chunk was
+    written; earlier chunks of the non-``_tx`` forms stay committed (``committed`` says how
+    many runs they hold)."""
+
+    def __init__(self, index: int, error: CycloneError, committed: int = 0) -> None:
+        self.index = index
+        self.error = error
+        self.committed = committed
+        self.exit_code = error.exit_code
+        super().__init__(f"item {index}: {error}")
+
+
 class TemplateError(CycloneError):
     """A ``${{ ... }}`` reference that cannot be resolved against the run's data."""
 

@@ -11,18 +11,20 @@ caller-owned transaction: workers then find the run within one poll interval).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
 
 from cyclone_flow._json import JSON, Unencodable, encode_payload
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.db.conn import Conn, Database
+from cyclone_flow.db.conn import Conn, Database, Session, autocommit
 from cyclone_flow.engine import submit
+from cyclone_flow.engine.submit import DefinitionMissingError
 from cyclone_flow.engine.tx import Tx
 from cyclone_flow.errors import FlowError, InputValidationError, Problem
 from cyclone_flow.flowfile import load_flow
-from cyclone_flow.flowfile.inputs import validate_input
+from cyclone_flow.flowfile.inputs import InputValidator, validate_input
 from cyclone_flow.flowfile.model import Flow
 from cyclone_flow.notify import Wakeups
 from cyclone_flow.options import RunOptions
@@ -43,14 +45,11 @@ class RunId(str):
         return self
 
 
-def prepare_run(flow: FlowLike, run_input: JSON, input_limit: int) -> tuple[Flow, JSON, str]:
-    """``(flow, input, encoded input)`` of a submission: ``flow`` loaded if it is a path
-    (with its child flows), every child flow checked loaded, the top-level ``default``
-    values of its ``input_schema`` filled into ``run_input``, which is validated and
-    encoded to at most ``input_limit`` bytes. No database.
+def check_flow(flow: FlowLike) -> Flow:
+    """``flow``, loaded if it is a path (with its child flows), after checking that every
+    child flow is loaded. No database.
 
-    Raises FlowError (a bad flow file, or a ``child`` node whose flow is not loaded:
-    E030), InputValidationError, PayloadTooLargeError.
+    Raises FlowError (a bad flow file, or a ``child`` node whose flow is not loaded: E030).
     """
     spec = flow if isinstance(flow, Flow) else load_flow(flow)
     for part in spec.tree():
@@ -69,12 +68,31 @@ def prepare_run(flow: FlowLike, run_input: JSON, input_limit: int) -> tuple[Flow
                         )
                     ]
                 )
-    value = validate_input(spec.name, spec.input_schema, run_input)
+    return spec
+
+
+def encode_input(flow: str, value: JSON, input_limit: int) -> str:
+    """The JSON text of a validated run input, at most ``input_limit`` bytes.
+
+    Raises InputValidationError (not encodable as JSON), PayloadTooLargeError."""
     try:
-        text = encode_payload("input", value, input_limit)
+        return encode_payload("input", value, input_limit)
     except Unencodable as exc:
-        raise InputValidationError(spec.name, str(exc)) from None
-    return spec, value, text
+        raise InputValidationError(flow, str(exc)) from None
+
+
+def prepare_run(flow: FlowLike, run_input: JSON, input_limit: int) -> tuple[Flow, JSON, str]:
+    """``(flow, input, encoded input)`` of a submission: ``flow`` loaded if it is a path
+    (with its child flows), every child flow checked loaded, the top-level ``default``
+    values of its ``input_schema`` filled into ``run_input``, which is validated and
+    encoded to at most ``input_limit`` bytes. No database.
+
+    Raises FlowError (a bad flow file, or a ``child`` node whose flow is not loaded:
+    E030), InputValidationError, PayloadTooLargeError.
+    """
+    spec = check_flow(flow)
+    value = validate_input(spec.name, spec.input_schema, run_input)
+    return spec, value, encode_input(spec.name, value, input_limit)
 
 
 @dataclass(frozen=True)
@@ -173,35 +191,157 @@ def plan_run(flow: FlowLike, run_input: JSON, options: RunOptions, input_limit: 
     )
 
 
+CACHE_ENTRIES = 256
+"""The most definitions (ids and compiled input validators) a producer remembers; past it
+the memory starts over (a cache, not a registry: a miss only costs a round trip)."""
+
+DefinitionKey = tuple[str, str]
+"""``(name, digest)`` of a definition: what a producer remembers it by."""
+
+
 class Producer:
     """Prepares and inserts runs for one client (its database, payload limits and
-    ``max_signal_wait``): the one path every submission takes."""
+    ``max_signal_wait``): the one path every submission takes.
+
+    It remembers, per definition ``(name, digest)``, the compiled input validator and the
+    id of the stored definition once a transaction of its own that stored it committed, so
+    a later submission of the same flow neither compiles the schema nor stores the
+    definition again. A remembered definition that is gone (a schema emptied under a live
+    client) is found out by the insert, which then writes nothing: the definition is
+    stored again and the insert repeated (:class:`DefinitionMissingError`)."""
 
     def __init__(self, db: Database, config: ClientConfig) -> None:
         self.db = db
         self.config = config
+        self._definitions: dict[DefinitionKey, int] = {}
+        self._validators: dict[DefinitionKey, InputValidator] = {}
+
+    # -- checks (no database) --------------------------------------------------------------
 
     def prepare(self, flow: FlowLike, run_input: JSON) -> tuple[Flow, str]:
         """Load ``flow`` if it is a path (with its child flows), check that every child
         flow is loaded, fill the top-level ``default`` values of its ``input_schema`` into
         ``run_input``, validate and encode it (:func:`prepare_run` with this client's
-        input limit).
+        input limit and a compiled validator remembered per definition).
 
         Raises FlowError (a bad flow file, or a ``child`` node whose flow is not loaded:
         E030), InputValidationError, PayloadTooLargeError; nothing is written.
         """
-        spec, _value, text = prepare_run(flow, run_input, self.config.payload_limits.input_bytes)
-        return spec, text
+        spec = check_flow(flow)
+        return spec, self.prepare_input(spec, run_input)
+
+    def prepare_input(self, spec: Flow, run_input: JSON) -> str:
+        """The validated and encoded ``run_input`` of the checked flow ``spec``
+        (:func:`check_flow`): defaults filled, validated with the remembered compiled
+        validator, encoded within this client's input limit.
+
+        Raises InputValidationError, PayloadTooLargeError."""
+        key = (spec.name, spec.digest)
+        validator = self._validators.get(key)
+        if validator is None:
+            if len(self._validators) >= CACHE_ENTRIES:
+                self._validators.clear()
+            validator = self._validators[key] = InputValidator(spec.name, spec.input_schema)
+        value = validator(run_input)
+        return encode_input(spec.name, value, self.config.payload_limits.input_bytes)
+
+    # -- definitions -----------------------------------------------------------------------
+
+    def _definition(self, tx: Tx, flow: Flow) -> tuple[int, bool]:
+        """``(id, remembered)``: the remembered id of ``flow``'s stored definition, or the
+        one :func:`~cyclone_flow.engine.submit.store_definition` returns in ``tx``."""
+        workflow_id = self._definitions.get((flow.name, flow.digest))
+        if workflow_id is not None:
+            return workflow_id, True
+        return submit.store_definition(tx, flow), False
+
+    def _remember(self, flow: Flow, workflow_id: int) -> None:
+        """Remember ``workflow_id`` for ``flow`` (call only after the commit that stored it)."""
+        if len(self._definitions) >= CACHE_ENTRIES:
+            self._definitions.clear()
+        self._definitions[(flow.name, flow.digest)] = workflow_id
+
+    def _forget(self, flow: Flow) -> None:
+        self._definitions.pop((flow.name, flow.digest), None)
+
+    def _limits(self) -> tuple[int, float | None]:
+        max_wait = self.config.max_signal_wait
+        return self.config.payload_limits.output_bytes, max_wait if max_wait > 0 else None
+
+    # -- one run ---------------------------------------------------------------------------
 
     def insert(
         self, conn: Conn, flow: Flow, input_json: str, options: RunOptions
     ) -> tuple[RunId, Wakeups]:
-        """Store the definition of a prepared run (with its child flows and plan) and insert
-        the run with ``options`` in the caller's transaction on ``conn``; return its id and
-        the wakeups to publish after the commit (none for a duplicate, a held run of a
-        sequence, or a delayed run)."""
-        workflow_id = submit.store_definition(Tx(conn, self.db.q), flow)
+        """Store the definition of a prepared run (with its child flows and plan; not when
+        remembered) and insert the run with ``options`` in the caller's transaction on
+        ``conn``; return its id and the wakeups to publish after the commit (none for a
+        duplicate, a held run of a sequence, or a delayed run). A definition stored here
+        is not remembered: the caller's transaction may still roll back."""
+        workflow_id, remembered = self._definition(Tx(conn, self.db.q), flow)
+        if remembered:
+            try:
+                return self.insert_stored(conn, workflow_id, input_json, options)
+            except DefinitionMissingError:  # nothing was written
+                self._forget(flow)
+                workflow_id = submit.store_definition(Tx(conn, self.db.q), flow)
         return self.insert_stored(conn, workflow_id, input_json, options)
+
+    def submit(
+        self,
+        conn: Conn,
+        flow: Flow,
+        input_json: str,
+        options: RunOptions,
+        *,
+        before_commit: Callable[[Conn, RunId], None] | None = None,
+    ) -> tuple[RunId, Wakeups]:
+        """Insert a prepared run in a transaction of its own on the idle ``conn`` and
+        commit it; return its id and the wakeups to publish now. ``before_commit(conn,
+        run_id)`` runs in that transaction after the insert.
+
+        When the definition is remembered, the options need no read first (no unique key
+        or sequence: :func:`~cyclone_flow.engine.submit.pipelinable`) and the flow's
+        roots are all actions, the write is one round trip and one commit (the run, its
+        steps and deps in one statement, in autocommit). The definition a transaction of
+        this call stored is remembered after its commit.
+        """
+        key = (flow.name, flow.digest)
+        workflow_id = self._definitions.get(key)
+        if (
+            workflow_id is not None
+            and before_commit is None
+            and submit.pipelinable(options)
+            and submit.roots_are_actions(flow)
+        ):
+            output_limit, max_wait = self._limits()
+            with autocommit(conn):  # one statement: its own transaction
+                run_id = submit.insert_run_alone(
+                    Session(conn, self.db.q),
+                    workflow_id,
+                    input_json,
+                    options,
+                    output_limit=output_limit,
+                    max_signal_wait_s=max_wait,
+                )
+            if run_id is not None:  # committed
+                return RunId(run_id), Wakeups(queues=submit.root_queues(flow, options))
+            self._forget(flow)  # that transaction wrote nothing: the definition is gone
+        with conn.transaction():
+            tx = Tx(conn, self.db.q)
+            workflow_id, remembered = self._definition(tx, flow)
+            try:
+                run_id, wakeups = self.insert_stored(conn, workflow_id, input_json, options)
+            except DefinitionMissingError:
+                if not remembered:
+                    raise
+                self._forget(flow)
+                workflow_id = submit.store_definition(tx, flow)
+                run_id, wakeups = self.insert_stored(conn, workflow_id, input_json, options)
+            if before_commit is not None:
+                before_commit(conn, run_id)
+        self._remember(flow, workflow_id)
+        return run_id, wakeups
 
     def insert_stored(
         self, conn: Conn, workflow_id: int, input_json: str, options: RunOptions
@@ -211,18 +351,100 @@ class Producer:
         ``max_signal_wait`` recorded on it (Client Options: Limits and Retention,
         WithMaxSignalWait), and the queue options applied (see
         :func:`cyclone_flow.engine.submit.insert_run`).
+
+        Raises DefinitionMissingError (nothing written) when ``workflow_id`` is not stored.
         """
-        max_wait = self.config.max_signal_wait
+        output_limit, max_wait = self._limits()
         tx = Tx(conn, self.db.q)
         inserted = submit.insert_run(
             tx,
             workflow_id,
             input_json,
             options,
-            output_limit=self.config.payload_limits.output_bytes,
-            max_signal_wait_s=max_wait if max_wait > 0 else None,
+            output_limit=output_limit,
+            max_signal_wait_s=max_wait,
         )
         wakeups = tx.effects.wakeups
         if options.delayed:  # nothing is claimable before run_at: the poll finds it then
             wakeups.queues.clear()
         return RunId(inserted.run_id, duplicate=not inserted.created), wakeups
+
+    # -- a chunk of runs -------------------------------------------------------------------
+
+    def insert_many(
+        self, conn: Conn, flow: Flow, items: Sequence[tuple[str, RunOptions]]
+    ) -> tuple[list[RunId], Wakeups]:
+        """Insert a chunk of prepared runs of ``flow`` (``(input JSON text, options)``
+        each) in the caller's transaction on ``conn``; their ids in item order and the
+        wakeups to publish after the commit (one set of queues for the chunk).
+
+        The items whose options need no read first (no unique key, no sequence) are
+        written with one set-based statement per table
+        (:func:`~cyclone_flow.engine.submit.insert_runs`); the others then one by one in
+        item order through the single-run insert, in the same transaction (so a second
+        item with a unique key is a duplicate of the first, and sequence positions follow
+        the item order). The definition is stored once (not when remembered)."""
+        ids, wakeups, _ = self._insert_many(conn, flow, items)
+        return ids, wakeups
+
+    def submit_many(
+        self, conn: Conn, flow: Flow, items: Sequence[tuple[str, RunOptions]]
+    ) -> tuple[list[RunId], Wakeups]:
+        """:meth:`insert_many` in a transaction of its own on the idle ``conn``, committed;
+        the definition is remembered after the commit."""
+        with conn.transaction():
+            ids, wakeups, workflow_id = self._insert_many(conn, flow, items)
+        self._remember(flow, workflow_id)
+        return ids, wakeups
+
+    def _insert_many(
+        self, conn: Conn, flow: Flow, items: Sequence[tuple[str, RunOptions]]
+    ) -> tuple[list[RunId], Wakeups, int]:
+        tx = Tx(conn, self.db.q)
+        workflow_id, remembered = self._definition(tx, flow)
+        output_limit, max_wait = self._limits()
+        bulk = [i for i, (_, o) in enumerate(items) if submit.pipelinable(o)]
+        out: list[RunId | None] = [None] * len(items)
+        if bulk:
+            chunk = [items[i] for i in bulk]
+            try:
+                ids = submit.insert_runs(
+                    tx,
+                    flow,
+                    workflow_id,
+                    chunk,
+                    output_limit=output_limit,
+                    max_signal_wait_s=max_wait,
+                )
+            except DefinitionMissingError:
+                if not remembered:
+                    raise
+                self._forget(flow)
+                remembered = False
+                workflow_id = submit.store_definition(tx, flow)
+                ids = submit.insert_runs(
+                    tx,
+                    flow,
+                    workflow_id,
+                    chunk,
+                    output_limit=output_limit,
+                    max_signal_wait_s=max_wait,
+                )
+            for i, run_id in zip(bulk, ids, strict=True):
+                out[i] = RunId(run_id)
+        wakeups = tx.effects.wakeups
+        for i, (input_json, options) in enumerate(items):
+            if out[i] is not None:
+                continue
+            try:
+                run_id, woken = self.insert_stored(conn, workflow_id, input_json, options)
+            except DefinitionMissingError:
+                if not remembered:
+                    raise
+                self._forget(flow)
+                remembered = False
+                workflow_id = submit.store_definition(tx, flow)
+                run_id, woken = self.insert_stored(conn, workflow_id, input_json, options)
+            out[i] = run_id
+            wakeups.merge(woken)
+        return [r for r in out if r is not None], wakeups, workflow_id

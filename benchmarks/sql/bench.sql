@@ -131,3 +131,82 @@ WHERE s.id = c.id AND s.state = 'available'
 RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_attempts,
           s.reclaims, s.lease_generation, s.input,
           extract(epoch FROM s.timeout)::float8 AS timeout_s
+
+-- name: bench_bulk_definition
+-- The stored definition of run %(run_id)s: the bulk ceiling stores the same one.
+SELECT w.name, w.digest, w.definition, w.plan
+FROM {schema}.cyclone_workflows w
+JOIN {schema}.cyclone_runs r ON r.workflow_id = w.id
+WHERE r.id = %(run_id)s
+
+-- name: bench_bulk_run_row
+-- The columns the engine's bulk insert wrote on run %(run_id)s (besides id and input).
+SELECT workflow_id, flow_name, deadline, output_limit, max_signal_wait
+FROM {schema}.cyclone_runs WHERE id = %(run_id)s
+
+-- name: bench_bulk_step_rows
+-- The columns the engine's bulk insert wrote on the steps of run %(run_id)s.
+SELECT node, type, call, state, queue, priority, max_attempts, backoff, on_dep_failure,
+       timeout, input
+FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s ORDER BY id
+
+-- name: bench_bulk_dep_rows
+-- The deps of run %(run_id)s.
+SELECT node, depends_on FROM {schema}.cyclone_deps WHERE run_id = %(run_id)s
+ORDER BY node, depends_on
+
+-- name: bench_bulk_store_definition
+-- Store a copy of a definition in the ceiling's schema; its id.
+INSERT INTO {schema}.cyclone_workflows (name, digest, definition, plan)
+VALUES (%(name)s, %(digest)s, %(definition)s, %(plan)s)
+RETURNING id
+
+-- name: bench_bulk_runs_unnest
+-- The ceiling's multi-row insert of a chunk of runs (ids and inputs as arrays).
+INSERT INTO {schema}.cyclone_runs
+    (id, workflow_id, flow_name, input, output_limit, max_signal_wait, deadline, deadline_at)
+SELECT i.id, %(wid)s, %(name)s, i.input, %(output_limit)s, %(max_wait)s::interval,
+       %(deadline)s::interval, statement_timestamp() + %(deadline)s::interval
+FROM unnest(%(ids)s::uuid[], %(inputs)s::jsonb[]) AS i(id, input)
+
+-- name: bench_bulk_steps_unnest
+-- The ceiling's multi-row insert of the steps of a chunk of runs: every run gets the
+-- template's steps (given column by column as arrays).
+INSERT INTO {schema}.cyclone_steps
+    (run_id, node, type, call, state, queue, priority, max_attempts, backoff,
+     on_dep_failure, timeout, input)
+SELECT r.id, s.node, s.type, s.call, s.state, s.queue, s.priority, s.max_attempts,
+       s.backoff, s.on_dep_failure, s.timeout, s.input
+FROM unnest(%(ids)s::uuid[]) WITH ORDINALITY AS r(id, ord)
+CROSS JOIN unnest(%(s_node)s::text[], %(s_type)s::text[], %(s_call)s::text[],
+                  %(s_state)s::text[], %(s_queue)s::text[], %(s_priority)s::int[],
+                  %(s_max_attempts)s::int[], %(s_backoff)s::jsonb[],
+                  %(s_on_dep_failure)s::text[], %(s_timeout)s::interval[],
+                  %(s_input)s::jsonb[]) WITH ORDINALITY
+    AS s(node, type, call, state, queue, priority, max_attempts, backoff, on_dep_failure,
+         timeout, input, ord)
+ORDER BY r.ord, s.ord
+
+-- name: bench_bulk_deps_unnest
+-- The ceiling's multi-row insert of the deps of a chunk of runs (the template's edges).
+INSERT INTO {schema}.cyclone_deps (run_id, node, depends_on)
+SELECT r.id, e.node, e.depends_on
+FROM unnest(%(ids)s::uuid[]) AS r(id)
+CROSS JOIN unnest(%(nodes)s::text[], %(needs)s::text[]) AS e(node, depends_on)
+
+-- name: bench_bulk_runs_copy
+-- The ceiling's COPY of a chunk of runs.
+COPY {schema}.cyclone_runs
+    (id, workflow_id, flow_name, input, deadline, output_limit, max_signal_wait)
+FROM STDIN
+
+-- name: bench_bulk_steps_copy
+-- The ceiling's COPY of the steps of a chunk of runs.
+COPY {schema}.cyclone_steps
+    (run_id, node, type, call, state, queue, priority, max_attempts, backoff,
+     on_dep_failure, timeout, input)
+FROM STDIN
+
+-- name: bench_bulk_deps_copy
+-- The ceiling's COPY of the deps of a chunk of runs.
+COPY {schema}.cyclone_deps (run_id, node, depends_on) FROM STDIN

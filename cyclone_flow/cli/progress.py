@@ -409,3 +409,30 @@ def _follow_bar(client: Client, run_id: str, console: Console, waiter: Waiter) -
             progress.update(task, total=counts.total, completed=counts.done, detail=detail)
             if status.state.terminal:
                 return status
+
+
+@contextmanager
+def count_progress(
+    console: Console, label: str, total_bytes: int | None
+) -> Iterator[Callable[[int, int], None]]:
+    """A progress display of a bulk submission for the block, on ``console`` when it is a
+    terminal (nothing otherwise: the command prints its count at the end). Yields
+    ``update(runs, bytes_read)``: the runs written so far and how far into the input it
+    read; with ``total_bytes`` (a regular file's size) the bar shows the share read, else
+    only the count."""
+    if not console.is_terminal:
+        yield lambda runs, done: None
+        return
+    columns: list[Any] = [TextColumn("[bold]{task.description}")]
+    if total_bytes:
+        columns.append(BarColumn())
+    columns += [TextColumn("{task.fields[runs]:,} runs"), TimeElapsedColumn()]
+    with Progress(
+        *columns, console=console, transient=True, redirect_stdout=False, redirect_stderr=False
+    ) as progress:
+        task = progress.add_task(label, total=total_bytes or None, runs=0)
+
+        def update(runs: int, done: int) -> None:
+            progress.update(task, completed=done, runs=runs)
+
+        yield update

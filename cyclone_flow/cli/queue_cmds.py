@@ -5,11 +5,18 @@ and the submission options shared with ``submit`` (``--queue``, ``--priority``, 
 
 from __future__ import annotations
 
+import json
+import os
+import stat
 import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import click
+import psycopg
+from rich.console import Console
 from rich.text import Text
 
 from cyclone_flow.cli.common import (
@@ -25,8 +32,10 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
-from cyclone_flow.client import Client
+from cyclone_flow.cli.progress import count_progress
+from cyclone_flow.client import DEFAULT_CHUNK_SIZE, Client, RunId
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
+from cyclone_flow.errors import BatchItemError, CycloneError
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.flowfile.model import JSON
 
@@ -132,9 +141,166 @@ def _json_arg(text: str | None, option: str) -> JSON:
     return parse_json(text, option)
 
 
+# -- bulk submission from a JSON Lines file -------------------------------------------------
+
+MAX_CHUNK = 100_000
+"""The largest ``--chunk``: items per transaction of a bulk submission from a file."""
+
+
+def chunk_option(func: F) -> F:
+    """Add ``--chunk N`` (items per transaction of ``--inputs-file`` / ``--args-file``)."""
+    option: Any = click.option(
+        "--chunk",
+        "chunk",
+        type=click.IntRange(1, MAX_CHUNK),
+        default=DEFAULT_CHUNK_SIZE,
+        show_default=True,
+        help="With --inputs-file/--args-file: items per transaction (one set-based insert "
+        "per table each).",
+    )
+    return option(func)  # type: ignore[no-any-return]
+
+
+@dataclass
+class BulkOutcome:
+    """What a bulk submission from a file wrote: the run ids in line order, the lines
+    read (of the committed chunks)."""
+
+    ids: list[RunId]
+    last_line: int = 0
+
+    @property
+    def duplicates(self) -> int:
+        return sum(1 for r in self.ids if r.duplicate)
+
+    def written(self) -> str:
+        """How many runs were written before a failure, and from which lines."""
+        if not self.ids:
+            return "no run was written"
+        return f"{len(self.ids)} run(s) were written before it (lines 1-{self.last_line})"
+
+
+class _LineError(Exception):
+    def __init__(self, line: int, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.line = line
+        self.exit_code = exit_code
+
+
+def _open_lines(path: str) -> tuple[IO[bytes], int | None]:
+    """The binary stream of ``path`` (``-``: stdin) and its size when it is a regular
+    file (for the progress bar)."""
+    if path == "-":
+        return sys.stdin.buffer, None
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 (closed by the caller)
+    except OSError as exc:
+        raise click.BadParameter(str(exc)) from None
+    st = os.fstat(fh.fileno())
+    return fh, (st.st_size if stat.S_ISREG(st.st_mode) else None)
+
+
+def _json_lines(fh: IO[bytes], consumed: list[int]) -> Iterator[tuple[int, JSON]]:
+    """``(line number, value)`` of each non-blank line of ``fh``, read one at a time;
+    ``consumed[0]`` counts the bytes read. Raises _LineError (exit 2) for a line that is
+    not UTF-8 or not JSON."""
+    for number, raw in enumerate(fh, start=1):
+        consumed[0] += len(raw)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _LineError(number, "not UTF-8", 2) from None
+        if not text.strip():
+            continue
+        try:
+            yield number, json.loads(text)
+        except ValueError as exc:
+            raise _LineError(number, f"not valid JSON: {exc}", 2) from None
+        except RecursionError:
+            raise _LineError(number, "nested too deeply", 2) from None
+
+
+def submit_lines(
+    path: str,
+    chunk: int,
+    write: Callable[[list[JSON]], list[RunId]],
+    label: str,
+) -> BulkOutcome:
+    """Read the JSON Lines file ``path`` (``-``: stdin) as it goes and hand each chunk of
+    ``chunk`` values to ``write`` (one committed transaction each), with a progress
+    display on a terminal. On a malformed line (exit 2), an invalid item (its error's exit
+    code) or a database error (exit 1), prints ``FILE:LINE: ...`` and how many runs the
+    chunks before it wrote, then exits; nothing of the failing chunk is written."""
+    fh, size = _open_lines(path)
+    shown = "<stdin>" if path == "-" else path
+    out = BulkOutcome([])
+    consumed = [0]
+    values: list[JSON] = []
+    lines: list[int] = []
+
+    def flush(update: Callable[[int, int], None]) -> None:
+        try:
+            got = write(values)
+        except BatchItemError as exc:
+            raise _LineError(lines[exc.index], str(exc.error), exc.exit_code) from None
+        out.ids.extend(got)
+        out.last_line = lines[-1]
+        values.clear()
+        lines.clear()
+        update(len(out.ids), consumed[0])
+
+    try:
+        with count_progress(Console(stderr=True), label, size) as update:
+            for number, value in _json_lines(fh, consumed):
+                values.append(value)
+                lines.append(number)
+                if len(values) >= chunk:
+                    flush(update)
+            if values:
+                flush(update)
+    except _LineError as exc:
+        click.echo(f"error: {shown}:{exc.line}: {exc}; {out.written()}", err=True)
+        sys.exit(exc.exit_code)
+    except (CycloneError, psycopg.Error) as exc:
+        line = f":{lines[0]}" if lines else ""
+        click.echo(f"error: {shown}{line}: {exc}; {out.written()}", err=True)
+        sys.exit(getattr(exc, "exit_code", 1))
+    finally:
+        if fh is not sys.stdin.buffer:
+            fh.close()
+    return out
+
+
+def print_bulk(out: BulkOutcome, what: str, as_json: bool) -> None:
+    """The summary of a bulk submission: the count (and duplicates) on stdout, or with
+    ``--json`` ``{"count", "duplicates", "run_ids"}``."""
+    if as_json:
+        echo_json(
+            {
+                "count": len(out.ids),
+                "duplicates": out.duplicates,
+                "run_ids": [str(r) for r in out.ids],
+            }
+        )
+        return
+    dup = (
+        f" ({out.duplicates} duplicate(s) of unique keys: existing runs)" if out.duplicates else ""
+    )
+    click.echo(f"{len(out.ids)} {what}{dup}")
+
+
 @click.command("enqueue")
 @click.argument("callable_path", metavar="CALLABLE")
 @click.option("--args", "args_json", default=None, help="The job's args as JSON.")
+@click.option(
+    "--args-file",
+    "args_file",
+    default=None,
+    metavar="FILE.jsonl",
+    help="Enqueue one job per line of this JSON Lines file (its args; - for stdin), "
+    "--chunk per transaction; prints the count.",
+)
+@chunk_option
 @queue_options
 @click.option(
     "--retry",
@@ -152,6 +318,8 @@ def _json_arg(text: str | None, option: str) -> JSON:
 def enqueue_cmd(
     callable_path: str,
     args_json: str | None,
+    args_file: str | None,
+    chunk: int,
     max_attempts: int | None,
     timeout: str | None,
     wait: bool,
@@ -162,8 +330,13 @@ def enqueue_cmd(
     **queue_values: Any,
 ) -> None:
     """Enqueue a standalone job: a one-node run of CALLABLE (package.module:function),
-    executed by a worker allowed to import it. Prints the run id."""
+    executed by a worker allowed to import it. Prints the run id. With --args-file, one
+    job per line of a JSON Lines file (streamed, --chunk jobs per transaction); prints
+    how many were enqueued, or the failing FILE:LINE and how many were written before it.
+    """
     setup_logging()
+    if args_file is not None and (args_json is not None or wait):
+        raise click.UsageError("--args-file goes without --args and --wait")
     args = _json_arg(args_json, "--args")
     options = submission_kwargs(queue_values)
     if max_attempts is not None:
@@ -171,6 +344,18 @@ def enqueue_cmd(
     if timeout is not None:
         options["timeout"] = _duration(timeout, "--timeout", allow_zero=False)
     url = resolve_database(database_url)
+    if args_file is not None:
+        with Client(url, schema=schema, prepare=prepare_enabled(), notify=notify) as client:
+            out = submit_lines(
+                args_file,
+                chunk,
+                lambda values: client.enqueue_many(
+                    callable_path, values, chunk_size=len(values), **options
+                ),
+                f"enqueue {callable_path}",
+            )
+        print_bulk(out, "job(s) enqueued", as_json)
+        return
     with Client(url, schema=schema, prepare=prepare_enabled(), notify=notify) as client:
         run_id = client.enqueue(callable_path, args, **options)
         status = client.wait(run_id) if wait else None

@@ -28,7 +28,13 @@ from cyclone_flow.cli.common import (
     setup_logging,
 )
 from cyclone_flow.cli.progress import end_line, follow_run
-from cyclone_flow.cli.queue_cmds import queue_options, submission_kwargs
+from cyclone_flow.cli.queue_cmds import (
+    chunk_option,
+    print_bulk,
+    queue_options,
+    submission_kwargs,
+    submit_lines,
+)
 from cyclone_flow.cli.render import plan_dict, plan_table_rows, run_dict
 from cyclone_flow.client import Client, RunPlan, migrate, plan_submit
 from cyclone_flow.config import MAX_LEASE_TTL_S
@@ -43,6 +49,15 @@ from cyclone_flow.handlers import AllowList
 @click.command("submit")
 @click.argument("file", type=click.Path(dir_okay=False, exists=True))
 @input_options
+@click.option(
+    "--inputs-file",
+    "inputs_file",
+    default=None,
+    metavar="FILE.jsonl",
+    help="Submit one run per line of this JSON Lines file (its input; - for stdin), "
+    "--chunk per transaction; prints the count.",
+)
+@chunk_option
 @queue_options
 @click.option(
     "--json",
@@ -76,6 +91,8 @@ def submit_cmd(
     file: str,
     input_json: str | None,
     input_file: str | None,
+    inputs_file: str | None,
+    chunk: int,
     as_json: bool,
     wait: bool,
     timeout: str | None,
@@ -90,7 +107,15 @@ def submit_cmd(
     (Client.wait: woken by cyclone_run_done, polling as the floor; a database restart
     or a short outage is ridden out up to --timeout). With --dry-run, check the same and
     print the plan (the steps in run order with queue, needs and first state) instead:
-    nothing is written, no database is used."""
+    nothing is written, no database is used. With --inputs-file, one run per line of a
+    JSON Lines file (streamed, --chunk runs per transaction); prints how many were
+    submitted, or the failing FILE:LINE and how many were written before it."""
+    if inputs_file is not None and (
+        input_json is not None or input_file is not None or wait or dry_run
+    ):
+        raise click.UsageError(
+            "--inputs-file goes without --input, --input-file, --wait and --dry-run"
+        )
     if timeout is not None and not wait:
         raise click.UsageError("--timeout goes with --wait")
     if dry_run and wait:
@@ -106,6 +131,16 @@ def submit_cmd(
         _show_plan(plan_submit(flow, run_input, **options), as_json)
         return
     url = resolve_database(database_url)
+    if inputs_file is not None:
+        with Client(url, schema=schema, prepare=prepare_enabled(), notify=notify) as client:
+            out = submit_lines(
+                inputs_file,
+                chunk,
+                lambda values: client.submit_many(flow, values, chunk_size=len(values), **options),
+                f"submit {flow.name}",
+            )
+        print_bulk(out, "run(s) submitted", as_json)
+        return
     client = Client(url, schema=schema, prepare=prepare_enabled(), notify=notify)
     try:
         run_id = client.submit(flow, run_input, **options)

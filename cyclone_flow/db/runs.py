@@ -174,6 +174,96 @@ def run_insert(
     return None if row is None else str(row[0])
 
 
+def _first_id(cursor: Any) -> str | None:
+    row = cursor.fetchone()
+    return None if row is None else str(row[0])
+
+
+def run_insert_with_plan(
+    s: SessionLike,
+    *,
+    id: str,
+    workflow_id: int,
+    input: str,
+    queue: str | None,
+    priority: int | None,
+    run_at: datetime | None,
+    delay_us: int | None,
+    output_limit: int | None,
+    max_signal_wait_s: float | None,
+) -> str | None:
+    """Insert run ``id`` of definition ``workflow_id`` with its steps and deps in one
+    statement (``queue`` / ``priority``: the override of the nodes that set none; the run
+    starts at ``run_at`` or ``delay_us`` microseconds from now, both None: now); its id, or
+    None (nothing written) when the definition is not stored."""
+    params = {
+        "id": id,
+        "workflow_id": workflow_id,
+        "input": input,
+        "queue": queue,
+        "priority": priority,
+        "run_at": run_at,
+        "delay_us": delay_us,
+        "output_limit": output_limit,
+        "max_signal_wait_s": max_signal_wait_s,
+    }
+    return _first_id(execute(s, "run_insert_with_plan", params))
+
+
+def send_run_insert_many(
+    s: SessionLike,
+    *,
+    workflow_id: int,
+    ids: Sequence[str],
+    inputs: Sequence[str],
+    run_ats: Sequence[datetime | None],
+    delay_us: Sequence[int | None],
+    output_limit: int | None,
+    max_signal_wait_s: float | None,
+) -> Pending[int]:
+    """Send ``run_insert_many``: the runs ``ids`` (one input JSON text, ``run_at`` and
+    ``delay_us`` each, in order) of definition ``workflow_id``; the result is how many
+    were inserted (0: the definition is not stored)."""
+    params = {
+        "workflow_id": workflow_id,
+        "ids": ids,
+        "inputs": inputs,
+        "run_ats": run_ats,
+        "delay_us": delay_us,
+        "output_limit": output_limit,
+        "max_signal_wait_s": max_signal_wait_s,
+    }
+    return Pending(execute(s, "run_insert_many", params), _rowcount)
+
+
+def run_insert_many(
+    s: SessionLike,
+    *,
+    workflow_id: int,
+    ids: Sequence[str],
+    inputs: Sequence[str],
+    run_ats: Sequence[datetime | None],
+    delay_us: Sequence[int | None],
+    output_limit: int | None,
+    max_signal_wait_s: float | None,
+) -> int:
+    """Insert a chunk of new top runs (see :func:`send_run_insert_many`); how many."""
+    return send_run_insert_many(
+        s,
+        workflow_id=workflow_id,
+        ids=ids,
+        inputs=inputs,
+        run_ats=run_ats,
+        delay_us=delay_us,
+        output_limit=output_limit,
+        max_signal_wait_s=max_signal_wait_s,
+    ).result()
+
+
+def _rowcount(cursor: Any) -> int:
+    return int(cursor.rowcount)
+
+
 def run_insert_child(
     s: SessionLike,
     *,

@@ -12,7 +12,15 @@ from typing import Any
 
 import psycopg
 
-from cyclone_flow.db.conn import Pending, SessionLike, every, execute, execute_rows, one
+from cyclone_flow.db.conn import (
+    Pending,
+    SessionLike,
+    every,
+    execute,
+    execute_rows,
+    nothing,
+    one,
+)
 from cyclone_flow.db.rows import (
     ClaimedStep,
     CompletedLease,
@@ -96,6 +104,52 @@ def step_insert_plan(
         "delay_us": delay_us,
     }
     return execute_rows(s, "step_insert_plan", params, _INSERTED).fetchall()
+
+
+def send_step_insert_plan_many(
+    s: SessionLike,
+    *,
+    workflow_id: int,
+    run_ids: Sequence[str],
+    queues: Sequence[str | None],
+    priorities: Sequence[int | None],
+    run_ats: Sequence[datetime | None],
+    delay_us: Sequence[int | None],
+) -> Pending[None]:
+    """Send ``step_insert_plan_many``: the steps of the new runs ``run_ids`` of
+    definition ``workflow_id`` (per run: its queue / priority override and start, None:
+    none / now)."""
+    params = {
+        "workflow_id": workflow_id,
+        "run_ids": run_ids,
+        "queues": queues,
+        "priorities": priorities,
+        "run_ats": run_ats,
+        "delay_us": delay_us,
+    }
+    return Pending(execute(s, "step_insert_plan_many", params), nothing)
+
+
+def step_insert_plan_many(
+    s: SessionLike,
+    *,
+    workflow_id: int,
+    run_ids: Sequence[str],
+    queues: Sequence[str | None],
+    priorities: Sequence[int | None],
+    run_ats: Sequence[datetime | None],
+    delay_us: Sequence[int | None],
+) -> None:
+    """Insert the steps of a chunk of new runs (see :func:`send_step_insert_plan_many`)."""
+    send_step_insert_plan_many(
+        s,
+        workflow_id=workflow_id,
+        run_ids=run_ids,
+        queues=queues,
+        priorities=priorities,
+        run_ats=run_ats,
+        delay_us=delay_us,
+    ).result()
 
 
 # -- claim and leases ------------------------------------------------------------------------

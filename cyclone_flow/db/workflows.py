@@ -20,6 +20,12 @@ def workflow_upsert(
     return execute_rows(s, "workflow_upsert", params, _STORED).fetchone()
 
 
+def workflow_exists(s: SessionLike, *, id: int) -> bool:
+    """Whether definition ``id`` is stored."""
+    row = execute(s, "workflow_exists", {"id": id}).fetchone()
+    return bool(row and row[0])
+
+
 def workflow_fill_plan_if_missing(s: SessionLike, *, id: int, plan: str) -> None:
     """Give a definition stored before plans existed its plan."""
     execute(s, "workflow_fill_plan_if_missing", {"id": id, "plan": plan})

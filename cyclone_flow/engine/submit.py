@@ -7,16 +7,29 @@ Sequences, delayed runs.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cyclone_flow._json import dumps
-from cyclone_flow.db import runs, workflows
+from cyclone_flow.db import deps, runs, steps, workflows
+from cyclone_flow.db.conn import SessionLike, pipelined
 from cyclone_flow.engine import advance, sequences
 from cyclone_flow.engine.tx import Tx
 from cyclone_flow.errors import CycloneError
 from cyclone_flow.flowfile.model import Flow
 from cyclone_flow.flowfile.plan import flow_plan
 from cyclone_flow.options import RunOptions
+
+
+class DefinitionMissingError(CycloneError):
+    """The stored definition a run was to be inserted from is not stored (or not visible
+    to this transaction): nothing of the run was written. A producer that remembered the
+    definition's id stores the definition again and inserts once more."""
+
+    def __init__(self, workflow_id: int) -> None:
+        self.workflow_id = workflow_id
+        super().__init__(f"definition {workflow_id} of the run is not stored")
 
 
 @dataclass(frozen=True)
@@ -107,12 +120,14 @@ def insert_run(
         if run_id is not None:
             break
         if options.unique_key is None:  # no conflict possible: the definition is gone
-            raise CycloneError(f"definition {workflow_id} of the run is not stored")
+            raise DefinitionMissingError(workflow_id)
         holder = runs.run_get_unique_holder(
             tx, unique_key=options.unique_key, unique_window_s=options.unique_window_s
         )
         if holder is not None:
             return InsertedRun(holder, created=False)
+        if not workflows.workflow_exists(tx, id=workflow_id):
+            raise DefinitionMissingError(workflow_id)
         # the holder left its covered states between our insert and our read: insert again
     advance.insert_run_steps(
         tx,
@@ -126,3 +141,118 @@ def insert_run(
         delay_us=delay_us,
     )
     return InsertedRun(run_id, created=True, held=held)
+
+
+def pipelinable(options: RunOptions) -> bool:
+    """Whether a run with ``options`` can be written without reading anything first (no
+    unique key, whose conflict decides whether to write the steps; no sequence, whose
+    position is taken first; no owner, no schedule): :func:`insert_run_alone`,
+    :func:`insert_runs`."""
+    return (
+        options.unique_key is None
+        and options.sequence is None
+        and options.owner is None
+        and options.schedule_id is None
+    )
+
+
+def roots_are_actions(flow: Flow) -> bool:
+    """Whether every root node of ``flow`` (no needs) is an action: a new run then starts
+    with no node for the engine to start (nothing to release after the insert)."""
+    return all(n.type == "action" for n in flow.nodes.values() if not n.needs)
+
+
+def root_queues(flow: Flow, options: RunOptions) -> set[str]:
+    """The queues a new run of ``flow`` with ``options`` has claimable work in at once:
+    those of its root actions after the ``queue`` override (none for a delayed run)."""
+    if options.delayed:
+        return set()
+    return {
+        n.queue if options.queue is None or n.queue_set else options.queue
+        for n in flow.nodes.values()
+        if not n.needs and n.type == "action"
+    }
+
+
+def insert_run_alone(
+    s: SessionLike,
+    workflow_id: int,
+    input_json: str,
+    options: RunOptions,
+    *,
+    output_limit: int | None = None,
+    max_signal_wait_s: float | None = None,
+) -> str | None:
+    """Write a new top run whose ``options`` are :func:`pipelinable` with its steps and
+    deps in one statement (``run_insert_with_plan``) on ``s``, meant for an autocommit
+    connection: one round trip, one commit. For a flow whose roots are all actions
+    (:func:`roots_are_actions`: no node to start); its wakeups are :func:`root_queues`.
+    Returns the run id, or None when the definition ``workflow_id`` is not stored (nothing
+    written)."""
+    return runs.run_insert_with_plan(
+        s,
+        id=str(uuid.uuid4()),
+        workflow_id=workflow_id,
+        input=input_json,
+        queue=options.queue,
+        priority=options.priority,
+        run_at=options.run_at,
+        delay_us=round(options.delay_s * 1_000_000) if options.delay_s else None,
+        output_limit=output_limit,
+        max_signal_wait_s=max_signal_wait_s,
+    )
+
+
+def insert_runs(
+    tx: Tx,
+    flow: Flow,
+    workflow_id: int,
+    items: Sequence[tuple[str, RunOptions]],
+    *,
+    output_limit: int | None = None,
+    max_signal_wait_s: float | None = None,
+) -> list[str]:
+    """Write a chunk of new top runs of the stored definition ``workflow_id`` (of
+    ``flow``), each ``(input JSON text, options)`` with :func:`pipelinable` options, in
+    one set-based statement per table (``run_insert_many``, ``step_insert_plan_many``,
+    ``dep_insert_plan_many``, sent in one round trip); returns their ids in item order.
+    Roots that are not actions are then started per run (``step_release_if_ready``, as
+    :func:`insert_run` does). Wakeups of the claimable root actions go to ``tx.effects``.
+
+    Raises DefinitionMissingError (nothing written) when the definition is not stored.
+    """
+    if not items:
+        return []
+    ids = [str(uuid.uuid4()) for _ in items]
+    run_ats = [o.run_at for _, o in items]
+    delays = [round(o.delay_s * 1_000_000) if o.delay_s else None for _, o in items]
+    with pipelined(tx.conn):
+        inserted = runs.send_run_insert_many(
+            tx,
+            workflow_id=workflow_id,
+            ids=ids,
+            inputs=[text for text, _ in items],
+            run_ats=run_ats,
+            delay_us=delays,
+            output_limit=output_limit,
+            max_signal_wait_s=max_signal_wait_s,
+        )
+        steps.send_step_insert_plan_many(
+            tx,
+            workflow_id=workflow_id,
+            run_ids=ids,
+            queues=[o.queue for _, o in items],
+            priorities=[o.priority for _, o in items],
+            run_ats=run_ats,
+            delay_us=delays,
+        )
+        deps.send_dep_insert_plan_many(tx, run_ids=ids, workflow_id=workflow_id)
+    if inserted.result() != len(ids):  # 0: no definition, so no steps and deps either
+        raise DefinitionMissingError(workflow_id)
+    queues = tx.effects.wakeups.queues
+    for _, options in items:
+        queues |= root_queues(flow, options)
+    if not roots_are_actions(flow):
+        for run_id in ids:
+            advance.release(tx, run_id, None)
+    return ids

@@ -25,7 +25,7 @@ from referencing.jsonschema import DRAFT202012, specification_with
 from cyclone_flow.errors import InputValidationError, shown
 from cyclone_flow.flowfile.model import JSON
 
-__all__ = ["apply_defaults", "ref_problems", "validate_input"]
+__all__ = ["InputValidator", "apply_defaults", "ref_problems", "validate_input"]
 
 _NOTHING_RETRIEVED: Registry[Any] = Registry()  # no ``retrieve``: unknown URIs are unresolvable
 _BASE_URI = "urn:cyclone-flow:input-schema"
@@ -63,30 +63,51 @@ def validate_input(flow: str, schema: Mapping[str, Any] | None, value: JSON) -> 
         When the filled value does not match ``schema`` (the best-matching error, with
         its JSON path). ``schema`` None accepts anything.
     """
-    if schema is None:
+    return InputValidator(flow, schema)(value)
+
+
+class InputValidator:
+    """The compiled check of one flow's ``input_schema`` (what :func:`validate_input`
+    does, with the validator built once: a producer keeps one per definition).
+    Calling it returns the value with the top-level defaults filled in, or raises
+    :class:`InputValidationError`."""
+
+    __slots__ = ("_validator", "flow", "schema")
+
+    def __init__(self, flow: str, schema: Mapping[str, Any] | None) -> None:
+        self.flow = flow
+        self.schema = schema
+        self._validator = (
+            None
+            if schema is None
+            else jsonschema.Draft202012Validator(schema, registry=_NOTHING_RETRIEVED)
+        )
+
+    def __call__(self, value: JSON) -> JSON:
+        if self.schema is None or self._validator is None:
+            return value
+        flow = self.flow
+        value = apply_defaults(self.schema, value)
+        try:
+            error = jsonschema.exceptions.best_match(self._validator.iter_errors(value))
+        except Unresolvable as exc:  # jsonschema wraps it, keeping this base class
+            ref = getattr(exc, "ref", None)
+            raise InputValidationError(
+                flow,
+                f"input_schema has a reference{f' {shown(ref)}' if ref else ''} that cannot "
+                "be resolved: only references inside the schema ('#/$defs/...') are "
+                "followed, nothing is fetched",
+            ) from None
+        except RecursionError:
+            raise InputValidationError(
+                flow,
+                "input_schema has a $ref that loops back to itself without going deeper into "
+                "the input (run lint: E006)",
+            ) from None
+        if error is not None:
+            path = "/".join(str(p) for p in error.absolute_path)
+            raise InputValidationError(flow, error.message, path)
         return value
-    value = apply_defaults(schema, value)
-    validator = jsonschema.Draft202012Validator(schema, registry=_NOTHING_RETRIEVED)
-    try:
-        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
-    except Unresolvable as exc:  # jsonschema wraps it, keeping this base class
-        ref = getattr(exc, "ref", None)
-        raise InputValidationError(
-            flow,
-            f"input_schema has a reference{f' {shown(ref)}' if ref else ''} that cannot be "
-            "resolved: only references inside the schema ('#/$defs/...') are followed, "
-            "nothing is fetched",
-        ) from None
-    except RecursionError:
-        raise InputValidationError(
-            flow,
-            "input_schema has a $ref that loops back to itself without going deeper into "
-            "the input (run lint: E006)",
-        ) from None
-    if error is not None:
-        path = "/".join(str(p) for p in error.absolute_path)
-        raise InputValidationError(flow, error.message, path)
-    return value
 
 
 _WHY = {

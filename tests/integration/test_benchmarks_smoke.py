@@ -39,9 +39,15 @@ def test_quick_suite_runs_every_benchmark(
     assert soak["extra"]["rss_end_mib"] > 0 and soak["extra"]["steps"] == 50
     latency = by_name["enqueue-to-claim latency"]
     assert latency["value"] > 0 and "p95=" in latency["note"], latency
+    for name in ("bulk enqueue", "bulk submit 3-node"):
+        assert by_name[name]["value"] > 0 and by_name[name]["extra"]["ceiling_ratio"] > 0
+    assert sum(r["name"].startswith("bulk ceiling ") for r in doc["results"]) == 4
+    assert by_name["enqueue call"]["value"] > 0 and by_name["enqueue call"]["extra"]["p95_ms"]
     assert {t["target"] for t in doc["targets"]} >= {
         "3-node chain >= 1,000 runs/s",
         "enqueue-to-claim p50 < 2 ms",
+        "bulk enqueue >= 25,000 jobs/s",
+        "one enqueue call p50 <= 1.5 ms",
     }
     assert doc["machine"]["cores"] >= 1 and doc["machine"]["postgres"].startswith("PostgreSQL")
 

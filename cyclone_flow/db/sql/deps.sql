@@ -11,6 +11,21 @@ CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') AS e(value)
 CROSS JOIN LATERAL jsonb_array_elements_text(e.value->'needs') AS n(depends_on)
 WHERE w.id = %(workflow_id)s
 
+-- name: dep_insert_plan_many
+-- Write the graphs of a chunk of new runs of one definition from its compiled plan (bulk
+-- submit): one row per (run, node, depends_on) edge; the plan's edges read once.
+WITH edge AS MATERIALIZED (
+    SELECT e.value->>'node' AS node, n.depends_on
+    FROM {schema}.cyclone_workflows w
+    CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') AS e(value)
+    CROSS JOIN LATERAL jsonb_array_elements_text(e.value->'needs') AS n(depends_on)
+    WHERE w.id = %(workflow_id)s
+)
+INSERT INTO {schema}.cyclone_deps (run_id, node, depends_on)
+SELECT r.run_id, edge.node, edge.depends_on
+FROM unnest(%(run_ids)s::uuid[]) AS r(run_id)
+CROSS JOIN edge
+
 -- name: dep_list_downstream
 -- Every node downstream of %(node)s (transitively) with its on_dep_failure policy.
 WITH RECURSIVE down(node) AS (

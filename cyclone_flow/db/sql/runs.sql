@@ -225,6 +225,84 @@ WHERE w.id = %(workflow_id)s
 ON CONFLICT (unique_slot) WHERE unique_slot IS NOT NULL DO NOTHING
 RETURNING id
 
+-- name: run_insert_with_plan
+-- Insert a new top run %(id)s (chosen by the caller) of a stored definition with its steps
+-- and deps from the definition's plan, in one statement (a single submission with a
+-- remembered definition, run in autocommit: one round trip, one commit). Only for a run
+-- without unique key, sequence, schedule or owner whose root nodes are all actions: the
+-- columns as run_insert, step_insert_plan and dep_insert_plan write them. Returns the id,
+-- or no row (and writes nothing) when the definition is not stored.
+WITH w AS (
+    SELECT id, name, plan FROM {schema}.cyclone_workflows WHERE id = %(workflow_id)s
+), run AS (
+    INSERT INTO {schema}.cyclone_runs
+        (id, workflow_id, flow_name, input, output_limit, max_signal_wait, deadline,
+         deadline_at)
+    SELECT %(id)s::uuid, w.id, w.name, %(input)s::jsonb, %(output_limit)s::integer,
+        make_interval(secs => %(max_signal_wait_s)s::float8),
+        make_interval(secs => (w.plan->>'deadline_s')::float8),
+        greatest(statement_timestamp(),
+                 coalesce(%(run_at)s::timestamptz,
+                          statement_timestamp()
+                              + (%(delay_us)s::bigint * interval '1 microsecond')))
+            + make_interval(secs => (w.plan->>'deadline_s')::float8)
+    FROM w
+    RETURNING id
+), step AS (
+    INSERT INTO {schema}.cyclone_steps
+        (run_id, node, type, call, state, queue, priority, max_attempts, backoff,
+         on_dep_failure, timeout, input, over, max_parallel, signal, max_wait,
+         child_workflow_id, scheduled_at)
+    SELECT run.id, p.node, p.type, p.call,
+           CASE WHEN p.type = 'action' AND jsonb_array_length(p.needs) = 0
+                THEN 'available' ELSE 'pending' END,
+           CASE WHEN %(queue)s::text IS NULL OR coalesce(p.queue_own, false) THEN p.queue
+                ELSE %(queue)s::text END,
+           CASE WHEN %(priority)s::int IS NULL OR coalesce(p.priority_own, false)
+                THEN p.priority ELSE %(priority)s::int END,
+           p.max_attempts, p.backoff, p.on_dep_failure,
+           make_interval(secs => p.timeout_s), p.input, p.over, p.max_parallel, p.signal,
+           make_interval(secs => p.max_wait_s), p.child_workflow_id,
+           coalesce(%(run_at)s::timestamptz,
+                    now() + (%(delay_us)s::bigint * interval '1 microsecond'), now())
+    FROM run, w
+    CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') WITH ORDINALITY AS e(value, ord)
+    CROSS JOIN LATERAL jsonb_to_record(e.value) AS p(
+        node text, type text, call text, needs jsonb, queue text, queue_own boolean,
+        priority int, priority_own boolean, max_attempts int, backoff jsonb,
+        on_dep_failure text, timeout_s float8, input jsonb, over jsonb, max_parallel int,
+        signal text, max_wait_s float8, child_workflow_id bigint)
+    ORDER BY e.ord
+), dep AS (
+    INSERT INTO {schema}.cyclone_deps (run_id, node, depends_on)
+    SELECT run.id, e.value->>'node', n.depends_on
+    FROM run, w
+    CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') AS e(value)
+    CROSS JOIN LATERAL jsonb_array_elements_text(e.value->'needs') AS n(depends_on)
+)
+SELECT id FROM run
+
+-- name: run_insert_many
+-- Insert a chunk of new top runs of one stored definition in one statement (bulk submit,
+-- Client.submit_many / enqueue_many): ids chosen by the caller, one input, run_at and
+-- delay (microseconds) per run, in array order; no unique key, sequence, schedule or
+-- owner (those runs take run_insert). The deadline counts as in run_insert. Inserts
+-- nothing when the definition is not stored.
+INSERT INTO {schema}.cyclone_runs
+    (id, workflow_id, flow_name, input, output_limit, max_signal_wait, deadline, deadline_at)
+SELECT i.id, w.id, w.name, i.input, %(output_limit)s::integer,
+    make_interval(secs => %(max_signal_wait_s)s::float8),
+    make_interval(secs => (w.plan->>'deadline_s')::float8),
+    greatest(statement_timestamp(),
+             coalesce(i.run_at,
+                      statement_timestamp() + (i.delay_us * interval '1 microsecond')))
+        + make_interval(secs => (w.plan->>'deadline_s')::float8)
+FROM {schema}.cyclone_workflows w
+CROSS JOIN unnest(%(ids)s::uuid[], %(inputs)s::jsonb[], %(run_ats)s::timestamptz[],
+                  %(delay_us)s::bigint[]) WITH ORDINALITY AS i(id, input, run_at, delay_us, ord)
+WHERE w.id = %(workflow_id)s
+ORDER BY i.ord
+
 -- name: run_insert_child
 -- Insert the run a child node starts, in the transaction that released that node: it
 -- belongs to the parent's tree and inherits the parent run's limits (never its unique key

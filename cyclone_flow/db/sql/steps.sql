@@ -577,6 +577,44 @@ WHERE w.id = %(workflow_id)s
 ORDER BY e.ord
 RETURNING queue, state, scheduled_at <= statement_timestamp() AS due
 
+-- name: step_insert_plan_many
+-- Insert the steps of a chunk of new top runs of one definition (bulk submit; see
+-- step_insert_plan, of which this is the set form for runs that are not held and have
+-- no owner): per run its %(queues)s / %(priorities)s override (NULL: none) and its start,
+-- %(run_ats)s or now() plus %(delay_us)s microseconds (NULL both: now). The plan's nodes
+-- are read once for the chunk.
+WITH p AS MATERIALIZED (
+    SELECT e.ord, r.*
+    FROM {schema}.cyclone_workflows w
+    CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') WITH ORDINALITY AS e(value, ord)
+    CROSS JOIN LATERAL jsonb_to_record(e.value) AS r(
+        node text, type text, call text, needs jsonb, queue text, queue_own boolean,
+        priority int, priority_own boolean, max_attempts int, backoff jsonb,
+        on_dep_failure text, timeout_s float8, input jsonb, over jsonb, max_parallel int,
+        signal text, max_wait_s float8, child_workflow_id bigint)
+    WHERE w.id = %(workflow_id)s
+)
+INSERT INTO {schema}.cyclone_steps
+    (run_id, node, type, call, state, queue, priority, max_attempts, backoff,
+     on_dep_failure, timeout, input, over, max_parallel, signal, max_wait, child_workflow_id,
+     scheduled_at)
+SELECT i.run_id, p.node, p.type, p.call,
+       CASE WHEN p.type = 'action' AND jsonb_array_length(p.needs) = 0
+            THEN 'available' ELSE 'pending' END,
+       CASE WHEN i.queue IS NULL OR coalesce(p.queue_own, false) THEN p.queue
+            ELSE i.queue END,
+       CASE WHEN i.priority IS NULL OR coalesce(p.priority_own, false) THEN p.priority
+            ELSE i.priority END,
+       p.max_attempts, p.backoff, p.on_dep_failure,
+       make_interval(secs => p.timeout_s), p.input, p.over, p.max_parallel, p.signal,
+       make_interval(secs => p.max_wait_s), p.child_workflow_id,
+       coalesce(i.run_at, now() + (i.delay_us * interval '1 microsecond'), now())
+FROM unnest(%(run_ids)s::uuid[], %(queues)s::text[], %(priorities)s::int[],
+            %(run_ats)s::timestamptz[], %(delay_us)s::bigint[])
+    WITH ORDINALITY AS i(run_id, queue, priority, run_at, delay_us, ord)
+CROSS JOIN p
+ORDER BY i.ord, p.ord
+
 -- name: step_list_signal_names
 -- The signal names the wait_signal nodes of a run await (any state), sorted: the
 -- did-you-mean of a signal no node awaits.

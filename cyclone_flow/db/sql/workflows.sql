@@ -1,6 +1,10 @@
 -- Table cyclone_workflows: flow definitions, content-addressed by (name, digest), with
 -- their compiled plan. Defined by migrations 0001_initial and 0002_node_types (plan).
 
+-- name: workflow_exists
+-- Whether definition %(id)s is stored (a remembered id checked after an insert found none).
+SELECT EXISTS (SELECT 1 FROM {schema}.cyclone_workflows WHERE id = %(id)s)
+
 -- name: workflow_fill_plan_if_missing
 -- Give a definition stored before plans existed its compiled plan (same digest, same plan).
 UPDATE {schema}.cyclone_workflows SET plan = %(plan)s WHERE id = %(id)s AND plan IS NULL
