@@ -65,6 +65,26 @@ def pytest_sessionstart(session: Any) -> None:
         signal.signal(signal.SIGTERM, _interrupt)
 
 
+def _sendable(value: Any) -> Any:
+    """``value`` (a serialized report: dicts, lists, strings) with every lone surrogate
+    backslash-escaped: execnet sends strings as strict UTF-8."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_sendable(k): _sendable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_sendable(v) for v in value)
+    return value
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_to_serializable(config: pytest.Config, report: Any) -> Any:
+    """A report as an xdist worker sends it to the controller, its text escaped where it
+    holds a lone surrogate (the hostile-input tests log such text; execnet cannot send it)."""
+    data = yield
+    return _sendable(data) if data is not None else None
+
+
 _worker_summaries: list[str] = []  # the xdist workers' schema pool lines (controller)
 
 
