@@ -14,8 +14,6 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import networkx as nx
-
 from cyclone_flow._json import JSON, Unencodable, encode_payload
 from cyclone_flow.config import ClientConfig
 from cyclone_flow.db.conn import Conn, Database, Session, autocommit
@@ -147,6 +145,8 @@ def plan_run(flow: FlowLike, run_input: JSON, options: RunOptions, input_limit: 
     """
     spec, value, text = prepare_run(flow, run_input, input_limit)
     order = {name: i for i, name in enumerate(spec.nodes)}
+    import networkx as nx  # here only: a dry run plans, a worker never does
+
     graph = nx.DiGraph()
     graph.add_nodes_from(spec.nodes)
     graph.add_edges_from((need, n.name) for n in spec.nodes.values() for need in n.needs)

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
 from croniter import CroniterBadDateError, croniter
 
 from cyclone_flow.cron import cron_problem
@@ -36,6 +35,9 @@ from cyclone_flow.flowfile.read import Document, JsonPath
 from cyclone_flow.flowfile.template import find_strings, parse_ref
 from cyclone_flow.names import schedule_default_name
 from cyclone_flow.text import did_you_mean, iter_unstorable, zone_info
+
+if TYPE_CHECKING:  # imported where used: most commands never check a flow
+    import networkx as nx
 
 __all__ = ["check_document", "dependency_graph"]
 
@@ -62,6 +64,8 @@ def dependency_graph(nodes: dict[str, dict[str, Any]]) -> nx.DiGraph:
 
     Unknown names and self-dependencies are left out.
     """
+    import networkx as nx
+
     graph = nx.DiGraph()
     graph.add_nodes_from(nodes)
     for name, node in nodes.items():
@@ -127,6 +131,8 @@ def _check_needs(doc: Document, nodes: dict[str, dict[str, Any]]) -> list[Proble
 def _check_cycles(
     doc: Document, nodes: dict[str, dict[str, Any]], graph: nx.DiGraph
 ) -> list[Problem]:
+    import networkx as nx
+
     order = {name: i for i, name in enumerate(nodes)}
     out = []
     for component in nx.strongly_connected_components(graph):
@@ -258,6 +264,8 @@ def _non_ancestors(graph: nx.DiGraph, wanted: dict[str, set[str]]) -> dict[str, 
     """
     if not wanted:
         return {}
+    import networkx as nx
+
     cond = nx.condensation(graph)
     component: dict[str, int] = cond.graph["mapping"]
     members: dict[int, set[str]] = nx.get_node_attributes(cond, "members")

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from cyclone_flow.errors import Problem
 from cyclone_flow.flowfile.read import Document, parse_yaml, read_text
 from cyclone_flow.text import describe_unstorable
+
+if TYPE_CHECKING:  # imported where used: most commands never check a flow
+    import networkx as nx
 
 __all__ = ["check_children", "child_path", "child_refs", "reference_graph"]
 
@@ -66,6 +67,8 @@ def reference_graph(path: str, data: Any) -> nx.DiGraph:
     """The flow-reference graph reachable from the flow ``data`` read from ``path``:
     nodes are real paths of flow files, an edge ``a -> b`` means a child node of ``a``
     names ``b``. Files that cannot be read or parsed are leaves."""
+    import networkx as nx
+
     graph = nx.DiGraph()
     root = _key(path)
     graph.add_node(root)
@@ -99,6 +102,8 @@ def _show(key: str) -> str:
 
 def _loop(graph: nx.DiGraph, root: str, child: str) -> list[str] | None:
     """The loop of files that including ``child`` from ``root`` runs into, if any."""
+    import networkx as nx
+
     if nx.has_path(graph, child, root):
         return [root, *nx.shortest_path(graph, child, root)]
     try:

@@ -68,7 +68,7 @@ def _run_chaos(
     inputs = {submitter.submit(flow, {"n": n}): n for n in rng.sample(range(10_000), plan.runs)}
 
     fleet = GroupCommitFleet(database_url, schema, tmp_path, plan)
-    calm_after = drive(fleet, plan, db, started)
+    calm_after = drive(fleet, plan, db, started, gc.POINTS)
     elapsed = time.monotonic() - started
 
     # every run completed, with the output its input determines
@@ -129,6 +129,7 @@ def _run_chaos(
     assert again > 0, "no completion was lost to a crash: the chaos proved nothing"
 
 
+@pytest.mark.timeout(900)  # the chaos waits for every kill point (Plan)
 def test_sigkill_during_group_commit(
     make_client: Any, db: Any, schema: str, database_url: str, tmp_path: Path
 ) -> None:

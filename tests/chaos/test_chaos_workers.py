@@ -25,13 +25,14 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cyclone_test_handlers import chaos
-from helpers.procs import ModuleWorkerProcess, WorkerProcess, wait_until
+from helpers.procs import ModuleWorkerProcess, WorkerProcess
 
 from cyclone_flow.flowfile import load_flow_text
 
@@ -52,8 +53,11 @@ class Plan:
     """One chaos run: ``runs`` runs on ``processes`` worker processes of 2 workers each;
     ``kill_p`` is each named point's self-kill probability; the driver kills a random
     process every ``kill_every`` (min, max) seconds. The chaos lasts until every run ended
-    or ``chaos_for`` seconds passed; then the kills stop and the runs left get
-    ``settle_for`` seconds to finish."""
+    or ``chaos_for`` seconds passed, and in any case until every named kill point fired at
+    least once (a loaded machine makes few completions in ``chaos_for``), but no longer
+    than ``points_within`` seconds (then the test fails naming the points that never
+    fired); then the kills stop and the runs left finish, as long as some step completes
+    in every ``settle_for`` seconds."""
 
     runs: int
     processes: int
@@ -61,6 +65,7 @@ class Plan:
     kill_every: tuple[float, float]
     chaos_for: float
     settle_for: float
+    points_within: float = 180.0
 
 
 class Fleet(threading.Thread):
@@ -149,35 +154,73 @@ class Fleet(threading.Thread):
         return Counter(line.split(" ", 1)[0] for line in lines)
 
 
-def drive(fleet: Fleet, plan: Plan, db: Any, started: float) -> float | None:
-    """Start ``fleet``, let the chaos run until every run ended or ``plan.chaos_for``
-    passed, then calm it (no more kills) and wait up to ``plan.settle_for`` for the rest;
-    stop it. Returns the seconds from ``started`` to the calm (None: no calm needed).
-    Raises when the fleet's driver thread failed."""
+def drive(fleet: Fleet, plan: Plan, db: Any, started: float, points: Sequence[str]) -> float | None:
+    """Start ``fleet`` and let the chaos run until every run ended or ``plan.chaos_for``
+    passed, and until each of ``points`` (the named kill points) fired at least once; then
+    calm it (no more kills) and wait for the rest (:func:`_settle`); stop it.
+    Returns the seconds from ``started`` to the calm (None: no calm needed). Raises when
+    the fleet's driver thread failed, or (after stopping the fleet) when a point had not
+    fired after ``plan.points_within`` seconds or when every run ended before it fired."""
 
     def unfinished() -> int:
         row = db.execute("SELECT count(*) FROM cyclone_runs WHERE state = 'running'").fetchone()
         return int(row[0])
 
+    def missing() -> list[str]:
+        fired = fleet.fired_points()
+        return [point for point in points if point not in fired]
+
     fleet.start()
+    chaos_start = time.monotonic()
     calm_after = None
     try:
-        chaos_deadline = time.monotonic() + plan.chaos_for
-        while unfinished() and time.monotonic() < chaos_deadline and fleet.is_alive():
-            time.sleep(0.1)  # polling the database for the end of the chaos
+        chaos_deadline = chaos_start + plan.chaos_for
+        points_deadline = chaos_start + max(plan.points_within, plan.chaos_for)
+        # polling the database (and the kill log) for the end of the chaos
+        while unfinished() and fleet.is_alive():
+            now = time.monotonic()
+            if now >= points_deadline or (now >= chaos_deadline and not missing()):
+                break
+            time.sleep(0.1)
+        chaos_s = time.monotonic() - chaos_start
+        never_fired = missing()  # read before the calm: no point fires after it
         if unfinished():
             calm_after = time.monotonic() - started
             fleet.calm()
-            wait_until(
-                lambda: unfinished() == 0 or not fleet.is_alive(),
-                timeout=plan.settle_for,
-                interval=0.1,
-                what="every run to finish once the chaos stopped",
-            )
+            _settle(fleet, db, unfinished, plan.settle_for)
     finally:
         fleet.stop()
     assert fleet.error is None, fleet.error
+    assert never_fired == [], (
+        f"kill points that never fired: {never_fired}, in {chaos_s:.0f}s of chaos (limit"
+        f" {plan.points_within:.0f}s; {unfinished()} runs unfinished); fired:"
+        f" {dict(fleet.fired_points())}"
+    )
     return calm_after
+
+
+def _settle(fleet: Fleet, db: Any, unfinished: Callable[[], int], settle_for: float) -> None:
+    """Wait until no run is unfinished (or the fleet's thread died), as long as steps keep
+    completing: fails when ``settle_for`` seconds pass in which none did (a stuck run), not
+    at a fixed deadline that a loaded machine misses (runs advance breadth-first: the
+    first may end only near the last)."""
+
+    def completed() -> int:
+        row = db.execute("SELECT count(*) FROM cyclone_steps WHERE state = 'completed'").fetchone()
+        return int(row[0])
+
+    done = completed()
+    progress_at = time.monotonic()
+    while unfinished() and fleet.is_alive():
+        time.sleep(0.1)  # polling the database for completed steps
+        now_done = completed()
+        if now_done > done:
+            done, progress_at = now_done, time.monotonic()
+        elif time.monotonic() - progress_at >= settle_for:
+            raise AssertionError(
+                f"no step completed in {settle_for:.0f}s once the chaos stopped:"
+                f" {unfinished()} runs unfinished"
+            )
 
 
 def _run_chaos(
@@ -190,7 +233,7 @@ def _run_chaos(
     run_ids = {submitter.submit(flow, {"schema": schema}) for _ in range(plan.runs)}
 
     fleet = Fleet(database_url, schema, tmp_path, plan)
-    calm_after = drive(fleet, plan, db, started)
+    calm_after = drive(fleet, plan, db, started, chaos.POINTS)
     elapsed = time.monotonic() - started
 
     states = dict(db.execute("SELECT state, count(*) FROM cyclone_runs GROUP BY state"))
@@ -227,6 +270,7 @@ def _run_chaos(
     assert reclaims > 0 and reclaimed_steps > 0
 
 
+@pytest.mark.timeout(900)  # the chaos waits for every kill point (Plan)
 def test_sigkill_chaos_exactly_one_ledger_row_per_step(
     make_client: Any, db: Any, schema: str, database_url: str, tmp_path: Path
 ) -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from helpers.procs import WorkerProcess
+import pytest
+from helpers.procs import WorkerProcess, wait_until
 
 from cyclone_flow import MAX_FAN_OUT_ITEMS, Client, PayloadLimits
 from cyclone_flow.flowfile import load_flow_text
@@ -274,44 +275,66 @@ def test_retry_of_a_failed_fan_out_keeps_completed_items(make_client, db) -> Non
         assert row == (finished,)  # completed items were not run again
 
 
+def test_many_items_ordered_and_never_above_max_parallel(
+    make_client: Callable[..., Client], database_url: str, schema: str, tmp_path: Path
+) -> None:
+    """500 items on two real worker processes (4 threads each), max_parallel 8: the
+    database never shows more than 8 items available or running at once (the 10,000-item
+    volume: the ``--soak`` variant below)."""
+    _many_items(make_client, database_url, schema, tmp_path, n=500)
+
+
+@pytest.mark.slow
 def test_ten_thousand_items_ordered_and_never_above_max_parallel(
     make_client: Callable[..., Client], database_url: str, schema: str, tmp_path: Path
 ) -> None:
-    """10,000 items on two real worker processes (4 threads each), max_parallel 8: the
-    database never shows more than 8 items available or running at once."""
-    n, max_parallel = 10_000, 8
+    """The same with 10,000 items (``--soak``: volume, not behaviour)."""
+    _many_items(make_client, database_url, schema, tmp_path, n=10_000)
+
+
+def _many_items(
+    make_client: Callable[..., Client], database_url: str, schema: str, tmp_path: Path, n: int
+) -> None:
+    """``n`` items on two real worker processes (4 threads each), max_parallel 8: the
+    output is ordered, the database never shows more than 8 items available or running
+    at once, and both processes took items (both are up before the run is submitted)."""
+    max_parallel = 8
     flow = _flow(_big_flow(max_parallel))
     client = make_client()
-    run_id = client.submit(flow, {"n": n})
-    peaks: list[int] = []
-    stop = threading.Event()
-
-    def sample() -> None:
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            while not stop.is_set():
-                row = conn.execute(  # served by the partial index of active items
-                    f"SELECT count(*) FILTER (WHERE state = 'running'), count(*)"
-                    f' FROM "{schema}".cyclone_steps WHERE run_id = %s'
-                    f" AND parent_node = 'each' AND state IN ('running', 'available')",
-                    (run_id,),
-                ).fetchone()
-                assert row is not None
-                peaks.append(max(row[0], row[1]))
-                time.sleep(0.005)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    started = time.monotonic()
     workers = [
         WorkerProcess(database_url, schema, tmp_path / f"worker{i}.log", workers=4, lease_ttl="5s")
         for i in range(2)
     ]
     try:
-        status = client.wait(run_id, timeout=240)
+        for worker in workers:
+            wait_until(lambda w=worker: " started: " in w.log(), timeout=60, what="the workers")
+        run_id = client.submit(flow, {"n": n})
+        peaks: list[int] = []
+        stop = threading.Event()
+
+        def sample() -> None:
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                while not stop.is_set():
+                    row = conn.execute(  # served by the partial index of active items
+                        f"SELECT count(*) FILTER (WHERE state = 'running'), count(*)"
+                        f' FROM "{schema}".cyclone_steps WHERE run_id = %s'
+                        f" AND parent_node = 'each' AND state IN ('running', 'available')",
+                        (run_id,),
+                    ).fetchone()
+                    assert row is not None
+                    peaks.append(max(row[0], row[1]))
+                    time.sleep(0.005)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        started = time.monotonic()
+        try:
+            status = client.wait(run_id, timeout=240)
+        finally:
+            elapsed = time.monotonic() - started
+            stop.set()
+            sampler.join(5)
     finally:
-        elapsed = time.monotonic() - started
-        stop.set()
-        sampler.join(5)
         for worker in workers:
             worker.terminate()
     assert status.state == "completed", status
@@ -327,7 +350,7 @@ def test_ten_thousand_items_ordered_and_never_above_max_parallel(
         ).fetchall()
     claimed_by = {r[0] for r in owners}
     assert len(claimed_by) == 2  # both worker processes took items
-    print(f"10,000 items in {elapsed:.1f}s, {len(peaks)} samples, peak {max(peaks)}")
+    print(f"{n:,} items in {elapsed:.1f}s, {len(peaks)} samples, peak {max(peaks)}")
 
 
 def _big_flow(max_parallel: int) -> str:

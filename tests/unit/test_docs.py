@@ -269,3 +269,13 @@ def test_readme_layout_names_every_top_level_module() -> None:
             continue
         name = entry.name if entry.is_file() else f"{entry.name}/"
         assert re.search(rf"(?<![\w/]){re.escape(name)}", layout), f"README Layout: {name}"
+
+
+def test_readme_test_command_is_what_ci_runs() -> None:
+    """README's "Run the tests" command is the one ``.ci/run`` runs, word for word."""
+    text = (REPO / "README.md").read_text("utf-8")
+    block = text.split("## Run the tests", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    command = block.strip()
+    assert "\n" not in command and "pytest" in command, command
+    ci = (REPO / ".ci" / "run").read_text("utf-8").splitlines()
+    assert command in ci, f".ci/run does not run README's test command: {command}"
