@@ -113,7 +113,8 @@ SELECT count(*) FROM steps
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps
-    WHERE state = 'available' AND queue = %(queue)s AND scheduled_at <= now()
+    WHERE state = 'available' AND coalesce(claim_owner, '') = '' AND queue = %(queue)s
+      AND scheduled_at <= now()
       AND (%(run_id)s::uuid IS NULL OR run_id = %(run_id)s::uuid)
     ORDER BY priority, scheduled_at, id
     LIMIT %(limit)s

@@ -195,5 +195,5 @@ def test_shipped_tables_fillfactor_and_indexes(database_url: str, schema: str) -
     assert "fillfactor=90" in (options["cyclone_runs"] or [])
     assert claim is not None, "the claim index is missing"
     assert "WHERE (state = 'available'::text)" in claim[0]
-    assert "(queue, priority, scheduled_at, id)" in claim[0]
+    assert "(queue, COALESCE(claim_owner, ''::text), priority, scheduled_at, id)" in claim[0]
     assert partial == (True,)

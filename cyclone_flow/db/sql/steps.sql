@@ -40,17 +40,17 @@ RETURNING node
 -- available -> running for up to %(limit)s steps of one queue: SKIP LOCKED, then the CAS
 -- that takes the lease with the database's now() and a TTL in microseconds (Engine Design:
 -- The Claiming Algorithm, CAS State Transitions). queue = %(queue)s (one queue per
--- statement) lets Postgres walk cyclone_steps_claim_idx in (priority, scheduled_at, id)
--- order and stop after %(limit)s rows instead of sorting the queue's backlog. run_input is
--- the run's input as JSON text when the node may need it (no input template and not a
--- fan-out item, or a template that mentions run.input), else NULL: a prefetch that spares
--- the worker a separate read (Output Resolution). claim_owner IS NULL: the steps of an
--- isolated run are its `cyclone-flow run` process's (cyclone_steps_claim_shared_idx holds
--- only the others).
+-- statement) and coalesce(claim_owner, '') = '' (the steps nobody owns: an isolated run's
+-- are its `cyclone-flow run` process's) let Postgres walk one range of
+-- cyclone_steps_claim_idx in (priority, scheduled_at, id) order and stop after %(limit)s
+-- rows instead of sorting the queue's backlog. run_input is the run's input as JSON text
+-- when the node may need it (no input template and not a fan-out item, or a template that
+-- mentions run.input), else NULL: a prefetch that spares the worker a separate read
+-- (Output Resolution).
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps
-    WHERE state = 'available' AND claim_owner IS NULL AND queue = %(queue)s
+    WHERE state = 'available' AND coalesce(claim_owner, '') = '' AND queue = %(queue)s
       AND scheduled_at <= now()
     ORDER BY priority, scheduled_at, id
     LIMIT %(limit)s
@@ -674,9 +674,9 @@ LIMIT %(batch)s
 -- Unfinished steps reclaimed more than %(min_reclaims)s times, most reclaims first (at
 -- most %(limit)s): the dashboard's warning about steps whose workers keep dying. The
 -- running ones on cyclone_steps_running_idx; the available ones among the first %(head)s of
--- each queue's claim order on cyclone_steps_claim_idx (its queues found by a loose index
--- scan): the sweep keeps a reclaimed step's scheduled_at, so it waits at the head of its
--- queue, and a backlog's every available step is never read.
+-- each queue's claim order on cyclone_steps_claim_idx (the steps nobody owns; its queues
+-- found by a loose index scan): the sweep keeps a reclaimed step's scheduled_at, so it
+-- waits at the head of its queue, and a backlog's every available step is never read.
 WITH RECURSIVE queues AS (
     (SELECT queue FROM {schema}.cyclone_steps WHERE state = 'available' ORDER BY queue LIMIT 1)
     UNION ALL
@@ -690,7 +690,7 @@ FROM (SELECT h.id, h.run_id, h.node, h.item_index, h.state, h.reclaims
       FROM queues q
       CROSS JOIN LATERAL (
           SELECT id, run_id, node, item_index, state, reclaims FROM {schema}.cyclone_steps
-          WHERE state = 'available' AND queue = q.queue
+          WHERE state = 'available' AND queue = q.queue AND coalesce(claim_owner, '') = ''
           ORDER BY priority, scheduled_at, id
           LIMIT %(head)s) h
       WHERE h.reclaims > %(min_reclaims)s
