@@ -144,9 +144,9 @@ def missing_embedded_notice(home: Path) -> str:
         old = found[0]
         return line + f"to use the one in {old}, run from {old.parent} or set CYCLONE_HOME={old}"
     return line + (
-        "run `cyclone-flow submit FLOW` here first, run from the folder holding the "
-        ".cyclone of your runs, set CYCLONE_HOME to that .cyclone folder, or give "
-        "--database-url"
+        "run `cyclone-flow migrate` then `cyclone-flow submit FLOW` here first (or "
+        "`cyclone-flow run FLOW`), run from the folder holding the .cyclone of your runs, "
+        "set CYCLONE_HOME to that .cyclone folder, or give --database-url"
     )
 
 

@@ -34,6 +34,7 @@ from cyclone_flow.cli.common import (
 )
 from cyclone_flow.cli.progress import count_progress
 from cyclone_flow.client import DEFAULT_CHUNK_SIZE, Client, RunId
+from cyclone_flow.config import PayloadLimits
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
 from cyclone_flow.errors import BatchItemError, CycloneError
 from cyclone_flow.flowfile import load_flow
@@ -146,6 +147,11 @@ def _json_arg(text: str | None, option: str) -> JSON:
 MAX_CHUNK = 100_000
 """The largest ``--chunk``: items per transaction of a bulk submission from a file."""
 
+MAX_LINE_BYTES = 4 * PayloadLimits().input_bytes
+"""The longest line of an ``--inputs-file`` / ``--args-file`` read (bytes): four times the
+input payload limit (a value's stored form is compact JSON, its line may be spaced out);
+a longer line is refused before it is parsed."""
+
 
 def chunk_option(func: F) -> F:
     """Add ``--chunk N`` (items per transaction of ``--inputs-file`` / ``--args-file``)."""
@@ -153,10 +159,9 @@ def chunk_option(func: F) -> F:
         "--chunk",
         "chunk",
         type=click.IntRange(1, MAX_CHUNK),
-        default=DEFAULT_CHUNK_SIZE,
-        show_default=True,
+        default=None,
         help="With --inputs-file/--args-file: items per transaction (one set-based insert "
-        "per table each).",
+        f"per table each; default {DEFAULT_CHUNK_SIZE}).",
     )
     return option(func)  # type: ignore[no-any-return]
 
@@ -187,25 +192,38 @@ class _LineError(Exception):
         self.exit_code = exit_code
 
 
-def _open_lines(path: str) -> tuple[IO[bytes], int | None]:
+def _open_lines(path: str, option: str) -> tuple[IO[bytes], int | None]:
     """The binary stream of ``path`` (``-``: stdin) and its size when it is a regular
-    file (for the progress bar)."""
+    file (for the progress bar); a usage error naming ``option`` when it cannot be
+    opened."""
     if path == "-":
         return sys.stdin.buffer, None
     try:
         fh = open(path, "rb")  # noqa: SIM115 (closed by the caller)
     except OSError as exc:
-        raise click.BadParameter(str(exc)) from None
+        raise click.BadParameter(f"{path}: {exc.strerror or exc}", param_hint=option) from None
     st = os.fstat(fh.fileno())
     return fh, (st.st_size if stat.S_ISREG(st.st_mode) else None)
 
 
 def _json_lines(fh: IO[bytes], consumed: list[int]) -> Iterator[tuple[int, JSON]]:
-    """``(line number, value)`` of each non-blank line of ``fh``, read one at a time;
-    ``consumed[0]`` counts the bytes read. Raises _LineError (exit 2) for a line that is
-    not UTF-8 or not JSON."""
-    for number, raw in enumerate(fh, start=1):
+    """``(line number, value)`` of each non-blank line of ``fh``, read one at a time
+    (a UTF-8 byte order mark at the start is skipped); ``consumed[0]`` counts the bytes
+    read. Raises _LineError (exit 2) for a line that is not UTF-8, not JSON, or longer
+    than :data:`MAX_LINE_BYTES` (never read further)."""
+    number = 0
+    while raw := fh.readline(MAX_LINE_BYTES + 1):
+        number += 1
         consumed[0] += len(raw)
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            raise _LineError(
+                number,
+                f"longer than {MAX_LINE_BYTES} bytes (four times the input payload limit); "
+                "not read further",
+                2,
+            )
+        if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -225,13 +243,14 @@ def submit_lines(
     chunk: int,
     write: Callable[[list[JSON]], list[RunId]],
     label: str,
+    option: str,
 ) -> BulkOutcome:
     """Read the JSON Lines file ``path`` (``-``: stdin) as it goes and hand each chunk of
     ``chunk`` values to ``write`` (one committed transaction each), with a progress
     display on a terminal. On a malformed line (exit 2), an invalid item (its error's exit
     code) or a database error (exit 1), prints ``FILE:LINE: ...`` and how many runs the
     chunks before it wrote, then exits; nothing of the failing chunk is written."""
-    fh, size = _open_lines(path)
+    fh, size = _open_lines(path, option)
     shown = "<stdin>" if path == "-" else path
     out = BulkOutcome([])
     consumed = [0]
@@ -284,7 +303,10 @@ def print_bulk(out: BulkOutcome, what: str, as_json: bool) -> None:
         )
         return
     dup = (
-        f" ({out.duplicates} duplicate(s) of unique keys: existing runs)" if out.duplicates else ""
+        f" ({out.duplicates} of them duplicate(s) of a unique key held by an earlier line or "
+        "an existing run: that run's id, nothing written)"
+        if out.duplicates
+        else ""
     )
     click.echo(f"{len(out.ids)} {what}{dup}")
 
@@ -319,7 +341,7 @@ def enqueue_cmd(
     callable_path: str,
     args_json: str | None,
     args_file: str | None,
-    chunk: int,
+    chunk: int | None,
     max_attempts: int | None,
     timeout: str | None,
     wait: bool,
@@ -337,6 +359,8 @@ def enqueue_cmd(
     setup_logging()
     if args_file is not None and (args_json is not None or wait):
         raise click.UsageError("--args-file goes without --args and --wait")
+    if chunk is not None and args_file is None:
+        raise click.UsageError("--chunk goes with --args-file")
     args = _json_arg(args_json, "--args")
     options = submission_kwargs(queue_values)
     if max_attempts is not None:
@@ -348,11 +372,12 @@ def enqueue_cmd(
         with Client(url, schema=schema, prepare=prepare_enabled(), notify=notify) as client:
             out = submit_lines(
                 args_file,
-                chunk,
+                chunk or DEFAULT_CHUNK_SIZE,
                 lambda values: client.enqueue_many(
                     callable_path, values, chunk_size=len(values), **options
                 ),
                 f"enqueue {callable_path}",
+                "--args-file",
             )
         print_bulk(out, "job(s) enqueued", as_json)
         return

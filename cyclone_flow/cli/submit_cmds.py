@@ -36,7 +36,7 @@ from cyclone_flow.cli.queue_cmds import (
     submit_lines,
 )
 from cyclone_flow.cli.render import plan_dict, plan_table_rows, run_dict
-from cyclone_flow.client import Client, RunPlan, migrate, plan_submit
+from cyclone_flow.client import DEFAULT_CHUNK_SIZE, Client, RunPlan, migrate, plan_submit
 from cyclone_flow.config import MAX_LEASE_TTL_S
 from cyclone_flow.db.errors import Outage, database_lost
 from cyclone_flow.db.rows import Step
@@ -92,7 +92,7 @@ def submit_cmd(
     input_json: str | None,
     input_file: str | None,
     inputs_file: str | None,
-    chunk: int,
+    chunk: int | None,
     as_json: bool,
     wait: bool,
     timeout: str | None,
@@ -116,6 +116,8 @@ def submit_cmd(
         raise click.UsageError(
             "--inputs-file goes without --input, --input-file, --wait and --dry-run"
         )
+    if chunk is not None and inputs_file is None:
+        raise click.UsageError("--chunk goes with --inputs-file")
     if timeout is not None and not wait:
         raise click.UsageError("--timeout goes with --wait")
     if dry_run and wait:
@@ -135,9 +137,10 @@ def submit_cmd(
         with Client(url, schema=schema, prepare=prepare_enabled(), notify=notify) as client:
             out = submit_lines(
                 inputs_file,
-                chunk,
+                chunk or DEFAULT_CHUNK_SIZE,
                 lambda values: client.submit_many(flow, values, chunk_size=len(values), **options),
                 f"submit {flow.name}",
+                "--inputs-file",
             )
         print_bulk(out, "run(s) submitted", as_json)
         return

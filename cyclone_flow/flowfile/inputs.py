@@ -36,6 +36,9 @@ _IN_PLACE_ONE = ("not", "if", "then", "else")
 _IN_PLACE_MAPS = ("dependentSchemas", "dependencies")
 SchemaPath = tuple[str | int, ...]
 
+MAX_MESSAGE_CHARS = 500
+"""Characters of a schema error's message kept (it quotes the offending value)."""
+
 
 def apply_defaults(schema: Mapping[str, Any], value: JSON) -> JSON:
     """Fill top-level ``properties.*.default`` of an object input schema (None input
@@ -106,7 +109,10 @@ class InputValidator:
             ) from None
         if error is not None:
             path = "/".join(str(p) for p in error.absolute_path)
-            raise InputValidationError(flow, error.message, path)
+            message = error.message  # quotes the bad value, which may be megabytes long
+            if len(message) > MAX_MESSAGE_CHARS:
+                message = message[: MAX_MESSAGE_CHARS - 1] + "…"
+            raise InputValidationError(flow, message, path)
         return value
 
 

@@ -93,6 +93,8 @@ def _fan_out_detail(step: Step, counts: Mapping[str, int]) -> str:
         text += f" · {counts['running']} running"
     if counts.get("discarded"):
         text += f" · {counts['discarded']} failed"
+    if counts.get("cancelled"):
+        text += f" · {counts['cancelled']} cancelled"
     return text
 
 

@@ -130,8 +130,32 @@ def test_bulk_option_mistakes_exit_2(cli: Runner, tmp_path: Path) -> None:
         (("enqueue", NOOP, "--args-file", lines, "--args", "1"), "--args-file goes"),
         (("enqueue", NOOP, "--args-file", lines, "--chunk", "0"), "--chunk"),
         (("enqueue", NOOP, "--args-file", tmp_path / "missing.jsonl"), "missing.jsonl"),
+        (("enqueue", NOOP, "--args-file", tmp_path), "invalid value for --args-file"),
+        (("enqueue", NOOP, "--args", "1", "--chunk", "5"), "--chunk goes with --args-file"),
+        (("submit", _flow(tmp_path), "--input", "{}", "--chunk", "5"), "--chunk goes with"),
     ]:
         done = cli(*args)
         no_traceback(done)
         assert done.returncode == 2, (args, done.stderr)
         assert needle in done.stderr, (args, done.stderr)
+
+
+def test_a_bom_is_skipped_and_a_huge_line_refused_before_it_is_read(
+    cli: Runner, tmp_path: Path, db: Any
+) -> None:
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b'\xef\xbb\xbf{"n": 1}\r\n{"n": 2}\r\n')  # as a spreadsheet saves it
+    done = cli("submit", _flow(tmp_path), "--inputs-file", bom)
+    assert done.returncode == 0 and done.stdout.strip() == "2 run(s) submitted", done.stderr
+    huge = tmp_path / "huge.jsonl"
+    with huge.open("wb") as fh:
+        fh.write(b'{"n": 3}\n{"n": 4, "pad": "')
+        fh.write(b"x" * (5 * 1024 * 1024))  # over four times the 1 MiB input limit
+        fh.write(b'"}\n')
+    refused = cli("submit", _flow(tmp_path), "--inputs-file", huge, "--chunk", "1")
+    no_traceback(refused)
+    assert refused.returncode == 2
+    assert f"{huge}:2: longer than 4194304 bytes" in refused.stderr
+    assert "1 run(s) were written before it (lines 1-1)" in refused.stderr
+    assert len(refused.stderr) < 2_000
+    assert db.execute("SELECT count(*) FROM cyclone_runs").fetchone() == (3,)

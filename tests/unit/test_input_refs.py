@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cyclone_flow.errors import InputValidationError
-from cyclone_flow.flowfile.inputs import ref_problems, validate_input
+from cyclone_flow.flowfile.inputs import MAX_MESSAGE_CHARS, ref_problems, validate_input
 
 LOOPS: list[dict[str, Any]] = [
     {"$ref": "#"},
@@ -61,3 +61,12 @@ def test_a_reference_outside_the_schema_or_unresolvable_is_refused(ref: str, nee
     with pytest.raises(InputValidationError, match="cannot be resolved") as info:
         validate_input("f", schema, {"a": 1})
     assert "nothing is fetched" in str(info.value)
+
+
+def test_a_schema_error_quoting_a_huge_value_is_cut_short() -> None:
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}}}
+    with pytest.raises(InputValidationError) as info:
+        validate_input("f", schema, {"name": "x" * 2_000_000})
+    assert info.value.path == "name"
+    assert len(str(info.value)) < MAX_MESSAGE_CHARS + 100
+    assert str(info.value).endswith("…")
