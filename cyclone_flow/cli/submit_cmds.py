@@ -3,6 +3,8 @@ work in-process until the run ends)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import signal
 import sys
@@ -27,7 +29,7 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
-from cyclone_flow.cli.progress import end_line, follow_run
+from cyclone_flow.cli.progress import end_line, follow_run, logs_above, reported_by_display
 from cyclone_flow.cli.queue_cmds import (
     chunk_option,
     print_bulk,
@@ -263,25 +265,34 @@ def run_cmd(
         if not as_json:
             click.echo(f"run {run_id} of flow {flow.name} submitted", err=True)
         client.start(run_id=run_id)
-        try:
-            outage = Outage()  # one spell for all its looks (OUTAGE_GRACE_S in all)
-            status = follow_run(client, run_id, console=console, quiet=as_json, outage=outage)
-            steps: list[Step] | None = None
-            progress: dict[str, dict[str, int]] | None = None
-            if as_json:
-                steps = outage.ride(lambda: client.list_steps(run_id, items=False))
-                progress = outage.ride(lambda: client.item_progress(run_id))
-        except KeyboardInterrupt:
-            client.shutdown(timeout=0)  # releases the leases of steps still running
-            click.echo(f"\ninterrupted: {_still_running(run_id)}", err=True)
-            sys.exit(130)
-        except Exception as exc:
-            if not database_lost(exc):
-                raise
-            click.echo(f"error: cannot use the database: {_first_line(exc)}", err=True)
-            click.echo(f"gave up: {_still_running(run_id)}", err=True)
-            client.shutdown(timeout=0)  # stop working on it; the leases expire by themselves
-            sys.exit(1)
+        # the worker may log a failed attempt or the run's end just after the display saw
+        # it: such lines stay left out until the worker stopped (each failure told once)
+        told = (
+            logs_above(None, functools.partial(reported_by_display, run_id))
+            if not as_json
+            else contextlib.nullcontext()
+        )
+        with told:
+            try:
+                outage = Outage()  # one spell for all its looks (OUTAGE_GRACE_S in all)
+                status = follow_run(client, run_id, console=console, quiet=as_json, outage=outage)
+                steps: list[Step] | None = None
+                progress: dict[str, dict[str, int]] | None = None
+                if as_json:
+                    steps = outage.ride(lambda: client.list_steps(run_id, items=False))
+                    progress = outage.ride(lambda: client.item_progress(run_id))
+            except KeyboardInterrupt:
+                client.shutdown(timeout=0)  # releases the leases of steps still running
+                click.echo(f"\ninterrupted: {_still_running(run_id)}", err=True)
+                sys.exit(130)
+            except Exception as exc:
+                if not database_lost(exc):
+                    raise
+                click.echo(f"error: cannot use the database: {_first_line(exc)}", err=True)
+                click.echo(f"gave up: {_still_running(run_id)}", err=True)
+                client.shutdown(timeout=0)  # stop working on it; the leases expire by themselves
+                sys.exit(1)
+            client.shutdown()
     finally:
         client.shutdown()
     if as_json:
