@@ -201,3 +201,18 @@ def format_duration(seconds: float) -> str:
     if total_ms:
         parts.append(f"{total_ms}ms")
     return "".join(parts)
+
+
+def format_elapsed(seconds: float) -> str:
+    """A time that passed, for a display: ``850ms``, ``12.3s``, ``4m05s`` (whole seconds
+    truncated), ``2h03m``; a negative ``seconds`` shows as ``0ms``."""
+    seconds = max(0.0, seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from cyclone_flow.db.rows import Run, Step
+from cyclone_flow.durations import format_elapsed
 from cyclone_flow.engine.explain import Waiting
 from cyclone_flow.producer import PlannedStep, RunPlan
 
@@ -71,16 +72,7 @@ def step_duration(step: Step, now: datetime) -> str:
     end = step.finished_at or (now if step.state == "running" else None)
     if end is None:
         return ""
-    seconds = max(0.0, (end - step.started_at).total_seconds())
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
+    return format_elapsed((end - step.started_at).total_seconds())
 
 
 def step_detail(step: Step, progress: dict[str, dict[str, int]]) -> str:
