@@ -10,9 +10,11 @@ caller-owned transaction: workers then find the run within one poll interval).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from cyclone_flow._json import JSON, Unencodable, encode_payload
 from cyclone_flow.config import ClientConfig
@@ -28,6 +30,8 @@ from cyclone_flow.notify import Wakeups
 from cyclone_flow.options import RunOptions
 
 FlowLike = Flow | str | os.PathLike[str]
+
+T = TypeVar("T")
 
 
 class RunId(str):
@@ -264,6 +268,22 @@ class Producer:
     def _forget(self, flow: Flow) -> None:
         self._definitions.pop((flow.name, flow.digest), None)
 
+    def _with_definition(
+        self, tx: Tx, flow: Flow, workflow_id: int, remembered: bool, insert: Callable[[int], T]
+    ) -> tuple[T, int, bool]:
+        """``insert(workflow_id)``, returned with the id used and whether it is still the
+        remembered one. When a remembered id's definition is gone (``insert`` raised
+        DefinitionMissingError: nothing was written), it is forgotten, the definition is
+        stored again in ``tx`` and ``insert`` runs once more with the new id."""
+        try:
+            return insert(workflow_id), workflow_id, remembered
+        except DefinitionMissingError:
+            if not remembered:
+                raise
+        self._forget(flow)
+        workflow_id = submit.store_definition(tx, flow)
+        return insert(workflow_id), workflow_id, False
+
     def _limits(self) -> tuple[int, float | None]:
         max_wait = self.config.max_signal_wait
         return self.config.payload_limits.output_bytes, max_wait if max_wait > 0 else None
@@ -278,14 +298,16 @@ class Producer:
         ``conn``; return its id and the wakeups to publish after the commit (none for a
         duplicate, a held run of a sequence, or a delayed run). A definition stored here
         is not remembered: the caller's transaction may still roll back."""
-        workflow_id, remembered = self._definition(Tx(conn, self.db.q), flow)
-        if remembered:
-            try:
-                return self.insert_stored(conn, workflow_id, input_json, options)
-            except DefinitionMissingError:  # nothing was written
-                self._forget(flow)
-                workflow_id = submit.store_definition(Tx(conn, self.db.q), flow)
-        return self.insert_stored(conn, workflow_id, input_json, options)
+        tx = Tx(conn, self.db.q)
+        workflow_id, remembered = self._definition(tx, flow)
+        inserted, _, _ = self._with_definition(
+            tx,
+            flow,
+            workflow_id,
+            remembered,
+            lambda wid: self.insert_stored(conn, wid, input_json, options),
+        )
+        return inserted
 
     def submit(
         self,
@@ -330,14 +352,13 @@ class Producer:
         with conn.transaction():
             tx = Tx(conn, self.db.q)
             workflow_id, remembered = self._definition(tx, flow)
-            try:
-                run_id, wakeups = self.insert_stored(conn, workflow_id, input_json, options)
-            except DefinitionMissingError:
-                if not remembered:
-                    raise
-                self._forget(flow)
-                workflow_id = submit.store_definition(tx, flow)
-                run_id, wakeups = self.insert_stored(conn, workflow_id, input_json, options)
+            (run_id, wakeups), workflow_id, _ = self._with_definition(
+                tx,
+                flow,
+                workflow_id,
+                remembered,
+                lambda wid: self.insert_stored(conn, wid, input_json, options),
+            )
             if before_commit is not None:
                 before_commit(conn, run_id)
         self._remember(flow, workflow_id)
@@ -407,44 +428,28 @@ class Producer:
         out: list[RunId | None] = [None] * len(items)
         if bulk:
             chunk = [items[i] for i in bulk]
-            try:
-                ids = submit.insert_runs(
-                    tx,
-                    flow,
-                    workflow_id,
-                    chunk,
-                    output_limit=output_limit,
-                    max_signal_wait_s=max_wait,
-                )
-            except DefinitionMissingError:
-                if not remembered:
-                    raise
-                self._forget(flow)
-                remembered = False
-                workflow_id = submit.store_definition(tx, flow)
-                ids = submit.insert_runs(
-                    tx,
-                    flow,
-                    workflow_id,
-                    chunk,
-                    output_limit=output_limit,
-                    max_signal_wait_s=max_wait,
-                )
+            ids, workflow_id, remembered = self._with_definition(
+                tx,
+                flow,
+                workflow_id,
+                remembered,
+                lambda wid: submit.insert_runs(
+                    tx, flow, wid, chunk, output_limit=output_limit, max_signal_wait_s=max_wait
+                ),
+            )
             for i, run_id in zip(bulk, ids, strict=True):
                 out[i] = RunId(run_id)
         wakeups = tx.effects.wakeups
         for i, (input_json, options) in enumerate(items):
             if out[i] is not None:
                 continue
-            try:
-                run_id, woken = self.insert_stored(conn, workflow_id, input_json, options)
-            except DefinitionMissingError:
-                if not remembered:
-                    raise
-                self._forget(flow)
-                remembered = False
-                workflow_id = submit.store_definition(tx, flow)
-                run_id, woken = self.insert_stored(conn, workflow_id, input_json, options)
+            (run_id, woken), workflow_id, remembered = self._with_definition(
+                tx,
+                flow,
+                workflow_id,
+                remembered,
+                functools.partial(self.insert_stored, conn, input_json=input_json, options=options),
+            )
             out[i] = run_id
             wakeups.merge(woken)
         return [r for r in out if r is not None], wakeups, workflow_id
