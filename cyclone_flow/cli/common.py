@@ -136,17 +136,11 @@ def missing_embedded_notice(home: Path) -> str:
     """The error of a command that needs runs when this folder has no embedded database:
     where none was found, and where one is (the nearest ``.cyclone`` of a parent folder
     holding one), else how to name one."""
-    from cyclone_flow.embedded import other_homes
-
-    line = f"error: no embedded Postgres in {home}, so there are no runs here; "
-    found = other_homes() if not os.environ.get("CYCLONE_HOME") else []
-    if found:
-        old = found[0]
-        return line + f"to use the one in {old}, run from {old.parent} or set CYCLONE_HOME={old}"
-    return line + (
+    return _with_other_home(
+        f"error: no embedded Postgres in {home}, so there are no runs here; ",
         "run `cyclone-flow migrate` then `cyclone-flow submit FLOW` here first (or "
         "`cyclone-flow run FLOW`), run from the folder holding the .cyclone of your runs, "
-        "set CYCLONE_HOME to that .cyclone folder, or give --database-url"
+        "set CYCLONE_HOME to that .cyclone folder, or give --database-url",
     )
 
 
@@ -154,17 +148,23 @@ def new_embedded_notice(home: Path) -> str:
     """The stderr line of a command that has just created the embedded database in
     ``home``: where, and how to use an existing one instead (the nearest ``.cyclone`` of
     a parent folder holding one, when there is)."""
+    return _with_other_home(
+        f"cyclone-flow: created a new, empty embedded Postgres in {home} (none was there); ",
+        "to use another one, run from the folder holding its .cyclone, set CYCLONE_HOME "
+        "to that .cyclone folder, or give --database-url",
+    )
+
+
+def _with_other_home(line: str, otherwise: str) -> str:
+    """``line`` followed by how to use the nearest parent folder's embedded database (when
+    there is one and ``CYCLONE_HOME`` is not set), else by ``otherwise``."""
     from cyclone_flow.embedded import other_homes
 
-    line = f"cyclone-flow: created a new, empty embedded Postgres in {home} (none was there); "
     found = other_homes() if not os.environ.get("CYCLONE_HOME") else []
     if found:
         old = found[0]
-        return line + (f"to use the one in {old}, run from {old.parent} or set CYCLONE_HOME={old}")
-    return line + (
-        "to use another one, run from the folder holding its .cyclone, set CYCLONE_HOME "
-        "to that .cyclone folder, or give --database-url"
-    )
+        return line + f"to use the one in {old}, run from {old.parent} or set CYCLONE_HOME={old}"
+    return line + otherwise
 
 
 def setup_logging(default: int = logging.WARNING) -> None:
