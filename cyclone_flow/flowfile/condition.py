@@ -38,10 +38,12 @@ not allowed). Evaluation:
 from __future__ import annotations
 
 import json
+import operator
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from cyclone_flow._json import JSON
 from cyclone_flow.errors import TemplateError
@@ -166,6 +168,12 @@ class _Cmp:
 _Expr = _Lit | _RefNode | _List | _Not | _Bool | _Cmp
 
 _COMPARE = {"==", "!=", "<", "<=", ">", ">="}
+_ORDER: dict[str, Callable[[Any, Any], Any]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
 
 
 class _Parser:
@@ -453,15 +461,7 @@ def _compare(op: str, a: JSON, b: JSON, text: str, offset: int) -> bool:
             f"when: {text!r}: cannot compare a {ka} with a {kb} using {op!r} "
             f"(at character {offset + 1}; both sides must be numbers or both strings)"
         )
-    x, y = a, b
-    assert isinstance(x, int | float | str) and isinstance(y, int | float | str)
-    if op == "<":
-        return x < y  # type: ignore[operator]
-    if op == "<=":
-        return x <= y  # type: ignore[operator]
-    if op == ">":
-        return x > y  # type: ignore[operator]
-    return x >= y  # type: ignore[operator]
+    return bool(_ORDER[op](a, b))
 
 
 def _contains(container: JSON, item: JSON, text: str, offset: int) -> bool:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from helpers.cli import Runner, json_output, no_traceback
+from helpers.paths import EXAMPLES, FLOWS
 
 from cyclone_flow import Client
 from cyclone_flow.flowfile import load_flow_text
@@ -92,3 +93,44 @@ def test_refused_and_usage(cli: Runner, make_client: Callable[..., Client], db: 
     forced = cli("rerun", original, "--from", "c", "--input-patch", '{"n": 3}', "--force")
     assert forced.returncode == 0, forced.stderr
     assert "runs again: a, b, c" in forced.stdout
+
+
+def test_the_orders_example_skips_reruns_and_reuses(cli: Runner) -> None:
+    orders = FLOWS / "orders.yaml"
+    lamp = '{"sku": "lamp", "qty": 1, "gift": true}'
+    proc = cli("run", orders, "--import-path", EXAMPLES, "--json", "--input", lamp)
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    data = json_output(proc.stdout)
+    steps = {s["node"]: s["state"] for s in data["steps"]}
+    assert steps == {
+        "price": "completed",
+        "stock": "completed",
+        "ship": "skipped",
+        "track": "skipped",
+        "wrap": "completed",
+        "receipt": "completed",
+    }
+    assert data["output"] == {
+        "receipt": {
+            "lines": ["total: 40.00", "not shipped: out of stock", "gift-wrapped"],
+            "shipped": False,
+        }
+    }
+    rerun = cli("rerun", data["id"], "--from", "receipt", "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    new_id = json_output(rerun.stdout)["run_id"]
+    worker = cli(
+        "worker",
+        "--exit-when-idle",
+        "--allow-module",
+        "cyclone_examples",
+        "--import-path",
+        EXAMPLES,
+    )
+    assert worker.returncode == 0, worker.stderr
+    again = json_output(cli("status", new_id, "--json").stdout)
+    assert again["state"] == "completed" and again["rerun_of"] == data["id"]
+    assert again["output"] == data["output"]
+    reused = {s["node"] for s in again["steps"] if s.get("reused_from") is not None}
+    assert reused == {"price", "stock", "ship", "track", "wrap"}
