@@ -38,7 +38,10 @@ transition that a client reports after its commit (:mod:`cyclone_flow.events`).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
 
 class StepState(StrEnum):
@@ -126,3 +129,15 @@ STATE_COLOURS: dict[str, str] = {
 }
 """The fill colour of each step state, the legend of the dashboard (its ``ui.css``) and of
 ``graph --run`` (DOT ``fillcolor``, Mermaid ``classDef``)."""
+
+
+def describe_skip(reason: Mapping[str, Any]) -> str:
+    """Why a step was skipped, from its ``skip_reason`` (``status``, the dashboard):
+    ``skipped: when TEXT was false (REF = VALUE, ...)`` or ``skipped: upstream NODE was
+    skipped``."""
+    if "upstream" in reason:
+        return f"skipped: upstream {reason['upstream']} was skipped"
+    values = reason.get("values")
+    pairs = values.items() if isinstance(values, dict) else ()
+    shown = ", ".join(f"{k} = {json.dumps(v, ensure_ascii=False)}" for k, v in pairs)
+    return f"skipped: when {reason.get('when')!r} was false" + (f" ({shown})" if shown else "")

@@ -14,8 +14,8 @@ from typing import Any
 from cyclone_flow.db.rows import Run, Step
 from cyclone_flow.durations import format_elapsed
 from cyclone_flow.engine.explain import Waiting
-from cyclone_flow.flowfile.condition import describe_skip
 from cyclone_flow.producer import PlannedStep, RunPlan
+from cyclone_flow.states import describe_skip
 
 __all__ = [
     "plan_dict",

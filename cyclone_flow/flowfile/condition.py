@@ -37,10 +37,9 @@ not allowed). Evaluation:
 
 from __future__ import annotations
 
-import json
 import operator
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -53,7 +52,6 @@ __all__ = [
     "Condition",
     "ConditionError",
     "ConditionSyntaxError",
-    "describe_skip",
     "parse_condition",
 ]
 
@@ -524,15 +522,3 @@ def literal_kinds(condition: Condition) -> Iterator[tuple[str, Ref, str, int]]:
             stack.append(expr.operand)
         elif isinstance(expr, _List):
             stack.extend(expr.items)
-
-
-def describe_skip(reason: Mapping[str, JSON]) -> str:
-    """Why a step was skipped, from its ``skip_reason`` (``status``, the dashboard):
-    ``skipped: when TEXT was false (REF = VALUE, ...)`` or ``skipped: upstream NODE was
-    skipped``."""
-    if "upstream" in reason:
-        return f"skipped: upstream {reason['upstream']} was skipped"
-    values = reason.get("values")
-    pairs = values.items() if isinstance(values, dict) else ()
-    shown = ", ".join(f"{k} = {json.dumps(v, ensure_ascii=False)}" for k, v in pairs)
-    return f"skipped: when {reason.get('when')!r} was false" + (f" ({shown})" if shown else "")

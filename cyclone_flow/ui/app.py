@@ -46,7 +46,7 @@ from cyclone_flow.errors import (
     RunNotFoundError,
     ScheduleNotFoundError,
 )
-from cyclone_flow.flowfile.condition import describe_skip
+from cyclone_flow.states import describe_skip
 from cyclone_flow.ui.dag import LEGEND, DagNode, dag_nodes, render_svg
 from cyclone_flow.ui.timeline import render_timeline, timeline_rows
 

@@ -13,11 +13,11 @@ from cyclone_flow.flowfile import lint_paths, load_flow_text
 from cyclone_flow.flowfile.condition import (
     ConditionError,
     ConditionSyntaxError,
-    describe_skip,
     parse_condition,
 )
 from cyclone_flow.flowfile.plan import flow_plan
 from cyclone_flow.flowfile.template import SKIPPED, render
+from cyclone_flow.states import describe_skip
 
 
 def _eval(text: str, run_input: Any = None, outputs: dict[str, Any] | None = None) -> bool:
