@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from cyclone_test_handlers import conditions, engine
+from helpers.procs import wait_until
 from helpers.rows import create_ledger, ledger_rows, step_row, step_rows
 
 from cyclone_flow import Client, StepEvent, load_flow
@@ -96,6 +97,7 @@ def test_when_false_skips_the_node_cascades_and_runs_on_dep_skip_run_with_null(
     assert step_row(db, run_id, "label")["skip_reason"] == {"upstream": "ship"}
     # the skipped leaf (label) is left out of the output; notify is not a leaf
     assert set(status.output) == {"peek"}
+    wait_until(lambda: len([e for e in events if e.kind == "skipped"]) >= 2, what="events")
     skipped = sorted(e.node for e in events if e.kind == "skipped")
     assert skipped == ["label", "ship"]
     steps = {s.node: s for s in client.list_steps(run_id)}
@@ -338,5 +340,7 @@ def test_two_parents_completing_at_once_decide_the_condition_once(
                 assert engine.executions(run_id, "d") == 0
                 assert d["state"] == "skipped"
                 assert d["skip_reason"]["values"] == {"nodes.c.output.node": "c"}
+    # events are reported after the commit: wait for the last one, then count them
+    wait_until(lambda: len([e for e in events if e.kind == "skipped"]) >= 10, what="events")
     skipped = [e for e in events if e.kind == "skipped"]
     assert len(skipped) == 10 and len({e.run_id for e in skipped}) == 10
