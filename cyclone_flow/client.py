@@ -1020,7 +1020,7 @@ class Client:
         if input is not None and input_patch is not None:
             raise SubmitOptionError("input", input, "give input or input_patch, not both")
         names = [from_node] if isinstance(from_node, str) else list(from_node or ())
-        names = [n if storable(n) else printable(n) for n in names]
+        names = [n if storable(n) else (printable(n) or "") for n in names]
         rid = parse_run_id(run_id)
         limit = self.config.payload_limits.input_bytes
         with transaction(self._db, self._publish) as tx:
