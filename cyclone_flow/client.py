@@ -49,6 +49,7 @@ from cyclone_flow.db.rows import (
     WorkerRow,
 )
 from cyclone_flow.engine import explain, operator, signals
+from cyclone_flow.engine import rerun as reruns
 from cyclone_flow.engine.explain import Waiting
 from cyclone_flow.engine.tx import transaction
 from cyclone_flow.errors import (
@@ -986,6 +987,55 @@ class Client:
             node = printable(node)  # spelled out: no node has that name (RunStateError)
         with transaction(self._db, self._publish) as tx:
             return operator.retry_run(tx, parse_run_id(run_id), node)
+
+    def rerun(
+        self,
+        run_id: str,
+        from_node: str | Sequence[str] | None = None,
+        input: JSON = None,
+        *,
+        input_patch: JSON = None,
+        failed: bool = False,
+        force: bool = False,
+    ) -> str:
+        """Rerun the finished top run ``run_id`` from ``from_node`` (a node name or
+        several), reusing what it finished; returns the new run's id.
+
+        In one transaction a new run of the same stored definition is written, linked to
+        the original (``Run.rerun_of``): every node that is not a ``from`` node nor
+        downstream of one takes over the original's output without running (its step is
+        ``completed``, or ``skipped`` as it was, with ``Step.reused_from`` the source
+        step; a fan-out node keeps its items' outputs, a child node its child run's
+        output); the ``from`` nodes and their descendants run again (a child node among
+        them starts a new child run). ``failed`` adds every discarded or cancelled node
+        to ``from_node``. ``input`` replaces the run input (None: the original's),
+        ``input_patch`` merges into it (RFC 7396 JSON Merge Patch); either is checked
+        against the flow's ``input_schema``. A node to reuse whose input the new input
+        would change is refused, unless ``force`` reruns it too.
+
+        Raises RunNotFoundError; RunStateError (the run is running or a child run, an
+        unknown node, nothing to rerun); RerunRefusedError (``.nodes``: a node to reuse
+        did not complete, or a changed input would change its input); InputValidationError
+        and PayloadTooLargeError (a bad new input); nothing is written then."""
+        if input is not None and input_patch is not None:
+            raise SubmitOptionError("input", input, "give input or input_patch, not both")
+        names = [from_node] if isinstance(from_node, str) else list(from_node or ())
+        names = [n if storable(n) else (printable(n) or "") for n in names]
+        rid = parse_run_id(run_id)
+        limit = self.config.payload_limits.input_bytes
+        with transaction(self._db, self._publish) as tx:
+            kwargs: dict[str, Any] = {}
+            if input is not None or input_patch is not None:
+                new_input = input
+                if input_patch is not None:
+                    original = runs.run_get(tx, run_id=rid)
+                    if original is None:
+                        raise RunNotFoundError(rid)
+                    new_input = reruns.merge_patch(original.input, input_patch)
+                encode_payload("input", new_input, limit)  # before anything is written
+                kwargs["new_input"] = new_input
+            plan = reruns.rerun(tx, rid, names, failed=failed, force=force, **kwargs)
+        return plan.run_id
 
     def failed_run_ids(self, flow: str | None = None) -> list[str]:
         """The ids of the failed top runs (of ``flow`` when given), oldest first: what

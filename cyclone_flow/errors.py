@@ -213,6 +213,16 @@ class RunStateError(CycloneError):
         super().__init__(f"run {run_id} is {state}: {message}")
 
 
+class RerunRefusedError(RunStateError):
+    """A rerun that cannot reuse what it should (``Client.rerun``): ``nodes`` are the
+    nodes that stop it (an upstream node that did not complete, or whose input a changed
+    run input would change); nothing was written."""
+
+    def __init__(self, run_id: str, state: str, message: str, nodes: tuple[str, ...]) -> None:
+        self.nodes = nodes
+        super().__init__(run_id, state, message)
+
+
 class ReclaimLimitExceeded(CycloneError):
     """Given to ``error_handler`` when the sweep discards a step whose lease expired after
     ``max_reclaims`` reclaims (Client Options: WithMaxReclaims; error_kind reclaim_limit)."""

@@ -20,10 +20,17 @@ Propagation) and who moves rows in and out of each:
   the last item's completion, the child run's completion or failure, a signal
   (``Client.signal``), the wait scanner after ``wait_until`` (``timeout``), or a fatal
   discard or cancel of the run.
-- ``completed``, ``discarded`` (dead letter), ``cancelled``: terminal; ``finished_at`` is set.
+- ``skipped``: a node whose ``when:`` condition was false, or whose dependency was
+  skipped (skip-cascade, unless the node has ``on_dep_skip: run``), written instead of
+  ``available``/``waiting`` in the transaction that would have released (or, for a
+  cascade, the one that skipped the dependency); never claimed or started.
+  ``skip_reason`` records the condition as evaluated.
+- ``completed``, ``discarded`` (dead letter), ``cancelled``, ``skipped``: terminal;
+  ``finished_at`` is set. ``completed`` and ``skipped`` satisfy a dependency.
 
 Run states: ``running`` (from submit) until no non-terminal step remains
-(``completed``), a fatal discard (``failed``) or an operator cancel (``cancelled``).
+(``completed``; skipped steps do not fail it), a fatal discard (``failed``) or an
+operator cancel (``cancelled``).
 
 Step events (:class:`EventKind`, the ``kind`` of a ``StepEvent``) name the committed
 transition that a client reports after its commit (:mod:`cyclone_flow.events`).
@@ -31,7 +38,10 @@ transition that a client reports after its commit (:mod:`cyclone_flow.events`).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
 
 class StepState(StrEnum):
@@ -44,10 +54,11 @@ class StepState(StrEnum):
     COMPLETED = "completed"
     DISCARDED = "discarded"
     CANCELLED = "cancelled"
+    SKIPPED = "skipped"
 
     @property
     def terminal(self) -> bool:
-        """True for ``completed``, ``discarded`` and ``cancelled``."""
+        """True for ``completed``, ``discarded``, ``cancelled`` and ``skipped``."""
         return self in _TERMINAL_STEP
 
 
@@ -89,7 +100,8 @@ class EventKind(StrEnum):
     fan-out, child or wait_signal node), ``retry_scheduled`` (a failed attempt with
     attempts left, from the worker or the recovery sweep), ``discarded`` (a dead letter:
     worker, sweep, wait scanner or engine), ``cancelled`` (a step cancelled by a committed
-    transition) and ``reclaimed`` (the recovery sweep put an expired lease back)."""
+    transition), ``reclaimed`` (the recovery sweep put an expired lease back) and
+    ``skipped`` (the engine skipped a node: its ``when:`` was false, or skip-cascade)."""
 
     CLAIMED = "claimed"
     COMPLETED = "completed"
@@ -97,9 +109,12 @@ class EventKind(StrEnum):
     DISCARDED = "discarded"
     CANCELLED = "cancelled"
     RECLAIMED = "reclaimed"
+    SKIPPED = "skipped"
 
 
-_TERMINAL_STEP = frozenset({StepState.COMPLETED, StepState.DISCARDED, StepState.CANCELLED})
+_TERMINAL_STEP = frozenset(
+    {StepState.COMPLETED, StepState.DISCARDED, StepState.CANCELLED, StepState.SKIPPED}
+)
 
 
 STATE_COLOURS: dict[str, str] = {
@@ -110,6 +125,19 @@ STATE_COLOURS: dict[str, str] = {
     "completed": "#86efac",
     "discarded": "#fca5a5",
     "cancelled": "#cbd5e1",
+    "skipped": "#f5f5f4",
 }
 """The fill colour of each step state, the legend of the dashboard (its ``ui.css``) and of
 ``graph --run`` (DOT ``fillcolor``, Mermaid ``classDef``)."""
+
+
+def describe_skip(reason: Mapping[str, Any]) -> str:
+    """Why a step was skipped, from its ``skip_reason`` (``status``, the dashboard):
+    ``skipped: when TEXT was false (REF = VALUE, ...)`` or ``skipped: upstream NODE was
+    skipped``."""
+    if "upstream" in reason:
+        return f"skipped: upstream {reason['upstream']} was skipped"
+    values = reason.get("values")
+    pairs = values.items() if isinstance(values, dict) else ()
+    shown = ", ".join(f"{k} = {json.dumps(v, ensure_ascii=False)}" for k, v in pairs)
+    return f"skipped: when {reason.get('when')!r} was false" + (f" ({shown})" if shown else "")

@@ -17,7 +17,13 @@ from cyclone_flow.cli.embedded_cmds import embedded_group
 from cyclone_flow.cli.init_cmds import init_cmd
 from cyclone_flow.cli.inspect_cmds import logs_cmd, runs_cmd, status_cmd, workers_cmd
 from cyclone_flow.cli.lint_cmds import graph, lint
-from cyclone_flow.cli.operator_cmds import cancel_cmd, purge_cmd, retry_cmd, signal_cmd
+from cyclone_flow.cli.operator_cmds import (
+    cancel_cmd,
+    purge_cmd,
+    rerun_cmd,
+    retry_cmd,
+    signal_cmd,
+)
 from cyclone_flow.cli.queue_cmds import enqueue_cmd, schedule_group
 from cyclone_flow.cli.schema_cmds import migrate_cmd
 from cyclone_flow.cli.submit_cmds import run_cmd, submit_cmd
@@ -89,6 +95,7 @@ for _command in (
     runs_cmd,
     cancel_cmd,
     retry_cmd,
+    rerun_cmd,
     enqueue_cmd,
     schedule_group,
     purge_cmd,

@@ -125,6 +125,9 @@ def status_cmd(
         console.print(Text(line))
     if run.parent_run_id:
         console.print(Text(f"child run of run {run.parent_run_id} (node {run.parent_node})"))
+    if run.rerun_of:
+        reused = sum(s.reused_from is not None for s in steps)
+        console.print(Text(f"rerun of run {run.rerun_of} ({reused} steps reused)"))
     if run.deadline_at and run.state == "running":
         console.print(Text(f"deadline: {run.deadline_at.isoformat(timespec='seconds')}"))
     if run.error:

@@ -1,4 +1,4 @@
-"""Operator commands on runs: ``cancel``, ``retry``, ``signal`` and ``purge`` (delete
+"""Operator commands on runs: ``cancel``, ``retry``, ``rerun``, ``signal`` and ``purge`` (delete
 terminal runs older than an age: the same pass a client with ``retention=`` runs in the
 background)."""
 
@@ -13,9 +13,11 @@ from cyclone_flow.cli.common import (
     database_options,
     echo_json,
     handle_errors,
+    input_options,
     parse_age,
     parse_json,
     prepare_enabled,
+    read_input,
     read_payload_file,
     resolve_database,
     setup_logging,
@@ -42,6 +44,82 @@ def cancel_cmd(run_id: str, database_url: str | None, schema: str) -> None:
         state = client.get_run(run_id).state
     click.echo(f"error: run {run_id} is already {state}; nothing cancelled", err=True)
     sys.exit(1)
+
+
+@click.command("rerun")
+@click.argument("run_id")
+@click.option(
+    "--from",
+    "from_nodes",
+    multiple=True,
+    metavar="NODE",
+    help="Rerun from this node: it and everything downstream run again, the rest is "
+    "reused (may be given several times).",
+)
+@click.option("--failed", is_flag=True, help="Rerun from every discarded or cancelled node.")
+@input_options
+@click.option(
+    "--input-patch",
+    "input_patch",
+    default=None,
+    help="A JSON Merge Patch (RFC 7396) applied to the original run input.",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Also rerun the nodes to reuse whose input the new input changes.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the new run id as JSON.")
+@database_options
+@handle_errors
+def rerun_cmd(
+    run_id: str,
+    from_nodes: tuple[str, ...],
+    failed: bool,
+    input_json: str | None,
+    input_file: str | None,
+    input_patch: str | None,
+    force: bool,
+    as_json: bool,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Rerun a finished run from chosen nodes as a new run linked to it (rerun_of): the
+    nodes upstream of them take the original's outputs without running, they and
+    everything downstream run again. Exit 1 when the rerun is refused (a node to reuse
+    did not complete, or the new input changes what it read: --force reruns it too)."""
+    if not from_nodes and not failed:
+        raise click.UsageError("give --from NODE (one or more) or --failed")
+    run_input = read_input(input_json, input_file)
+    given = input_json is not None or input_file is not None
+    if given and input_patch is not None:
+        raise click.UsageError("give --input / --input-file or --input-patch, not both")
+    patch = (
+        None if input_patch is None else parse_json(input_patch, "--input-patch", "--input-patch")
+    )
+    if given and run_input is None:
+        raise click.UsageError("a rerun keeps the original input unless given one: null is not")
+    setup_logging()
+    url = resolve_database(database_url, existing=True)
+    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
+        source = client.resolve_run_id(run_id)
+        new_id = client.rerun(
+            source,
+            list(from_nodes),
+            run_input,
+            input_patch=patch,
+            failed=failed,
+            force=force,
+        )
+        steps = client.list_steps(new_id, items=False)
+    reused = [s.node for s in steps if s.reused_from is not None]
+    again = [s.node for s in steps if s.reused_from is None]
+    if as_json:
+        echo_json({"run_id": new_id, "rerun_of": source, "rerun": again, "reused": reused})
+        return
+    click.echo(f"run {new_id}: rerun of run {source}")
+    click.echo(f"  reused: {', '.join(reused) or 'nothing'}")
+    click.echo(f"  runs again: {', '.join(again)}")
 
 
 RETRY_PREVIEW_RUNS = 10

@@ -39,15 +39,15 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-_TERMINAL = (StepState.COMPLETED, StepState.DISCARDED, StepState.CANCELLED)
+_TERMINAL = (StepState.COMPLETED, StepState.DISCARDED, StepState.CANCELLED, StepState.SKIPPED)
 
 
 @dataclass
 class StepCounts:
-    """What a progress display shows: steps ``done`` (completed, discarded or cancelled)
-    of ``total``, ``running`` now, ``failed`` attempts so far, and how many of the done
-    steps were ``discarded`` or ``cancelled`` (so that a full bar does not read as all
-    completed)."""
+    """What a progress display shows: steps ``done`` (completed, discarded, cancelled or
+    skipped) of ``total``, ``running`` now, ``failed`` attempts so far, and how many of
+    the done steps were ``discarded``, ``cancelled`` or ``skipped`` (so that a full bar
+    does not read as all completed)."""
 
     total: int = 0
     done: int = 0
@@ -55,6 +55,7 @@ class StepCounts:
     failed: int = 0
     discarded: int = 0
     cancelled: int = 0
+    skipped: int = 0
 
     @classmethod
     def of(cls, steps: list[Step]) -> StepCounts:
@@ -65,15 +66,18 @@ class StepCounts:
             failed=sum(len(s.errors) for s in steps),
             discarded=sum(s.state == StepState.DISCARDED for s in steps),
             cancelled=sum(s.state == StepState.CANCELLED for s in steps),
+            skipped=sum(s.state == StepState.SKIPPED for s in steps),
         )
 
     def not_completed(self) -> str:
-        """``", 1 discarded, 2 cancelled"`` (the parts that are not zero), or ``""``."""
-        parts = [
-            f"{n} {what}"
-            for n, what in ((self.discarded, "discarded"), (self.cancelled, "cancelled"))
-            if n
-        ]
+        """``", 1 discarded, 2 cancelled, 1 skipped"`` (the parts that are not zero), or
+        ``""``."""
+        counts = (
+            (self.discarded, "discarded"),
+            (self.cancelled, "cancelled"),
+            (self.skipped, "skipped"),
+        )
+        parts = [f"{n} {what}" for n, what in counts if n]
         return "".join(f", {part}" for part in parts)
 
 

@@ -1,7 +1,8 @@
 """How the CLI shows runs and steps: the ``--json`` form of a run, the one-line detail of
 a step's node type (item progress of fan-out nodes, the child run of child nodes, the
-awaited signal of wait_signal nodes) for ``status`` and ``graph --run``, and the ``status``
-lines of a run's unique key, sequence and schedule."""
+awaited signal of wait_signal nodes, why a node was skipped, which step a rerun reused)
+for ``status`` and ``graph --run``, and the ``status`` lines of a run's unique key,
+sequence and schedule."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from cyclone_flow.db.rows import Run, Step
 from cyclone_flow.durations import format_elapsed
 from cyclone_flow.engine.explain import Waiting
 from cyclone_flow.producer import PlannedStep, RunPlan
+from cyclone_flow.states import describe_skip
 
 __all__ = [
     "plan_dict",
@@ -78,7 +80,13 @@ def step_duration(step: Step, now: datetime) -> str:
 def step_detail(step: Step, progress: dict[str, dict[str, int]]) -> str:
     """One line about a step's node type: ``items 42/100 done, 8 running`` for a fan-out
     node, ``child run ID`` for a child node, ``awaits signal 'NAME'`` for a wait_signal
-    node, ``item 3 of NODE`` for a fan-out item; "" for an action."""
+    node, ``item 3 of NODE`` for a fan-out item, ``skipped: when ... was false (REF =
+    VALUE)`` / ``skipped: upstream NODE was skipped`` for a skipped node, ``reused: the
+    output of step ID`` for a step a rerun took over; "" for an action."""
+    if step.state == "skipped" and step.skip_reason is not None:
+        return describe_skip(step.skip_reason)
+    if step.reused_from is not None:
+        return f"reused: the output of step {step.reused_from} of the original run"
     if step.parent_node is not None:
         return f"item {step.item_index} of {step.parent_node}"
     if step.type == "fan_out":
@@ -103,8 +111,13 @@ def step_detail(step: Step, progress: dict[str, dict[str, int]]) -> str:
 
 
 def step_fields(step: Step, progress: dict[str, dict[str, int]]) -> dict[str, Any]:
-    """The node-type fields of a step for ``--json`` output (only those that apply)."""
+    """The node-type fields of a step for ``--json`` output (only those that apply),
+    with ``skip_reason`` (a skipped step) and ``reused_from`` (a step a rerun reused)."""
     out: dict[str, Any] = {"type": step.type}
+    if step.skip_reason is not None:
+        out["skip_reason"] = step.skip_reason
+    if step.reused_from is not None:
+        out["reused_from"] = step.reused_from
     if step.parent_node is not None:
         out.update(parent_node=step.parent_node, item_index=step.item_index)
     if step.type == "fan_out":

@@ -39,6 +39,7 @@ _STYLE = {
     "discarded": "red",
     "cancelled": "yellow",
     "waiting": "magenta",
+    "skipped": "dim",
 }
 
 

@@ -137,6 +137,8 @@ class Run:
     parent_run_id: str | None = None
     parent_node: str | None = None
     deadline_at: datetime | None = None
+    rerun_of: str | None = None
+    """The run this run is a rerun of (``Client.rerun``), None for any other run."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +149,10 @@ class Step:
     and ``items_done`` (a started fan-out node), ``signal`` (a wait_signal node),
     ``child_run_id`` (a started child node), ``wait_until`` (when a child or signal wait
     expires; None: no bound), ``max_parallel`` (a fan-out node's bound on its items
-    available or running at once; None: no bound).
+    available or running at once; None: no bound). ``skip_reason`` (a skipped node): its
+    ``when:`` as evaluated, ``{"when": TEXT, "values": {REF: VALUE}}``, or the skipped
+    dependency that skipped it, ``{"upstream": NODE}``. ``reused_from``: the id of the step
+    of the original run whose output a rerun took over (the step did not run).
     """
 
     id: int
@@ -178,6 +183,8 @@ class Step:
     wait_until: datetime | None = None
     child_run_id: str | None = None
     max_parallel: int | None = None
+    skip_reason: dict[str, Any] | None = None
+    reused_from: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -387,12 +394,14 @@ class CompletedLease(NamedTuple):
 
 class ReleasedStep(NamedTuple):
     """``step_release_if_ready`` / ``step_release_dependents_if_ready``: a released step (an
-    action is now available, any other node type waiting and to be started)."""
+    action is now available, any other node type waiting and to be started);
+    ``condition`` its ``when:`` text (None: it runs), decided in the same transaction."""
 
     run_id: str
     queue: str
     node: str
     type: str
+    condition: str | None = None
 
 
 class FailedAttempt(NamedTuple):
@@ -432,6 +441,54 @@ class StepOutput(NamedTuple):
 
     output: str | None
     state: StepState
+
+
+class RerunSource(NamedTuple):
+    """``run_get_rerun_source``: the run a rerun is made from (``input`` JSON text)."""
+
+    id: str
+    state: RunState
+    workflow_id: int
+    flow_name: str
+    input: str
+    input_schema: Any
+    parent_run_id: str | None
+
+
+class RerunStep(NamedTuple):
+    """``step_list_rerun_source``: a top-level step of the run a rerun is made from, with
+    what decides whether it can be reused."""
+
+    id: int
+    node: str
+    type: str
+    state: StepState
+    input: JSON
+    over: JSON
+    condition: str | None
+
+
+class ReusedStep(NamedTuple):
+    """``step_reuse_from_run``: a step of a rerun after it took its queue (and, reused,
+    its result) from the original run."""
+
+    node: str
+    state: StepState
+
+
+class ConditionInputs(NamedTuple):
+    """``step_get_condition_inputs``: what a ``when:`` condition reads, as JSON text: the
+    run's input and ``{node: {"state", "output"}}`` for the nodes it names."""
+
+    run_input: str | None
+    upstream: str
+
+
+class SkippedStep(NamedTuple):
+    """``step_skip_dependents_if_pending``: a node skipped by skip-cascade, and its queue."""
+
+    node: str
+    queue: str
 
 
 class ResetStep(NamedTuple):

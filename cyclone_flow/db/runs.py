@@ -19,6 +19,7 @@ from cyclone_flow.db.rows import (
     EndedRun,
     InsertedChild,
     LockedRun,
+    RerunSource,
     Run,
     RunLock,
     rows_of,
@@ -30,6 +31,7 @@ _RUN_LOCK = rows_of(RunLock, convert={"state": RunState})
 _LOCKED_RUN = rows_of(LockedRun, convert={"state": RunState})
 _COMPLETED_RUN = rows_of(CompletedRun)
 _ENDED_RUN = rows_of(EndedRun)
+_RERUN_SOURCE = rows_of(RerunSource, convert={"state": RunState})
 _DEADLINE_FAILED = rows_of(DeadlineFailedRun)
 _INSERTED_CHILD = rows_of(InsertedChild)
 
@@ -285,7 +287,19 @@ def run_insert_child(
     return execute_rows(s, "run_insert_child", params, _INSERTED_CHILD).fetchone()
 
 
+def run_insert_rerun(s: SessionLike, *, rerun_of: str, input: str) -> str | None:
+    """Insert the rerun of ``rerun_of`` with ``input`` (JSON text); its id, None when the
+    original run is gone."""
+    row = execute(s, "run_insert_rerun", {"rerun_of": rerun_of, "input": input}).fetchone()
+    return None if row is None else str(row[0])
+
+
 # -- reads ---------------------------------------------------------------------------------
+
+
+def run_get_rerun_source(s: SessionLike, *, run_id: str) -> RerunSource | None:
+    """What a rerun needs of run ``run_id``; None when there is no such run."""
+    return execute_rows(s, "run_get_rerun_source", {"run_id": run_id}, _RERUN_SOURCE).fetchone()
 
 
 def run_get(s: SessionLike, *, run_id: str) -> Run | None:

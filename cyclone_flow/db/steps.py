@@ -25,6 +25,7 @@ from cyclone_flow.db.rows import (
     ClaimedStep,
     CompletedLease,
     CompletedStep,
+    ConditionInputs,
     DecidedNode,
     DisownedStep,
     ExpiredNode,
@@ -41,8 +42,11 @@ from cyclone_flow.db.rows import (
     QueueThroughput,
     ReclaimedStep,
     ReleasedStep,
+    RerunStep,
     RescuedStep,
     ResetStep,
+    ReusedStep,
+    SkippedStep,
     Step,
     StepOutput,
     rows_of,
@@ -71,6 +75,10 @@ _ITEMS_DONE = rows_of(ItemsDone, columns={"case": "queue"})
 _DECIDED = rows_of(DecidedNode, convert={"state": StepState})
 _EXPIRED_WAIT = rows_of(ExpiredWait)
 _EXPIRED_NODE = rows_of(ExpiredNode)
+_CONDITION_INPUTS = rows_of(ConditionInputs)
+_SKIPPED = rows_of(SkippedStep)
+_RERUN_STEP = rows_of(RerunStep, convert={"state": StepState})
+_REUSED = rows_of(ReusedStep, convert={"state": StepState})
 
 
 def _firsts(cursor: psycopg.Cursor[Any]) -> list[str]:
@@ -432,6 +440,67 @@ def step_discard_if_waiting(
     }
     row = execute(s, "step_discard_if_waiting", params).fetchone()
     return None if row is None else str(row[2])
+
+
+def step_discard_if_released(
+    s: SessionLike, *, run_id: str, node: str, error: str, error_kind: str
+) -> str | None:
+    """available or waiting (just released) -> discarded with ``error``: its ``when:``
+    could not be evaluated. The node's queue, None when stale."""
+    params = {"run_id": run_id, "node": node, "error": error, "error_kind": error_kind}
+    row = execute(s, "step_discard_if_released", params).fetchone()
+    return None if row is None else str(row[0])
+
+
+def step_skip_if_released(s: SessionLike, *, run_id: str, node: str, reason: str) -> str | None:
+    """available or waiting (just released) -> skipped, ``reason`` (JSON text) its
+    condition as evaluated. The node's queue, None when stale."""
+    params = {"run_id": run_id, "node": node, "reason": reason}
+    row = execute(s, "step_skip_if_released", params).fetchone()
+    return None if row is None else str(row[0])
+
+
+def step_skip_dependents_if_pending(
+    s: SessionLike, *, run_id: str, nodes: Sequence[str]
+) -> list[SkippedStep]:
+    """Skip-cascade below the skipped ``nodes``: the pending descendants reached through
+    dependents with ``on_dep_skip`` skip -> skipped; each node skipped and its queue."""
+    params = {"run_id": run_id, "nodes": list(nodes)}
+    return execute_rows(s, "step_skip_dependents_if_pending", params, _SKIPPED).fetchall()
+
+
+def step_get_condition_inputs(
+    s: SessionLike, *, run_id: str, nodes: Sequence[str]
+) -> ConditionInputs | None:
+    """The run input and the state and output of ``nodes`` (JSON text) for a ``when:``;
+    None when the run does not exist."""
+    params = {"run_id": run_id, "nodes": list(nodes)}
+    return execute_rows(s, "step_get_condition_inputs", params, _CONDITION_INPUTS).fetchone()
+
+
+def step_list_rerun_source(s: SessionLike, *, run_id: str) -> list[RerunStep]:
+    """The top-level steps of ``run_id`` with their state and templates (a rerun's
+    source), in creation order."""
+    return execute_rows(s, "step_list_rerun_source", {"run_id": run_id}, _RERUN_STEP).fetchall()
+
+
+def step_reuse_from_run(
+    s: SessionLike, *, run_id: str, source: str, nodes: Sequence[str]
+) -> list[ReusedStep]:
+    """The pending steps of the rerun ``run_id`` take their queue and priority from run
+    ``source``, and ``nodes`` its result (completed or skipped, reused_from set); each
+    step's node and new state."""
+    params = {"run_id": run_id, "source": source, "nodes": list(nodes)}
+    return execute_rows(s, "step_reuse_from_run", params, _REUSED).fetchall()
+
+
+def step_insert_reused_items(
+    s: SessionLike, *, run_id: str, source: str, nodes: Sequence[str]
+) -> int:
+    """Copy the completed items of the fan-out ``nodes`` of run ``source`` into the rerun
+    ``run_id``; how many."""
+    params = {"run_id": run_id, "source": source, "nodes": list(nodes)}
+    return execute(s, "step_insert_reused_items", params).rowcount
 
 
 def step_reset_if_discarded_or_cancelled(

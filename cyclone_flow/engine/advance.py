@@ -16,6 +16,11 @@ The node types (Engine Design: Why Static DAGs; Failure Propagation):
   in the same transaction; otherwise ``deliver_signal`` completes it later with the
   signal's payload.
 
+A released node with a ``when:`` condition is decided first, in the same transaction
+(:mod:`cyclone_flow.engine.conditions`): false skips it (no item, no child run, no wait)
+and its ``on_dep_skip: skip`` descendants (skip-cascade); a skipped node satisfies its
+dependents like a completed one, with a null output.
+
 ``child`` and ``wait_signal`` nodes with a ``max_wait`` (or a wait_signal node under the
 submitting client's ``max_signal_wait``) get a ``wait_until``; the wait scanner discards
 them with kind ``timeout`` after it.
@@ -35,7 +40,7 @@ from datetime import datetime
 from cyclone_flow.db import deps, runs, signals, steps
 from cyclone_flow.db.conn import Pending, pipelined
 from cyclone_flow.db.rows import CompletedRun, DecidedNode, NodeInfo, ReleasedStep
-from cyclone_flow.engine import child_runs, fan_out, sequences
+from cyclone_flow.engine import child_runs, conditions, fan_out, sequences
 from cyclone_flow.engine.tx import Discard, EngineEvent, Tx
 from cyclone_flow.states import ErrorKind, EventKind, RunState, StepState
 
@@ -98,13 +103,58 @@ def release(tx: Tx, run_id: str, node: str | None) -> bool:
 
 
 def start_released(tx: Tx, run_id: str, released: Sequence[ReleasedStep]) -> None:
-    """After a release of ``released`` steps of run ``run_id``: wake the queues of released
-    actions, start the released nodes of other types."""
+    """After a release of ``released`` steps of run ``run_id``: decide the ``when:`` of
+    those that have one (:func:`decide_condition`), then wake the queues of released
+    actions and start the released nodes of other types."""
     for step in released:
+        if step.condition is not None and not decide_condition(tx, run_id, step):
+            continue
         if step.type == "action":
             tx.effects.wakeups.queues.add(step.queue)
         else:
             start_node(tx, run_id, step.node)
+
+
+def decide_condition(tx: Tx, run_id: str, step: ReleasedStep) -> bool:
+    """Decide the ``when:`` of the just released ``step``: True when it runs; else it is
+    skipped (skip-cascade follows) or, when its condition cannot be evaluated, discarded
+    (kind ``input_error``; the dependents' policy follows), and False."""
+    decision = conditions.decide(tx, run_id, step.node, step.condition or "true")
+    if decision is None:
+        return True
+    if isinstance(decision, conditions.Skip):
+        queue = steps.step_skip_if_released(
+            tx, run_id=run_id, node=step.node, reason=decision.reason
+        )
+        if queue is not None:
+            nodes_skipped(tx, run_id, [(step.node, queue)])
+        return False
+    error, kind = decision.error, str(ErrorKind.INPUT_ERROR)
+    queue = steps.step_discard_if_released(
+        tx, run_id=run_id, node=step.node, error=error, error_kind=kind
+    )
+    if queue is not None:
+        engine_discarded(tx, run_id, step.node, error, kind, queue)
+    return False
+
+
+def nodes_skipped(tx: Tx, run_id: str, skipped: Sequence[tuple[str, str]]) -> None:
+    """The ``(node, queue)`` pairs of ``run_id`` were just skipped: skip their pending
+    descendants reached through ``on_dep_skip: skip`` dependents (one statement), release
+    the dependents whose dependencies are now all done (``on_dep_skip: run``), or complete
+    the run when nothing was released and nothing is left."""
+    below = steps.step_skip_dependents_if_pending(
+        tx, run_id=run_id, nodes=[node for node, _ in skipped]
+    )
+    every = [*skipped, *((s.node, s.queue) for s in below)]
+    for node, queue in every:
+        tx.effects.events.append(EngineEvent(EventKind.SKIPPED, run_id, node, queue=queue))
+    released = steps.step_release_dependents_if_ready(
+        tx, run_ids=[run_id] * len(every), nodes=[node for node, _ in every]
+    )
+    start_released(tx, run_id, released)
+    if not released:
+        complete_run_if_done(tx, run_id)
 
 
 def start_node(tx: Tx, run_id: str, node: str) -> None:

@@ -8,7 +8,7 @@ from cyclone_flow._json import JSON, loads
 from cyclone_flow.db import runs, steps
 from cyclone_flow.engine.tx import Tx
 from cyclone_flow.errors import TemplateError
-from cyclone_flow.flowfile.template import render
+from cyclone_flow.flowfile.template import SKIPPED, render
 from cyclone_flow.states import StepState
 
 
@@ -19,9 +19,11 @@ def run_input(tx: Tx, run_id: str) -> JSON:
 
 
 def node_output(tx: Tx, run_id: str, node: str) -> JSON:
-    """The output of ``node`` of ``run_id``; raises TemplateError when it has not
-    completed."""
+    """The output of ``node`` of ``run_id`` (:data:`SKIPPED` for a skipped node); raises
+    TemplateError when it has not completed."""
     row = steps.step_get_output(tx, run_id=run_id, node=node)
+    if row is not None and row.state == StepState.SKIPPED:
+        return SKIPPED
     if row is None or row.state != StepState.COMPLETED:
         raise TemplateError(f"node {node!r} of run {run_id} has not completed")
     return loads(row.output)

@@ -157,9 +157,10 @@ def pipelinable(options: RunOptions) -> bool:
 
 
 def roots_are_actions(flow: Flow) -> bool:
-    """Whether every root node of ``flow`` (no needs) is an action: a new run then starts
-    with no node for the engine to start (nothing to release after the insert)."""
-    return all(n.type == "action" for n in flow.nodes.values() if not n.needs)
+    """Whether every root node of ``flow`` (no needs) is an action without a ``when:``: a
+    new run then starts with no node for the engine to start or decide (nothing to
+    release after the insert)."""
+    return all(n.type == "action" and n.when is None for n in flow.nodes.values() if not n.needs)
 
 
 def root_queues(flow: Flow, options: RunOptions) -> set[str]:
@@ -170,7 +171,7 @@ def root_queues(flow: Flow, options: RunOptions) -> set[str]:
     return {
         n.queue if options.queue is None or n.queue_set else options.queue
         for n in flow.nodes.values()
-        if not n.needs and n.type == "action"
+        if not n.needs and n.type == "action" and n.when is None
     }
 
 

@@ -1,8 +1,8 @@
 """Build the typed :class:`Flow` from a document that passed the schema and the checks.
 
-``defaults`` are applied here: a node's ``queue``, ``priority``, ``timeout`` and
-``on_dep_failure`` replace the default when given; ``retry`` merges key by key (and
-``retry.backoff`` too), so ``defaults: {retry: {max_attempts: 3}}`` plus a node's
+``defaults`` are applied here: a node's ``queue``, ``priority``, ``timeout``,
+``on_dep_failure`` and ``on_dep_skip`` replace the default when given; ``retry`` merges
+key by key (and ``retry.backoff`` too), so ``defaults: {retry: {max_attempts: 3}}`` plus a node's
 ``retry: {backoff: {initial: 1s}}`` gives 3 attempts with a 1s initial backoff.
 """
 
@@ -21,6 +21,7 @@ from cyclone_flow.flowfile.model import (
     Node,
     NodeType,
     OnDepFailure,
+    OnDepSkip,
     Retry,
 )
 from cyclone_flow.names import DEFAULT_QUEUE
@@ -53,6 +54,15 @@ def _retry(defaults: Mapping[str, Any], node: Mapping[str, Any]) -> Retry:
     return Retry(
         max_attempts=int(merged.get("max_attempts", Retry().max_attempts)), backoff=backoff
     )
+
+
+def _when(value: Any) -> str | None:
+    """A node's ``when:`` as text (YAML booleans become ``true``/``false``)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def build_flow(
@@ -91,6 +101,10 @@ def build_flow(
             queue_set="queue" in spec,
             priority_set="priority" in spec,
             max_wait_s=None if spec.get("max_wait") is None else parse_duration(spec["max_wait"]),
+            when=_when(spec.get("when")),
+            on_dep_skip=cast(
+                OnDepSkip, spec.get("on_dep_skip", defaults.get("on_dep_skip", "skip"))
+            ),
         )
     children = dict(children or {})
     digest = document_digest(document)

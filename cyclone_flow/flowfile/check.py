@@ -10,7 +10,12 @@ itself), E013 (reference to a node that is not an ancestor), E014 (reference to 
 unknown node), E016 (malformed ``${{`` expression), E017 (``${{ item }}`` outside the
 ``input`` of a fan_out node), E050 (invalid cron expression), E051 (unknown time zone),
 E052 (two schedules with one name), W001 (a warning: ``${{ run.input.x }}`` where
-``input_schema`` neither requires ``x`` nor gives it a default). Child-flow checks
+``input_schema`` neither requires ``x`` nor gives it a default), E018 (a ``when:`` that
+does not parse), E019 (a ``when:`` reference to a node that is not an ancestor, or not a
+node), W002 (a template reads the output of a node that can be skipped while the reader
+can still run: it gets null), W003 (a ``when:`` comparison whose types do not match what
+``input_schema`` says, or an order comparison with a literal that is not a number or a
+string). Child-flow checks
 (E030-E032) live in :mod:`cyclone_flow.flowfile.children`.
 """
 
@@ -31,6 +36,12 @@ from cyclone_flow.durations import (
     parse_duration,
 )
 from cyclone_flow.errors import Problem, TemplateError, shown
+from cyclone_flow.flowfile.condition import (
+    Condition,
+    ConditionSyntaxError,
+    literal_kinds,
+    parse_condition,
+)
 from cyclone_flow.flowfile.read import Document, JsonPath
 from cyclone_flow.flowfile.template import find_strings, parse_ref
 from cyclone_flow.names import schedule_default_name
@@ -83,6 +94,7 @@ def check_document(doc: Document) -> list[Problem]:
     graph = dependency_graph(nodes)
     problems += _check_cycles(doc, nodes, graph)
     problems += _check_refs(doc, nodes, graph)
+    problems += _check_when(doc, nodes, graph)
     problems += _check_durations(doc, nodes)
     problems += _check_schedules(doc)
     problems += _check_text(doc)
@@ -226,6 +238,188 @@ def _check_refs(
                             f"{text!r}: references are not allowed in a schedule's input",
                         )
                     )
+    return out
+
+
+def _check_when(
+    doc: Document, nodes: dict[str, dict[str, Any]], graph: nx.DiGraph
+) -> list[Problem]:
+    """E018 (syntax), E019 (a reference to a node that is not an ancestor), W003 (types),
+    W002 (a template reading a skippable node's output from a node that may still run)."""
+    out: list[Problem] = []
+    wanted: dict[str, dict[str, list[tuple[int, str]]]] = {}
+    for name, node in nodes.items():
+        text = node.get("when")
+        if not isinstance(text, str):
+            continue
+        path: JsonPath = ("nodes", name, "when")
+        try:
+            condition = parse_condition(text)
+        except ConditionSyntaxError as exc:
+            pos = doc.inner_pos(path, exc.offset)
+            out.append(doc.problem(pos, "E018", f"node {name!r}: when: {exc.message}"))
+            continue
+        for ref, offset in condition.references():
+            if ref.node is None:
+                continue
+            if ref.node not in nodes:
+                out.append(
+                    doc.problem(
+                        doc.inner_pos(path, offset),
+                        "E019",
+                        f"node {name!r}: when: refers to node {ref.node!r}, which is not a "
+                        "node" + did_you_mean(ref.node, nodes),
+                    )
+                )
+            else:
+                wanted.setdefault(name, {}).setdefault(ref.node, []).append(
+                    (offset, ref.expression)
+                )
+        out += _when_types(doc, name, condition)
+    for name, targets in _non_ancestors(graph, {n: set(t) for n, t in wanted.items()}).items():
+        for target in targets:
+            for offset, expression in wanted[name][target]:
+                out.append(
+                    doc.problem(
+                        doc.inner_pos(("nodes", name, "when"), offset),
+                        "E019",
+                        f"node {name!r}: when: {expression!r} refers to node {target!r}, which "
+                        "is not an ancestor: a condition reads only the run input and the "
+                        "outputs of nodes it needs (directly or through another node)",
+                    )
+                )
+    out += _check_skippable_reads(doc, nodes, graph)
+    return out
+
+
+_SCHEMA_KINDS = {
+    "integer": "number",
+    "number": "number",
+    "string": "string",
+    "boolean": "boolean",
+    "array": "list",
+    "object": "mapping",
+    "null": "null",
+}
+
+
+def _when_types(doc: Document, name: str, condition: Condition) -> list[Problem]:
+    """W003 for the comparisons of ``condition`` with a literal whose type cannot match:
+    an order comparison with a literal that is not a number or a string (it raises at run
+    time unless the other side is null), or a ``run.input.KEY`` whose ``input_schema``
+    type differs from the literal's."""
+    data = doc.data if isinstance(doc.data, dict) else {}
+    schema = data.get("input_schema")
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    out = []
+    path: JsonPath = ("nodes", name, "when")
+    for op, ref, kind, offset in literal_kinds(condition):
+        pos = doc.inner_pos(path, offset)
+        if op in ("<", "<=", ">", ">=") and kind not in ("number", "string"):
+            out.append(
+                doc.problem(
+                    pos,
+                    "W003",
+                    f"node {name!r}: when: {op!r} compares {ref.expression!r} with a {kind}: "
+                    "only numbers or strings can be ordered (this fails the node at run time)",
+                )
+            )
+            continue
+        if op in ("in", "not in") or ref.kind != "run" or len(ref.path) != 1:
+            continue
+        prop = properties.get(ref.path[0]) if isinstance(properties, dict) else None
+        declared = prop.get("type") if isinstance(prop, dict) else None
+        types = [declared] if isinstance(declared, str) else declared
+        if not isinstance(types, list) or not types:
+            continue
+        kinds = {_SCHEMA_KINDS.get(t) for t in types if isinstance(t, str)}
+        if None in kinds or kind in kinds:
+            continue
+        wanted = " or ".join(sorted(str(k) for k in kinds))
+        never = "never true" if op != "!=" else "always true"
+        out.append(
+            doc.problem(
+                pos,
+                "W003",
+                f"node {name!r}: when: compares {ref.expression!r} (a {wanted} in "
+                f"input_schema) with a {kind}: {op!r} is {never}",
+            )
+        )
+    return out
+
+
+def _skippable(nodes: dict[str, dict[str, Any]], graph: nx.DiGraph, default_skip: Any) -> set[str]:
+    """The nodes that can end ``skipped``: a ``when:`` other than ``true``, or a
+    dependency that can be skipped without ``on_dep_skip: run`` (skip-cascade)."""
+    import networkx as nx
+
+    if not nx.is_directed_acyclic_graph(graph):
+        return set()  # E010 reports the cycle
+    out: set[str] = set()
+    for name in nx.topological_sort(graph):
+        node = nodes[name]
+        when = node.get("when")
+        conditional = when is not None and when is not True and when != "true"
+        cascade = node.get("on_dep_skip", default_skip) != "run"
+        if conditional or (cascade and any(p in out for p in graph.predecessors(name))):
+            out.add(name)
+    return out
+
+
+def _check_skippable_reads(
+    doc: Document, nodes: dict[str, dict[str, Any]], graph: nx.DiGraph
+) -> list[Problem]:
+    """W002: node N's ``input`` or ``over`` reads ``nodes.S.output`` where S can be skipped
+    and N can still run when it is (no chain of ``on_dep_skip: skip`` dependents from S to
+    N), and N does not say it expects that (``needs: [S]`` with ``on_dep_skip: run``)."""
+    data = doc.data if isinstance(doc.data, dict) else {}
+    defaults = data.get("defaults")
+    default_skip = defaults.get("on_dep_skip", "skip") if isinstance(defaults, dict) else "skip"
+    skippable = _skippable(nodes, graph, default_skip)
+    if not skippable:
+        return []
+
+    def policy(name: str) -> Any:
+        return nodes[name].get("on_dep_skip", default_skip)
+
+    cascades: dict[str, set[str]] = {}
+    out = []
+    for name, node in nodes.items():
+        for key in ("input", "over"):
+            if key not in node:
+                continue
+            for path, text in find_strings(node[key], ("nodes", name, key)):
+                try:
+                    ref = parse_ref(text)
+                except TemplateError:
+                    continue
+                source = None if ref is None else ref.node
+                if source not in skippable or source == name or source not in nodes:
+                    continue
+                if source not in cascades:
+                    reached: set[str] = set()
+                    stack = [source]
+                    while stack:
+                        for child in graph.successors(stack.pop()):
+                            if child not in reached and policy(child) != "run":
+                                reached.add(child)
+                                stack.append(child)
+                    cascades[source] = reached
+                if name in cascades[source]:
+                    continue  # skipped whenever the source is
+                direct = source in [n for _, n in _needs(node)]
+                if direct and policy(name) == "run":
+                    continue  # asked for it: the output is null when the source is skipped
+                out.append(
+                    doc.problem(
+                        doc.value_pos(path),
+                        "W002",
+                        f"node {name!r} reads {text!r}, but {source!r} can be skipped (a "
+                        f"when: on it or above it) while {name!r} still runs: the value is "
+                        f"then null. Add {source!r} to needs with on_dep_skip: run to accept "
+                        "null, or let the skip cascade to this node",
+                    )
+                )
     return out
 
 

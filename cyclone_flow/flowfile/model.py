@@ -17,6 +17,7 @@ from cyclone_flow.names import DEFAULT_QUEUE as DEFAULT_QUEUE
 
 NodeType = Literal["action", "fan_out", "child", "wait_signal"]
 OnDepFailure = Literal["fail_run", "cancel_branch"]
+OnDepSkip = Literal["skip", "run"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,12 @@ class Node:
     """The node names its own ``priority``, likewise."""
     max_wait_s: float | None = None
     """``max_wait`` of a child or wait_signal node, in seconds (None: no bound)."""
+    when: str | None = None
+    """The node's ``when:`` condition as written (a boolean is ``"true"``/``"false"``);
+    None: the node always runs (:mod:`cyclone_flow.flowfile.condition`)."""
+    on_dep_skip: OnDepSkip = "skip"
+    """What the node does when a dependency was skipped: ``skip`` too (the default) or
+    ``run`` with that dependency's output as null."""
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ def flow_plan(flow: Flow, child_ids: Mapping[str, int]) -> dict[str, Any]:
 
     Each node's ``queue_own`` / ``priority_own`` say that the node sets its own in the
     file (a submission's ``queue``/``priority`` then do not replace it: Queues and
-    Priority); durations are seconds. ``child_ids`` maps each child node to the id of its
-    stored child definition. Raises ValueError when a child node has none.
+    Priority); durations are seconds; ``when`` (the condition text) and ``on_dep_skip``
+    (``run``) are there only when the node sets them. ``child_ids`` maps each child node
+    to the id of its stored child definition. Raises ValueError when a child node has none.
     """
     nodes = []
     for n in flow.nodes.values():
@@ -55,4 +56,9 @@ def flow_plan(flow: Flow, child_ids: Mapping[str, int]) -> dict[str, Any]:
                 "child_workflow_id": child_ids.get(n.name),
             }
         )
+        # only when set: the plan of a flow that uses neither stays as it was
+        if n.when is not None:
+            nodes[-1]["when"] = n.when
+        if n.on_dep_skip != "skip":
+            nodes[-1]["on_dep_skip"] = n.on_dep_skip
     return {"deadline_s": flow.deadline_s, "nodes": nodes}

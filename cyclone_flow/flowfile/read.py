@@ -132,6 +132,8 @@ class Document:
     data: JSON
     values: dict[JsonPath, Position] = field(default_factory=dict)
     keys: dict[JsonPath, Position] = field(default_factory=dict)
+    text: str = field(default="", repr=False)
+    """The file's text (for positions inside a scalar: :meth:`inner_pos`)."""
 
     def value_pos(self, path: Iterable[str | int]) -> Position:
         """Position of the value at ``path``, or of its closest known ancestor."""
@@ -148,6 +150,19 @@ class Document:
         if p in self.keys:
             return self.keys[p]
         return self.value_pos(p)
+
+    def inner_pos(self, path: Iterable[str | int], offset: int) -> Position:
+        """Position of character ``offset`` of the string at ``path`` when it is written on
+        one line (plain or quoted, without escapes before ``offset``); else the position of
+        the value."""
+        line, col = self.value_pos(path)
+        lines = self.text.splitlines()
+        if not 0 < line <= len(lines) or col > len(lines[line - 1]):
+            return line, col
+        first = lines[line - 1][col - 1]
+        if first in "|>":
+            return line, col
+        return line, col + offset + (1 if first in "'\"" else 0)
 
     def problem(self, pos: Position, code: str, message: str) -> Problem:
         """A :class:`Problem` in this file at ``pos``."""
@@ -301,7 +316,7 @@ def _parse(text: str, path: str, events: Iterator[Any]) -> tuple[Document | None
     if composer.deferred is not None:
         return None, [composer.deferred]
 
-    doc = Document(path, None)
+    doc = Document(path, None, text=text)
     if root is None or (root.kind == _SCALAR and root.value is None):
         return None, [doc.problem((1, 1), "E005", "the file is empty: expected a flow mapping")]
     if root.kind != _MAP:

@@ -31,7 +31,7 @@ from typing import Literal
 from cyclone_flow.errors import TemplateError
 from cyclone_flow.flowfile.model import JSON
 
-__all__ = ["MARKER", "Ref", "find_strings", "parse_ref", "references", "render"]
+__all__ = ["MARKER", "SKIPPED", "Ref", "find_strings", "parse_ref", "references", "render"]
 
 MARKER = "${{"
 """The opening of a reference; any string containing it must be exactly one reference."""
@@ -42,6 +42,19 @@ _RUN = re.compile(rf"^run\.input(?P<path>(\.{_SEG})*)$")
 _NODES = re.compile(rf"^nodes\.(?P<node>[A-Za-z_][A-Za-z0-9_]*)\.output(?P<path>(\.{_SEG})*)$")
 _ITEM = re.compile(rf"^item(?P<path>(\.{_SEG})*)$")
 _HEADS = {"run": "run.input", "item": "item"}
+
+
+class _Skipped:
+    """The type of :data:`SKIPPED`."""
+
+    def __repr__(self) -> str:
+        return "SKIPPED"
+
+
+SKIPPED = _Skipped()
+"""What an ``upstream`` callable of :func:`render` returns for a skipped node (its
+``when:`` was false): every reference into its output renders as ``null``, whatever the
+path (the dependent runs with ``on_dep_skip: run``)."""
 
 
 @dataclass(frozen=True)
@@ -158,7 +171,8 @@ def render(
     run_input
         The run's input.
     upstream
-        ``upstream(name)`` returns node ``name``'s output; called once per reference.
+        ``upstream(name)`` returns node ``name``'s output (:data:`SKIPPED` for a skipped
+        node: the reference is null); called once per reference.
     item
         The list element of a fan-out item step (``${{ item... }}``).
 
@@ -178,6 +192,8 @@ def render(
             root = item
         else:
             root = upstream(ref.node or "")
+            if root is SKIPPED:
+                return None
         return _walk(root, ref)
     if isinstance(template, dict):
         return {k: render(v, run_input, upstream, item) for k, v in template.items()}

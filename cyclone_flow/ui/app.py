@@ -46,6 +46,7 @@ from cyclone_flow.errors import (
     RunNotFoundError,
     ScheduleNotFoundError,
 )
+from cyclone_flow.states import describe_skip
 from cyclone_flow.ui.dag import LEGEND, DagNode, dag_nodes, render_svg
 from cyclone_flow.ui.timeline import render_timeline, timeline_rows
 
@@ -232,7 +233,13 @@ class _Dashboard:
             lstrip_blocks=True,
         )
         self.env.globals.update(
-            ago=_ago, stamp=_stamp, duration=_duration, pretty=_pretty, cut=_cut, legend=LEGEND
+            ago=_ago,
+            stamp=_stamp,
+            duration=_duration,
+            pretty=_pretty,
+            cut=_cut,
+            legend=LEGEND,
+            skip_text=describe_skip,
         )
 
     # -- rendering -------------------------------------------------------------------------

@@ -42,6 +42,7 @@ LEGEND: tuple[tuple[str, str], ...] = (
     ("completed", "done"),
     ("discarded", "failed for good"),
     ("cancelled", "cancelled"),
+    ("skipped", "not run: its when: was false, or a node it needs was skipped"),
 )
 """The step states in the order of the legend, with what each means (the colours are the
 ``state-<name>`` classes of ``static/ui.css``)."""
@@ -124,6 +125,10 @@ def dag_nodes(
                 detail = _fan_out_detail(step, (progress or {}).get(name, {}))
             elif step.type == "wait_signal" and step.state == "waiting":
                 detail = f"awaits {step.signal}"
+            if step.state == "skipped":
+                detail = "skipped"
+            elif step.reused_from is not None:
+                detail = "reused"
         needs = tuple(n for n in _needs(doc) if n in docs)
         out.append(DagNode(name, kind, needs, state, detail, child))
     return out

@@ -13,11 +13,14 @@ from cyclone_flow.db import runs, steps
 from cyclone_flow.db.conn import Database
 from cyclone_flow.db.rows import ClaimedStep
 from cyclone_flow.errors import RunNotFoundError, TemplateError
-from cyclone_flow.flowfile.template import references, render
+from cyclone_flow.flowfile.template import SKIPPED, references, render
 from cyclone_flow.states import StepState
 from cyclone_flow.worker.cache import OutputCache
 
 __all__ = ["Inputs"]
+
+_SKIPPED_TEXT = ""
+"""The cached text of a skipped node's output (never valid JSON, so never a real one)."""
 
 
 class Inputs:
@@ -41,10 +44,18 @@ class Inputs:
 
     def upstream_output(self, run_id: str, node: str) -> JSON:
         """Output of ``(run_id, node)`` through the LRU cache, decoded afresh for each
-        caller (handlers may mutate what they get); ``KeyError`` if not completed."""
+        caller (handlers may mutate what they get); None for a skipped node; ``KeyError``
+        if not completed."""
+        output = self._upstream(run_id, node)
+        return None if output is SKIPPED else output
+
+    def _upstream(self, run_id: str, node: str) -> JSON:
+        """:meth:`upstream_output`, with :data:`SKIPPED` for a skipped node."""
         text = self._cached_text((run_id, node), lambda: self._output_text(run_id, node))
         if text is None:
             raise KeyError(f"node {node!r} of run {run_id} has not completed")
+        if text == _SKIPPED_TEXT:
+            return SKIPPED
         return json.loads(text)
 
     def run_input(self, run_id: str, prefetched: str | None = None) -> JSON:
@@ -56,10 +67,12 @@ class Inputs:
         return json.loads(text or "null")
 
     def _output_text(self, run_id: str, node: str) -> str | None:
-        """The output of ``(run_id, node)`` as JSON text when that node completed, else
-        None (one statement in autocommit)."""
+        """The output of ``(run_id, node)`` as JSON text when that node completed, ``""``
+        when it was skipped, else None (one statement in autocommit)."""
         with self.db.autocommit_session() as s:
             row = steps.step_get_output(s, run_id=run_id, node=node)
+        if row is not None and row.state == StepState.SKIPPED:
+            return _SKIPPED_TEXT
         if row is None or row.state != StepState.COMPLETED:
             return None
         return row.output
@@ -86,7 +99,7 @@ class Inputs:
 
         def upstream(node: str) -> JSON:
             try:
-                return self.upstream_output(step.run_id, node)
+                return self._upstream(step.run_id, node)
             except KeyError as exc:
                 raise TemplateError(str(exc.args[0])) from None
 

@@ -2,8 +2,8 @@
 -- with its state, input, output and error, the limits of the client that submitted it, its
 -- queue features and its deadline. Defined by migrations 0001_initial, 0002_node_types
 -- (parent and root run, deadline, output_limit, max_signal_wait), 0003_queue_features
--- (unique key and slot, sequence, schedule tick, the cyclone_runs_state_change trigger) and
--- 0004_retention (the finished_at index). Every state change runs under the run row lock
+-- (unique key and slot, sequence, schedule tick, the cyclone_runs_state_change trigger),
+-- 0004_retention (the finished_at index) and 0010_when_and_rerun (rerun_of). Every state change runs under the run row lock
 -- (run_lock); lock order: a run's row lock, then its sequence's row lock
 -- (sequence_lock), then other runs of the sequence only with SKIP LOCKED.
 
@@ -48,7 +48,7 @@ WITH RECURSIVE tree(id) AS (
     SET state = 'cancelled', finished_at = statement_timestamp(), lease_expiry = NULL,
         error = %(error)s, error_kind = 'cancelled'
     WHERE s.run_id IN (SELECT id FROM runs)
-      AND s.state NOT IN ('completed', 'discarded', 'cancelled')
+      AND s.state NOT IN ('completed', 'discarded', 'cancelled', 'skipped')
     RETURNING s.run_id
 )
 SELECT id, (SELECT count(*) FROM steps) FROM runs
@@ -72,7 +72,7 @@ WHERE r.id = ANY(%(run_ids)s::uuid[])
   AND r.state = 'running'
   AND NOT EXISTS (SELECT 1 FROM {schema}.cyclone_steps s
                   WHERE s.run_id = r.id
-                    AND s.state NOT IN ('completed', 'discarded', 'cancelled'))
+                    AND s.state NOT IN ('completed', 'discarded', 'cancelled', 'skipped'))
 RETURNING r.id, r.parent_run_id, r.parent_node, r.sequence_key
 
 -- name: run_count_purgeable
@@ -147,7 +147,8 @@ RETURNING id, parent_run_id, parent_node
 -- name: run_get
 -- One run with its flow name and timestamps.
 SELECT r.id, r.flow_name, r.state, r.input, r.output, r.error, r.error_kind,
-       r.created_at, r.finished_at, w.digest, r.parent_run_id, r.parent_node, r.deadline_at
+       r.created_at, r.finished_at, w.digest, r.parent_run_id, r.parent_node, r.deadline_at,
+       r.rerun_of
 FROM {schema}.cyclone_runs r
 JOIN {schema}.cyclone_workflows w ON w.id = r.workflow_id
 WHERE r.id = %(run_id)s
@@ -225,6 +226,32 @@ WHERE w.id = %(workflow_id)s
 ON CONFLICT (unique_slot) WHERE unique_slot IS NOT NULL DO NOTHING
 RETURNING id
 
+-- name: run_get_rerun_source
+-- What a rerun needs of the run it is made from: its state, definition, input (JSON text)
+-- and that definition's input_schema, its parent run (a child run cannot be rerun alone)
+-- and the limits of the client that submitted it (the rerun keeps them).
+SELECT r.id, r.state, r.workflow_id, r.flow_name, r.input::text AS input,
+       w.definition->'input_schema' AS input_schema, r.parent_run_id
+FROM {schema}.cyclone_runs r
+JOIN {schema}.cyclone_workflows w ON w.id = r.workflow_id
+WHERE r.id = %(run_id)s
+
+-- name: run_insert_rerun
+-- Insert the rerun of run %(rerun_of)s: a new top run of the same stored definition with
+-- %(input)s, rerun_of set, and the original's limits (output_limit, max_signal_wait); its
+-- deadline counts from now. No unique key, sequence, schedule or owner. Returns its id.
+INSERT INTO {schema}.cyclone_runs
+    (workflow_id, flow_name, input, output_limit, max_signal_wait, deadline, deadline_at,
+     rerun_of)
+SELECT w.id, w.name, %(input)s::jsonb, o.output_limit, o.max_signal_wait,
+    make_interval(secs => (w.plan->>'deadline_s')::float8),
+    statement_timestamp() + make_interval(secs => (w.plan->>'deadline_s')::float8),
+    o.id
+FROM {schema}.cyclone_runs o
+JOIN {schema}.cyclone_workflows w ON w.id = o.workflow_id
+WHERE o.id = %(rerun_of)s
+RETURNING id
+
 -- name: run_insert_with_plan
 -- Insert a new top run %(id)s (chosen by the caller) of a stored definition with its steps
 -- and deps from the definition's plan, in one statement (a single submission with a
@@ -252,9 +279,10 @@ WITH w AS (
     INSERT INTO {schema}.cyclone_steps
         (run_id, node, type, call, state, queue, priority, max_attempts, backoff,
          on_dep_failure, timeout, input, over, max_parallel, signal, max_wait,
-         child_workflow_id, scheduled_at)
+         child_workflow_id, condition, on_dep_skip, scheduled_at)
     SELECT run.id, p.node, p.type, p.call,
            CASE WHEN p.type = 'action' AND jsonb_array_length(p.needs) = 0
+                     AND p."when" IS NULL
                 THEN 'available' ELSE 'pending' END,
            CASE WHEN %(queue)s::text IS NULL OR coalesce(p.queue_own, false) THEN p.queue
                 ELSE %(queue)s::text END,
@@ -262,7 +290,7 @@ WITH w AS (
                 THEN p.priority ELSE %(priority)s::int END,
            p.max_attempts, p.backoff, p.on_dep_failure,
            make_interval(secs => p.timeout_s), p.input, p.over, p.max_parallel, p.signal,
-           make_interval(secs => p.max_wait_s), p.child_workflow_id,
+           make_interval(secs => p.max_wait_s), p.child_workflow_id, p."when", p.on_dep_skip,
            coalesce(%(run_at)s::timestamptz,
                     now() + (%(delay_us)s::bigint * interval '1 microsecond'), now())
     FROM run, w
@@ -271,7 +299,8 @@ WITH w AS (
         node text, type text, call text, needs jsonb, queue text, queue_own boolean,
         priority int, priority_own boolean, max_attempts int, backoff jsonb,
         on_dep_failure text, timeout_s float8, input jsonb, over jsonb, max_parallel int,
-        signal text, max_wait_s float8, child_workflow_id bigint)
+        signal text, max_wait_s float8, child_workflow_id bigint, "when" text,
+        on_dep_skip text)
     ORDER BY e.ord
 ), dep AS (
     INSERT INTO {schema}.cyclone_deps (run_id, node, depends_on)
@@ -323,7 +352,8 @@ RETURNING id, root_run_id
 -- name: run_list
 -- The most recent runs, newest first, optionally of one flow and/or one state.
 SELECT r.id, r.flow_name, r.state, r.input, r.output, r.error, r.error_kind,
-       r.created_at, r.finished_at, w.digest, r.parent_run_id, r.parent_node, r.deadline_at
+       r.created_at, r.finished_at, w.digest, r.parent_run_id, r.parent_node, r.deadline_at,
+       r.rerun_of
 FROM {schema}.cyclone_runs r
 JOIN {schema}.cyclone_workflows w ON w.id = r.workflow_id
 WHERE (%(flow)s::text IS NULL OR r.flow_name = %(flow)s)
@@ -356,7 +386,8 @@ ORDER BY created_at, id
 -- probed per run along cyclone_runs_created_idx (cyclone_steps_run_node_key) until the page
 -- is full, never a hash join over every step (no index on cyclone_steps.queue).
 SELECT r.id, r.flow_name, r.state, r.input, r.output, r.error, r.error_kind,
-       r.created_at, r.finished_at, w.digest, r.parent_run_id, r.parent_node, r.deadline_at
+       r.created_at, r.finished_at, w.digest, r.parent_run_id, r.parent_node, r.deadline_at,
+       r.rerun_of
 FROM {schema}.cyclone_runs r
 JOIN {schema}.cyclone_workflows w ON w.id = r.workflow_id
 WHERE (%(flow)s::text IS NULL OR r.flow_name = %(flow)s)

@@ -1,7 +1,8 @@
 -- Table cyclone_steps: one row per node of a run (and per item of a started fan-out node),
 -- with its state, lease, attempts, output and error history. Defined by migrations
--- 0001_initial and 0002_node_types (node types: fan-out items and counts, child runs,
--- signals, wait_until). Every transition is a compare-and-swap guarded by the state (and,
+-- 0001_initial, 0002_node_types (node types: fan-out items and counts, child runs,
+-- signals, wait_until) and 0010_when_and_rerun (when: condition, on_dep_skip, skip_reason,
+-- the skipped state, reused_from). Every transition is a compare-and-swap guarded by the state (and,
 -- for a leased step, by lease_owner and lease_generation); zero rows is a stale result,
 -- never an error (Engine Design: CAS State Transitions). Nodes that wait without a worker
 -- (child and wait_signal nodes, fan-out nodes while their items run) sit in state
@@ -15,7 +16,7 @@ UPDATE {schema}.cyclone_steps
 SET state = 'cancelled', finished_at = statement_timestamp(), lease_expiry = NULL,
     error = %(error)s, error_kind = 'cancelled'
 WHERE run_id = %(run_id)s AND parent_node = %(node)s
-  AND state NOT IN ('completed', 'discarded', 'cancelled')
+  AND state NOT IN ('completed', 'discarded', 'cancelled', 'skipped')
 RETURNING node
 
 -- name: step_cancel_nodes_if_unfinished
@@ -24,7 +25,7 @@ UPDATE {schema}.cyclone_steps
 SET state = 'cancelled', finished_at = statement_timestamp(), lease_expiry = NULL,
     error = %(error)s, error_kind = 'cancelled'
 WHERE run_id = %(run_id)s AND node = ANY(%(nodes)s::text[])
-  AND state NOT IN ('completed', 'discarded', 'cancelled')
+  AND state NOT IN ('completed', 'discarded', 'cancelled', 'skipped')
 RETURNING node
 
 -- name: step_cancel_if_unfinished
@@ -33,7 +34,7 @@ RETURNING node
 UPDATE {schema}.cyclone_steps
 SET state = 'cancelled', finished_at = statement_timestamp(), lease_expiry = NULL,
     error = %(error)s, error_kind = 'cancelled'
-WHERE run_id = %(run_id)s AND state NOT IN ('completed', 'discarded', 'cancelled')
+WHERE run_id = %(run_id)s AND state NOT IN ('completed', 'discarded', 'cancelled', 'skipped')
 RETURNING node
 
 -- name: step_claim_if_available
@@ -318,6 +319,20 @@ WHERE run_id = %(run_id)s AND node = %(node)s AND state = 'waiting'
   AND wait_until IS NOT NULL AND wait_until <= coalesce(%(now)s::timestamptz, now())
 RETURNING type, child_run_id
 
+-- name: step_discard_if_released
+-- A released node whose when: condition could not be evaluated (e.g. '<' between a
+-- string and a number): available or waiting -> discarded with the error, which joins its
+-- error history, in the transaction that released it. Returns the node's queue.
+UPDATE {schema}.cyclone_steps
+SET state = 'discarded', finished_at = statement_timestamp(), error = %(error)s,
+    error_kind = %(error_kind)s,
+    errors = errors || jsonb_build_array(jsonb_build_object(
+        'attempt', attempt, 'error', %(error)s::text, 'error_kind', %(error_kind)s::text,
+        'traceback', NULL, 'at', statement_timestamp()))
+WHERE run_id = %(run_id)s AND node = %(node)s AND state IN ('available', 'waiting')
+  AND parent_node IS NULL
+RETURNING queue
+
 -- name: step_discard_if_waiting
 -- waiting -> discarded with an error (a bad fan-out list, a failed child or item, an
 -- expired wait); the error joins the step's error history. With %(child_run_id)s set,
@@ -471,6 +486,18 @@ WHERE s.id = p.id
        OR (s.timeout IS NOT NULL AND s.started_at + s.timeout <= statement_timestamp()))
 RETURNING s.run_id, s.node, s.state, s.queue, s.attempt, s.parent_node
 
+-- name: step_get_condition_inputs
+-- What a released node's when: condition reads, in one statement: the run's input and,
+-- for each node of %(nodes)s, {"state", "output"} (a mapping by node name), as JSON text.
+SELECT r.input::text AS run_input,
+       (SELECT coalesce(jsonb_object_agg(s.node, jsonb_build_object('state', s.state,
+                                                                    'output', s.output)),
+                        '{{}}'::jsonb)
+        FROM {schema}.cyclone_steps s
+        WHERE s.run_id = r.id AND s.node = ANY(%(nodes)s::text[]))::text AS upstream
+FROM {schema}.cyclone_runs r
+WHERE r.id = %(run_id)s
+
 -- name: step_get_list_shape
 -- The JSON type and length of the list a fan-out node iterates: a literal list, a part of
 -- the run input, or a part of an upstream output (path as text[]; NULL when missing).
@@ -542,7 +569,8 @@ ON CONFLICT (run_id, node) DO NOTHING
 -- name: step_insert_plan
 -- Insert one step per node of a new run from its definition's compiled plan, in file order
 -- (submit, or the start of a child run; Engine Design: Why Static DAGs): action roots
--- available, every other node pending; every step pending when %(hold)s (a held run of a
+-- without a when: condition available, every other node pending (a conditional root is
+-- decided by the release that follows); every step pending when %(hold)s (a held run of a
 -- sequence). The submission's %(queue)s / %(priority)s replace those of the nodes that do
 -- not set their own (Queues and Priority). No step is claimable before %(run_at)s, or
 -- now() plus %(delay_us)s microseconds (a delayed run). Returns each step's queue, state,
@@ -550,10 +578,10 @@ ON CONFLICT (run_id, node) DO NOTHING
 INSERT INTO {schema}.cyclone_steps
     (run_id, root_run_id, node, type, call, state, queue, priority, max_attempts, backoff,
      on_dep_failure, timeout, input, over, max_parallel, signal, max_wait, child_workflow_id,
-     scheduled_at, claim_owner)
+     condition, on_dep_skip, scheduled_at, claim_owner)
 SELECT %(run_id)s, %(root_run_id)s, p.node, p.type, p.call,
        CASE WHEN p.type = 'action' AND jsonb_array_length(p.needs) = 0
-                 AND NOT %(hold)s::boolean
+                 AND p."when" IS NULL AND NOT %(hold)s::boolean
             THEN 'available' ELSE 'pending' END,
        CASE WHEN %(queue)s::text IS NULL OR coalesce(p.queue_own, false) THEN p.queue
             ELSE %(queue)s::text END,
@@ -561,7 +589,7 @@ SELECT %(run_id)s, %(root_run_id)s, p.node, p.type, p.call,
             ELSE %(priority)s::int END,
        p.max_attempts, p.backoff, p.on_dep_failure,
        make_interval(secs => p.timeout_s), p.input, p.over, p.max_parallel, p.signal,
-       make_interval(secs => p.max_wait_s), p.child_workflow_id,
+       make_interval(secs => p.max_wait_s), p.child_workflow_id, p."when", p.on_dep_skip,
        coalesce(%(run_at)s::timestamptz,
                 now() + (%(delay_us)s::bigint * interval '1 microsecond'), now()),
        (SELECT r.owner FROM {schema}.cyclone_runs r
@@ -572,7 +600,7 @@ CROSS JOIN LATERAL jsonb_to_record(e.value) AS p(
     node text, type text, call text, needs jsonb, queue text, queue_own boolean,
     priority int, priority_own boolean, max_attempts int, backoff jsonb,
     on_dep_failure text, timeout_s float8, input jsonb, over jsonb, max_parallel int,
-    signal text, max_wait_s float8, child_workflow_id bigint)
+    signal text, max_wait_s float8, child_workflow_id bigint, "when" text, on_dep_skip text)
 WHERE w.id = %(workflow_id)s
 ORDER BY e.ord
 RETURNING queue, state, scheduled_at <= statement_timestamp() AS due
@@ -591,15 +619,16 @@ WITH p AS MATERIALIZED (
         node text, type text, call text, needs jsonb, queue text, queue_own boolean,
         priority int, priority_own boolean, max_attempts int, backoff jsonb,
         on_dep_failure text, timeout_s float8, input jsonb, over jsonb, max_parallel int,
-        signal text, max_wait_s float8, child_workflow_id bigint)
+        signal text, max_wait_s float8, child_workflow_id bigint, "when" text,
+        on_dep_skip text)
     WHERE w.id = %(workflow_id)s
 )
 INSERT INTO {schema}.cyclone_steps
     (run_id, node, type, call, state, queue, priority, max_attempts, backoff,
      on_dep_failure, timeout, input, over, max_parallel, signal, max_wait, child_workflow_id,
-     scheduled_at)
+     condition, on_dep_skip, scheduled_at)
 SELECT i.run_id, p.node, p.type, p.call,
-       CASE WHEN p.type = 'action' AND jsonb_array_length(p.needs) = 0
+       CASE WHEN p.type = 'action' AND jsonb_array_length(p.needs) = 0 AND p."when" IS NULL
             THEN 'available' ELSE 'pending' END,
        CASE WHEN i.queue IS NULL OR coalesce(p.queue_own, false) THEN p.queue
             ELSE i.queue END,
@@ -607,13 +636,21 @@ SELECT i.run_id, p.node, p.type, p.call,
             ELSE i.priority END,
        p.max_attempts, p.backoff, p.on_dep_failure,
        make_interval(secs => p.timeout_s), p.input, p.over, p.max_parallel, p.signal,
-       make_interval(secs => p.max_wait_s), p.child_workflow_id,
+       make_interval(secs => p.max_wait_s), p.child_workflow_id, p."when", p.on_dep_skip,
        coalesce(i.run_at, now() + (i.delay_us * interval '1 microsecond'), now())
 FROM unnest(%(run_ids)s::uuid[], %(queues)s::text[], %(priorities)s::int[],
             %(run_ats)s::timestamptz[], %(delay_us)s::bigint[])
     WITH ORDINALITY AS i(run_id, queue, priority, run_at, delay_us, ord)
 CROSS JOIN p
 ORDER BY i.ord, p.ord
+
+-- name: step_list_rerun_source
+-- The top-level steps of the run a rerun is made from, with what decides whether they can
+-- be reused: state, type, input template, over and when: condition, in creation order.
+SELECT id, node, type, state, input, over, condition
+FROM {schema}.cyclone_steps
+WHERE run_id = %(run_id)s AND parent_node IS NULL
+ORDER BY id
 
 -- name: step_list_signal_names
 -- The signal names the wait_signal nodes of a run await (any state), sorted: the
@@ -627,7 +664,7 @@ ORDER BY signal
 SELECT id, node, type, call, state, queue, priority, attempt, max_attempts, reclaims,
        lease_owner, lease_expiry, lease_generation, started_at, finished_at, scheduled_at,
        output, error, error_kind, errors, parent_node, item_index, items_total, items_done,
-       signal, wait_until, child_run_id, max_parallel
+       signal, wait_until, child_run_id, max_parallel, skip_reason, reused_from
 FROM {schema}.cyclone_steps
 WHERE run_id = %(run_id)s AND (%(items)s OR parent_node IS NULL)
 ORDER BY id
@@ -639,7 +676,7 @@ ORDER BY id
 SELECT id, node, type, call, state, queue, priority, attempt, max_attempts, reclaims,
        lease_owner, lease_expiry, lease_generation, started_at, finished_at, scheduled_at,
        output, error, error_kind, errors, parent_node, item_index, items_total, items_done,
-       signal, wait_until, child_run_id, max_parallel
+       signal, wait_until, child_run_id, max_parallel, skip_reason, reused_from
 FROM {schema}.cyclone_steps
 WHERE run_id = %(run_id)s AND parent_node = %(node)s AND item_index >= %(start)s
 ORDER BY item_index
@@ -712,10 +749,12 @@ LIMIT %(batch)s
 
 -- name: step_release_dependents_if_ready
 -- After completions: the dependents of each completed (%(run_ids)s[i], %(nodes)s[i]) whose
--- every dependency completed, pending -> available (actions) or waiting (the engine starts
--- the others in the same transaction); one node, or every node of a group commit. Runs
+-- every dependency completed (or was skipped: a dependent still pending after a skip has
+-- on_dep_skip run), pending -> available (actions) or waiting (the engine starts the
+-- others in the same transaction); one node, or every node of a group commit. Runs
 -- under the run row locks, so two fan-in completions cannot both miss each other. Returns
--- each released step's run, queue, node and type.
+-- each released step's run, queue, node, type and when: condition (NULL: none; the
+-- engine decides it in the same transaction, so it is decided once).
 UPDATE {schema}.cyclone_steps s
 SET state = CASE WHEN s.type = 'action' THEN 'available' ELSE 'waiting' END,
     scheduled_at = greatest(s.scheduled_at, statement_timestamp()),
@@ -732,8 +771,8 @@ WHERE s.run_id = t.run_id AND s.node = t.node
       SELECT 1
       FROM {schema}.cyclone_deps d
       JOIN {schema}.cyclone_steps u ON u.run_id = d.run_id AND u.node = d.depends_on
-      WHERE d.run_id = s.run_id AND d.node = s.node AND u.state <> 'completed')
-RETURNING s.run_id, s.queue, s.node, s.type
+      WHERE d.run_id = s.run_id AND d.node = s.node AND u.state NOT IN ('completed', 'skipped'))
+RETURNING s.run_id, s.queue, s.node, s.type, s.condition
 
 -- name: step_release_items_if_room
 -- pending -> available for the next items of a waiting fan-out node, in item order, while
@@ -770,8 +809,9 @@ RETURNING s.queue
 -- name: step_release_if_ready
 -- pending -> available (action nodes) or waiting (fan_out, child and wait_signal nodes,
 -- which the engine starts in the same transaction) for every step of run %(run_id)s whose
--- every dependency completed: after a submit, the release of a held run of a sequence, or
--- an operator retry (the dependents of completed nodes: step_release_dependents_if_ready).
+-- every dependency completed or was skipped: after a submit, the release of a held run of
+-- a sequence, or an operator retry (the dependents of completed nodes:
+-- step_release_dependents_if_ready). Returns the released steps' when: conditions too.
 -- A later scheduled_at (a delayed run) is kept. Fan-out items are released by
 -- step_release_items_if_room instead.
 UPDATE {schema}.cyclone_steps s
@@ -785,8 +825,8 @@ WHERE s.run_id = %(run_id)s
       SELECT 1
       FROM {schema}.cyclone_deps d
       JOIN {schema}.cyclone_steps u ON u.run_id = d.run_id AND u.node = d.depends_on
-      WHERE d.run_id = %(run_id)s AND d.node = s.node AND u.state <> 'completed')
-RETURNING s.run_id, s.queue, s.node, s.type
+      WHERE d.run_id = %(run_id)s AND d.node = s.node AND u.state NOT IN ('completed', 'skipped'))
+RETURNING s.run_id, s.queue, s.node, s.type, s.condition
 
 -- name: step_rescue_if_lease_expired
 -- Recovery sweep: running steps whose lease expired (and whose timeout has not passed) ->
@@ -831,6 +871,82 @@ WHERE run_id = %(run_id)s
        OR (state = 'discarded'
            AND (%(node)s::text IS NULL OR node = %(node)s OR parent_node = %(node)s)))
 RETURNING node, parent_node
+
+-- name: step_skip_if_released
+-- A released node whose when: condition was false: available or waiting -> skipped (never
+-- claimed, never started), with the condition as evaluated in skip_reason, in the
+-- transaction that released it. Returns the node's queue.
+UPDATE {schema}.cyclone_steps
+SET state = 'skipped', finished_at = statement_timestamp(),
+    skip_reason = %(reason)s::jsonb
+WHERE run_id = %(run_id)s AND node = %(node)s AND state IN ('available', 'waiting')
+  AND parent_node IS NULL
+RETURNING queue
+
+-- name: step_skip_dependents_if_pending
+-- Skip-cascade after the nodes %(nodes)s of run %(run_id)s were skipped: every pending
+-- descendant reached through dependents whose on_dep_skip is skip (NULL: the default)
+-- -> skipped, skip_reason {"upstream": the skipped dependency}; a dependent with
+-- on_dep_skip run stops the cascade (it is released once its dependencies are done).
+-- Returns each node skipped and its queue.
+WITH RECURSIVE down(node, via) AS (
+    SELECT d.node, d.depends_on
+    FROM {schema}.cyclone_deps d
+    JOIN {schema}.cyclone_steps s ON s.run_id = d.run_id AND s.node = d.node
+    WHERE d.run_id = %(run_id)s AND d.depends_on = ANY(%(nodes)s::text[])
+      AND s.state = 'pending' AND coalesce(s.on_dep_skip, 'skip') = 'skip'
+    UNION
+    SELECT d.node, d.depends_on
+    FROM down w
+    JOIN {schema}.cyclone_deps d ON d.run_id = %(run_id)s AND d.depends_on = w.node
+    JOIN {schema}.cyclone_steps s ON s.run_id = d.run_id AND s.node = d.node
+    WHERE s.state = 'pending' AND coalesce(s.on_dep_skip, 'skip') = 'skip'
+)
+UPDATE {schema}.cyclone_steps s
+SET state = 'skipped', finished_at = statement_timestamp(),
+    skip_reason = jsonb_build_object('upstream', w.via)
+FROM (SELECT DISTINCT ON (node) node, via FROM down ORDER BY node, via) w
+WHERE s.run_id = %(run_id)s AND s.node = w.node AND s.state = 'pending'
+  AND s.parent_node IS NULL
+RETURNING s.node, s.queue
+
+-- name: step_reuse_from_run
+-- A rerun, just inserted with every step pending (step_insert_plan with hold): each step
+-- takes the queue and priority of its node in run %(source)s (a queue override of the
+-- original submission is kept), and the nodes %(nodes)s take over its result without
+-- running: completed with its output (a fan-out node with its item counts, a child node
+-- with its child run) or skipped with its skip_reason, reused_from = the source step.
+UPDATE {schema}.cyclone_steps s
+SET queue = o.queue, priority = o.priority,
+    state = CASE WHEN r.reused THEN o.state ELSE s.state END,
+    output = CASE WHEN r.reused THEN o.output END,
+    finished_at = CASE WHEN r.reused THEN statement_timestamp() END,
+    skip_reason = CASE WHEN r.reused THEN o.skip_reason END,
+    items_total = CASE WHEN r.reused THEN o.items_total END,
+    items_done = CASE WHEN r.reused THEN o.items_done END,
+    child_run_id = CASE WHEN r.reused THEN o.child_run_id END,
+    reused_from = CASE WHEN r.reused THEN o.id END
+FROM {schema}.cyclone_steps o,
+     LATERAL (SELECT o.node = ANY(%(nodes)s::text[]) AS reused) r
+WHERE s.run_id = %(run_id)s AND o.run_id = %(source)s AND o.node = s.node
+  AND s.parent_node IS NULL AND o.parent_node IS NULL AND s.state = 'pending'
+  AND (NOT r.reused OR o.state IN ('completed', 'skipped'))
+RETURNING s.node, s.state
+
+-- name: step_insert_reused_items
+-- A rerun: the completed items of the reused fan-out nodes %(nodes)s of run %(source)s,
+-- copied into run %(run_id)s as completed with reused_from = the source item (the items
+-- page shows them; nothing runs).
+INSERT INTO {schema}.cyclone_steps
+    (run_id, node, type, call, state, queue, priority, max_attempts, backoff, timeout,
+     input, parent_node, item_index, item, output, scheduled_at, finished_at, reused_from)
+SELECT %(run_id)s, o.node, o.type, o.call, 'completed', o.queue, o.priority, o.max_attempts,
+       o.backoff, o.timeout, o.input, o.parent_node, o.item_index, o.item, o.output,
+       statement_timestamp(), statement_timestamp(), o.id
+FROM {schema}.cyclone_steps o
+WHERE o.run_id = %(source)s AND o.parent_node = ANY(%(nodes)s::text[])
+  AND o.state = 'completed'
+ORDER BY o.parent_node, o.item_index
 
 -- name: step_set_child_run_if_waiting
 -- Record the child run a waiting child node started.
