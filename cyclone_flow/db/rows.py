@@ -121,6 +121,15 @@ class ClaimedStep:
 
 
 @dataclasses.dataclass(frozen=True)
+class LimitedClaim(ClaimedStep):
+    """A limited step this client claimed (``step_claim_limited_if_available``):
+    ``limit_key`` is the key the claim walked it under (its concurrency key, else its
+    rate key), where the next limited claim starts after (round robin)."""
+
+    limit_key: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Run:
     """One row of ``cyclone_runs`` (timestamps from the database, UTC)."""
 
@@ -147,7 +156,9 @@ class Step:
     and ``items_done`` (a started fan-out node), ``signal`` (a wait_signal node),
     ``child_run_id`` (a started child node), ``wait_until`` (when a child or signal wait
     expires; None: no bound), ``max_parallel`` (a fan-out node's bound on its items
-    available or running at once; None: no bound).
+    available or running at once; None: no bound). Limits (docs/flow-control.md):
+    ``concurrency_key`` and ``concurrency_limit``, ``rate_key``, ``rate_limit`` and
+    ``rate_per_s`` (seconds), None for a step without them.
     """
 
     id: int
@@ -178,6 +189,21 @@ class Step:
     wait_until: datetime | None = None
     child_run_id: str | None = None
     max_parallel: int | None = None
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+    rate_key: str | None = None
+    rate_limit: int | None = None
+    rate_per_s: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RateWindow:
+    """A rate key's current window (``cyclone_rate_windows``): the claims counted in the
+    window that starts at ``window_start``."""
+
+    rate_key: str
+    window_start: datetime
+    claims: int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,11 +18,13 @@ from cyclone_flow.flowfile.model import (
     JSON,
     Backoff,
     Flow,
+    Limit,
     Node,
     NodeType,
     OnDepFailure,
     Retry,
 )
+from cyclone_flow.flowfile.template import parse_ref
 from cyclone_flow.names import DEFAULT_QUEUE
 
 __all__ = ["OPTION_KEYS", "build_flow", "document_digest"]
@@ -53,6 +55,34 @@ def _retry(defaults: Mapping[str, Any], node: Mapping[str, Any]) -> Retry:
     return Retry(
         max_attempts=int(merged.get("max_attempts", Retry().max_attempts)), backoff=backoff
     )
+
+
+def _limit(flow: str, node: str, spec: Any, rate: bool) -> Limit | None:
+    """The :class:`Limit` of a ``concurrency:`` / ``rate_limit:`` mapping (None: none)."""
+    if not isinstance(spec, Mapping):
+        return None
+    key = spec.get("key")
+    ref = parse_ref(key) if isinstance(key, str) else None
+    return Limit(
+        group=str(spec.get("group") or f"{flow}.{node}"),
+        limit=int(spec["limit"]),
+        key_path=ref.path if ref is not None else None,
+        key_value=key if isinstance(key, str) and ref is None else None,
+        per_s=parse_duration(spec["per"]) if rate else None,
+        key_node=ref.node if ref is not None else None,
+    )
+
+
+def _limited(
+    flow: str, node: str, spec: Mapping[str, Any], defaults: Mapping[str, Any], key: str
+) -> Limit | None:
+    """A node's ``key`` limit (``concurrency`` or ``rate_limit``): its own, else the
+    default's for an action or fan_out node (the others have no steps to limit)."""
+    if key in spec:
+        return _limit(flow, node, spec[key], key == "rate_limit")
+    if spec.get("type", "action") in ("action", "fan_out") and key in defaults:
+        return _limit(flow, node, defaults[key], key == "rate_limit")
+    return None
 
 
 def build_flow(
@@ -91,6 +121,8 @@ def build_flow(
             queue_set="queue" in spec,
             priority_set="priority" in spec,
             max_wait_s=None if spec.get("max_wait") is None else parse_duration(spec["max_wait"]),
+            concurrency=_limited(document["name"], name, spec, defaults, "concurrency"),
+            rate_limit=_limited(document["name"], name, spec, defaults, "rate_limit"),
         )
     children = dict(children or {})
     digest = document_digest(document)

@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cyclone_flow.client import Client
 from cyclone_flow.db.rows import Run, Step
+from cyclone_flow.durations import format_duration
 from cyclone_flow.errors import (
     AmbiguousRunIdError,
     ConfigError,
@@ -232,7 +233,13 @@ class _Dashboard:
             lstrip_blocks=True,
         )
         self.env.globals.update(
-            ago=_ago, stamp=_stamp, duration=_duration, pretty=_pretty, cut=_cut, legend=LEGEND
+            ago=_ago,
+            stamp=_stamp,
+            duration=_duration,
+            period=format_duration,
+            pretty=_pretty,
+            cut=_cut,
+            legend=LEGEND,
         )
 
     # -- rendering -------------------------------------------------------------------------
