@@ -72,8 +72,10 @@ class Waiting:
     and the fields that apply: ``claimable_at`` (when it becomes claimable; for ``queued``
     and ``no_worker``, since when it is), ``needs`` (unfinished needs), ``signal`` and
     ``deadline``, ``child_run_id``, ``holder_run_id``, ``max_parallel`` and ``active``
-    (items available or running), ``items_done``/``items_total``, ``queue``, and
-    ``served`` (whether a live worker serves its queue; None where it does not matter)."""
+    (items available or running; for ``concurrency``, the key's running steps),
+    ``items_done``/``items_total``, ``queue``, ``served`` (whether a live worker serves its
+    queue; None where it does not matter), and ``key`` and ``limit`` (the concurrency or
+    rate key at its limit)."""
 
     node: str
     reason: WaitReason

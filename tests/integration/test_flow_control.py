@@ -15,6 +15,7 @@ from helpers.procs import wait_until
 
 from cyclone_flow import Client
 from cyclone_flow.flowfile import load_flow_text
+from cyclone_flow.maintenance.owner_release import OwnerRelease, OwnerReleaseConfig
 
 PER_CUSTOMER = """
 name: per_customer
@@ -84,6 +85,18 @@ def test_generic_claim_leaves_limited_steps_to_the_limited_claim(
         (run_id,),
     ).fetchone()
     assert row == ("mixed.limited", 1, "~limits")
+
+
+def test_the_owner_release_leaves_limited_steps_to_the_limited_claim(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    client = make_client()
+    client.submit(load_flow_text(MIXED), {})
+    released = OwnerRelease(client._db, OwnerReleaseConfig(interval_s=1.0), client._publish)
+    released.run_once()  # '~limits' is no client: the release must not take it for a dead one
+    owners = db.execute("SELECT node, claim_owner FROM cyclone_steps ORDER BY node").fetchall()
+    assert owners == [("free", None), ("limited", "~limits")]
+    assert [s.node for s in claim(client, OWNER, 30, ["default"], 10)] == ["free"]
 
 
 def test_a_key_at_its_limit_does_not_block_other_keys(
