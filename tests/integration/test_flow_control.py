@@ -10,12 +10,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers.engine import claim, claim_limited, complete_step
+from helpers.engine import claim, claim_limited, complete_step, fail_step
 from helpers.procs import wait_until
 
 from cyclone_flow import Client
 from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.maintenance.owner_release import OwnerRelease, OwnerReleaseConfig
+from cyclone_flow.states import ErrorKind
 
 PER_CUSTOMER = """
 name: per_customer
@@ -123,6 +124,31 @@ def test_a_key_at_its_limit_does_not_block_other_keys(
         " AND concurrency_key = 'per_customer.charge/hot'"
     ).fetchone()
     assert running == (2,)
+
+
+def test_a_cancel_and_a_failed_attempt_free_their_slots_in_their_transaction(
+    make_client: Callable[..., Client],
+) -> None:
+    client = make_client()
+    flow = load_flow_text(PER_CUSTOMER)
+    ids = client.submit_many(flow, [{"customer": "c"} for _ in range(4)])
+    first = claim_limited(client, OWNER, 30, "default", 10).steps
+    assert [s.run_id for s in first] == ids[:2]
+    assert client.cancel(ids[0])  # running -> cancelled: one slot free
+    assert [s.run_id for s in claim_limited(client, OWNER, 30, "default", 10).steps] == [ids[2]]
+    with client._pool.connection() as conn:  # a failed attempt: discarded, slot free
+        outcome = fail_step(
+            client,
+            conn,
+            step_id=first[1].id,
+            run_id=first[1].run_id,
+            generation=first[1].lease_generation,
+            owner=OWNER,
+            error="boom",
+            error_kind=ErrorKind.HANDLER_ERROR,
+        )
+        assert outcome is not None
+    assert [s.run_id for s in claim_limited(client, OWNER, 30, "default", 10).steps] == [ids[3]]
 
 
 def test_keys_are_claimed_round_robin_from_the_cursor(
