@@ -228,6 +228,34 @@ def _exists(cursor: psycopg.Cursor[Any]) -> bool:
     return bool(row and row[0])
 
 
+def step_lock_limited_claims(s: SessionLike) -> None:
+    """Take this schema's limited-claim lock until the end of the caller's transaction."""
+    send_step_lock_limited_claims(s).result()
+
+
+def step_render_limits_if_available(s: SessionLike, *, queue: str) -> None:
+    """Render the keys of ``queue``'s available limited steps whose keys refer to an
+    upstream output (see :func:`send_step_render_limits_if_available`)."""
+    send_step_render_limits_if_available(s, queue=queue).result()
+
+
+def step_claim_limited_if_available(
+    s: SessionLike,
+    *,
+    queue: str,
+    limit: int,
+    owner: str,
+    ttl_us: int,
+    cursor: str,
+    run_id: str | None,
+) -> list[LimitedClaim]:
+    """The limited claim (see :func:`send_step_claim_limited_if_available`), after
+    :func:`step_lock_limited_claims` in the caller's transaction."""
+    return send_step_claim_limited_if_available(
+        s, queue=queue, limit=limit, owner=owner, ttl_us=ttl_us, cursor=cursor, run_id=run_id
+    ).result()
+
+
 def step_exists_limited(s: SessionLike, *, queue: str) -> bool:
     """Whether ``queue`` has an available limited step (now or later)."""
     return send_step_exists_limited(s, queue=queue).result()
