@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.db.conn import Database, Session, retry_conflicts
+from cyclone_flow.db.conn import Database, retry_conflicts
 from cyclone_flow.db.errors import BRIEF_POOL_WAIT_S, database_lost
 from cyclone_flow.db.rows import ClaimedStep, LimitedClaim
 from cyclone_flow.engine import claim
@@ -335,11 +335,11 @@ class Worker:
             return claim.has_limited(s, queue_name)
 
     def _claim_limited(self, queue_name: str, free: int) -> claim.LimitedClaims:
-        """The limited claim (a short transaction of its own) for up to ``free`` steps of
+        """The limited claim (a transaction in one round trip) for up to ``free`` steps of
         ``queue_name``, from the key after this queue's cursor."""
-        with self.db.transaction() as conn:
+        with self.db.autocommit_session() as s:
             return claim.claim_limited(
-                Session(conn, self.db.q),
+                s,
                 self.config.client_id,
                 self.config.lease_ttl,
                 queue_name,

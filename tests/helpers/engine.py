@@ -18,7 +18,6 @@ import psycopg
 
 from cyclone_flow import Client
 from cyclone_flow.db import steps
-from cyclone_flow.db.conn import Session
 from cyclone_flow.db.rows import ClaimedStep
 from cyclone_flow.engine import claim as claiming
 from cyclone_flow.engine import complete, fail
@@ -57,12 +56,10 @@ def claim_limited(
     run_id: str | None = None,
 ) -> claiming.LimitedClaims:
     """The limited claim (steps with ``concurrency:`` / ``rate_limit:``) of up to
-    ``limit`` steps of ``queue`` for ``owner``, in a transaction of its own committed at
-    once, as the worker's claim loop runs it."""
-    with client._db.transaction() as conn:
-        return claiming.claim_limited(
-            Session(conn, client._db.q), owner, ttl_s, queue, limit, cursor, run_id
-        )
+    ``limit`` steps of ``queue`` for ``owner``, a transaction in one round trip on an
+    autocommit session, as the worker's claim loop runs it."""
+    with client._db.autocommit_session() as s:
+        return claiming.claim_limited(s, owner, ttl_s, queue, limit, cursor, run_id)
 
 
 def heartbeat(

@@ -88,6 +88,20 @@ def test_generic_claim_leaves_limited_steps_to_the_limited_claim(
     assert row == ("mixed.limited", 1, "~limits")
 
 
+def test_a_failed_limited_claim_rolls_back_and_releases_the_lock(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    client = make_client()
+    client.submit(load_flow_text(MIXED), {})
+    with pytest.raises(psycopg.errors.InvalidRowCountInLimitClause):
+        claim_limited(client, OWNER, 30, "default", -1)  # LIMIT -1: the claim fails
+    # nothing was claimed, the advisory lock is gone with the rolled-back transaction
+    assert db.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone() == (
+        0,
+    )
+    assert [s.node for s in claim_limited(client, OWNER, 30, "default", 10).steps] == ["limited"]
+
+
 def test_the_owner_release_leaves_limited_steps_to_the_limited_claim(
     make_client: Callable[..., Client], db: psycopg.Connection[Any]
 ) -> None:
