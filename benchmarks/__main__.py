@@ -25,10 +25,29 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # the worker processes import benchmarks.handlers from here
     sys.path.insert(0, str(REPO))
 
-from benchmarks import ceiling, chain, exactly_once, fanout, noop, producer, soak  # noqa: E402
+from benchmarks import (  # noqa: E402
+    ceiling,
+    chain,
+    exactly_once,
+    fanout,
+    limits,
+    noop,
+    producer,
+    soak,
+)
 from benchmarks.common import Env, Result, database, durability_ok, machine, ratio  # noqa: E402
 
-NAMES = ("ceiling", "noop", "chain", "fanout", "exactly_once", "latency", "producer", "soak")
+NAMES = (
+    "ceiling",
+    "noop",
+    "chain",
+    "fanout",
+    "exactly_once",
+    "latency",
+    "producer",
+    "limits",
+    "soak",
+)
 DEFAULT = ("ceiling", "noop", "chain", "fanout", "exactly_once", "latency", "producer")
 # ceilings each engine figure is divided by (same connection count as the engine's workers)
 RATIO_CEILINGS = ("1/tx", "batch50", "1/tx idx", "batch50 idx")
@@ -135,6 +154,16 @@ def targets(results: list[Result]) -> list[dict[str, Any]]:
     if call and call.value is not None:
         add("one enqueue call p50 <= 1.5 ms", call.value, call.value <= 1.5,
             f"{call.value:.2f} ms")  # fmt: skip
+    for prefix, most in (
+        ("no-op, global limit 40", 0.25),
+        ("no-op, 1,000 keys at limit 1", 0.15),
+        ("no-op, rate limit above the rate", 0.15),
+    ):
+        lim = find(prefix)
+        share = lim.extra.get("vs_unlimited") if lim else None
+        if share is not None:
+            add(f"{prefix} costs at most {most:.0%}", share, share >= 1 - most,
+                f"{share:.1%} of the unlimited figure")  # fmt: skip
     sk = find("soak")
     if sk and sk.value is not None:
         add("flat RSS over the soak", sk.value, sk.value < soak.FLAT_MIB, sk.note)
@@ -269,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         "exactly_once": lambda env, quick: exactly_once.run(env, quick=quick),
         "latency": run_latency,
         "producer": lambda env, quick: producer.run(env, quick=quick),
+        "limits": lambda env, quick: limits.run(
+            env, quick=quick, workers=args.workers[0] if args.workers else None
+        ),
         "soak": lambda env, quick: soak.run(env, quick=quick, steps=args.soak_steps),
     }
     results: list[Result] = []

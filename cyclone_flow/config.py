@@ -22,6 +22,7 @@ from cyclone_flow.errors import ConfigError
 from cyclone_flow.logs import default_logger
 from cyclone_flow.names import (
     DEFAULT_QUEUE,
+    LIMITED_OWNER,
     validate_queue_name,
     validate_schema_name,
 )
@@ -252,6 +253,8 @@ def _client_id(name: str, value: Any) -> str:
         raise ConfigError(f"{name} must be a non-empty string, got {value!r}")
     if (reason := describe_unstorable(value)) is not None:
         raise ConfigError(f"{name} must not contain {reason}, got {value!r}")
+    if value == LIMITED_OWNER:
+        raise ConfigError(f"{name} {value!r} is reserved (it marks steps with limits)")
     return value
 
 

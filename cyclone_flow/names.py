@@ -14,6 +14,7 @@ from cyclone_flow.errors import ConfigError
 
 __all__ = [
     "DEFAULT_QUEUE",
+    "LIMITED_OWNER",
     "QUEUE_NAME_RE",
     "QUEUE_NAME_RULE",
     "SIGNAL_NAME_RE",
@@ -27,6 +28,11 @@ __all__ = [
 
 DEFAULT_QUEUE = "default"
 """The queue of a node that names none (and of a worker started without queues)."""
+
+LIMITED_OWNER = "~limits"
+"""The ``claim_owner`` of a step with limits (``concurrency:`` / ``rate_limit:``), as the
+SQL writes it (migrations/0011_flow_control.sql): the generic claim leaves such a step to
+the limited claim. No client may take it as its id."""
 
 QUEUE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,62}$")
 QUEUE_NAME_RULE = "1-63 lowercase letters, digits, '_', '.', '-' starting with a letter or digit"

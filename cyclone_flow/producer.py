@@ -335,6 +335,7 @@ class Producer:
             and before_commit is None
             and submit.pipelinable(options)
             and submit.roots_are_actions(flow)
+            and not submit.has_limits(flow)
         ):
             output_limit, max_wait = self._limits()
             with autocommit(conn):  # one statement: its own transaction
@@ -424,7 +425,8 @@ class Producer:
         tx = Tx(conn, self.db.q)
         workflow_id, remembered = self._definition(tx, flow)
         output_limit, max_wait = self._limits()
-        bulk = [i for i, (_, o) in enumerate(items) if submit.pipelinable(o)]
+        limits = submit.has_limits(flow)  # written run by run (insert_run renders the keys)
+        bulk = [i for i, (_, o) in enumerate(items) if submit.pipelinable(o) and not limits]
         out: list[RunId | None] = [None] * len(items)
         if bulk:
             chunk = [items[i] for i in bulk]

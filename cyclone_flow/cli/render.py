@@ -112,7 +112,8 @@ def step_detail(step: Step, progress: dict[str, dict[str, int]]) -> str:
 
 def step_fields(step: Step, progress: dict[str, dict[str, int]]) -> dict[str, Any]:
     """The node-type fields of a step for ``--json`` output (only those that apply),
-    with ``skip_reason`` (a skipped step) and ``reused_from`` (a step a rerun reused)."""
+    with ``skip_reason`` (a skipped step), ``reused_from`` (a step a rerun reused) and its
+    limits (``concurrency``, ``rate_limit``: key, limit, window) when it has them."""
     out: dict[str, Any] = {"type": step.type}
     if step.skip_reason is not None:
         out["skip_reason"] = step.skip_reason
@@ -132,6 +133,14 @@ def step_fields(step: Step, progress: dict[str, dict[str, int]]) -> dict[str, An
         out["signal"] = step.signal
     if step.type in ("child", "wait_signal"):
         out["wait_until"] = step.wait_until
+    if step.concurrency_key is not None:  # docs/flow-control.md
+        out["concurrency"] = {"key": step.concurrency_key, "limit": step.concurrency_limit}
+    if step.rate_key is not None:
+        out["rate_limit"] = {
+            "key": step.rate_key,
+            "limit": step.rate_limit,
+            "per_s": step.rate_per_s,
+        }
     return out
 
 

@@ -45,6 +45,28 @@ def session_force_generic_plans(s: SessionLike) -> None:
     send_session_force_generic_plans(s).result()
 
 
+def send_session_begin(s: SessionLike) -> Pending[None]:
+    """Send ``BEGIN`` on an autocommit connection, as the first statement of a transaction
+    sent whole in one pipeline (end it with :func:`send_session_commit`)."""
+    return Pending(execute(s, "session_begin"), nothing)
+
+
+def session_begin(s: SessionLike) -> None:
+    """Begin a transaction on an autocommit connection (see :func:`send_session_begin`)."""
+    send_session_begin(s).result()
+
+
+def send_session_commit(s: SessionLike) -> Pending[None]:
+    """Send ``COMMIT``: the last statement of a transaction begun by
+    :func:`send_session_begin`."""
+    return Pending(execute(s, "session_commit"), nothing)
+
+
+def session_commit(s: SessionLike) -> None:
+    """Commit a transaction begun by :func:`session_begin`."""
+    send_session_commit(s).result()
+
+
 def session_set_read_snapshot(s: SessionLike) -> None:
     """Make the transaction just begun on ``s`` read-only and REPEATABLE READ: its reads
     see one snapshot (send it first)."""

@@ -30,6 +30,7 @@ PREFIXES: dict[str, tuple[str, ...]] = {
     "sequences.sql": ("sequence_",),
     "workers.sql": ("worker_",),
     "step_logs.sql": ("step_log_",),
+    "rate_windows.sql": ("rate_window_",),
     "misc.sql": ("notify_", "pg_", "session_"),
 }
 """The name prefixes each file may hold (tests/unit/test_db_queries.py checks them)."""

@@ -121,6 +121,15 @@ class ClaimedStep:
 
 
 @dataclasses.dataclass(frozen=True)
+class LimitedClaim(ClaimedStep):
+    """A limited step this client claimed (``step_claim_limited_if_available``):
+    ``limit_key`` is the key the claim walked it under (its concurrency key, else its
+    rate key), where the next limited claim starts after (round robin)."""
+
+    limit_key: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Run:
     """One row of ``cyclone_runs`` (timestamps from the database, UTC)."""
 
@@ -152,7 +161,9 @@ class Step:
     available or running at once; None: no bound). ``skip_reason`` (a skipped node): its
     ``when:`` as evaluated, ``{"when": TEXT, "values": {REF: VALUE}}``, or the skipped
     dependency that skipped it, ``{"upstream": NODE}``. ``reused_from``: the id of the step
-    of the original run whose output a rerun took over (the step did not run).
+    of the original run whose output a rerun took over (the step did not run). Limits
+    (docs/flow-control.md): ``concurrency_key`` and ``concurrency_limit``, ``rate_key``,
+    ``rate_limit`` and ``rate_per_s`` (seconds), None for a step without them.
     """
 
     id: int
@@ -185,6 +196,21 @@ class Step:
     max_parallel: int | None = None
     skip_reason: dict[str, Any] | None = None
     reused_from: int | None = None
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+    rate_key: str | None = None
+    rate_limit: int | None = None
+    rate_per_s: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RateWindow:
+    """A rate key's current window (``cyclone_rate_windows``): the claims counted in the
+    window that starts at ``window_start``."""
+
+    rate_key: str
+    window_start: datetime
+    claims: int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,6 +35,7 @@ from cyclone_flow.db.rows import (
     ItemCounts,
     ItemsDone,
     LeasedStep,
+    LimitedClaim,
     ListShape,
     NodeInfo,
     NodeState,
@@ -54,6 +55,7 @@ from cyclone_flow.db.rows import (
 from cyclone_flow.states import StepState
 
 _CLAIMED = rows_of(ClaimedStep, columns={"run_input": "run_input_text"})
+_LIMITED = rows_of(LimitedClaim, columns={"run_input": "run_input_text"})
 _STEP = rows_of(Step, convert={"state": StepState})
 _QUEUE_STATS = rows_of(QueueStats)
 _THROUGHPUT = rows_of(QueueThroughput)
@@ -178,6 +180,93 @@ def step_claim_in_run_if_available(
     """:func:`step_claim_if_available` restricted to run ``run_id`` and its child runs."""
     params = {"queue": queue, "limit": limit, "owner": owner, "ttl_us": ttl_us, "run_id": run_id}
     return execute_rows(s, "step_claim_in_run_if_available", params, _CLAIMED).fetchall()
+
+
+def step_count_running_by_concurrency_key(s: SessionLike, *, keys: Sequence[str]) -> dict[str, int]:
+    """The running steps (slots held) of each concurrency key in ``keys``; a key with
+    none is missing."""
+    rows = execute(s, "step_count_running_by_concurrency_key", {"keys": list(keys)}).fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
+def send_step_lock_limited_claims(s: SessionLike) -> Pending[None]:
+    """Send the advisory lock (this schema's) that serializes limited claims, held to the
+    end of the caller's transaction."""
+    return Pending(execute(s, "step_lock_limited_claims"), nothing)
+
+
+def send_step_render_limits_if_available(s: SessionLike, *, queue: str) -> Pending[None]:
+    """Send the rendering of the keys of ``queue``'s available limited steps whose keys
+    refer to an upstream output (``limit_plan``)."""
+    return Pending(execute(s, "step_render_limits_if_available", {"queue": queue}), nothing)
+
+
+def send_step_claim_limited_if_available(
+    s: SessionLike,
+    *,
+    queue: str,
+    limit: int,
+    owner: str,
+    ttl_us: int,
+    cursor: str,
+    run_id: str | None,
+) -> Pending[list[LimitedClaim]]:
+    """Send the claim of up to ``limit`` limited steps of ``queue`` within their keys'
+    limits, walking the keys from the first after ``cursor`` (round robin); only of run
+    ``run_id`` and its child runs when given. Run it after
+    :func:`send_step_lock_limited_claims` in the same transaction."""
+    params = {
+        "queue": queue,
+        "limit": limit,
+        "owner": owner,
+        "ttl_us": ttl_us,
+        "cursor": cursor,
+        "run_id": run_id,
+    }
+    return Pending(execute_rows(s, "step_claim_limited_if_available", params, _LIMITED), every)
+
+
+def send_step_exists_limited(s: SessionLike, *, queue: str) -> Pending[bool]:
+    """Send the check whether ``queue`` has an available limited step (now or later)."""
+    return Pending(execute(s, "step_exists_limited", {"queue": queue}), _exists)
+
+
+def _exists(cursor: psycopg.Cursor[Any]) -> bool:
+    row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def step_lock_limited_claims(s: SessionLike) -> None:
+    """Take this schema's limited-claim lock until the end of the caller's transaction."""
+    send_step_lock_limited_claims(s).result()
+
+
+def step_render_limits_if_available(s: SessionLike, *, queue: str) -> None:
+    """Render the keys of ``queue``'s available limited steps whose keys refer to an
+    upstream output (see :func:`send_step_render_limits_if_available`)."""
+    send_step_render_limits_if_available(s, queue=queue).result()
+
+
+def step_claim_limited_if_available(
+    s: SessionLike,
+    *,
+    queue: str,
+    limit: int,
+    owner: str,
+    ttl_us: int,
+    cursor: str,
+    run_id: str | None,
+) -> list[LimitedClaim]:
+    """The limited claim (see :func:`send_step_claim_limited_if_available`), after
+    :func:`step_lock_limited_claims` in the caller's transaction."""
+    return send_step_claim_limited_if_available(
+        s, queue=queue, limit=limit, owner=owner, ttl_us=ttl_us, cursor=cursor, run_id=run_id
+    ).result()
+
+
+def step_exists_limited(s: SessionLike, *, queue: str) -> bool:
+    """Whether ``queue`` has an available limited step (now or later)."""
+    return send_step_exists_limited(s, queue=queue).result()
 
 
 def step_extend_lease_if_held_many(

@@ -7,10 +7,12 @@ as atomic, and the enqueue-to-claim latency shorter), the others committed by it
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import dataclass
 
-from cyclone_flow.db import steps
-from cyclone_flow.db.conn import SessionLike
-from cyclone_flow.db.rows import ClaimedStep
+from cyclone_flow.db import misc, steps
+from cyclone_flow.db.conn import SessionLike, pipelined
+from cyclone_flow.db.rows import ClaimedStep, LimitedClaim
 from cyclone_flow.notify import Wakeups
 
 Lease = tuple[int, int]
@@ -45,6 +47,77 @@ def claim(
                 s, queue=queue, limit=left, owner=owner, ttl_us=ttl_us, run_id=run_id
             )
     return claimed
+
+
+@dataclass(frozen=True)
+class LimitedClaims:
+    """What :func:`claim_limited` claimed: ``steps``; ``cursor``, the key to start the
+    next limited claim of the queue after (the last key claimed from, or the cursor
+    given); ``more``: the queue still has available limited steps (claimable now or
+    later), so the worker keeps claiming them."""
+
+    steps: list[LimitedClaim]
+    cursor: str
+    more: bool
+
+
+def has_limited(s: SessionLike, queue: str) -> bool:
+    """Whether ``queue`` has available limited steps (claimable now or later): one index
+    probe, which the worker runs at most once per poll interval while it has none."""
+    return steps.step_exists_limited(s, queue=queue)
+
+
+def claim_limited(
+    s: SessionLike,
+    owner: str,
+    ttl_s: float,
+    queue: str,
+    limit: int,
+    cursor: str = "",
+    run_id: str | None = None,
+) -> LimitedClaims:
+    """Claim up to ``limit`` limited steps of ``queue`` (nodes with ``concurrency:`` or
+    ``rate_limit:``, docs/flow-control.md) within their keys' limits, on an autocommit
+    session (as :func:`claim`), in one transaction sent whole in one round trip: BEGIN,
+    this schema's limited-claim lock (held to the COMMIT: the claim's snapshot then
+    counts every limited claim committed before it), the rendering of keys that refer to
+    an upstream output, the claim, the check for more, COMMIT. Keys are walked round
+    robin from the first after ``cursor``; ``run_id``: only that run and its child runs.
+    Raises what the database raised (the transaction is then rolled back)."""
+    try:
+        with pipelined(s.conn):
+            misc.send_session_begin(s)
+            # generic plans: a custom plan of the claim costs more to plan, every time,
+            # than it takes to run
+            misc.send_session_force_generic_plans(s)
+            steps.send_step_lock_limited_claims(s)
+            steps.send_step_render_limits_if_available(s, queue=queue)
+            claimed = steps.send_step_claim_limited_if_available(
+                s,
+                queue=queue,
+                limit=limit,
+                owner=owner,
+                ttl_us=int(ttl_s * 1_000_000),
+                cursor=cursor,
+                run_id=run_id,
+            )
+            more = steps.send_step_exists_limited(s, queue=queue)
+            misc.send_session_commit(s)
+    except BaseException:
+        with suppress(Exception):  # a failed statement left the transaction open
+            s.conn.rollback()
+        raise
+    rows = claimed.result()
+    return LimitedClaims(rows, _last_key(cursor, {r.limit_key for r in rows}), more.result())
+
+
+def _last_key(cursor: str, keys: set[str]) -> str:
+    """The last of ``keys`` in the walk's order: the keys after ``cursor``, then (wrapped
+    around) those up to it; byte order, as the claim's ``COLLATE "C"``."""
+    wrapped = [k for k in keys if k.encode() <= cursor.encode()]
+    if wrapped:
+        return max(wrapped, key=str.encode)
+    return max(keys, key=str.encode) if keys else cursor
 
 
 def extend_leases(s: SessionLike, owner: str, ttl_s: float, leases: Sequence[Lease]) -> set[Lease]:

@@ -2,8 +2,10 @@
 run that is neither running nor finished what it waits for, from rows read in one
 snapshot (:func:`read_snapshot`): its unfinished needs, the ``scheduled_at`` of a retry's
 backoff or of a delayed run, the awaited signal and its deadline, the child run, the
-``max_parallel`` bound of its fan-out, the earlier run that holds its sequence, or the
-absence of a live worker serving its queue (``cyclone_workers``). ``Client.explain``,
+``max_parallel`` bound of its fan-out, the earlier run that holds its sequence, its
+concurrency key at its limit or its rate key out of claims for the window
+(docs/flow-control.md), or the absence of a live worker serving its queue
+(``cyclone_workers``). ``Client.explain``,
 ``cyclone-flow status`` (text and ``--json``) and the dashboard show the same answers.
 
 :func:`explain` is pure: the same :class:`Snapshot` gives the same answers, so it is
@@ -16,13 +18,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from cyclone_flow.db import deps, misc, runs, steps, workers
+from cyclone_flow.db import deps, misc, rate_windows, runs, steps, workers
 from cyclone_flow.db.conn import SessionLike
-from cyclone_flow.db.rows import Run, Step, WorkerRow
+from cyclone_flow.db.rows import RateWindow, Run, Step, WorkerRow
+from cyclone_flow.durations import format_duration
 from cyclone_flow.states import RunState, StepState
 
 __all__ = ["Snapshot", "WaitReason", "Waiting", "explain", "read_snapshot"]
@@ -46,6 +49,11 @@ class WaitReason(StrEnum):
     """Claimable now, but no live worker serves its queue (``queue``)."""
     QUEUED = "queued"
     """Claimable now and a live worker serves its queue: it waits for a free worker slot."""
+    CONCURRENCY = "concurrency"
+    """Claimable now, but its concurrency ``key`` has ``limit`` steps running (``active``)."""
+    RATE_LIMIT = "rate_limit"
+    """Claimable now, but its rate ``key`` had its ``limit`` claims in this window: the next
+    claim can come at ``claimable_at`` (the window's end)."""
     SIGNAL = "signal"
     """A wait_signal node awaiting ``signal``, until ``deadline`` (None: no bound)."""
     CHILD_RUN = "child_run"
@@ -64,8 +72,10 @@ class Waiting:
     and the fields that apply: ``claimable_at`` (when it becomes claimable; for ``queued``
     and ``no_worker``, since when it is), ``needs`` (unfinished needs), ``signal`` and
     ``deadline``, ``child_run_id``, ``holder_run_id``, ``max_parallel`` and ``active``
-    (items available or running), ``items_done``/``items_total``, ``queue``, and
-    ``served`` (whether a live worker serves its queue; None where it does not matter)."""
+    (items available or running; for ``concurrency``, the key's running steps),
+    ``items_done``/``items_total``, ``queue``, ``served`` (whether a live worker serves its
+    queue; None where it does not matter), and ``key`` and ``limit`` (the concurrency or
+    rate key at its limit)."""
 
     node: str
     reason: WaitReason
@@ -82,6 +92,8 @@ class Waiting:
     items_done: int | None = None
     items_total: int | None = None
     served: bool | None = None
+    key: str | None = None
+    limit: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form (``status --json``): the code, the text, ISO 8601 instants, and
@@ -90,7 +102,15 @@ class Waiting:
         out["claimable_at"] = self.claimable_at.isoformat() if self.claimable_at else None
         if self.needs:
             out["needs"] = list(self.needs)
-        for name in ("signal", "child_run_id", "holder_run_id", "max_parallel", "active"):
+        for name in (
+            "signal",
+            "child_run_id",
+            "holder_run_id",
+            "max_parallel",
+            "active",
+            "key",
+            "limit",
+        ):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -109,7 +129,9 @@ class Snapshot:
     """The rows :func:`explain` reads, all from one snapshot: the run and its steps
     (fan-out items only when read with ``items``), ``needs`` (node -> its dependencies),
     ``item_states`` (fan-out node -> item state -> count), the run's ``sequence_held``
-    and ``holder_run_id``, every ``workers`` row, and the database's ``now``."""
+    and ``holder_run_id``, every ``workers`` row, the database's ``now``, and for the
+    limits of its available steps ``slots`` (concurrency key -> steps running) and
+    ``windows`` (rate key -> its current window row)."""
 
     run: Run
     steps: Sequence[Step]
@@ -119,6 +141,8 @@ class Snapshot:
     now: datetime
     sequence_held: bool = False
     holder_run_id: str | None = None
+    slots: Mapping[str, int] = field(default_factory=dict)
+    windows: Mapping[str, RateWindow] = field(default_factory=dict)
     _by_node: dict[str, Step] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -143,15 +167,29 @@ def read_snapshot(
             return None
         info = runs.run_get_queue_info(s, run_id=run_id) or {}
         held = bool(info.get("sequence_held"))
+        rows = steps.step_list(s, run_id=run_id, items=items)
+        available = [r for r in rows if r.state is StepState.AVAILABLE]
+        concurrency = sorted({r.concurrency_key for r in available if r.concurrency_key})
+        rated = sorted({r.rate_key for r in available if r.rate_key})
         return Snapshot(
             run=run,
-            steps=steps.step_list(s, run_id=run_id, items=items),
+            steps=rows,
             needs=deps.dep_list(s, run_id=run_id),
             item_states=steps.step_count_items(s, run_id=run_id),
             workers=workers.worker_list(s, now=now),
             now=misc.pg_now(s, now=now),
             sequence_held=held,
             holder_run_id=runs.run_get_sequence_holder(s, run_id=run_id) if held else None,
+            slots=(
+                steps.step_count_running_by_concurrency_key(s, keys=concurrency)
+                if concurrency
+                else {}
+            ),
+            windows=(
+                {w.rate_key: w for w in rate_windows.rate_window_list(s, keys=rated)}
+                if rated
+                else {}
+            ),
         )
 
 
@@ -231,6 +269,9 @@ def _explain_step(snap: Snapshot, step: Step) -> Waiting:
             claimable_at=step.scheduled_at,
             served=False,
         )
+    limited = _explain_limits(snap, step)
+    if limited is not None:
+        return limited
     return Waiting(
         step.node,
         WaitReason.QUEUED,
@@ -239,6 +280,45 @@ def _explain_step(snap: Snapshot, step: Step) -> Waiting:
         claimable_at=step.scheduled_at,
         served=True,
     )
+
+
+def _explain_limits(snap: Snapshot, step: Step) -> Waiting | None:
+    """A claimable step held back by its limits: its concurrency key at its limit, or its
+    rate key out of claims in the current window; None when neither binds."""
+    key, limit = step.concurrency_key, step.concurrency_limit
+    if key is not None and limit is not None:
+        running = snap.slots.get(key, 0)
+        if running >= limit:
+            return Waiting(
+                step.node,
+                WaitReason.CONCURRENCY,
+                f"waiting: concurrency key {key} at limit {limit} ({running} running); "
+                "claimable when one of them ends",
+                step.queue,
+                claimable_at=step.scheduled_at,
+                active=running,
+                served=True,
+                key=key,
+                limit=limit,
+            )
+    key, limit, per = step.rate_key, step.rate_limit, step.rate_per_s
+    window = snap.windows.get(key) if key is not None else None
+    if window is not None and limit is not None and per is not None:
+        end = window.window_start + timedelta(seconds=per)
+        if window.claims >= limit and end > snap.now:
+            left = (end - snap.now).total_seconds()
+            return Waiting(
+                step.node,
+                WaitReason.RATE_LIMIT,
+                f"rate limit {key}: next token in {left:.1f} s ({window.claims} of {limit} "
+                f"claims per {format_duration(per)} taken)",
+                step.queue,
+                claimable_at=end,
+                served=True,
+                key=key,
+                limit=limit,
+            )
+    return None
 
 
 def _explain_pending(snap: Snapshot, step: Step) -> Waiting:

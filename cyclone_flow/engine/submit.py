@@ -156,6 +156,13 @@ def pipelinable(options: RunOptions) -> bool:
     )
 
 
+def has_limits(flow: Flow) -> bool:
+    """Whether a node of ``flow`` has ``concurrency:`` or ``rate_limit:``: its runs are
+    written by :func:`insert_run` (``step_insert_plan`` renders the limit keys), never by
+    the one-statement paths :func:`insert_run_alone` and :func:`insert_runs`."""
+    return any(n.concurrency is not None or n.rate_limit is not None for n in flow.nodes.values())
+
+
 def roots_are_actions(flow: Flow) -> bool:
     """Whether every root node of ``flow`` (no needs) is an action without a ``when:``: a
     new run then starts with no node for the engine to start or decide (nothing to

@@ -18,12 +18,14 @@ from cyclone_flow.flowfile.model import (
     JSON,
     Backoff,
     Flow,
+    Limit,
     Node,
     NodeType,
     OnDepFailure,
     OnDepSkip,
     Retry,
 )
+from cyclone_flow.flowfile.template import parse_ref
 from cyclone_flow.names import DEFAULT_QUEUE
 
 __all__ = ["OPTION_KEYS", "build_flow", "document_digest"]
@@ -63,6 +65,34 @@ def _when(value: Any) -> str | None:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
+
+
+def _limit(flow: str, node: str, spec: Any, rate: bool) -> Limit | None:
+    """The :class:`Limit` of a ``concurrency:`` / ``rate_limit:`` mapping (None: none)."""
+    if not isinstance(spec, Mapping):
+        return None
+    key = spec.get("key")
+    ref = parse_ref(key) if isinstance(key, str) else None
+    return Limit(
+        group=str(spec.get("group") or f"{flow}.{node}"),
+        limit=int(spec["limit"]),
+        key_path=ref.path if ref is not None else None,
+        key_value=key if isinstance(key, str) and ref is None else None,
+        per_s=parse_duration(spec["per"]) if rate else None,
+        key_node=ref.node if ref is not None else None,
+    )
+
+
+def _limited(
+    flow: str, node: str, spec: Mapping[str, Any], defaults: Mapping[str, Any], key: str
+) -> Limit | None:
+    """A node's ``key`` limit (``concurrency`` or ``rate_limit``): its own, else the
+    default's for an action or fan_out node (the others have no steps to limit)."""
+    if key in spec:
+        return _limit(flow, node, spec[key], key == "rate_limit")
+    if spec.get("type", "action") in ("action", "fan_out") and key in defaults:
+        return _limit(flow, node, defaults[key], key == "rate_limit")
+    return None
 
 
 def build_flow(
@@ -105,6 +135,8 @@ def build_flow(
             on_dep_skip=cast(
                 OnDepSkip, spec.get("on_dep_skip", defaults.get("on_dep_skip", "skip"))
             ),
+            concurrency=_limited(document["name"], name, spec, defaults, "concurrency"),
+            rate_limit=_limited(document["name"], name, spec, defaults, "rate_limit"),
         )
     children = dict(children or {})
     digest = document_digest(document)

@@ -15,7 +15,8 @@ does not parse), E019 (a ``when:`` reference to a node that is not an ancestor, 
 node), W002 (a template reads the output of a node that can be skipped while the reader
 can still run: it gets null), W003 (a ``when:`` comparison whose types do not match what
 ``input_schema`` says, or an order comparison with a literal that is not a number or a
-string). Child-flow checks
+string), E026 (a ``concurrency`` / ``rate_limit`` key that refers to something other than
+the run input or an ancestor's output). Child-flow checks
 (E030-E032) live in :mod:`cyclone_flow.flowfile.children`.
 """
 
@@ -96,6 +97,7 @@ def check_document(doc: Document) -> list[Problem]:
     problems += _check_refs(doc, nodes, graph)
     problems += _check_when(doc, nodes, graph)
     problems += _check_durations(doc, nodes)
+    problems += _check_limits(doc, nodes, graph)
     problems += _check_schedules(doc)
     problems += _check_text(doc)
     return sorted(set(problems), key=lambda p: (p.line, p.col, p.code, p.message))
@@ -418,6 +420,75 @@ def _check_skippable_reads(
                         f"when: on it or above it) while {name!r} still runs: the value is "
                         f"then null. Add {source!r} to needs with on_dep_skip: run to accept "
                         "null, or let the skip cascade to this node",
+                    )
+                )
+    return out
+
+
+def _check_limits(
+    doc: Document, nodes: dict[str, dict[str, Any]], graph: nx.DiGraph
+) -> list[Problem]:
+    """The ``key`` of each ``concurrency:`` / ``rate_limit:`` (in ``defaults`` and on the
+    nodes): E016 when malformed; a reference to the run input (W001 as for inputs) or, on
+    a node, to an ancestor's output (E014 for an unknown node, E013 for one that is not an
+    ancestor); E026 for anything else (an ``item``, or a node output in ``defaults``);
+    E007 for a ``per`` out of range."""
+    out: list[Problem] = []
+    data = doc.data if isinstance(doc.data, dict) else {}
+    holders: list[tuple[JsonPath, Any]] = [(("defaults",), data.get("defaults"))]
+    holders += [(("nodes", name), node) for name, node in nodes.items()]
+    for where, holder in holders:
+        if not isinstance(holder, dict):
+            continue
+        for what in ("concurrency", "rate_limit"):
+            spec = holder.get(what)
+            if not isinstance(spec, dict):
+                continue
+            if what == "rate_limit" and "per" in spec:
+                path = (*where, what, "per")
+                problem = _too_long(doc, path, spec["per"]) or _too_short(
+                    doc, path, spec["per"], zero_ok=False
+                )
+                if problem is not None:
+                    out.append(problem)
+            key = spec.get("key")
+            if not isinstance(key, str):
+                continue
+            path = (*where, what, "key")
+            try:
+                ref = parse_ref(key)
+            except TemplateError as exc:
+                out.append(doc.problem(doc.value_pos(path), "E016", str(exc)))
+                continue
+            if ref is None:
+                continue
+            node = where[1] if where[0] == "nodes" else None
+            if ref.kind == "run":
+                if ref.path and (optional := _optional_input(doc, ref.path[0])):
+                    out.append(doc.problem(doc.value_pos(path), "W001", f"{key!r} {optional}"))
+            elif ref.kind == "nodes" and node is not None and ref.node is not None:
+                if ref.node not in nodes:
+                    message = f"{key!r} refers to node {ref.node!r}, which is not a node"
+                    message += did_you_mean(ref.node, nodes)
+                    out.append(doc.problem(doc.value_pos(path), "E014", message))
+                elif _non_ancestors(graph, {str(node): {ref.node}}).get(str(node)):
+                    out.append(
+                        doc.problem(
+                            doc.value_pos(path),
+                            "E013",
+                            f"{key!r} in node {node!r} refers to node {ref.node!r}, which is "
+                            "not an ancestor: add it to needs (directly or through another node)",
+                        )
+                    )
+            else:
+                where_text = "in defaults " if node is None else ""
+                out.append(
+                    doc.problem(
+                        doc.value_pos(path),
+                        "E026",
+                        f"{what}.key {key!r} {where_text}refers to {ref.expression!r}: a limit "
+                        "key may refer to the run input (${{ run.input... }}) or, on a node, "
+                        "to an ancestor's output (${{ nodes.NAME.output... }})",
                     )
                 )
     return out

@@ -39,6 +39,28 @@ class Retry:
 
 
 @dataclass(frozen=True)
+class Limit:
+    """``concurrency:`` or ``rate_limit:`` of a node (docs/flow-control.md).
+
+    ``group`` names the limit (the flow-file ``group:``, default ``<flow>.<node>``): the
+    nodes that share a group share its keys. The key of a step is ``group`` alone when the
+    file gives no ``key``, else ``group/VALUE`` with VALUE the run input at ``key_path``
+    (a ``${{ run.input... }}`` key; ``()``: the whole input), the output of the ancestor
+    ``key_node`` at ``key_path`` (a ``${{ nodes.NAME.output... }}`` key, rendered when the
+    step is first claimed), or the literal ``key_value``.
+    ``limit`` is a positive count: steps running at once per key (concurrency), or claims
+    per window of ``per_s`` seconds per key (rate_limit; ``per_s`` is None for concurrency).
+    """
+
+    group: str
+    limit: int
+    key_path: tuple[str, ...] | None = None
+    key_value: str | None = None
+    per_s: float | None = None
+    key_node: str | None = None
+
+
+@dataclass(frozen=True)
 class Node:
     """One declared node, with the flow's ``defaults`` already applied.
 
@@ -78,6 +100,10 @@ class Node:
     on_dep_skip: OnDepSkip = "skip"
     """What the node does when a dependency was skipped: ``skip`` too (the default) or
     ``run`` with that dependency's output as null."""
+    concurrency: Limit | None = None
+    """``concurrency:`` (after ``defaults``): at most ``limit`` steps per key running."""
+    rate_limit: Limit | None = None
+    """``rate_limit:`` (after ``defaults``): at most ``limit`` claims per key per window."""
 
 
 @dataclass(frozen=True)

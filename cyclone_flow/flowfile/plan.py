@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cyclone_flow.flowfile.model import Flow
+from cyclone_flow.flowfile.model import Flow, Limit
 
 __all__ = ["flow_plan"]
 
@@ -29,36 +29,56 @@ def flow_plan(flow: Flow, child_ids: Mapping[str, int]) -> dict[str, Any]:
                 f"flow {flow.name!r}: child node {n.name!r} has no loaded child flow "
                 "(load flows from files with load_flow, which loads child flows too)"
             )
-        nodes.append(
-            {
-                "node": n.name,
-                "type": n.type,
-                "call": n.call,
-                "needs": list(n.needs),
-                "queue": n.queue,
-                "queue_own": n.queue_set,
-                "priority": n.priority,
-                "priority_own": n.priority_set,
-                "max_attempts": n.retry.max_attempts,
-                "backoff": {
-                    "initial_s": n.retry.backoff.initial_s,
-                    "max_s": n.retry.backoff.max_s,
-                    "multiplier": n.retry.backoff.multiplier,
-                    "jitter": n.retry.backoff.jitter,
-                },
-                "on_dep_failure": n.on_dep_failure,
-                "timeout_s": n.timeout_s,
-                "input": n.input,
-                "over": n.options.get("over"),
-                "max_parallel": n.options.get("max_parallel"),
-                "signal": n.options.get("signal"),
-                "max_wait_s": n.max_wait_s,
-                "child_workflow_id": child_ids.get(n.name),
-            }
-        )
+        row: dict[str, Any] = {
+            "node": n.name,
+            "type": n.type,
+            "call": n.call,
+            "needs": list(n.needs),
+            "queue": n.queue,
+            "queue_own": n.queue_set,
+            "priority": n.priority,
+            "priority_own": n.priority_set,
+            "max_attempts": n.retry.max_attempts,
+            "backoff": {
+                "initial_s": n.retry.backoff.initial_s,
+                "max_s": n.retry.backoff.max_s,
+                "multiplier": n.retry.backoff.multiplier,
+                "jitter": n.retry.backoff.jitter,
+            },
+            "on_dep_failure": n.on_dep_failure,
+            "timeout_s": n.timeout_s,
+            "input": n.input,
+            "over": n.options.get("over"),
+            "max_parallel": n.options.get("max_parallel"),
+            "signal": n.options.get("signal"),
+            "max_wait_s": n.max_wait_s,
+            "child_workflow_id": child_ids.get(n.name),
+        }
+        # only a node with limits has the keys (step_insert_plan renders its step's keys)
+        if n.concurrency is not None:
+            row["concurrency"] = _limit_row(n.concurrency)
+        if n.rate_limit is not None:
+            row["rate_limit"] = _limit_row(n.rate_limit)
         # only when set: the plan of a flow that uses neither stays as it was
         if n.when is not None:
-            nodes[-1]["when"] = n.when
+            row["when"] = n.when
         if n.on_dep_skip != "skip":
-            nodes[-1]["on_dep_skip"] = n.on_dep_skip
+            row["on_dep_skip"] = n.on_dep_skip
+        nodes.append(row)
     return {"deadline_s": flow.deadline_s, "nodes": nodes}
+
+
+def _limit_row(limit: Limit) -> dict[str, Any]:
+    """A limit as the plan stores it: ``group``, ``limit``, ``per_s`` (rate limits) and
+    the key's ``path`` in the run input (or, with ``node``, in that ancestor's output) or
+    its literal ``value`` (none of them: one key, the group)."""
+    row: dict[str, Any] = {"group": limit.group, "limit": limit.limit}
+    if limit.per_s is not None:
+        row["per_s"] = limit.per_s
+    if limit.key_node is not None:
+        row["node"] = limit.key_node
+    if limit.key_path is not None:
+        row["path"] = list(limit.key_path)
+    elif limit.key_value is not None:
+        row["value"] = limit.key_value
+    return row

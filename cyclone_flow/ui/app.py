@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cyclone_flow.client import Client
 from cyclone_flow.db.rows import Run, Step
+from cyclone_flow.durations import format_duration
 from cyclone_flow.errors import (
     AmbiguousRunIdError,
     ConfigError,
@@ -236,6 +237,7 @@ class _Dashboard:
             ago=_ago,
             stamp=_stamp,
             duration=_duration,
+            period=format_duration,
             pretty=_pretty,
             cut=_cut,
             legend=LEGEND,

@@ -52,7 +52,7 @@ from cyclone_flow.db.conn import (
     retry_conflicts,
 )
 from cyclone_flow.db.errors import database_lost
-from cyclone_flow.db.rows import ClaimedStep
+from cyclone_flow.db.rows import ClaimedStep, LimitedClaim
 from cyclone_flow.engine import complete, fail
 from cyclone_flow.engine.tx import Outcome, Tx
 from cyclone_flow.errors import CycloneError, IsolationLevelError, StepTimeoutError
@@ -171,7 +171,8 @@ class Settler:
         """Right after the commit of ``steps`` (one outcome each, None when stale), on the
         connection that committed them: fill the output cache (a downstream step this
         client claims reads the output from it, as the database stores it) and publish
-        their wakeups, once. Errors are logged, never raised: the commit happened."""
+        their wakeups, once (with the queues of the limited steps among them: each freed
+        a slot of its key). Errors are logged, never raised: the commit happened."""
         try:
             wakeups: Wakeups | None = None
             merged = False
@@ -188,6 +189,17 @@ class Settler:
                     first, wakeups, merged = wakeups, Wakeups(), True
                     wakeups.merge(first)
                 wakeups.merge(outcome.wakeups)
+            # a limited step that ended freed a slot of its key: wake its queue's claimers
+            freed = {
+                s.queue
+                for s, o in zip(steps, outcomes, strict=True)
+                if o is not None and isinstance(s, LimitedClaim)
+            }
+            if freed:
+                extra = Wakeups(queues=freed)
+                if wakeups is not None:
+                    extra.merge(wakeups)
+                wakeups = extra
             if wakeups is not None:
                 self.publish(wakeups, conn)
         except Exception:

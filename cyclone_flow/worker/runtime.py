@@ -21,11 +21,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from cyclone_flow.config import ClientConfig
 from cyclone_flow.db.conn import Database, retry_conflicts
 from cyclone_flow.db.errors import BRIEF_POOL_WAIT_S, database_lost
-from cyclone_flow.db.rows import ClaimedStep
+from cyclone_flow.db.rows import ClaimedStep, LimitedClaim
 from cyclone_flow.engine import claim
 from cyclone_flow.events import StepEvent
 from cyclone_flow.maintenance.deadline_scanner import DeadlineScanner, DeadlineScannerConfig
@@ -41,6 +42,20 @@ from cyclone_flow.notify import Publish
 from cyclone_flow.states import EventKind
 from cyclone_flow.worker.execute import Executor
 from cyclone_flow.worker.heartbeat import Heartbeat, WorkerIdentity
+
+
+@dataclass
+class _LimitedQueue:
+    """The limited claim of one served queue (docs/flow-control.md): ``active`` while the
+    queue has limited steps (the claim loop then runs the limited claim on every round),
+    else whether it has some is checked again at ``next_try`` (monotonic seconds: every
+    poll_interval max, so a queue without limited steps costs one index probe per second,
+    not a statement per claim); ``cursor``: the key the next limited claim starts after
+    (round robin)."""
+
+    active: bool = False
+    next_try: float = 0.0
+    cursor: str = ""
 
 
 class Worker:
@@ -85,6 +100,8 @@ class Worker:
         # leases of steps whose handler returned and whose completion waits for the
         # completer's group commit (a renewal that fails for them means committed, not lost)
         self._handed: set[tuple[int, int]] = set()
+        # per served queue: the limited claim's state (docs/flow-control.md)
+        self._limited = {q: _LimitedQueue() for q in config.worker_queues}
         self._tasks: queue.Queue[ClaimedStep | None] = queue.Queue()
         self._idle = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
@@ -267,8 +284,24 @@ class Worker:
                 free = size - self._busy[queue_name]
             if free <= 0 or self._stop.is_set():
                 continue
-            self.claim_queries += 1
-            steps = retry_conflicts(functools.partial(self._claim, queue_name, free))
+            steps: list[ClaimedStep] = []
+            limited = self._limited[queue_name]
+            now = time.monotonic()
+            if not limited.active and now >= limited.next_try:
+                limited.next_try = now + self.config.poll_interval[1]
+                limited.active = retry_conflicts(functools.partial(self._has_limited, queue_name))
+            if limited.active:
+                # limited steps first (they are bounded by their limits), then the others
+                self.claim_queries += 1
+                got = retry_conflicts(functools.partial(self._claim_limited, queue_name, free))
+                steps += got.steps
+                limited.cursor = got.cursor
+                limited.active = got.more or bool(got.steps)
+            if len(steps) < free:
+                self.claim_queries += 1
+                steps += retry_conflicts(
+                    functools.partial(self._claim, queue_name, free - len(steps))
+                )
             with self._lock:
                 self._busy[queue_name] += len(steps)
                 for step in steps:
@@ -296,6 +329,25 @@ class Worker:
                 s, self.config.client_id, self.config.lease_ttl, [queue_name], free, self.only_run
             )
 
+    def _has_limited(self, queue_name: str) -> bool:
+        """Whether ``queue_name`` has available limited steps (one autocommit statement)."""
+        with self.db.autocommit_session() as s:
+            return claim.has_limited(s, queue_name)
+
+    def _claim_limited(self, queue_name: str, free: int) -> claim.LimitedClaims:
+        """The limited claim (a transaction in one round trip) for up to ``free`` steps of
+        ``queue_name``, from the key after this queue's cursor."""
+        with self.db.autocommit_session() as s:
+            return claim.claim_limited(
+                s,
+                self.config.client_id,
+                self.config.lease_ttl,
+                queue_name,
+                free,
+                self._limited[queue_name].cursor,
+                self.only_run,
+            )
+
     # -- worker threads ------------------------------------------------------------------
 
     def _work_loop(self) -> None:
@@ -307,9 +359,11 @@ class Worker:
             with self._lock:
                 cancel = self._leases.get(key) or threading.Event()
             handed_over = False
+            # a limited step's end frees a slot of its key: claim again once it committed
+            freed = isinstance(step, LimitedClaim)
             try:
                 handed_over = self.executor.execute(
-                    step, cancel, on_settled=functools.partial(self._settled, key)
+                    step, cancel, on_settled=functools.partial(self._settled, key, freed)
                 )
             except BaseException:  # never lose a worker thread
                 self.log.exception("worker thread: step %s failed unexpectedly", step.id)
@@ -325,12 +379,16 @@ class Worker:
                     self._idle.notify_all()
                 self._wake.set()
 
-    def _settled(self, key: tuple[int, int]) -> None:
-        """The completer committed (or gave up) a handed-over completion: drop its lease."""
+    def _settled(self, key: tuple[int, int], freed: bool = False) -> None:
+        """The completer committed (or gave up) a handed-over completion: drop its lease;
+        for a limited step (``freed``), wake the claim loop (its key has a slot free now;
+        the completion's wakeups tell the other processes: ``Settler.committed``)."""
         with self._idle:
             self._leases.pop(key, None)
             self._handed.discard(key)
             self._idle.notify_all()
+        if freed:
+            self._wake.set()
 
     # -- heartbeat and maintenance --------------------------------------------------------
 

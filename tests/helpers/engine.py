@@ -46,6 +46,22 @@ def claim(
         return claiming.claim(s, owner, ttl_s, queues, limit, run_id)
 
 
+def claim_limited(
+    client: Client,
+    owner: str,
+    ttl_s: float,
+    queue: str,
+    limit: int,
+    cursor: str = "",
+    run_id: str | None = None,
+) -> claiming.LimitedClaims:
+    """The limited claim (steps with ``concurrency:`` / ``rate_limit:``) of up to
+    ``limit`` steps of ``queue`` for ``owner``, a transaction in one round trip on an
+    autocommit session, as the worker's claim loop runs it."""
+    with client._db.autocommit_session() as s:
+        return claiming.claim_limited(s, owner, ttl_s, queue, limit, cursor, run_id)
+
+
 def heartbeat(
     client: Client, owner: str, ttl_s: float, leases: Sequence[tuple[int, int]]
 ) -> set[tuple[int, int]]:

@@ -74,3 +74,25 @@ def test_processes_below_1_are_refused(capsys: pytest.CaptureFixture[str]) -> No
         main(["--only", "noop", "--processes", "0"])
     assert exc.value.code == 2
     assert "--processes: each count must be a whole number >= 1" in capsys.readouterr().err
+
+
+def test_limits_benchmark_gives_the_four_figures_and_their_ratios(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["--quick", "--json", "--database-url", database_url, "--only", "limits"])
+    assert code == 0
+    doc = json.loads(capsys.readouterr().out)
+    names = [r["name"] for r in doc["results"]]
+    assert names == [
+        "no-op, no limit",
+        "no-op, global limit 40",
+        "no-op, 1,000 keys at limit 1",
+        "no-op, rate limit above the rate",
+    ]
+    assert all(r["value"] > 0 for r in doc["results"])
+    assert all(r["extra"]["vs_unlimited"] > 0 for r in doc["results"][1:])
+    assert {t["target"] for t in doc["targets"]} == {
+        "no-op, global limit 40 costs at most 25%",
+        "no-op, 1,000 keys at limit 1 costs at most 15%",
+        "no-op, rate limit above the rate costs at most 15%",
+    }

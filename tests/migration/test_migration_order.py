@@ -70,12 +70,16 @@ def _use(database_url: str, schema: str) -> Client:
     return Client(database_url, schema=schema, workers=2, lease_ttl=2.0, poll_interval=(0.02, 0.2))
 
 
+# the migrations after 0009 (added since these cases were written): applied with the rest
+LATER = [m.version for m in migrations() if m.version > 9]
+
+
 @pytest.mark.parametrize(
     ("deployed", "missing"),
     [
-        ([1, 3, 4, 5, 6, 7, 8, 9, 10], [2]),
-        ([1, 2], [3, 4, 5, 6, 7, 8, 9, 10]),
-        ([1, 2, 4, 5, 6, 7], [3, 8, 9, 10]),
+        ([1, 3, 4, 5, 6, 7, 8, 9, *LATER], [2]),
+        ([1, 2], [3, 4, 5, 6, 7, 8, 9, *LATER]),
+        ([1, 2, 4, 5, 6, 7], [3, 8, 9, *LATER]),
     ],
 )
 def test_a_missing_migration_is_named_then_applied_and_both_features_work(
@@ -105,7 +109,7 @@ def test_every_migration_applies_twice_in_either_order_of_0002_and_0003(
 ) -> None:
     """The SQL of 0002 and 0003 applied again over a complete schema (each is written to
     be safe twice) changes nothing a client notices."""
-    schema = _partial_schema(database_url, [1, 3, 2, 4, 5, 6, 7, 8, 9, 10])
+    schema = _partial_schema(database_url, [1, 3, 2, 4, 5, 6, 7, 8, 9, *LATER])
     schemas.append(schema)
     by_version = {m.version: m for m in migrations()}
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -147,7 +151,7 @@ def test_a_schedule_stored_before_plans_still_ticks(database_url: str, schemas: 
             " now() - interval '1 second')",
             wf,
         )
-    assert migrate(database_url, schema=schema) == [2, 8, 9, 10]
+    assert migrate(database_url, schema=schema) == [2, 8, 9, *LATER]
     client = _use(database_url, schema)
     try:
         assert client.schedule_scanner.run_once().submitted == 1

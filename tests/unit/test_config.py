@@ -165,6 +165,7 @@ def test_worker_queues_then_workers_last_wins() -> None:
         ({"tx_slots": 1.5}, "tx_slots"),
         ({"client_id": 7}, "client_id"),
         ({"client_id": ""}, "client_id"),
+        ({"client_id": "~limits"}, "reserved"),
         ({"notify": 1}, "notify"),
         ({"logger": logging.LoggerAdapter(logging.getLogger("x"))}, "logger"),
         ({"error_handler": "print"}, "error_handler"),

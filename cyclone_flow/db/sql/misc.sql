@@ -30,6 +30,15 @@ SELECT coalesce(%(now)s::timestamptz, now())
 -- engine's statements follow it: a handler's own writes in ctx.completion_tx() came before.
 SET LOCAL plan_cache_mode = force_generic_plan
 
+-- name: session_begin
+-- First of a transaction sent whole in one pipeline on an autocommit connection (the
+-- limited claim: BEGIN, its statements and COMMIT in one round trip).
+BEGIN ISOLATION LEVEL READ COMMITTED
+
+-- name: session_commit
+-- Last of a transaction sent whole in one pipeline (after session_begin).
+COMMIT
+
 -- name: session_set_read_snapshot
 -- First in a read-only transaction whose reads must agree with each other ("why is it
 -- waiting", which reads a run, its steps, deps and the workers): one snapshot for all.

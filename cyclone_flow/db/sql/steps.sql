@@ -1,9 +1,10 @@
 -- Table cyclone_steps: one row per node of a run (and per item of a started fan-out node),
 -- with its state, lease, attempts, output and error history. Defined by migrations
 -- 0001_initial, 0002_node_types (node types: fan-out items and counts, child runs,
--- signals, wait_until) and 0010_when_and_rerun (when: condition, on_dep_skip, skip_reason,
--- the skipped state, reused_from). Every transition is a compare-and-swap guarded by the state (and,
--- for a leased step, by lease_owner and lease_generation); zero rows is a stale result,
+-- signals, wait_until), 0010_when_and_rerun (when: condition, on_dep_skip, skip_reason,
+-- the skipped state, reused_from) and 0011_flow_control (a limited step's keys and
+-- limits). Every transition is a compare-and-swap guarded by the state (and, for a leased
+-- step, by lease_owner and lease_generation); zero rows is a stale result,
 -- never an error (Engine Design: CAS State Transitions). Nodes that wait without a worker
 -- (child and wait_signal nodes, fan-out nodes while their items run) sit in state
 -- waiting, never claimed; the engine completes or discards them in the transaction of the
@@ -79,12 +80,14 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
 -- name: step_claim_in_run_if_available
 -- step_claim_if_available restricted to one run and its child runs (cyclone-flow run's
 -- %(run_id)s), owned by the claiming process or not: a statement of its own so the generic
--- plan of step_claim_if_available never carries the run filter.
+-- plan of step_claim_if_available never carries the run filter. Not the limited steps
+-- ('~limits': step_claim_limited_if_available takes them).
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps
     WHERE state = 'available' AND queue = %(queue)s AND scheduled_at <= now()
       AND coalesce(root_run_id, run_id) = %(run_id)s::uuid
+      AND coalesce(claim_owner, '') <> '~limits'
     ORDER BY priority, scheduled_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -107,6 +110,219 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
                     OR strpos(s.input::text, 'run.input') > 0
                THEN (SELECT r.input::text FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
           END AS run_input
+
+-- name: step_claim_limited_if_available
+-- available -> running for up to %(limit)s limited steps of one queue (claim_owner
+-- '~limits': nodes with concurrency: or rate_limit:, docs/flow-control.md), each key within
+-- its limit: a concurrency key at most concurrency_limit minus its running steps (counted
+-- from the running rows through cyclone_steps_concurrency_running_idx: a step that leaves
+-- running frees its slot in that transaction), a rate key at most rate_limit minus the
+-- claims of its current window (cyclone_rate_windows: fixed windows of rate_per from the
+-- epoch, by the database clock; this statement adds its claims there). The keys that
+-- have available limited steps are walked one by one (a loose index scan of
+-- cyclone_steps_limited_idx) from the first key after %(cursor)s, wrapping around (round
+-- robin: a key at its limit is skipped, a hot key never holds back the keys after it),
+-- each key's heads read in (priority, scheduled_at, id) order up to the room it has; the
+-- walk stops at %(limit)s steps. Run after step_lock_limited_claims in the same
+-- transaction: this statement's snapshot then holds every limited claim committed before
+-- it. statement_timestamp() throughout (the transaction began before the lock wait).
+-- %(run_id)s: only that run and its child runs (cyclone-flow run), or NULL. Returns the
+-- columns of step_claim_if_available and each step's walk key (limit_key).
+WITH RECURSIVE after_cursor(k) AS (
+    (SELECT (coalesce(concurrency_key, rate_key) COLLATE "C") FROM {schema}.cyclone_steps
+     WHERE state = 'available' AND claim_owner = '~limits' AND queue = %(queue)s
+       AND (coalesce(concurrency_key, rate_key) COLLATE "C") > %(cursor)s::text
+     ORDER BY (coalesce(concurrency_key, rate_key) COLLATE "C")
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT (coalesce(s.concurrency_key, s.rate_key) COLLATE "C") FROM {schema}.cyclone_steps s
+            WHERE s.state = 'available' AND s.claim_owner = '~limits' AND s.queue = %(queue)s
+              AND (coalesce(s.concurrency_key, s.rate_key) COLLATE "C") > a.k
+            ORDER BY (coalesce(s.concurrency_key, s.rate_key) COLLATE "C")
+            LIMIT 1)
+    FROM after_cursor a
+    WHERE a.k IS NOT NULL
+), upto_cursor(k) AS (
+    (SELECT (coalesce(concurrency_key, rate_key) COLLATE "C") FROM {schema}.cyclone_steps
+     WHERE state = 'available' AND claim_owner = '~limits' AND queue = %(queue)s
+       AND (coalesce(concurrency_key, rate_key) COLLATE "C") <= %(cursor)s::text
+     ORDER BY (coalesce(concurrency_key, rate_key) COLLATE "C")
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT (coalesce(s.concurrency_key, s.rate_key) COLLATE "C") FROM {schema}.cyclone_steps s
+            WHERE s.state = 'available' AND s.claim_owner = '~limits' AND s.queue = %(queue)s
+              AND (coalesce(s.concurrency_key, s.rate_key) COLLATE "C") > u.k
+              AND (coalesce(s.concurrency_key, s.rate_key) COLLATE "C") <= %(cursor)s::text
+            ORDER BY (coalesce(s.concurrency_key, s.rate_key) COLLATE "C")
+            LIMIT 1)
+    FROM upto_cursor u
+    WHERE u.k IS NOT NULL
+), walk AS (
+    SELECT k FROM after_cursor WHERE k IS NOT NULL
+    UNION ALL
+    SELECT k FROM upto_cursor WHERE k IS NOT NULL
+), candidates AS (
+    SELECT c.id, h.rate_key, room.rate_room, w.k
+    FROM walk w
+    CROSS JOIN LATERAL (
+        SELECT h.concurrency_key, h.concurrency_limit, h.rate_key, h.rate_limit, h.rate_per
+        FROM {schema}.cyclone_steps h
+        WHERE h.state = 'available' AND h.claim_owner = '~limits' AND h.queue = %(queue)s
+          AND (coalesce(h.concurrency_key, h.rate_key) COLLATE "C") = w.k
+          AND h.scheduled_at <= statement_timestamp()
+          AND (%(run_id)s::uuid IS NULL OR coalesce(h.root_run_id, h.run_id) = %(run_id)s::uuid)
+        ORDER BY h.priority, h.scheduled_at, h.id
+        LIMIT 1) h
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN h.concurrency_key IS NULL THEN %(limit)s::bigint
+                    ELSE h.concurrency_limit - (
+                        SELECT count(*) FROM {schema}.cyclone_steps r
+                        WHERE r.state = 'running' AND r.concurrency_key = h.concurrency_key)
+               END AS slots,
+               CASE WHEN h.rate_key IS NULL THEN %(limit)s::bigint
+                    ELSE h.rate_limit - coalesce((
+                        SELECT rw.claims FROM {schema}.cyclone_rate_windows rw
+                        WHERE rw.rate_key = h.rate_key
+                          AND rw.window_start = date_bin(h.rate_per, statement_timestamp(),
+                                                         timestamptz 'epoch')), 0)
+               END AS rate_room) room
+    CROSS JOIN LATERAL (
+        SELECT s.id
+        FROM {schema}.cyclone_steps s
+        WHERE s.state = 'available' AND s.claim_owner = '~limits' AND s.queue = %(queue)s
+          AND (coalesce(s.concurrency_key, s.rate_key) COLLATE "C") = w.k
+          AND s.scheduled_at <= statement_timestamp()
+          AND (%(run_id)s::uuid IS NULL OR coalesce(s.root_run_id, s.run_id) = %(run_id)s::uuid)
+        ORDER BY s.priority, s.scheduled_at, s.id
+        LIMIT greatest(least(room.slots, room.rate_room), 0)
+        FOR UPDATE SKIP LOCKED) c
+    LIMIT %(limit)s
+), picked AS (
+    -- keys that share a rate key take its room together, in walk order
+    SELECT x.id, x.k
+    FROM (SELECT c.id, c.k, c.rate_key, c.rate_room,
+                 row_number() OVER (PARTITION BY c.rate_key ORDER BY c.id) AS n
+          FROM candidates c) x
+    WHERE x.rate_key IS NULL OR x.n <= x.rate_room
+), claimed AS (
+    UPDATE {schema}.cyclone_steps s
+    SET state = 'running',
+        lease_owner = %(owner)s,
+        lease_expiry = statement_timestamp() + (%(ttl_us)s::bigint * interval '1 microsecond'),
+        heartbeat_at = statement_timestamp(),
+        started_at = statement_timestamp(),
+        lease_generation = s.lease_generation + 1
+    FROM picked p
+    WHERE s.id = p.id AND s.state = 'available'
+    RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_attempts,
+              s.reclaims, s.lease_generation, s.input,
+              extract(epoch FROM s.timeout)::float8 AS timeout_s,
+              greatest(extract(epoch FROM statement_timestamp() - s.scheduled_at), 0)::float8
+                  AS wait_s,
+              s.parent_node, s.item_index, s.item,
+              CASE WHEN (s.input IS NULL AND s.parent_node IS NULL)
+                        OR strpos(s.input::text, 'run.input') > 0
+                   THEN (SELECT r.input::text FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
+              END AS run_input,
+              p.k AS limit_key, s.rate_key, s.rate_per
+), counted AS (
+    INSERT INTO {schema}.cyclone_rate_windows AS rw (rate_key, window_start, claims)
+    SELECT c.rate_key, date_bin(min(c.rate_per), statement_timestamp(), timestamptz 'epoch'),
+           count(*)
+    FROM claimed c
+    WHERE c.rate_key IS NOT NULL
+    GROUP BY c.rate_key
+    ON CONFLICT (rate_key) DO UPDATE
+    SET claims = CASE WHEN rw.window_start = excluded.window_start
+                      THEN rw.claims + excluded.claims ELSE excluded.claims END,
+        window_start = excluded.window_start
+)
+SELECT id, run_id, node, type, call, queue, attempt, max_attempts, reclaims, lease_generation,
+       input, timeout_s, wait_s, parent_node, item_index, item, run_input, limit_key
+FROM claimed
+ORDER BY id
+
+-- name: step_count_running_by_concurrency_key
+-- The running steps of each of the concurrency keys %(keys)s (the slots they hold; read
+-- through cyclone_steps_concurrency_running_idx): "why is it waiting".
+SELECT concurrency_key, count(*)::int
+FROM {schema}.cyclone_steps
+WHERE state = 'running' AND concurrency_key = ANY(%(keys)s::text[])
+GROUP BY concurrency_key
+
+-- name: step_render_limits_if_available
+-- Render the keys of the available limited steps of queue %(queue)s whose keys refer to
+-- an upstream output (limit_plan; the step's ancestors have completed): each key is its
+-- group, then '/' and the value at the key's path in that node's output (or in the run
+-- input, or its literal text) when it has one. Sent in a limited claim's transaction
+-- after step_lock_limited_claims and before step_claim_limited_if_available, which then
+-- walks them under their keys. SKIP LOCKED: a row another transaction holds waits for
+-- the next claim. Reads cyclone_steps_limits_unrendered_idx (empty unless such keys exist).
+WITH todo AS (
+    SELECT id FROM {schema}.cyclone_steps
+    WHERE state = 'available' AND claim_owner = '~limits' AND queue = %(queue)s
+      AND limit_plan IS NOT NULL AND concurrency_key IS NULL AND rate_key IS NULL
+    ORDER BY id
+    LIMIT 1000
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.cyclone_steps s
+SET concurrency_key = CASE WHEN s.limit_plan ? 'concurrency' THEN
+        (s.limit_plan #>> '{{concurrency,group}}') || CASE
+            WHEN s.limit_plan->'concurrency' ? 'node'
+                THEN '/' || coalesce((SELECT u.output FROM {schema}.cyclone_steps u
+                                      WHERE u.run_id = s.run_id
+                                        AND u.node = s.limit_plan #>> '{{concurrency,node}}')
+                                     #>> array(SELECT jsonb_array_elements_text(
+                                                   s.limit_plan #> '{{concurrency,path}}')),
+                                     'null')
+            WHEN s.limit_plan->'concurrency' ? 'path'
+                THEN '/' || coalesce((SELECT r.input FROM {schema}.cyclone_runs r
+                                      WHERE r.id = s.run_id)
+                                     #>> array(SELECT jsonb_array_elements_text(
+                                                   s.limit_plan #> '{{concurrency,path}}')),
+                                     'null')
+            WHEN s.limit_plan->'concurrency' ? 'value'
+                THEN '/' || (s.limit_plan #>> '{{concurrency,value}}')
+            ELSE '' END
+    END,
+    concurrency_limit = (s.limit_plan #>> '{{concurrency,limit}}')::int,
+    rate_key = CASE WHEN s.limit_plan ? 'rate_limit' THEN
+        (s.limit_plan #>> '{{rate_limit,group}}') || CASE
+            WHEN s.limit_plan->'rate_limit' ? 'node'
+                THEN '/' || coalesce((SELECT u.output FROM {schema}.cyclone_steps u
+                                      WHERE u.run_id = s.run_id
+                                        AND u.node = s.limit_plan #>> '{{rate_limit,node}}')
+                                     #>> array(SELECT jsonb_array_elements_text(
+                                                   s.limit_plan #> '{{rate_limit,path}}')),
+                                     'null')
+            WHEN s.limit_plan->'rate_limit' ? 'path'
+                THEN '/' || coalesce((SELECT r.input FROM {schema}.cyclone_runs r
+                                      WHERE r.id = s.run_id)
+                                     #>> array(SELECT jsonb_array_elements_text(
+                                                   s.limit_plan #> '{{rate_limit,path}}')),
+                                     'null')
+            WHEN s.limit_plan->'rate_limit' ? 'value'
+                THEN '/' || (s.limit_plan #>> '{{rate_limit,value}}')
+            ELSE '' END
+    END,
+    rate_limit = (s.limit_plan #>> '{{rate_limit,limit}}')::int,
+    rate_per = make_interval(secs => (s.limit_plan #>> '{{rate_limit,per_s}}')::float8)
+FROM todo t
+WHERE s.id = t.id
+
+-- name: step_lock_limited_claims
+-- First in a limited claim's transaction: the advisory lock (per schema) that serializes
+-- the limited claims, held to the commit; the claim's own snapshot, taken after it, then
+-- counts every running step and window claim committed before (docs/flow-control.md).
+SELECT pg_advisory_xact_lock(1130066762, hashtext('{schema}'))
+
+-- name: step_exists_limited
+-- Whether queue %(queue)s has an available limited step (claimable now or later): the
+-- worker keeps running the limited claim for the queue while it has.
+SELECT EXISTS (
+    SELECT 1 FROM {schema}.cyclone_steps
+    WHERE state = 'available' AND claim_owner = '~limits' AND queue = %(queue)s)
 
 -- name: step_complete_fan_out_if_waiting
 -- waiting -> completed with the item outputs in item order (jsonb_agg), or -> discarded
@@ -353,11 +569,12 @@ RETURNING node, child_run_id, queue
 -- pinned instant): a dead or stopped `cyclone-flow run` process's run goes to the
 -- workers. SKIP LOCKED: a row an engine transaction holds waits for the next pass (no
 -- lock wait, no deadlock). Returns each released step's queue and whether it is claimable
--- now (the wakeups).
+-- now (the wakeups). A limited step's '~limits' is no owner (cyclone_steps_owned_idx
+-- leaves it out).
 WITH gone AS (
     SELECT s.id
     FROM {schema}.cyclone_steps s
-    WHERE s.claim_owner IS NOT NULL
+    WHERE s.claim_owner IS NOT NULL AND s.claim_owner <> '~limits'
       AND NOT EXISTS (
           SELECT 1 FROM {schema}.cyclone_workers w
           WHERE w.client_id = s.claim_owner
@@ -543,16 +760,19 @@ SELECT state, parent_node FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s 
 -- named NODE[i] (0-based), with the node's call, queue, priority, retry and timeout; the
 -- first max_parallel items available, the rest pending, none claimable before the node's
 -- scheduled_at (a delayed run); nothing while the node is not waiting. Items that exist
--- already (an operator retry expands the node again) are kept as they are.
+-- already (an operator retry expands the node again) are kept as they are. Each item
+-- takes the node's limits (concurrency, rate_limit: they bound the items).
 INSERT INTO {schema}.cyclone_steps
     (run_id, root_run_id, node, type, call, state, queue, priority, max_attempts, backoff,
-     timeout, input, parent_node, item_index, item, scheduled_at, claim_owner)
+     timeout, input, parent_node, item_index, item, scheduled_at, claim_owner,
+     concurrency_key, concurrency_limit, rate_key, rate_limit, rate_per, limit_plan)
 SELECT p.run_id, p.root_run_id, p.node || '[' || (e.ord - 1) || ']', 'fan_out_item', p.call,
        CASE WHEN p.max_parallel IS NULL OR e.ord <= p.max_parallel
             THEN 'available' ELSE 'pending' END,
        p.queue, p.priority, p.max_attempts, p.backoff, p.timeout, p.input, p.node,
        (e.ord - 1)::int, e.value, greatest(p.scheduled_at, statement_timestamp()),
-       p.claim_owner
+       p.claim_owner, p.concurrency_key, p.concurrency_limit, p.rate_key, p.rate_limit,
+       p.rate_per, p.limit_plan
 FROM {schema}.cyclone_steps p
 CROSS JOIN LATERAL jsonb_array_elements(CASE
           WHEN %(literal)s::jsonb IS NOT NULL THEN %(literal)s::jsonb
@@ -574,11 +794,17 @@ ON CONFLICT (run_id, node) DO NOTHING
 -- sequence). The submission's %(queue)s / %(priority)s replace those of the nodes that do
 -- not set their own (Queues and Priority). No step is claimable before %(run_at)s, or
 -- now() plus %(delay_us)s microseconds (a delayed run). Returns each step's queue, state,
--- and whether it is claimable now. claim_owner: the owner of the top run (an isolated run).
+-- and whether it is claimable now. claim_owner: the owner of the top run (an isolated run),
+-- or '~limits' for a node with limits (claimed by step_claim_limited_if_available only),
+-- whose keys are rendered here: the plan's group, then '/' and the run input at the
+-- key's path (or its literal text) when the key has one (docs/flow-control.md); a key
+-- that refers to an upstream output leaves both keys to step_render_limits_if_available
+-- (limit_plan).
 INSERT INTO {schema}.cyclone_steps
     (run_id, root_run_id, node, type, call, state, queue, priority, max_attempts, backoff,
      on_dep_failure, timeout, input, over, max_parallel, signal, max_wait, child_workflow_id,
-     condition, on_dep_skip, scheduled_at, claim_owner)
+     condition, on_dep_skip, scheduled_at, claim_owner, concurrency_key, concurrency_limit,
+     rate_key, rate_limit, rate_per, limit_plan)
 SELECT %(run_id)s, %(root_run_id)s, p.node, p.type, p.call,
        CASE WHEN p.type = 'action' AND jsonb_array_length(p.needs) = 0
                  AND p."when" IS NULL AND NOT %(hold)s::boolean
@@ -592,15 +818,45 @@ SELECT %(run_id)s, %(root_run_id)s, p.node, p.type, p.call,
        make_interval(secs => p.max_wait_s), p.child_workflow_id, p."when", p.on_dep_skip,
        coalesce(%(run_at)s::timestamptz,
                 now() + (%(delay_us)s::bigint * interval '1 microsecond'), now()),
-       (SELECT r.owner FROM {schema}.cyclone_runs r
-        WHERE r.id = coalesce(%(root_run_id)s::uuid, %(run_id)s::uuid))
+       CASE WHEN p.concurrency IS NULL AND p.rate_limit IS NULL
+            THEN (SELECT r.owner FROM {schema}.cyclone_runs r
+                  WHERE r.id = coalesce(%(root_run_id)s::uuid, %(run_id)s::uuid))
+            ELSE '~limits' END,
+       (l.c->>'group') || CASE
+            WHEN l.c ? 'path'
+                THEN '/' || coalesce((SELECT r.input FROM {schema}.cyclone_runs r
+                                      WHERE r.id = %(run_id)s::uuid)
+                                     #>> array(SELECT jsonb_array_elements_text(l.c->'path')),
+                                     'null')
+            WHEN l.c ? 'value' THEN '/' || (l.c->>'value')
+            ELSE '' END,
+       (l.c->>'limit')::int,
+       (l.r->>'group') || CASE
+            WHEN l.r ? 'path'
+                THEN '/' || coalesce((SELECT r.input FROM {schema}.cyclone_runs r
+                                      WHERE r.id = %(run_id)s::uuid)
+                                     #>> array(SELECT jsonb_array_elements_text(l.r->'path')),
+                                     'null')
+            WHEN l.r ? 'value' THEN '/' || (l.r->>'value')
+            ELSE '' END,
+       (l.r->>'limit')::int,
+       make_interval(secs => (l.r->>'per_s')::float8),
+       CASE WHEN l.later THEN jsonb_strip_nulls(jsonb_build_object(
+                'concurrency', p.concurrency, 'rate_limit', p.rate_limit)) END
 FROM {schema}.cyclone_workflows w
 CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') WITH ORDINALITY AS e(value, ord)
 CROSS JOIN LATERAL jsonb_to_record(e.value) AS p(
     node text, type text, call text, needs jsonb, queue text, queue_own boolean,
     priority int, priority_own boolean, max_attempts int, backoff jsonb,
     on_dep_failure text, timeout_s float8, input jsonb, over jsonb, max_parallel int,
-    signal text, max_wait_s float8, child_workflow_id bigint, "when" text, on_dep_skip text)
+    signal text, max_wait_s float8, child_workflow_id bigint, "when" text, on_dep_skip text,
+    concurrency jsonb, rate_limit jsonb)
+-- the limits rendered now (c, r), or later when a key refers to an upstream output
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN d.later THEN NULL ELSE p.concurrency END AS c,
+           CASE WHEN d.later THEN NULL ELSE p.rate_limit END AS r, d.later
+    FROM (SELECT coalesce(p.concurrency ? 'node', false)
+                 OR coalesce(p.rate_limit ? 'node', false) AS later) d) l
 WHERE w.id = %(workflow_id)s
 ORDER BY e.ord
 RETURNING queue, state, scheduled_at <= statement_timestamp() AS due
@@ -664,7 +920,9 @@ ORDER BY signal
 SELECT id, node, type, call, state, queue, priority, attempt, max_attempts, reclaims,
        lease_owner, lease_expiry, lease_generation, started_at, finished_at, scheduled_at,
        output, error, error_kind, errors, parent_node, item_index, items_total, items_done,
-       signal, wait_until, child_run_id, max_parallel, skip_reason, reused_from
+       signal, wait_until, child_run_id, max_parallel, skip_reason, reused_from,
+       concurrency_key, concurrency_limit, rate_key, rate_limit,
+       extract(epoch FROM rate_per)::float8 AS rate_per_s
 FROM {schema}.cyclone_steps
 WHERE run_id = %(run_id)s AND (%(items)s OR parent_node IS NULL)
 ORDER BY id
@@ -676,7 +934,9 @@ ORDER BY id
 SELECT id, node, type, call, state, queue, priority, attempt, max_attempts, reclaims,
        lease_owner, lease_expiry, lease_generation, started_at, finished_at, scheduled_at,
        output, error, error_kind, errors, parent_node, item_index, items_total, items_done,
-       signal, wait_until, child_run_id, max_parallel, skip_reason, reused_from
+       signal, wait_until, child_run_id, max_parallel, skip_reason, reused_from,
+       concurrency_key, concurrency_limit, rate_key, rate_limit,
+       extract(epoch FROM rate_per)::float8 AS rate_per_s
 FROM {schema}.cyclone_steps
 WHERE run_id = %(run_id)s AND parent_node = %(node)s AND item_index >= %(start)s
 ORDER BY item_index

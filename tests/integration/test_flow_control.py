@@ -1,0 +1,326 @@
+"""Concurrency limits per key and rate limits (issue 20, docs/flow-control.md): the claim
+of limited steps, driven directly (deterministic) and through a started client (fairness
+under a hot key, a rate limit over ten seconds of database timestamps)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from helpers.engine import claim, claim_limited, complete_step, fail_step
+from helpers.procs import wait_until
+
+from cyclone_flow import Client
+from cyclone_flow.flowfile import load_flow_text
+from cyclone_flow.maintenance.owner_release import OwnerRelease, OwnerReleaseConfig
+from cyclone_flow.states import ErrorKind
+
+PER_CUSTOMER = """
+name: per_customer
+nodes:
+  charge:
+    call: cyclone_test_handlers.basic:echo
+    concurrency: {key: "${{ run.input.customer }}", limit: 2}
+"""
+
+MIXED = """
+name: mixed
+nodes:
+  free:
+    call: cyclone_test_handlers.basic:echo
+  limited:
+    call: cyclone_test_handlers.basic:echo
+    concurrency: {limit: 1}
+"""
+
+RATED = """
+name: rated
+nodes:
+  call_api:
+    call: cyclone_test_handlers.basic:echo
+    rate_limit: {limit: 2, per: 366d}
+"""
+
+SHARED_GROUP = """
+name: shared
+nodes:
+  a:
+    call: cyclone_test_handlers.basic:echo
+    concurrency: {group: db, limit: 1}
+  b:
+    call: cyclone_test_handlers.basic:echo
+    concurrency: {group: db, limit: 1}
+"""
+
+FROM_UPSTREAM = """
+name: from_upstream
+nodes:
+  lookup:
+    call: cyclone_test_handlers.basic:echo
+  charge:
+    call: cyclone_test_handlers.basic:echo
+    needs: [lookup]
+    concurrency: {key: "${{ nodes.lookup.output.customer }}", limit: 1}
+    rate_limit: {key: "${{ run.input.region }}", limit: 100, per: 366d}
+"""
+
+OWNER = "test-owner"
+
+
+def test_generic_claim_leaves_limited_steps_to_the_limited_claim(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    client = make_client()
+    run_id = client.submit(load_flow_text(MIXED), {})
+    got = claim(client, OWNER, 30, ["default"], 10)
+    assert [s.node for s in got] == ["free"]
+    limited = claim_limited(client, OWNER, 30, "default", 10)
+    assert [s.node for s in limited.steps] == ["limited"]
+    assert limited.cursor == "mixed.limited" and not limited.more
+    row = db.execute(
+        "SELECT concurrency_key, concurrency_limit, claim_owner FROM cyclone_steps"
+        " WHERE run_id = %s AND node = 'limited'",
+        (run_id,),
+    ).fetchone()
+    assert row == ("mixed.limited", 1, "~limits")
+
+
+def test_a_failed_limited_claim_rolls_back_and_releases_the_lock(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    client = make_client()
+    client.submit(load_flow_text(MIXED), {})
+    with pytest.raises(psycopg.errors.InvalidRowCountInLimitClause):
+        claim_limited(client, OWNER, 30, "default", -1)  # LIMIT -1: the claim fails
+    # nothing was claimed, the advisory lock is gone with the rolled-back transaction
+    assert db.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone() == (
+        0,
+    )
+    assert [s.node for s in claim_limited(client, OWNER, 30, "default", 10).steps] == ["limited"]
+
+
+def test_the_owner_release_leaves_limited_steps_to_the_limited_claim(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    client = make_client()
+    client.submit(load_flow_text(MIXED), {})
+    released = OwnerRelease(client._db, OwnerReleaseConfig(interval_s=1.0), client._publish)
+    released.run_once()  # '~limits' is no client: the release must not take it for a dead one
+    owners = db.execute("SELECT node, claim_owner FROM cyclone_steps ORDER BY node").fetchall()
+    assert owners == [("free", None), ("limited", "~limits")]
+    assert [s.node for s in claim(client, OWNER, 30, ["default"], 10)] == ["free"]
+
+
+def test_a_key_at_its_limit_does_not_block_other_keys(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    client = make_client()
+    flow = load_flow_text(PER_CUSTOMER)
+    client.submit_many(flow, [{"customer": "hot"} for _ in range(50)])
+    late = client.submit(flow, {"customer": "late"})
+    first = claim_limited(client, OWNER, 30, "default", 10)
+    keys = sorted(s.limit_key for s in first.steps)
+    # the hot key's 2 slots, and the late key behind its 50 steps in submit order
+    assert keys == ["per_customer.charge/hot"] * 2 + ["per_customer.charge/late"]
+    assert any(s.run_id == late for s in first.steps)
+    assert claim_limited(client, OWNER, 30, "default", 10).steps == []  # all keys full
+    # a finished step frees its slot in the completing transaction
+    with client._pool.connection() as conn:
+        done = next(s for s in first.steps if s.limit_key.endswith("/hot"))
+        assert complete_step(client, conn, done, OWNER, "{}") is not None
+    again = claim_limited(client, OWNER, 30, "default", 10)
+    assert [s.limit_key for s in again.steps] == ["per_customer.charge/hot"]
+    running = db.execute(
+        "SELECT count(*) FROM cyclone_steps WHERE state = 'running'"
+        " AND concurrency_key = 'per_customer.charge/hot'"
+    ).fetchone()
+    assert running == (2,)
+
+
+def test_a_cancel_and_a_failed_attempt_free_their_slots_in_their_transaction(
+    make_client: Callable[..., Client],
+) -> None:
+    client = make_client()
+    flow = load_flow_text(PER_CUSTOMER)
+    ids = client.submit_many(flow, [{"customer": "c"} for _ in range(4)])
+    first = claim_limited(client, OWNER, 30, "default", 10).steps
+    assert [s.run_id for s in first] == ids[:2]
+    assert client.cancel(ids[0])  # running -> cancelled: one slot free
+    assert [s.run_id for s in claim_limited(client, OWNER, 30, "default", 10).steps] == [ids[2]]
+    with client._pool.connection() as conn:  # a failed attempt: discarded, slot free
+        outcome = fail_step(
+            client,
+            conn,
+            step_id=first[1].id,
+            run_id=first[1].run_id,
+            generation=first[1].lease_generation,
+            owner=OWNER,
+            error="boom",
+            error_kind=ErrorKind.HANDLER_ERROR,
+        )
+        assert outcome is not None
+    assert [s.run_id for s in claim_limited(client, OWNER, 30, "default", 10).steps] == [ids[3]]
+
+
+def test_keys_are_claimed_round_robin_from_the_cursor(
+    make_client: Callable[..., Client],
+) -> None:
+    client = make_client()
+    flow = load_flow_text(PER_CUSTOMER.replace("limit: 2", "limit: 1"))
+    client.submit_many(flow, [{"customer": c} for c in "abcdabcd"])
+    got = claim_limited(client, OWNER, 30, "default", 1, cursor="per_customer.charge/b")
+    assert [s.limit_key for s in got.steps] == ["per_customer.charge/c"]
+    assert got.cursor == "per_customer.charge/c" and got.more
+    got = claim_limited(client, OWNER, 30, "default", 3, cursor=got.cursor)
+    # d, then around to a and b (c is at its limit); the next claim starts after b
+    assert sorted(s.limit_key for s in got.steps) == [
+        "per_customer.charge/a",
+        "per_customer.charge/b",
+        "per_customer.charge/d",
+    ]
+    assert got.cursor == "per_customer.charge/b"
+
+
+def test_a_key_from_an_upstream_output_is_rendered_once_the_step_is_available(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    client = make_client()
+    flow = load_flow_text(FROM_UPSTREAM)
+    ids = client.submit_many(flow, [{"region": "eu"}, {"region": "eu"}, {"region": "us"}])
+    lookups = claim(client, OWNER, 30, ["default"], 10)
+    assert sorted(s.node for s in lookups) == ["lookup"] * 3
+    with client._pool.connection() as conn:
+        for step, customer in zip(lookups, ["c-1", "c-1", "c-2"], strict=True):
+            done = complete_step(client, conn, step, OWNER, f'{{"customer": "{customer}"}}')
+            assert done is not None
+    waiting = db.execute(
+        "SELECT count(*) FROM cyclone_steps WHERE node = 'charge' AND state = 'available'"
+        " AND concurrency_key IS NULL AND limit_plan IS NOT NULL"
+    ).fetchone()
+    assert waiting == (3,)  # released, keys not rendered yet
+    got = claim_limited(client, OWNER, 30, "default", 10)
+    assert sorted(s.limit_key for s in got.steps) == [
+        "from_upstream.charge/c-1",
+        "from_upstream.charge/c-2",
+    ]
+    keys = db.execute(
+        "SELECT run_id::text, concurrency_key, concurrency_limit, rate_key, rate_limit"
+        " FROM cyclone_steps WHERE node = 'charge' ORDER BY id"
+    ).fetchall()
+    assert keys == [
+        (ids[0], "from_upstream.charge/c-1", 1, "from_upstream.charge/eu", 100),
+        (ids[1], "from_upstream.charge/c-1", 1, "from_upstream.charge/eu", 100),
+        (ids[2], "from_upstream.charge/c-2", 1, "from_upstream.charge/us", 100),
+    ]
+
+
+def test_nodes_of_one_group_share_its_slots(make_client: Callable[..., Client]) -> None:
+    client = make_client()
+    client.submit(load_flow_text(SHARED_GROUP), {})
+    got = claim_limited(client, OWNER, 30, "default", 10)
+    assert len(got.steps) == 1 and got.steps[0].limit_key == "db"
+
+
+def test_rate_limit_counts_claims_per_window_and_explain_says_when(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    client = make_client()
+    flow = load_flow_text(RATED)
+    ids = client.submit_many(flow, [{} for _ in range(5)])
+    assert len(claim_limited(client, OWNER, 30, "default", 10).steps) == 2
+    assert claim_limited(client, OWNER, 30, "default", 10).steps == []
+    assert db.execute("SELECT rate_key, claims FROM cyclone_rate_windows").fetchall() == [
+        ("rated.call_api", 2)
+    ]
+    client.start()  # a live worker serves the queue: the limit is the reason
+    waiting = client.explain(ids[-1])["call_api"]
+    assert waiting.reason == "rate_limit"
+    assert waiting.text.startswith("rate limit rated.call_api: next token in ")
+    assert waiting.as_dict()["key"] == "rated.call_api"
+
+
+def test_explain_names_the_concurrency_key_at_its_limit(
+    make_client: Callable[..., Client],
+) -> None:
+    client = make_client()
+    flow = load_flow_text(PER_CUSTOMER)
+    ids = client.submit_many(flow, [{"customer": "c-42"} for _ in range(3)])
+    assert len(claim_limited(client, OWNER, 30, "default", 10).steps) == 2
+    client.start()  # a live worker, which cannot take the third: the key is full
+    waiting = client.explain(ids[2])["charge"]
+    assert waiting.reason == "concurrency"
+    assert waiting.text.startswith(
+        "waiting: concurrency key per_customer.charge/c-42 at limit 2 (2 running)"
+    )
+    assert waiting.as_dict()["limit"] == 2
+
+
+def test_one_hot_key_does_not_starve_the_others(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    client = make_client(workers=8)
+    flow = load_flow_text(PER_CUSTOMER)
+    client.submit_many(flow, [{"customer": "hot"} for _ in range(1000)])
+    client.submit_many(flow, [{"customer": f"k{i % 100}"} for i in range(200)])
+    client.start()
+    wait_until(
+        lambda: (
+            db.execute("SELECT count(*) FROM cyclone_runs WHERE state = 'completed'").fetchone()
+            == (1200,)
+        ),
+        120,
+        what="every run completed",
+    )
+    # when the last run of the 100 other keys finished, the hot key was far from done
+    # (submitted first, its 1,000 runs would all come first in a FIFO that skipped nothing)
+    (hot_done_before,) = db.execute(
+        """SELECT count(*) FROM cyclone_steps
+           WHERE concurrency_key = 'per_customer.charge/hot'
+             AND finished_at <= (SELECT max(finished_at) FROM cyclone_steps
+                                 WHERE concurrency_key <> 'per_customer.charge/hot')"""
+    ).fetchone() or (0,)
+    assert hot_done_before < 700, f"{hot_done_before} of the hot key's 1,000 runs came first"
+    # and the others' completions are spread over that time, not bunched at its end
+    (early,) = db.execute(
+        """SELECT count(*) FROM cyclone_steps
+           WHERE concurrency_key <> 'per_customer.charge/hot'
+             AND finished_at <= (SELECT min(finished_at) + (max(finished_at) - min(finished_at)) / 2
+                                 FROM cyclone_steps)"""
+    ).fetchone() or (0,)
+    assert early >= 100, f"only {early} of the 200 other runs finished in the first half"
+
+
+@pytest.mark.timeout(60)
+def test_rate_limit_of_50_per_second_holds_over_10_seconds(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    client = make_client(workers=8)
+    flow = load_flow_text(
+        RATED.replace("rate_limit: {limit: 2, per: 366d}", "rate_limit: {limit: 50, per: 1s}")
+    )
+    client.submit_many(flow, [{} for _ in range(600)])
+    client.start()
+    started = time.monotonic()
+    wait_until(
+        lambda: (
+            db.execute(
+                "SELECT extract(epoch FROM max(started_at) - min(started_at)) >= 10"
+                " FROM cyclone_steps WHERE started_at IS NOT NULL"
+            ).fetchone()
+            == (True,)
+        ),
+        40,
+        what="ten seconds of claims",
+    )
+    client.shutdown(timeout=5)
+    per_second = db.execute(
+        "SELECT date_trunc('second', started_at) AS s, count(*) FROM cyclone_steps"
+        " WHERE started_at IS NOT NULL GROUP BY s ORDER BY s"
+    ).fetchall()
+    counts = [n for _, n in per_second]
+    assert max(counts) <= 50, per_second
+    assert sum(counts) >= 450, f"{sum(counts)} claims in {time.monotonic() - started:.1f}s"
+    assert sum(1 for n in counts if n == 50) >= 5, per_second  # the limit was what bound
