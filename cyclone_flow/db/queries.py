@@ -31,6 +31,7 @@ PREFIXES: dict[str, tuple[str, ...]] = {
     "workers.sql": ("worker_",),
     "step_logs.sql": ("step_log_",),
     "misc.sql": ("notify_", "pg_", "session_"),
+    "health.sql": ("health_",),
 }
 """The name prefixes each file may hold (tests/unit/test_db_queries.py checks them)."""
 

@@ -46,7 +46,8 @@ RETURNING node
 -- rows instead of sorting the queue's backlog. run_input is the run's input as JSON text
 -- when the node may need it (no input template and not a fan-out item, or a template that
 -- mentions run.input), else NULL: a prefetch that spares the worker a separate read
--- (Output Resolution).
+-- (Output Resolution). traceparent is the submitter's trace context copied onto the step
+-- (migration 0012); only for a traced step the run's flow name is read (its span's name).
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps
@@ -73,7 +74,11 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
           CASE WHEN (s.input IS NULL AND s.parent_node IS NULL)
                     OR strpos(s.input::text, 'run.input') > 0
                THEN (SELECT r.input::text FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
-          END AS run_input
+          END AS run_input,
+          s.traceparent,
+          CASE WHEN s.traceparent IS NOT NULL
+               THEN (SELECT r.flow_name FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
+          END AS flow_name
 
 -- name: step_claim_in_run_if_available
 -- step_claim_if_available restricted to one run and its child runs (cyclone-flow run's
@@ -105,7 +110,11 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
           CASE WHEN (s.input IS NULL AND s.parent_node IS NULL)
                     OR strpos(s.input::text, 'run.input') > 0
                THEN (SELECT r.input::text FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
-          END AS run_input
+          END AS run_input,
+          s.traceparent,
+          CASE WHEN s.traceparent IS NOT NULL
+               THEN (SELECT r.flow_name FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
+          END AS flow_name
 
 -- name: step_complete_fan_out_if_waiting
 -- waiting -> completed with the item outputs in item order (jsonb_agg), or -> discarded
@@ -516,16 +525,17 @@ SELECT state, parent_node FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s 
 -- named NODE[i] (0-based), with the node's call, queue, priority, retry and timeout; the
 -- first max_parallel items available, the rest pending, none claimable before the node's
 -- scheduled_at (a delayed run); nothing while the node is not waiting. Items that exist
--- already (an operator retry expands the node again) are kept as they are.
+-- already (an operator retry expands the node again) are kept as they are. Each item
+-- carries the node's trace context (traceparent).
 INSERT INTO {schema}.cyclone_steps
     (run_id, root_run_id, node, type, call, state, queue, priority, max_attempts, backoff,
-     timeout, input, parent_node, item_index, item, scheduled_at, claim_owner)
+     timeout, input, parent_node, item_index, item, scheduled_at, claim_owner, traceparent)
 SELECT p.run_id, p.root_run_id, p.node || '[' || (e.ord - 1) || ']', 'fan_out_item', p.call,
        CASE WHEN p.max_parallel IS NULL OR e.ord <= p.max_parallel
             THEN 'available' ELSE 'pending' END,
        p.queue, p.priority, p.max_attempts, p.backoff, p.timeout, p.input, p.node,
        (e.ord - 1)::int, e.value, greatest(p.scheduled_at, statement_timestamp()),
-       p.claim_owner
+       p.claim_owner, p.traceparent
 FROM {schema}.cyclone_steps p
 CROSS JOIN LATERAL jsonb_array_elements(CASE
           WHEN %(literal)s::jsonb IS NOT NULL THEN %(literal)s::jsonb
@@ -546,11 +556,12 @@ ON CONFLICT (run_id, node) DO NOTHING
 -- sequence). The submission's %(queue)s / %(priority)s replace those of the nodes that do
 -- not set their own (Queues and Priority). No step is claimable before %(run_at)s, or
 -- now() plus %(delay_us)s microseconds (a delayed run). Returns each step's queue, state,
--- and whether it is claimable now. claim_owner: the owner of the top run (an isolated run).
+-- and whether it is claimable now. claim_owner: the owner of the top run (an isolated run);
+-- traceparent: the run's trace context (NULL: none), copied onto every step.
 INSERT INTO {schema}.cyclone_steps
     (run_id, root_run_id, node, type, call, state, queue, priority, max_attempts, backoff,
      on_dep_failure, timeout, input, over, max_parallel, signal, max_wait, child_workflow_id,
-     scheduled_at, claim_owner)
+     scheduled_at, claim_owner, traceparent)
 SELECT %(run_id)s, %(root_run_id)s, p.node, p.type, p.call,
        CASE WHEN p.type = 'action' AND jsonb_array_length(p.needs) = 0
                  AND NOT %(hold)s::boolean
@@ -565,7 +576,8 @@ SELECT %(run_id)s, %(root_run_id)s, p.node, p.type, p.call,
        coalesce(%(run_at)s::timestamptz,
                 now() + (%(delay_us)s::bigint * interval '1 microsecond'), now()),
        (SELECT r.owner FROM {schema}.cyclone_runs r
-        WHERE r.id = coalesce(%(root_run_id)s::uuid, %(run_id)s::uuid))
+        WHERE r.id = coalesce(%(root_run_id)s::uuid, %(run_id)s::uuid)),
+       %(traceparent)s::text
 FROM {schema}.cyclone_workflows w
 CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') WITH ORDINALITY AS e(value, ord)
 CROSS JOIN LATERAL jsonb_to_record(e.value) AS p(
@@ -581,8 +593,8 @@ RETURNING queue, state, scheduled_at <= statement_timestamp() AS due
 -- Insert the steps of a chunk of new top runs of one definition (bulk submit; see
 -- step_insert_plan, of which this is the set form for runs that are not held and have
 -- no owner): per run its %(queues)s / %(priorities)s override (NULL: none) and its start,
--- %(run_ats)s or now() plus %(delay_us)s microseconds (NULL both: now). The plan's nodes
--- are read once for the chunk.
+-- %(run_ats)s or now() plus %(delay_us)s microseconds (NULL both: now); one trace context
+-- %(traceparent)s for the chunk (NULL: none). The plan's nodes are read once for the chunk.
 WITH p AS MATERIALIZED (
     SELECT e.ord, r.*
     FROM {schema}.cyclone_workflows w
@@ -597,7 +609,7 @@ WITH p AS MATERIALIZED (
 INSERT INTO {schema}.cyclone_steps
     (run_id, node, type, call, state, queue, priority, max_attempts, backoff,
      on_dep_failure, timeout, input, over, max_parallel, signal, max_wait, child_workflow_id,
-     scheduled_at)
+     scheduled_at, traceparent)
 SELECT i.run_id, p.node, p.type, p.call,
        CASE WHEN p.type = 'action' AND jsonb_array_length(p.needs) = 0
             THEN 'available' ELSE 'pending' END,
@@ -608,7 +620,8 @@ SELECT i.run_id, p.node, p.type, p.call,
        p.max_attempts, p.backoff, p.on_dep_failure,
        make_interval(secs => p.timeout_s), p.input, p.over, p.max_parallel, p.signal,
        make_interval(secs => p.max_wait_s), p.child_workflow_id,
-       coalesce(i.run_at, now() + (i.delay_us * interval '1 microsecond'), now())
+       coalesce(i.run_at, now() + (i.delay_us * interval '1 microsecond'), now()),
+       %(traceparent)s::text
 FROM unnest(%(run_ids)s::uuid[], %(queues)s::text[], %(priorities)s::int[],
             %(run_ats)s::timestamptz[], %(delay_us)s::bigint[])
     WITH ORDINALITY AS i(run_id, queue, priority, run_at, delay_us, ord)
