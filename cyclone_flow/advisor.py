@@ -49,7 +49,9 @@ class Thresholds:
     ``min_dead`` the dead tuples below which a table is never called bloated;
     ``claim_buffers`` the buffers one claim may read; ``index_bloat`` the claim index's
     size over its estimated need (from ``index_min_bytes`` on); ``reclaims`` how often a
-    step may be reclaimed; ``connections`` the share of the server's connections in use."""
+    step may be reclaimed; ``connections`` the share of the server's connections in use;
+    ``plan_min_steps`` the claimable steps from which a claim plan that does not walk the
+    claim index is a warning (on a small table a scan is the better plan)."""
 
     xact_age_s: float = 300.0
     dead_ratio: float = 0.2
@@ -61,6 +63,7 @@ class Thresholds:
     reclaims: int = 3
     sequence_age_s: float = 3600.0
     connections: float = 0.9
+    plan_min_steps: int = 1_000
 
 
 @dataclass(frozen=True)
@@ -375,8 +378,13 @@ def advise(report: HealthReport) -> list[Advice]:
                 "run cyclone-flow migrate (migration 0009 builds it)",
             )
         )
+    depth = {stats.queue: stats.available for stats in report.queues}
     for c in report.claims:
-        if not c.uses_claim_index and index is not None:
+        if (
+            not c.uses_claim_index
+            and index is not None
+            and depth.get(c.queue, 0) >= t.plan_min_steps
+        ):
             out.append(
                 Advice(
                     "claim_plan",
