@@ -117,9 +117,16 @@ class HealthReport:
     schema_version: int
     code_version: int
     connections: ConnectionBudget
-    pool_size: int
+    pool_reserve: int
     thresholds: Thresholds = field(default_factory=Thresholds)
     advice: list[Advice] = field(default_factory=list)
+
+    @property
+    def pool_budget(self) -> int:
+        """The connections the live workers' pools may open: each its worker threads (the
+        default ``tx_slots``) plus ``pool_reserve`` (Engine Design: Pool Budget), an upper
+        bound when workers run with fewer ``tx_slots``."""
+        return self.connections.worker_threads + self.pool_reserve * self.connections.live_workers
 
     @property
     def healthy(self) -> bool:
@@ -151,7 +158,7 @@ class HealthReport:
             "schema_version": self.schema_version,
             "code_version": self.code_version,
             "connections": _plain(self.connections),
-            "pool_size": self.pool_size,
+            "pool_budget": self.pool_budget,
             "thresholds": _plain(self.thresholds),
         }
 
@@ -169,14 +176,14 @@ def check(
     schema: str,
     schema_version: int,
     code_version: int,
-    pool_size: int,
+    pool_reserve: int,
     thresholds: Thresholds | None = None,
     owner: str = "cyclone-flow-doctor",
 ) -> HealthReport:
     """Read the health of ``schema`` on ``s`` (an autocommit session is best: the reads
     then hold no snapshot between them) and advise. ``schema_version`` is the schema's
-    applied migration and ``code_version`` this code's latest; ``pool_size`` one worker
-    process's connection budget (``ClientConfig.pool_min_size``); ``owner`` the lease
+    applied migration and ``code_version`` this code's latest; ``pool_reserve`` the
+    connections a pool holds beyond its ``tx_slots`` (``config.POOL_RESERVE``); ``owner`` the lease
     owner named in the explained claim (nothing is claimed)."""
     t = thresholds or Thresholds()
     if schema_version == 0:  # no cyclone tables in this schema: nothing else to read
@@ -195,7 +202,7 @@ def check(
             schema_version=0,
             code_version=code_version,
             connections=ConnectionBudget(0, 0, 0, 0, 0),
-            pool_size=pool_size,
+            pool_reserve=pool_reserve,
             thresholds=t,
         )
         empty.advice.extend(advise(empty))
@@ -226,7 +233,7 @@ def check(
         schema_version=schema_version,
         code_version=code_version,
         connections=connections,
-        pool_size=pool_size,
+        pool_reserve=pool_reserve,
         thresholds=t,
     )
     report.advice.extend(advise(report))
@@ -497,14 +504,15 @@ def advise(report: HealthReport) -> list[Advice]:
                 "max_connections",
             )
         )
-    budget = conn.live_workers * report.pool_size
+    budget = report.pool_budget
     if budget > usable:
         out.append(
             Advice(
                 "connections",
                 "pool budget",
                 f"{conn.live_workers} live workers may open {budget} connections "
-                f"({report.pool_size} each), more than the {usable} the server allows",
+                f"({conn.worker_threads} worker threads + {report.pool_reserve} each), more "
+                f"than the {usable} the server allows",
                 "lower tx_slots or the worker processes, raise max_connections, or put "
                 "PgBouncer in front (docs/deployment.md)",
             )

@@ -25,6 +25,7 @@ from cyclone_flow import advisor
 from cyclone_flow._json import Unencodable, encode_payload
 from cyclone_flow.advisor import HealthReport, Thresholds
 from cyclone_flow.config import (
+    POOL_RESERVE,
     RETENTION_BATCH_SIZE,
     ClientConfig,
     ClientOptions,
@@ -882,7 +883,7 @@ class Client:
                 schema=self.config.schema,
                 schema_version=version,
                 code_version=latest_version(),
-                pool_size=self.config.pool_min_size,
+                pool_reserve=POOL_RESERVE,
                 thresholds=thresholds,
                 owner=self.config.client_id,
             )

@@ -4,8 +4,9 @@ docs/observability.md).
 The library depends only on ``opentelemetry-api``, imported here and nowhere else, and
 only when it is installed: without it every function of this module is a no-op that
 returns at once (:data:`ENABLED` False), and nothing is stored. The application configures
-the SDK (a ``TracerProvider`` with its exporters); without one the API's spans record
-nothing.
+the SDK (a ``TracerProvider`` with its exporters); until it does, no span is made either
+(the API's would record nothing), and only a trace context already current (e.g. one a
+web framework's middleware extracted) is stored with a run.
 
 One run is one trace across processes. The submitting call's span
 (:func:`submit_span`) is current while the run is inserted, and its W3C trace context
@@ -72,6 +73,16 @@ commit)."""
 
 _PROPAGATOR = TraceContextTextMapPropagator() if ENABLED else None
 _tracer: Any = None
+
+
+def _configured() -> bool:
+    """Whether the application set a tracer provider (an SDK): until it does, the API's
+    proxy would only make spans that record nothing, so none is made (an attempt then
+    costs two function calls, as without the extra)."""
+    provider = _otel_trace.get_tracer_provider()
+    return not isinstance(
+        provider, (_otel_trace.ProxyTracerProvider, _otel_trace.NoOpTracerProvider)
+    )
 
 
 def _get_tracer() -> Any:
@@ -150,7 +161,7 @@ class SubmitSpan:
         self._span: Any = None
 
     def __enter__(self) -> SubmitSpan:
-        if _otel_trace is None:
+        if _otel_trace is None or not _configured():
             return self
         attributes: dict[str, Any] = {"cyclone.flow": self.flow}
         if self.runs is not None:
@@ -291,8 +302,9 @@ NO_ATTEMPT: Any = _NoAttempt()
 
 def attempt(step: TracedStep) -> Attempt:
     """The spans of an attempt of the claimed ``step``, children of its stored trace
-    context (a new trace when it has none); a no-op object without the extra."""
-    if _otel_trace is None:
+    context (a new trace when it has none); a no-op object without the extra or before
+    the application set a tracer provider."""
+    if _otel_trace is None or not _configured():
         return NO_ATTEMPT  # type: ignore[no-any-return]
     return Attempt(step)
 
@@ -301,7 +313,7 @@ def attempt(step: TracedStep) -> Attempt:
 def group_commit_span(attempts: Sequence[Any]) -> Iterator[None]:
     """The ``cyclone.group_commit`` span around one transaction of the group commit, linked
     to the attempt spans of its steps (``attempts``: their :class:`Attempt` objects)."""
-    if _otel_trace is None:
+    if _otel_trace is None or not _configured():
         yield
         return
     links = [_otel_trace.Link(c) for c in (a.link() for a in attempts) if c is not None]

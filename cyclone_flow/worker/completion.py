@@ -214,7 +214,7 @@ class Settler:
         trace = completion.trace
         try:
             if isinstance(result, Exception):
-                trace.finish("failed", error=result, error_kind="completion_failed")
+                trace.finish("failed", error=result)
                 self._completion_failed(step, result, completion.duration_s, what)
             elif result is None:
                 trace.finish("stale")

@@ -56,8 +56,8 @@ def test_an_idle_in_transaction_session_past_the_threshold_is_reported_with_its_
     done = cli("doctor", "--json", "--xact-age", "200ms")
     assert done.returncode == 1, done.stdout + done.stderr
     report = json_output(done.stdout)
-    [advice] = [a for a in report["advice"] if a["check"] == "open_transaction"]
-    assert advice["subject"] == f"pid {pid}"
+    [advice] = [a for a in report["advice"] if a["subject"] == f"pid {pid}"]
+    assert advice["check"] == "open_transaction"
     assert APP in advice["message"] and "prevents vacuum of cyclone_steps" in advice["message"]
     assert f"pg_terminate_backend({pid})" in advice["fix"]
     [held] = [t for t in report["transactions"] if t["pid"] == pid]
