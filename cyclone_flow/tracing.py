@@ -184,9 +184,14 @@ class SubmitSpan:
             self._span.set_attribute("cyclone.run_id", str(run_id))
 
 
+_NO_SUBMIT = SubmitSpan("", None)  # without the extra: entered, it does nothing
+
+
 def submit_span(flow: str, runs: int | None = None) -> SubmitSpan:
     """A :class:`SubmitSpan` for a submission of ``flow`` (``runs``: how many runs, for a
-    bulk submit), to use as a context manager."""
+    bulk submit), to use as a context manager (without the extra: one shared no-op)."""
+    if _otel_trace is None:
+        return _NO_SUBMIT
     return SubmitSpan(flow, runs)
 
 
@@ -272,13 +277,16 @@ class Attempt:
         span.end()
 
 
+_NO_CONTEXT: contextlib.nullcontext[None] = contextlib.nullcontext()
+
+
 class _NoAttempt:
     """The attempt of a process without the extra: every method a no-op."""
 
     __slots__ = ()
 
     def handler(self) -> contextlib.nullcontext[None]:
-        return contextlib.nullcontext()
+        return _NO_CONTEXT
 
     def commit(self) -> None:
         return None
