@@ -91,4 +91,4 @@ def explain_claim(s: SessionLike, *, queue: str, owner: str, ttl_s: float, limit
 def _plan(row: Any) -> JSON:
     assert row is not None  # EXPLAIN returns its plan
     value = row[0]
-    return json.loads(value) if isinstance(value, str) else value  # type: ignore[no-any-return]
+    return json.loads(value) if isinstance(value, str) else value
