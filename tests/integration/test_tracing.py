@@ -114,7 +114,8 @@ def test_one_trace_per_run_across_a_submit_here_and_a_worker_process(
     assert submit.attributes["cyclone.flow"] == "traced_chain"
     # the context crosses the database: the run and every step carry the submit span's
     stored, on_steps = _traceparents(db, run_id)
-    assert stored == f"00-{trace_id}-{submit.span_id}-01"
+    assert stored is not None and stored.startswith(f"00-{trace_id}-{submit.span_id}-")
+    assert int(stored[-2:], 16) & 1  # sampled
     assert on_steps == {stored}
 
     out = tmp_path / "spans.jsonl"
@@ -211,7 +212,8 @@ def test_submit_completion_continues_the_trace_of_the_handler(
         run_id = client.submit(load_flow_text(SUBMITS), None)
     client.start()
     assert client.wait(run_id, timeout=30).state == "completed"
-    job_id = client.get_run(run_id).output["job"]  # type: ignore[index]
+    [submitter] = client.list_steps(run_id)
+    job_id = submitter.output["job"]  # type: ignore[index]
     assert client.wait(job_id, timeout=30).state == "completed"
     wait_until(lambda: len(_named(from_memory(spans), "cyclone.step")) == 2)
     records = [r for r in from_memory(spans) if r.name != "cyclone.group_commit"]
@@ -235,13 +237,14 @@ def test_submit_tx_stores_the_callers_trace(
         client._pool.connection() as conn,
     ):
         run_id = client.submit_tx(conn, flow, None)
+    with _tracer().start_as_current_span("batch") as batch:
         [many_a, many_b] = client.submit_many(flow, [None, None])
     stored, on_steps = _traceparents(db, run_id)
     assert stored is not None and stored.split("-")[1] == _trace_id(request)
     assert on_steps == {stored}
     for rid in (many_a, many_b):
         bulk, bulk_steps = _traceparents(db, rid)
-        assert bulk is not None and bulk.split("-")[1] == _trace_id(request)
+        assert bulk is not None and bulk.split("-")[1] == _trace_id(batch)
         assert bulk_steps == {bulk}
 
 
