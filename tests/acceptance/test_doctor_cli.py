@@ -46,11 +46,13 @@ def test_an_idle_in_transaction_session_past_the_threshold_is_reported_with_its_
 ) -> None:
     pid = idle_in_transaction
     wait_until(  # older than the threshold, by the database's clock
-        lambda: db.execute(
-            "SELECT now() - xact_start > interval '200 ms' FROM pg_stat_activity WHERE pid = %s",
-            [pid],
-        ).fetchone()
-        == (True,),
+        lambda: (
+            db.execute(
+                "SELECT now() - xact_start > interval '200 ms' FROM pg_stat_activity WHERE pid = %s",
+                [pid],
+            ).fetchone()
+            == (True,)
+        ),
         what="the transaction to age",
     )
     done = cli("doctor", "--json", "--xact-age", "200ms")

@@ -1,6 +1,6 @@
 """Migrations developed in parallel (0002 node types, 0003 queue features, 0004 retention;
-0005 workers, 0006 step logs, 0007 isolated runs, 0008 dashboard indexes and 0009 one claim
-index are applied with the rest) land in
+0005 workers, 0006 step logs, 0007 isolated runs, 0008 dashboard indexes, 0009 one claim
+index and 0012 trace context are applied with the rest) land in
 either order: a schema migrated without one of them is refused by a client (the missing
 version is named, even below the highest applied one), ``migrate`` applies the missing
 one, and the features of both then work together on that schema (Engine Design: Schema
@@ -73,9 +73,9 @@ def _use(database_url: str, schema: str) -> Client:
 @pytest.mark.parametrize(
     ("deployed", "missing"),
     [
-        ([1, 3, 4, 5, 6, 7, 8, 9], [2]),
-        ([1, 2], [3, 4, 5, 6, 7, 8, 9]),
-        ([1, 2, 4, 5, 6, 7], [3, 8, 9]),
+        ([1, 3, 4, 5, 6, 7, 8, 9, 12], [2]),
+        ([1, 2, 12], [3, 4, 5, 6, 7, 8, 9]),
+        ([1, 2, 4, 5, 6, 7, 12], [3, 8, 9]),
     ],
 )
 def test_a_missing_migration_is_named_then_applied_and_both_features_work(
@@ -105,7 +105,7 @@ def test_every_migration_applies_twice_in_either_order_of_0002_and_0003(
 ) -> None:
     """The SQL of 0002 and 0003 applied again over a complete schema (each is written to
     be safe twice) changes nothing a client notices."""
-    schema = _partial_schema(database_url, [1, 3, 2, 4, 5, 6, 7, 8, 9])
+    schema = _partial_schema(database_url, [1, 3, 2, 4, 5, 6, 7, 8, 9, 12])
     schemas.append(schema)
     by_version = {m.version: m for m in migrations()}
     with psycopg.connect(database_url, autocommit=True) as conn:
@@ -147,7 +147,7 @@ def test_a_schedule_stored_before_plans_still_ticks(database_url: str, schemas: 
             " now() - interval '1 second')",
             wf,
         )
-    assert migrate(database_url, schema=schema) == [2, 8, 9]
+    assert migrate(database_url, schema=schema) == [2, 8, 9, 12]
     client = _use(database_url, schema)
     try:
         assert client.schedule_scanner.run_once().submitted == 1
