@@ -48,7 +48,8 @@ def test_an_idle_in_transaction_session_past_the_threshold_is_reported_with_its_
     wait_until(  # older than the threshold, by the database's clock
         lambda: (
             db.execute(
-                "SELECT now() - xact_start > interval '200 ms' FROM pg_stat_activity WHERE pid = %s",
+                "SELECT now() - xact_start > interval '200 ms' FROM pg_stat_activity"
+                " WHERE pid = %s",
                 [pid],
             ).fetchone()
             == (True,)
