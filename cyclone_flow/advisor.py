@@ -54,8 +54,8 @@ class Thresholds:
     claim index is a warning (on a small table a scan is the better plan)."""
 
     xact_age_s: float = 300.0
-    dead_ratio: float = 0.2
-    min_dead: int = 10_000
+    dead_ratio: float = 0.5
+    min_dead: int = 100_000
     claim_buffers: int = 1_000
     index_bloat: float = 4.0
     index_min_bytes: int = 8 * 1024 * 1024

@@ -106,14 +106,14 @@ def test_a_transaction_holding_the_horizon_names_its_pid_application_and_fix() -
 
 
 def test_dead_tuples_warn_past_both_thresholds_and_point_at_the_horizon_first() -> None:
-    bloated = _table("cyclone_steps", live=10_000, dead=40_000)
+    bloated = _table("cyclone_steps", live=100_000, dead=400_000)
     report = _healthy(
         tables=[_table("cyclone_runs"), bloated],
         transactions=[_transaction(9, 900, True)],
     )
     dead = [a for a in advise(report) if a.check == "dead_tuples"]
     assert [a.subject for a in dead] == ["cyclone_steps"]
-    assert "40000 dead tuples (80%" in dead[0].message
+    assert "400000 dead tuples (80%" in dead[0].message
     assert dead[0].fix.startswith("end the transaction holding the xmin horizon first (pid 9)")
     assert "autovacuum_vacuum_scale_factor = 0.01" in dead[0].fix
     few = _table("cyclone_steps", live=10, dead=90)  # 90% but under min_dead
