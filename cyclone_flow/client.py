@@ -21,8 +21,11 @@ from typing import Any, Unpack
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from cyclone_flow import advisor
 from cyclone_flow._json import Unencodable, encode_payload
+from cyclone_flow.advisor import HealthReport, Thresholds
 from cyclone_flow.config import (
+    POOL_RESERVE,
     RETENTION_BATCH_SIZE,
     ClientConfig,
     ClientOptions,
@@ -32,9 +35,9 @@ from cyclone_flow.config import (
     validate_retention,
 )
 from cyclone_flow.db import runs, step_logs, steps, workers, workflows
-from cyclone_flow.db.conn import Database, Session
+from cyclone_flow.db.conn import Database, Session, autocommit
 from cyclone_flow.db.errors import BRIEF_POOL_WAIT_S
-from cyclone_flow.db.migrate import check_schema_version
+from cyclone_flow.db.migrate import check_schema_version, latest_version, schema_version
 from cyclone_flow.db.migrate import migrate as migrate_schema
 from cyclone_flow.db.pool import open_pool
 from cyclone_flow.db.rows import (
@@ -865,6 +868,26 @@ class Client:
         read (:meth:`cyclone_flow.metrics.Metrics.watch_queues`)."""
         with self._db.session() as s:
             return steps.step_count_by_queue(s)
+
+    def health(self, thresholds: Thresholds | None = None) -> HealthReport:
+        """The health advisor's report on this client's schema (``cyclone-flow doctor``):
+        the hot tables' vacuum state, the transactions and slots holding the xmin horizon
+        back, the claim index and the claim's cost on the real table, backlog ages,
+        reclaimed steps, held sequences, leases of dead clients, the schema version and the
+        connection budget, with one :class:`~cyclone_flow.advisor.Advice` per problem
+        (``report.healthy``: none). Read-only, in autocommit; ``thresholds`` default to
+        :class:`~cyclone_flow.advisor.Thresholds`."""
+        with self._db.connection(wait=BRIEF_POOL_WAIT_S) as conn, autocommit(conn):
+            version = schema_version(conn, self.config.schema)
+            return advisor.check(
+                Session(conn, self._db.q),
+                schema=self.config.schema,
+                schema_version=version,
+                code_version=latest_version(),
+                pool_reserve=POOL_RESERVE,
+                thresholds=thresholds,
+                owner=self.config.client_id,
+            )
 
     # -- dashboard reads (cyclone_flow.ui; the CLI may use them too) ---------------------
 

@@ -36,6 +36,14 @@ Series (``queue`` label on all but one; ``error_kind`` where it says so):
   later, e.g. in backoff), ``cyclone_queue_running_steps``,
   ``cyclone_queue_oldest_available_age_seconds``: gauges read from the database, the same
   for every worker of a schema (aggregate them with ``max``)
+- ``cyclone_health_*`` (:meth:`Metrics.watch_health`): the health advisor's figures, read
+  at most once a minute (``HEALTH_TTL_S``): ``dead_tuples{table}``, ``live_tuples{table}``,
+  ``autovacuum_enabled{table}``, ``last_vacuum_age_seconds{table}``,
+  ``oldest_xmin_transaction_age_seconds``, ``xmin_holders``, ``claim_index_bloat_ratio``,
+  ``claim_index_bytes``, ``claim_cost{queue}``, ``claim_buffers{queue}``,
+  ``reclaimed_steps``, ``held_runs``, ``orphaned_leases``,
+  ``schema_migrations_behind``, ``connections{kind}`` and ``warnings{check}``: the same for
+  every worker of a schema (docs/observability.md)
 
 Counters and histograms count what this process did: sum them over the fleet. No
 ``_created`` series are exported (the start time of each labelled series, which
@@ -46,7 +54,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
 from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
@@ -54,6 +64,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 
+from cyclone_flow.advisor import HealthReport, Thresholds
 from cyclone_flow.db.rows import QueueStats
 from cyclone_flow.events import StepEvent
 from cyclone_flow.states import ErrorKind
@@ -66,6 +77,11 @@ LATENCY_BUCKETS_S = (
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
     3600.0,
 )  # fmt: skip
+HEALTH_TTL_S = 60.0
+"""Seconds a health report is served from memory (:class:`HealthCollector`): the advisor's
+reads are cheap but not free, and scrapes may come every few seconds."""
+
+
 UNKNOWN_QUEUE = "unknown"  # a cancelled step's event does not say its queue
 ITEM_FAILED = str(ErrorKind.ITEM_FAILED)
 """The error kind of a fan-out node discarded because an item was: that item was the dead
@@ -194,6 +210,18 @@ class Metrics:
             QueueCollector(source, queues, logger or logging.getLogger("cyclone_flow"))
         )
 
+    def watch_health(
+        self,
+        source: HealthSource,
+        logger: logging.Logger | None = None,
+        ttl_s: float = HEALTH_TTL_S,
+    ) -> HealthCollector:
+        """Add the health advisor's gauges (``cyclone_health_*``), read from ``source`` (a
+        client: its ``health()``) at most once per ``ttl_s`` seconds."""
+        collector = HealthCollector(source, logger or logging.getLogger("cyclone_flow"), ttl_s)
+        self.registry.register(collector)
+        return collector
+
 
 class _WithoutCreated:
     """Serves ``metrics`` without their ``_created`` samples (prometheus_client's
@@ -268,6 +296,195 @@ class QueueCollector:
                 labels=["queue"],
             ),
         )
+
+
+class HealthSource(Protocol):
+    """Where the health gauges are read: a :class:`cyclone_flow.Client`
+    (:meth:`~cyclone_flow.Client.health`)."""
+
+    def health(self, thresholds: Thresholds | None = None) -> HealthReport: ...
+
+
+class HealthCollector:
+    """The health advisor's figures as gauges (``cyclone_health_*``), from
+    ``source.health()`` read at most once per ``ttl_s`` seconds (at a scrape; between two
+    reads the last report is served). A failed read is logged and leaves the gauges out
+    of that scrape."""
+
+    def __init__(
+        self,
+        source: HealthSource,
+        logger: logging.Logger,
+        ttl_s: float = HEALTH_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self.log = logger
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self.reads = 0  # health reports read (tests)
+        self._lock = threading.Lock()
+        self._report: HealthReport | None = None
+        self._read_at = 0.0
+
+    def describe(self) -> list[Metric]:
+        return []  # collected only at a scrape, never at registration
+
+    def report(self) -> HealthReport | None:
+        """The cached report, read again when older than ``ttl_s`` (None: the read failed)."""
+        with self._lock:
+            now = self.clock()
+            if self._report is None or now - self._read_at >= self.ttl_s:
+                try:
+                    self._report = self.source.health()
+                    self.reads += 1
+                except Exception as exc:
+                    self.log.warning("metrics: could not read the health gauges: %s", exc)
+                    self._report = None
+                self._read_at = now
+            return self._report
+
+    def collect(self) -> Iterator[Metric]:
+        report = self.report()
+        if report is None:
+            return iter(())
+        return iter(health_families(report))
+
+
+def health_families(report: HealthReport) -> list[Metric]:
+    """The ``cyclone_health_*`` gauges of ``report`` (see the module's docstring)."""
+    dead = GaugeMetricFamily(
+        "cyclone_health_dead_tuples", "Dead tuples of a hot table (statistics).", labels=["table"]
+    )
+    live = GaugeMetricFamily(
+        "cyclone_health_live_tuples", "Live tuples of a hot table (statistics).", labels=["table"]
+    )
+    autovacuum = GaugeMetricFamily(
+        "cyclone_health_autovacuum_enabled",
+        "1 when autovacuum may run on a hot table (server setting and table option).",
+        labels=["table"],
+    )
+    vacuum_age = GaugeMetricFamily(
+        "cyclone_health_last_vacuum_age_seconds",
+        "Seconds since a hot table was last vacuumed (auto or manual; -1: never).",
+        labels=["table"],
+    )
+    for table in report.tables:
+        dead.add_metric([table.table_name], table.dead)
+        live.add_metric([table.table_name], table.live)
+        autovacuum.add_metric([table.table_name], 1 if table.autovacuum_enabled else 0)
+        last = max(
+            (d for d in (table.last_autovacuum, table.last_vacuum) if d is not None), default=None
+        )
+        vacuum_age.add_metric(
+            [table.table_name],
+            -1 if last is None else max((datetime.now(UTC) - last).total_seconds(), 0.0),
+        )
+    oldest = GaugeMetricFamily(
+        "cyclone_health_oldest_xmin_transaction_age_seconds",
+        "Seconds the oldest transaction holding the xmin horizon back has been open (0: "
+        "none older than the advisor's threshold).",
+        value=report.oldest_transaction_s,
+    )
+    slots = GaugeMetricFamily(
+        "cyclone_health_xmin_holders",
+        "Replication slots and prepared transactions holding the xmin horizon back.",
+        value=len(report.xmin_holders),
+    )
+    bloat = GaugeMetricFamily(
+        "cyclone_health_claim_index_bloat_ratio",
+        "The claim index's size over what its entries need (estimate).",
+        value=report.claim_index_bloat,
+    )
+    index_bytes = GaugeMetricFamily(
+        "cyclone_health_claim_index_bytes",
+        "Size of the claim index in bytes.",
+        value=0 if report.claim_index is None else report.claim_index.bytes,
+    )
+    cost = GaugeMetricFamily(
+        "cyclone_health_claim_cost", "The planner's total cost of a claim.", labels=["queue"]
+    )
+    buffers = GaugeMetricFamily(
+        "cyclone_health_claim_buffers",
+        "Buffers one claim's read touched, measured (EXPLAIN ANALYZE).",
+        labels=["queue"],
+    )
+    for c in report.claims:
+        cost.add_metric([c.queue], c.cost)
+        buffers.add_metric([c.queue], c.buffers)
+    reclaimed = GaugeMetricFamily(
+        "cyclone_health_reclaimed_steps",
+        "Unfinished steps reclaimed more often than the advisor's threshold.",
+        value=len(report.reclaimed),
+    )
+    held = GaugeMetricFamily(
+        "cyclone_health_held_runs",
+        "Runs held by a sequence.",
+        value=sum(s.held for s in report.sequences),
+    )
+    orphaned = GaugeMetricFamily(
+        "cyclone_health_orphaned_leases",
+        "Running steps leased by clients without a live heartbeat.",
+        value=sum(o.steps for o in report.orphaned_leases),
+    )
+    behind = GaugeMetricFamily(
+        "cyclone_health_schema_migrations_behind",
+        "Migrations this code ships that the schema lacks (negative: the schema is newer).",
+        value=report.code_version - report.schema_version,
+    )
+    connections = GaugeMetricFamily(
+        "cyclone_health_connections",
+        "Client connections of the server: in_use now, and the usable maximum.",
+        labels=["kind"],
+    )
+    budget = report.connections
+    connections.add_metric(["in_use"], budget.in_use)
+    connections.add_metric(["usable"], budget.max_connections - budget.reserved)
+    warnings = GaugeMetricFamily(
+        "cyclone_health_warnings", "The advisor's warnings, by check.", labels=["check"]
+    )
+    counts: dict[str, int] = {}
+    for advice in report.advice:
+        counts[advice.check] = counts.get(advice.check, 0) + 1
+    for check in HEALTH_CHECKS:
+        warnings.add_metric([check], counts.get(check, 0))
+    return [
+        dead,
+        live,
+        autovacuum,
+        vacuum_age,
+        oldest,
+        slots,
+        bloat,
+        index_bytes,
+        cost,
+        buffers,
+        reclaimed,
+        held,
+        orphaned,
+        behind,
+        connections,
+        warnings,
+    ]
+
+
+HEALTH_CHECKS = (
+    "autovacuum",
+    "dead_tuples",
+    "open_transaction",
+    "xmin_holder",
+    "claim_index",
+    "claim_plan",
+    "claim_cost",
+    "backlog",
+    "reclaims",
+    "sequence",
+    "orphaned_leases",
+    "schema_version",
+    "connections",
+)
+"""Every check of :class:`cyclone_flow.advisor.Advice` (``cyclone_health_warnings`` has a
+series for each, 0 when it found nothing)."""
 
 
 class MetricsServer:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from cyclone_flow import tracing
 from cyclone_flow._json import JSON, Unencodable, encode_payload
 from cyclone_flow.config import ClientConfig
 from cyclone_flow.db.conn import Conn, Database, Session, autocommit
@@ -297,16 +298,19 @@ class Producer:
         remembered) and insert the run with ``options`` in the caller's transaction on
         ``conn``; return its id and the wakeups to publish after the commit (none for a
         duplicate, a held run of a sequence, or a delayed run). A definition stored here
-        is not remembered: the caller's transaction may still roll back."""
-        tx = Tx(conn, self.db.q)
-        workflow_id, remembered = self._definition(tx, flow)
-        inserted, _, _ = self._with_definition(
-            tx,
-            flow,
-            workflow_id,
-            remembered,
-            lambda wid: self.insert_stored(conn, wid, input_json, options),
-        )
+        is not remembered: the caller's transaction may still roll back. Traced as one
+        ``cyclone.submit`` span (:mod:`cyclone_flow.tracing`)."""
+        with tracing.submit_span(flow.name) as span:
+            tx = Tx(conn, self.db.q)
+            workflow_id, remembered = self._definition(tx, flow)
+            inserted, _, _ = self._with_definition(
+                tx,
+                flow,
+                workflow_id,
+                remembered,
+                lambda wid: self.insert_stored(conn, wid, input_json, options),
+            )
+            span.run_id(inserted[0])
         return inserted
 
     def submit(
@@ -326,8 +330,22 @@ class Producer:
         or sequence: :func:`~cyclone_flow.engine.submit.pipelinable`) and the flow's
         roots are all actions, the write is one round trip and one commit (the run, its
         steps and deps in one statement, in autocommit). The definition a transaction of
-        this call stored is remembered after its commit.
+        this call stored is remembered after its commit. Traced as one ``cyclone.submit``
+        span (:mod:`cyclone_flow.tracing`).
         """
+        with tracing.submit_span(flow.name) as span:
+            run_id, wakeups = self._submit(conn, flow, input_json, options, before_commit)
+            span.run_id(run_id)
+        return run_id, wakeups
+
+    def _submit(
+        self,
+        conn: Conn,
+        flow: Flow,
+        input_json: str,
+        options: RunOptions,
+        before_commit: Callable[[Conn, RunId], None] | None,
+    ) -> tuple[RunId, Wakeups]:
         key = (flow.name, flow.digest)
         workflow_id = self._definitions.get(key)
         if (
@@ -346,6 +364,7 @@ class Producer:
                     options,
                     output_limit=output_limit,
                     max_signal_wait_s=max_wait,
+                    traceparent=tracing.current_traceparent(),
                 )
             if run_id is not None:  # committed
                 return RunId(run_id), Wakeups(queues=submit.root_queues(flow, options))
@@ -385,6 +404,7 @@ class Producer:
             options,
             output_limit=output_limit,
             max_signal_wait_s=max_wait,
+            traceparent=tracing.current_traceparent(),
         )
         wakeups = tx.effects.wakeups
         if options.delayed:  # nothing is claimable before run_at: the poll finds it then
@@ -405,8 +425,10 @@ class Producer:
         (:func:`~cyclone_flow.engine.submit.insert_runs`); the others then one by one in
         item order through the single-run insert, in the same transaction (so a second
         item with a unique key is a duplicate of the first, and sequence positions follow
-        the item order). The definition is stored once (not when remembered)."""
-        ids, wakeups, _ = self._insert_many(conn, flow, items)
+        the item order). The definition is stored once (not when remembered). Traced as
+        one ``cyclone.submit`` span for the chunk."""
+        with tracing.submit_span(flow.name, len(items)):
+            ids, wakeups, _ = self._insert_many(conn, flow, items)
         return ids, wakeups
 
     def submit_many(
@@ -414,7 +436,7 @@ class Producer:
     ) -> tuple[list[RunId], Wakeups]:
         """:meth:`insert_many` in a transaction of its own on the idle ``conn``, committed;
         the definition is remembered after the commit."""
-        with conn.transaction():
+        with tracing.submit_span(flow.name, len(items)), conn.transaction():
             ids, wakeups, workflow_id = self._insert_many(conn, flow, items)
         self._remember(flow, workflow_id)
         return ids, wakeups
@@ -425,6 +447,7 @@ class Producer:
         tx = Tx(conn, self.db.q)
         workflow_id, remembered = self._definition(tx, flow)
         output_limit, max_wait = self._limits()
+        traceparent = tracing.current_traceparent()
         limits = submit.has_limits(flow)  # written run by run (insert_run renders the keys)
         bulk = [i for i, (_, o) in enumerate(items) if submit.pipelinable(o) and not limits]
         out: list[RunId | None] = [None] * len(items)
@@ -436,7 +459,13 @@ class Producer:
                 workflow_id,
                 remembered,
                 lambda wid: submit.insert_runs(
-                    tx, flow, wid, chunk, output_limit=output_limit, max_signal_wait_s=max_wait
+                    tx,
+                    flow,
+                    wid,
+                    chunk,
+                    output_limit=output_limit,
+                    max_signal_wait_s=max_wait,
+                    traceparent=traceparent,
                 ),
             )
             for i, run_id in zip(bulk, ids, strict=True):

@@ -211,3 +211,25 @@ FROM STDIN
 -- name: bench_bulk_deps_copy
 -- The ceiling's COPY of the deps of a chunk of runs.
 COPY {schema}.cyclone_deps (run_id, node, depends_on) FROM STDIN
+
+-- name: bench_health_hold_snapshot
+-- The health soak's analytics session: a read of the steps table that, inside a
+-- REPEATABLE READ transaction, keeps its snapshot (and so the xmin horizon) until the end.
+SELECT count(*) FROM {schema}.cyclone_steps
+
+-- name: bench_health_advised_steps
+-- The health advisor's recommended autovacuum settings for cyclone_steps
+-- (docs/deployment.md): vacuum after 1% of the rows changed, without cost-based delay.
+ALTER TABLE {schema}.cyclone_steps SET (autovacuum_vacuum_scale_factor = 0.01,
+    autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0,
+    autovacuum_analyze_scale_factor = 0.02)
+
+-- name: bench_health_advised_runs
+-- The same settings for cyclone_runs.
+ALTER TABLE {schema}.cyclone_runs SET (autovacuum_vacuum_scale_factor = 0.01,
+    autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0,
+    autovacuum_analyze_scale_factor = 0.02)
+
+-- name: bench_health_completed
+-- Completed steps of the soak's schema so far (the claim throughput's counter).
+SELECT count(*) FROM {schema}.cyclone_steps WHERE state = 'completed'

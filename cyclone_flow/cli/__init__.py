@@ -1,11 +1,12 @@
 """The ``cyclone-flow`` command line, one module per command family: ``lint_cmds`` (lint,
 graph), ``schema_cmds`` (migrate), ``submit_cmds`` (submit, run), ``queue_cmds`` (enqueue,
 schedule), ``worker_cmd`` (worker), ``inspect_cmds`` (status, runs, logs, workers),
-``operator_cmds`` (cancel, retry, signal, purge), ``init_cmds`` (init: a new project's
-files), ``embedded_cmds`` (embedded status|url|stop), ``ui_cmd`` (ui, the web dashboard);
-``common`` (options, errors, logging), ``render`` (how runs and steps are shown),
-``progress`` (live progress of a run) and ``watch`` (``status --watch``) are shared. Every
-command goes through the :class:`cyclone_flow.Client`'s public methods."""
+``operator_cmds`` (cancel, retry, signal, purge), ``health_cmds`` (doctor), ``init_cmds``
+(init: a new project's files), ``embedded_cmds`` (embedded status|url|stop), ``ui_cmd``
+(ui, the web dashboard); ``common`` (options, errors, logging), ``render`` (how runs and
+steps are shown), ``progress`` (live progress of a run) and ``watch`` (``status
+--watch``) are shared. Every command goes through the :class:`cyclone_flow.Client`'s
+public methods."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import IO, Any
 import click
 
 from cyclone_flow.cli.embedded_cmds import embedded_group
+from cyclone_flow.cli.health_cmds import doctor_cmd
 from cyclone_flow.cli.init_cmds import init_cmd
 from cyclone_flow.cli.inspect_cmds import logs_cmd, runs_cmd, status_cmd, workers_cmd
 from cyclone_flow.cli.lint_cmds import graph, lint
@@ -105,5 +107,6 @@ for _command in (
     init_cmd,
     embedded_group,
     ui_cmd,
+    doctor_cmd,
 ):
     main.add_command(_command)

@@ -250,6 +250,7 @@ def worker_cmd(
     )
     if metrics is not None:
         metrics[0].watch_queues(client, worker_queues, client.config.logger)
+        metrics[0].watch_health(client, client.config.logger)
         client.observe_steps(metrics[0].observe)
         client.observe_database_errors(metrics[0].observe_database_error)
     if stop.is_set():  # stopped while starting: nothing claimed, nothing to hand back

@@ -32,6 +32,7 @@ PREFIXES: dict[str, tuple[str, ...]] = {
     "step_logs.sql": ("step_log_",),
     "rate_windows.sql": ("rate_window_",),
     "misc.sql": ("notify_", "pg_", "session_"),
+    "health.sql": ("health_",),
 }
 """The name prefixes each file may hold (tests/unit/test_db_queries.py checks them)."""
 

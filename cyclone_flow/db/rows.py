@@ -99,6 +99,8 @@ class ClaimedStep:
     A fan-out item also has ``parent_node`` (its fan-out node), ``item_index`` (0-based)
     and ``item`` (its list element). ``run_input_text`` is the run's input as JSON text
     when the claim prefetched it (the node may need it), else None (Output Resolution).
+    ``traceparent`` is the W3C trace context of the run's submitter (None: not traced);
+    ``flow_name`` the run's flow, read only for a traced step.
     """
 
     id: int
@@ -118,6 +120,8 @@ class ClaimedStep:
     item_index: int | None = None
     item: JSON = None
     run_input_text: str | None = None
+    traceparent: str | None = None
+    flow_name: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -376,10 +380,12 @@ class DeadlineFailedRun(NamedTuple):
 
 
 class InsertedChild(NamedTuple):
-    """``run_insert_child``: the child run and the root run of its tree."""
+    """``run_insert_child``: the child run, the root run of its tree and the trace
+    context it inherited from its parent (None: not traced)."""
 
     id: str
     root_run_id: str
+    traceparent: str | None = None
 
 
 class InsertedStep(NamedTuple):
@@ -643,3 +649,109 @@ class ReclaimedStep:
     item_index: int | None
     state: StepState
     reclaims: int
+
+
+# -- the health advisor (sql/health.sql) -----------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TableHealth:
+    """``health_list_tables``: one hot table's vacuum state. ``live`` / ``dead`` are the
+    statistics' tuple estimates; the ``last_*`` instants are None when it never happened;
+    ``autovacuum_enabled`` is the server's ``autovacuum`` and the table's
+    ``autovacuum_enabled`` option together; ``options`` its storage options as text."""
+
+    table_name: str
+    live: int
+    dead: int
+    last_autovacuum: datetime | None
+    last_vacuum: datetime | None
+    last_autoanalyze: datetime | None
+    last_analyze: datetime | None
+    autovacuum_count: int
+    autovacuum_enabled: bool
+    total_bytes: int
+    options: str
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenTransaction:
+    """``health_list_open_transactions``: a transaction open for a while. ``age_s``
+    seconds since it began; ``holds_xmin``: it holds a snapshot or a transaction id (so
+    vacuum keeps every row version that died after it began); ``xmin_age`` in
+    transactions."""
+
+    pid: int
+    datname: str | None
+    usename: str | None
+    application_name: str | None
+    client_addr: str | None
+    state: str | None
+    backend_type: str | None
+    xact_start: datetime
+    query_start: datetime | None
+    age_s: float
+    holds_xmin: bool
+    xmin_age: int
+    query: str
+
+
+@dataclasses.dataclass(frozen=True)
+class XminHolder:
+    """``health_list_xmin_slots``: a replication slot (``kind`` ``slot``) or prepared
+    transaction (``prepared``) holding the xmin horizon back, ``xmin_age`` transactions
+    old (``age_s``: seconds since a prepared transaction was prepared)."""
+
+    kind: str
+    name: str
+    active: bool
+    xmin_age: int
+    age_s: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexSize:
+    """``health_get_claim_index``: an index's ``bytes`` and ``pages``, and the ``entries``
+    its last vacuum or analyze counted (-1: never)."""
+
+    bytes: int
+    pages: int
+    entries: float
+
+
+@dataclasses.dataclass(frozen=True)
+class OrphanedLeases:
+    """``health_list_orphaned_leases``: running ``steps`` leased by ``lease_owner``, a
+    client without a live heartbeat (``heartbeat_at`` None: no row), the last lease
+    expiring at ``lease_expiry``."""
+
+    lease_owner: str
+    steps: int
+    lease_expiry: datetime | None
+    heartbeat_at: datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldSequence:
+    """``health_list_held_sequences``: ``held`` runs of ``sequence_key`` wait (the oldest
+    for ``oldest_held_s`` seconds) behind its first open run ``head_run_id`` in
+    ``head_state`` (None: no open run holds them)."""
+
+    sequence_key: str
+    held: int
+    oldest_held_s: float
+    head_run_id: str | None
+    head_state: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectionBudget:
+    """``health_get_connections``: ``max_connections`` less ``reserved`` is what clients
+    may open; ``in_use`` client connections now; ``live_workers`` of the schema and their
+    ``worker_threads``."""
+
+    max_connections: int
+    reserved: int
+    in_use: int
+    live_workers: int
+    worker_threads: int

@@ -151,10 +151,12 @@ def run_insert(
     run_at: datetime | None,
     delay_us: int | None,
     owner: str | None = None,
+    traceparent: str | None = None,
 ) -> str | None:
     """Insert a new top run (``owner``: the client id of the ``cyclone-flow run`` process
-    of an isolated run, None: shared); its id, or None when a unique key conflicted (or
-    the definition ``workflow_id`` is not stored)."""
+    of an isolated run, None: shared; ``traceparent``: the submitter's W3C trace context,
+    None: none); its id, or None when a unique key conflicted (or the definition
+    ``workflow_id`` is not stored)."""
     params = {
         "workflow_id": workflow_id,
         "input": input,
@@ -171,6 +173,7 @@ def run_insert(
         "run_at": run_at,
         "delay_us": delay_us,
         "owner": owner,
+        "traceparent": traceparent,
     }
     row = execute(s, "run_insert", params).fetchone()
     return None if row is None else str(row[0])
@@ -193,11 +196,13 @@ def run_insert_with_plan(
     delay_us: int | None,
     output_limit: int | None,
     max_signal_wait_s: float | None,
+    traceparent: str | None = None,
 ) -> str | None:
     """Insert run ``id`` of definition ``workflow_id`` with its steps and deps in one
     statement (``queue`` / ``priority``: the override of the nodes that set none; the run
-    starts at ``run_at`` or ``delay_us`` microseconds from now, both None: now); its id, or
-    None (nothing written) when the definition is not stored."""
+    starts at ``run_at`` or ``delay_us`` microseconds from now, both None: now; run and
+    steps carry the trace context ``traceparent``); its id, or None (nothing written) when
+    the definition is not stored."""
     params = {
         "id": id,
         "workflow_id": workflow_id,
@@ -208,6 +213,7 @@ def run_insert_with_plan(
         "delay_us": delay_us,
         "output_limit": output_limit,
         "max_signal_wait_s": max_signal_wait_s,
+        "traceparent": traceparent,
     }
     return _first_id(execute(s, "run_insert_with_plan", params))
 
@@ -222,6 +228,7 @@ def send_run_insert_many(
     delay_us: Sequence[int | None],
     output_limit: int | None,
     max_signal_wait_s: float | None,
+    traceparent: str | None = None,
 ) -> Pending[int]:
     """Send ``run_insert_many``: the runs ``ids`` (one input JSON text, ``run_at`` and
     ``delay_us`` each, in order) of definition ``workflow_id``; the result is how many
@@ -234,6 +241,7 @@ def send_run_insert_many(
         "delay_us": delay_us,
         "output_limit": output_limit,
         "max_signal_wait_s": max_signal_wait_s,
+        "traceparent": traceparent,
     }
     return Pending(execute(s, "run_insert_many", params), _rowcount)
 
@@ -248,6 +256,7 @@ def run_insert_many(
     delay_us: Sequence[int | None],
     output_limit: int | None,
     max_signal_wait_s: float | None,
+    traceparent: str | None = None,
 ) -> int:
     """Insert a chunk of new top runs (see :func:`send_run_insert_many`); how many."""
     return send_run_insert_many(
@@ -259,6 +268,7 @@ def run_insert_many(
         delay_us=delay_us,
         output_limit=output_limit,
         max_signal_wait_s=max_signal_wait_s,
+        traceparent=traceparent,
     ).result()
 
 

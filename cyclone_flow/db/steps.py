@@ -101,8 +101,10 @@ def step_insert_plan(
     hold: bool,
     run_at: datetime | None,
     delay_us: int | None,
+    traceparent: str | None = None,
 ) -> list[InsertedStep]:
-    """Insert one step per node of a new run from its definition's plan."""
+    """Insert one step per node of a new run from its definition's plan (each with the
+    run's trace context ``traceparent``, None: none)."""
     params = {
         "run_id": run_id,
         "root_run_id": root_run_id,
@@ -112,6 +114,7 @@ def step_insert_plan(
         "hold": hold,
         "run_at": run_at,
         "delay_us": delay_us,
+        "traceparent": traceparent,
     }
     return execute_rows(s, "step_insert_plan", params, _INSERTED).fetchall()
 
@@ -125,10 +128,11 @@ def send_step_insert_plan_many(
     priorities: Sequence[int | None],
     run_ats: Sequence[datetime | None],
     delay_us: Sequence[int | None],
+    traceparent: str | None = None,
 ) -> Pending[None]:
     """Send ``step_insert_plan_many``: the steps of the new runs ``run_ids`` of
     definition ``workflow_id`` (per run: its queue / priority override and start, None:
-    none / now)."""
+    none / now; one trace context ``traceparent`` for all, None: none)."""
     params = {
         "workflow_id": workflow_id,
         "run_ids": run_ids,
@@ -136,6 +140,7 @@ def send_step_insert_plan_many(
         "priorities": priorities,
         "run_ats": run_ats,
         "delay_us": delay_us,
+        "traceparent": traceparent,
     }
     return Pending(execute(s, "step_insert_plan_many", params), nothing)
 
@@ -149,6 +154,7 @@ def step_insert_plan_many(
     priorities: Sequence[int | None],
     run_ats: Sequence[datetime | None],
     delay_us: Sequence[int | None],
+    traceparent: str | None = None,
 ) -> None:
     """Insert the steps of a chunk of new runs (see :func:`send_step_insert_plan_many`)."""
     send_step_insert_plan_many(
@@ -159,6 +165,7 @@ def step_insert_plan_many(
         priorities=priorities,
         run_ats=run_ats,
         delay_us=delay_us,
+        traceparent=traceparent,
     ).result()
 
 

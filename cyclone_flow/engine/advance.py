@@ -62,12 +62,14 @@ def insert_run_steps(
     hold: bool = False,
     run_at: datetime | None = None,
     delay_us: int | None = None,
+    traceparent: str | None = None,
 ) -> None:
     """Insert the steps and deps of a new run from its definition's plan, then start its
     root nodes that are not actions (none when ``hold``: a held run of a sequence, released
     later by :func:`release_sequence`). ``queue``/``priority`` replace those of the nodes
     that do not set their own; ``run_at`` or ``delay_us`` (microseconds from now) is when
-    the run starts: no step of it is claimable before then."""
+    the run starts: no step of it is claimable before then. Each step carries the run's
+    trace context ``traceparent`` (None: not traced)."""
     rows = steps.step_insert_plan(
         tx,
         run_id=run_id,
@@ -78,6 +80,7 @@ def insert_run_steps(
         hold=hold,
         run_at=run_at,
         delay_us=delay_us,
+        traceparent=traceparent,
     )
     tx.effects.wakeups.queues.update(
         r.queue for r in rows if r.state == StepState.AVAILABLE and r.due
@@ -189,7 +192,12 @@ def _start_child(tx: Tx, run_id: str, node: str, info: NodeInfo) -> None:
         discard_waiting(tx, run_id, node, started.error, started.kind)
         return
     insert_run_steps(
-        tx, started.child_id, started.workflow_id, started.root_id, run_at=info.not_before
+        tx,
+        started.child_id,
+        started.workflow_id,
+        started.root_id,
+        run_at=info.not_before,
+        traceparent=started.traceparent,
     )
 
 

@@ -27,11 +27,13 @@ from cyclone_flow.states import ErrorKind, RunState
 @dataclass(frozen=True)
 class ChildStarted:
     """The child run a child node started (its steps still to insert from the stored
-    definition ``workflow_id``) and its tree's root run."""
+    definition ``workflow_id``), its tree's root run and the trace context it inherited
+    from its parent run (None: not traced)."""
 
     child_id: str
     root_id: str
     workflow_id: int
+    traceparent: str | None = None
 
 
 def start(
@@ -67,7 +69,7 @@ def start(
     assert row is not None  # the parent run is locked and its definition stored
     steps.step_set_child_run_if_waiting(tx, run_id=run_id, node=node, child_run_id=row.id)
     steps.step_set_wait_until_if_waiting(tx, run_id=run_id, node=node)
-    return ChildStarted(row.id, row.root_run_id, workflow_id)
+    return ChildStarted(row.id, row.root_run_id, workflow_id, row.traceparent)
 
 
 def completed(tx: Tx, run_id: str, node: str, child_run_id: str) -> DecidedNode | None:

@@ -72,6 +72,7 @@ def insert_run(
     *,
     output_limit: int | None = None,
     max_signal_wait_s: float | None = None,
+    traceparent: str | None = None,
 ) -> InsertedRun:
     """Write a new top run of the stored definition ``workflow_id`` with its
     per-submission ``options``, its steps and its deps; its wakeups and engine events go
@@ -79,7 +80,8 @@ def insert_run(
 
     - The run records ``output_limit`` (bytes) and ``max_signal_wait_s`` (seconds, None:
       no cap) of the submitting client, and the flow's ``deadline`` (counted from
-      ``run_at`` for a delayed run).
+      ``run_at`` for a delayed run); the run and its steps the submitter's trace context
+      ``traceparent`` (None: not traced).
     - With a ``unique_key``: the insert does nothing while a run holds the key
       (``ON CONFLICT DO NOTHING`` on the partial unique index of ``unique_slot``); that
       run is returned (``created`` False) and nothing else is written.
@@ -116,6 +118,7 @@ def insert_run(
             run_at=options.run_at,
             delay_us=delay_us,
             owner=options.owner,
+            traceparent=traceparent,
         )
         if run_id is not None:
             break
@@ -139,6 +142,7 @@ def insert_run(
         hold=held,
         run_at=options.run_at,
         delay_us=delay_us,
+        traceparent=traceparent,
     )
     return InsertedRun(run_id, created=True, held=held)
 
@@ -190,6 +194,7 @@ def insert_run_alone(
     *,
     output_limit: int | None = None,
     max_signal_wait_s: float | None = None,
+    traceparent: str | None = None,
 ) -> str | None:
     """Write a new top run whose ``options`` are :func:`pipelinable` with its steps and
     deps in one statement (``run_insert_with_plan``) on ``s``, meant for an autocommit
@@ -208,6 +213,7 @@ def insert_run_alone(
         delay_us=round(options.delay_s * 1_000_000) if options.delay_s else None,
         output_limit=output_limit,
         max_signal_wait_s=max_signal_wait_s,
+        traceparent=traceparent,
     )
 
 
@@ -219,13 +225,15 @@ def insert_runs(
     *,
     output_limit: int | None = None,
     max_signal_wait_s: float | None = None,
+    traceparent: str | None = None,
 ) -> list[str]:
     """Write a chunk of new top runs of the stored definition ``workflow_id`` (of
     ``flow``), each ``(input JSON text, options)`` with :func:`pipelinable` options, in
     one set-based statement per table (``run_insert_many``, ``step_insert_plan_many``,
     ``dep_insert_plan_many``, sent in one round trip); returns their ids in item order.
     Roots that are not actions are then started per run (``step_release_if_ready``, as
-    :func:`insert_run` does). Wakeups of the claimable root actions go to ``tx.effects``.
+    :func:`insert_run` does). Every run of the chunk carries the trace context
+    ``traceparent`` (None: not traced). Wakeups of the claimable root actions go to ``tx.effects``.
 
     Raises DefinitionMissingError (nothing written) when the definition is not stored.
     """
@@ -244,6 +252,7 @@ def insert_runs(
             delay_us=delays,
             output_limit=output_limit,
             max_signal_wait_s=max_signal_wait_s,
+            traceparent=traceparent,
         )
         steps.send_step_insert_plan_many(
             tx,
@@ -253,6 +262,7 @@ def insert_runs(
             priorities=[o.priority for _, o in items],
             run_ats=run_ats,
             delay_us=delays,
+            traceparent=traceparent,
         )
         deps.send_dep_insert_plan_many(tx, run_ids=ids, workflow_id=workflow_id)
     if inserted.result() != len(ids):  # 0: no definition, so no steps and deps either

@@ -570,6 +570,12 @@ class _Dashboard:
         svg = render_svg(dag_nodes(row.definition), lambda _n: None)
         return self.page(request, "flow.html", flow=row, yaml_text=buf.getvalue(), svg=svg)
 
+    def health(self, request: Request) -> HTMLResponse:
+        """The health advisor's report (:meth:`cyclone_flow.Client.health`): its warnings
+        with their fixes, then the figures."""
+        report = self.client.health()
+        return self.page(request, "health.html", report=report)
+
     # -- actions ---------------------------------------------------------------------------
 
     async def form(self, request: Request) -> FormData:
@@ -716,6 +722,7 @@ class _Dashboard:
             Route("/runs/{run_id}/steps/{node}/output.json", self.step_output, name="step_json"),
             Route("/runs/{run_id}/steps/{node}/items", self.step_items, name="step_items"),
             Route("/flows", self.flows, name="flows"),
+            Route("/health", self.health, name="health"),
             Route("/flows/{flow_id}", self.flow, name="flow"),
         ]
         if not self.read_only:

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 
 import psycopg
 
+from cyclone_flow import tracing
 from cyclone_flow.db import misc
 from cyclone_flow.db.conn import (
     CONFLICT_RETRIES,
@@ -90,6 +91,15 @@ _EVENT_KIND = {
 }
 
 
+def outcome_name(outcome: Outcome | None) -> str:
+    """What a committed transition did to its step, as its event kind (``completed``,
+    ``retry_scheduled``, ``discarded``...; ``stale`` for None): a trace's
+    ``cyclone.outcome``."""
+    if outcome is None:
+        return "stale"
+    return str(_EVENT_KIND.get(outcome.step_state) or outcome.step_state)
+
+
 class StepFailure(Exception):
     """Internal: an attempt failed with ``kind``; ``permanent`` skips remaining attempts."""
 
@@ -111,7 +121,7 @@ class Completion:
     the ``extra`` wakeups of the runs the handler submitted in it; ``done`` is called once
     the step is settled (the worker then drops its lease)."""
 
-    __slots__ = ("done", "duration_s", "extra", "output", "step", "tx")
+    __slots__ = ("done", "duration_s", "extra", "output", "step", "trace", "tx")
 
     def __init__(
         self,
@@ -121,6 +131,7 @@ class Completion:
         tx: CompletionTx | None = None,
         extra: Wakeups | None = None,
         done: Callable[[], None] | None = None,
+        trace: tracing.Attempt = tracing.NO_ATTEMPT,
     ) -> None:
         self.step = step
         self.output = output
@@ -128,6 +139,7 @@ class Completion:
         self.tx = tx
         self.extra = extra
         self.done = done
+        self.trace = trace  # the attempt's spans, ended when it is settled
 
 
 class CompletionSink(Protocol):
@@ -211,12 +223,16 @@ class Settler:
         transaction (``what`` names where it failed); then ``completion.done()``. Never
         raises: trouble recording the result leaves the step to its lease."""
         step = completion.step
+        trace = completion.trace
         try:
             if isinstance(result, Exception):
+                trace.finish("failed", error=result)
                 self._completion_failed(step, result, completion.duration_s, what)
             elif result is None:
+                trace.finish("stale")
                 self.stale(step)
             else:
+                trace.finish(outcome_name(result))
                 self.report(step, result, None, completion.duration_s)
         except BaseException as exc:
             self.reporter.trouble(
@@ -229,6 +245,7 @@ class Settler:
                 extra=_extra(step),
             )
         finally:
+            trace.finish("lost")  # a no-op when finished above
             if completion.done is not None:
                 completion.done()
 
@@ -279,11 +296,12 @@ class Settler:
         owner: str | None,
         failure: StepFailure,
         duration_s: float | None = None,
-    ) -> None:
+    ) -> Outcome | None:
         """Record the failed attempt of ``step`` in a transaction of its own (committed,
         its wakeups published), then report it (``error_handler`` gets the handler's own
         exception, or the engine's typed error). ``owner`` None: a timeout found after a
-        stale result, guarded by the generation and the deadline only."""
+        stale result, guarded by the generation and the deadline only. Returns what was
+        committed (None: stale, nothing written for this lease)."""
         timed_out = failure.kind is ErrorKind.TIMEOUT
         with self.tx_slots:
             outcome, backoff_error = retry_conflicts(
@@ -312,7 +330,7 @@ class Settler:
             )
         if outcome is None:
             if timed_out:
-                return  # after a stale result, which its caller has told (once)
+                return None  # after a stale result, which its caller has told (once)
             self.log.info(
                 "step %s of run %s: stale failure ignored",
                 step.node,
@@ -320,7 +338,7 @@ class Settler:
                 extra=_extra(step),
             )
             self._fail_timed_out(step)
-            return
+            return None
         self.log.warning(
             "step %s of run %s attempt %d failed (%s): %s",
             step.node,
@@ -340,6 +358,7 @@ class Settler:
             duration_s,
             cause if cause is not None else CycloneError(str(failure)),
         )
+        return outcome
 
     def report(
         self,
@@ -565,6 +584,7 @@ class BatchSink:
         then)."""
         steps = [c.step for c in batch]
         pairs = [(c.step, c.output) for c in batch]
+        traces = [c.trace for c in batch]
 
         def once() -> list[Outcome | None]:
             outcomes: list[Outcome | None] = []
@@ -573,7 +593,10 @@ class BatchSink:
                 self.steps += len(outcomes) - outcomes.count(None)
                 settler.committed(conn, steps, outcomes)
 
-            with self.db.transaction(after=after) as conn:
+            with (
+                tracing.group_commit_span(traces),
+                self.db.transaction(after=after) as conn,
+            ):
                 outcomes.extend(self.complete_steps(Tx(conn, self.db.q), pairs))
             return outcomes
 

@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from cyclone_flow import tracing
 from cyclone_flow._json import JSON, Unencodable, encode_payload
 from cyclone_flow.config import ClientConfig
 from cyclone_flow.db.conn import Database
@@ -42,6 +43,7 @@ from cyclone_flow.worker.completion import (
     InlineSink,
     Settler,
     StepFailure,
+    outcome_name,
 )
 from cyclone_flow.worker.context import Context
 from cyclone_flow.worker.inputs import Inputs
@@ -127,7 +129,12 @@ class Executor:
         ``started_at + timeout``; a result that arrives after that deadline is stale, and
         this worker then records the attempt as failed with kind ``timeout`` itself instead
         of leaving it to the next sweep (Engine Design: Leases and Heartbeats).
+
+        Traced (:func:`cyclone_flow.tracing.attempt`): the attempt's span, its handler's
+        and its commit's, ended when the step is settled.
         """
+        trace = tracing.attempt(step)
+        handed = False
         tx = CompletionTx(self.db, self.tx_slots)
         extra = Wakeups()  # of runs the handler submits in its completion transaction
         duration_s: float | None = None  # handler time, for StepEvent and metrics
@@ -163,27 +170,39 @@ class Executor:
                 )
                 started = time.monotonic()
                 try:
-                    with self.step_logs.capture() as attempt_log:
+                    with trace.handler(), self.step_logs.capture() as attempt_log:
                         output = self._call(handler, ctx, handler_input, tx)
                 finally:
                     duration_s = time.monotonic() - started
                     tx.check_not_ended()
                 output_json = self._encode_output(output)
                 batch = self.batch
+                trace.commit()
                 if (
                     tx.conn is None
                     and not extra
                     and batch is not None
                     and on_settled is not None
-                    and batch.complete(Completion(step, output_json, duration_s, done=on_settled))
+                    and batch.complete(
+                        Completion(step, output_json, duration_s, done=on_settled, trace=trace)
+                    )
                 ):
+                    handed = True
                     return True  # nothing to commit with the step: the group commit
                 self.inline.complete(
-                    Completion(step, output_json, duration_s, tx, extra if extra else None)
+                    Completion(
+                        step, output_json, duration_s, tx, extra if extra else None, trace=trace
+                    )
                 )
             except StepFailure as failure:
                 tx.rollback()
-                self.settler.fail(step, self.config.client_id, failure, duration_s)
+                trace.commit()
+                failed = self.settler.fail(step, self.config.client_id, failure, duration_s)
+                trace.finish(
+                    outcome_name(failed),
+                    error=failure.__cause__ or str(failure),
+                    error_kind=str(failure.kind),
+                )
         except BaseException as exc:
             self.reporter.trouble(
                 "completion",
@@ -195,7 +214,10 @@ class Executor:
                 extra=step_extra(step.run_id, step.node, step.attempt),
             )
             tx.rollback()
+            trace.finish("lost", error=exc)
         finally:
+            if not handed:
+                trace.finish("lost")  # a no-op when settled: ended there
             if timer is not None:
                 timer.cancel()
             # after the completion or failure is recorded: no connection is held here

@@ -200,10 +200,11 @@ WHERE unique_slot = CASE WHEN %(unique_window_s)s::float8 IS NULL THEN %(unique_
 -- does nothing (the caller then reads the winner). The flow's deadline counts from the
 -- run's start: run_at, or now() plus a delay in microseconds, or now(). %(owner)s: the
 -- client id of the `cyclone-flow run` process of an isolated run (NULL: shared).
+-- %(traceparent)s: the submitter's W3C trace context (NULL: none; docs/observability.md).
 INSERT INTO {schema}.cyclone_runs
     (workflow_id, flow_name, input, unique_key, unique_slot, unique_states,
      sequence_key, sequence_pos, sequence_held, schedule_id, scheduled_for,
-     output_limit, max_signal_wait, deadline, deadline_at, owner)
+     output_limit, max_signal_wait, deadline, deadline_at, owner, traceparent)
 SELECT w.id, w.name, %(input)s::jsonb, %(unique_key)s::text,
     CASE WHEN %(unique_key)s::text IS NULL THEN NULL
          WHEN %(unique_window_s)s::float8 IS NULL THEN %(unique_key)s::text
@@ -220,7 +221,7 @@ SELECT w.id, w.name, %(input)s::jsonb, %(unique_key)s::text,
                       statement_timestamp()
                           + (%(delay_us)s::bigint * interval '1 microsecond')))
         + make_interval(secs => (w.plan->>'deadline_s')::float8),
-    %(owner)s::text
+    %(owner)s::text, %(traceparent)s::text
 FROM {schema}.cyclone_workflows w
 WHERE w.id = %(workflow_id)s
 ON CONFLICT (unique_slot) WHERE unique_slot IS NOT NULL DO NOTHING
@@ -264,7 +265,7 @@ WITH w AS (
 ), run AS (
     INSERT INTO {schema}.cyclone_runs
         (id, workflow_id, flow_name, input, output_limit, max_signal_wait, deadline,
-         deadline_at)
+         deadline_at, traceparent)
     SELECT %(id)s::uuid, w.id, w.name, %(input)s::jsonb, %(output_limit)s::integer,
         make_interval(secs => %(max_signal_wait_s)s::float8),
         make_interval(secs => (w.plan->>'deadline_s')::float8),
@@ -272,14 +273,15 @@ WITH w AS (
                  coalesce(%(run_at)s::timestamptz,
                           statement_timestamp()
                               + (%(delay_us)s::bigint * interval '1 microsecond')))
-            + make_interval(secs => (w.plan->>'deadline_s')::float8)
+            + make_interval(secs => (w.plan->>'deadline_s')::float8),
+        %(traceparent)s::text
     FROM w
     RETURNING id
 ), step AS (
     INSERT INTO {schema}.cyclone_steps
         (run_id, node, type, call, state, queue, priority, max_attempts, backoff,
          on_dep_failure, timeout, input, over, max_parallel, signal, max_wait,
-         child_workflow_id, condition, on_dep_skip, scheduled_at)
+         child_workflow_id, condition, on_dep_skip, scheduled_at, traceparent)
     SELECT run.id, p.node, p.type, p.call,
            CASE WHEN p.type = 'action' AND jsonb_array_length(p.needs) = 0
                      AND p."when" IS NULL
@@ -292,7 +294,8 @@ WITH w AS (
            make_interval(secs => p.timeout_s), p.input, p.over, p.max_parallel, p.signal,
            make_interval(secs => p.max_wait_s), p.child_workflow_id, p."when", p.on_dep_skip,
            coalesce(%(run_at)s::timestamptz,
-                    now() + (%(delay_us)s::bigint * interval '1 microsecond'), now())
+                    now() + (%(delay_us)s::bigint * interval '1 microsecond'), now()),
+           %(traceparent)s::text
     FROM run, w
     CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') WITH ORDINALITY AS e(value, ord)
     CROSS JOIN LATERAL jsonb_to_record(e.value) AS p(
@@ -315,17 +318,19 @@ SELECT id FROM run
 -- Insert a chunk of new top runs of one stored definition in one statement (bulk submit,
 -- Client.submit_many / enqueue_many): ids chosen by the caller, one input, run_at and
 -- delay (microseconds) per run, in array order; no unique key, sequence, schedule or
--- owner (those runs take run_insert). The deadline counts as in run_insert. Inserts
--- nothing when the definition is not stored.
+-- owner (those runs take run_insert). The deadline counts as in run_insert; one trace
+-- context %(traceparent)s for the chunk. Inserts nothing when the definition is not stored.
 INSERT INTO {schema}.cyclone_runs
-    (id, workflow_id, flow_name, input, output_limit, max_signal_wait, deadline, deadline_at)
+    (id, workflow_id, flow_name, input, output_limit, max_signal_wait, deadline, deadline_at,
+     traceparent)
 SELECT i.id, w.id, w.name, i.input, %(output_limit)s::integer,
     make_interval(secs => %(max_signal_wait_s)s::float8),
     make_interval(secs => (w.plan->>'deadline_s')::float8),
     greatest(statement_timestamp(),
              coalesce(i.run_at,
                       statement_timestamp() + (i.delay_us * interval '1 microsecond')))
-        + make_interval(secs => (w.plan->>'deadline_s')::float8)
+        + make_interval(secs => (w.plan->>'deadline_s')::float8),
+    %(traceparent)s::text
 FROM {schema}.cyclone_workflows w
 CROSS JOIN unnest(%(ids)s::uuid[], %(inputs)s::jsonb[], %(run_ats)s::timestamptz[],
                   %(delay_us)s::bigint[]) WITH ORDINALITY AS i(id, input, run_at, delay_us, ord)
@@ -334,20 +339,21 @@ ORDER BY i.ord
 
 -- name: run_insert_child
 -- Insert the run a child node starts, in the transaction that released that node: it
--- belongs to the parent's tree and inherits the parent run's limits (never its unique key
--- or sequence); its own flow's deadline counts from now, or from %(not_before)s when the
--- node belongs to a delayed run that has not started yet.
+-- belongs to the parent's tree and inherits the parent run's limits and trace context
+-- (never its unique key or sequence); its own flow's deadline counts from now, or from
+-- %(not_before)s when the node belongs to a delayed run that has not started yet.
 INSERT INTO {schema}.cyclone_runs
     (workflow_id, flow_name, input, parent_run_id, parent_node, root_run_id, output_limit,
-     max_signal_wait, deadline, deadline_at)
+     max_signal_wait, deadline, deadline_at, traceparent)
 SELECT w.id, w.name, %(input)s::jsonb, p.id, %(node)s, coalesce(p.root_run_id, p.id),
        p.output_limit, p.max_signal_wait,
        make_interval(secs => (w.plan->>'deadline_s')::float8),
        greatest(statement_timestamp(), %(not_before)s::timestamptz)
-           + make_interval(secs => (w.plan->>'deadline_s')::float8)
+           + make_interval(secs => (w.plan->>'deadline_s')::float8),
+       p.traceparent
 FROM {schema}.cyclone_workflows w, {schema}.cyclone_runs p
 WHERE w.id = %(workflow_id)s AND p.id = %(parent_run_id)s
-RETURNING id, root_run_id
+RETURNING id, root_run_id, traceparent
 
 -- name: run_list
 -- The most recent runs, newest first, optionally of one flow and/or one state.

@@ -48,7 +48,8 @@ RETURNING node
 -- rows instead of sorting the queue's backlog. run_input is the run's input as JSON text
 -- when the node may need it (no input template and not a fan-out item, or a template that
 -- mentions run.input), else NULL: a prefetch that spares the worker a separate read
--- (Output Resolution).
+-- (Output Resolution). traceparent is the submitter's trace context copied onto the step
+-- (migration 0012); only for a traced step the run's flow name is read (its span's name).
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps
@@ -75,7 +76,11 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
           CASE WHEN (s.input IS NULL AND s.parent_node IS NULL)
                     OR strpos(s.input::text, 'run.input') > 0
                THEN (SELECT r.input::text FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
-          END AS run_input
+          END AS run_input,
+          s.traceparent,
+          CASE WHEN s.traceparent IS NOT NULL
+               THEN (SELECT r.flow_name FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
+          END AS flow_name
 
 -- name: step_claim_in_run_if_available
 -- step_claim_if_available restricted to one run and its child runs (cyclone-flow run's
@@ -109,7 +114,11 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
           CASE WHEN (s.input IS NULL AND s.parent_node IS NULL)
                     OR strpos(s.input::text, 'run.input') > 0
                THEN (SELECT r.input::text FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
-          END AS run_input
+          END AS run_input,
+          s.traceparent,
+          CASE WHEN s.traceparent IS NOT NULL
+               THEN (SELECT r.flow_name FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
+          END AS flow_name
 
 -- name: step_claim_limited_if_available
 -- available -> running for up to %(limit)s limited steps of one queue (claim_owner
@@ -761,18 +770,20 @@ SELECT state, parent_node FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s 
 -- first max_parallel items available, the rest pending, none claimable before the node's
 -- scheduled_at (a delayed run); nothing while the node is not waiting. Items that exist
 -- already (an operator retry expands the node again) are kept as they are. Each item
--- takes the node's limits (concurrency, rate_limit: they bound the items).
+-- takes the node's limits (concurrency, rate_limit: they bound the items) and carries
+-- the node's trace context (traceparent).
 INSERT INTO {schema}.cyclone_steps
     (run_id, root_run_id, node, type, call, state, queue, priority, max_attempts, backoff,
      timeout, input, parent_node, item_index, item, scheduled_at, claim_owner,
-     concurrency_key, concurrency_limit, rate_key, rate_limit, rate_per, limit_plan)
+     concurrency_key, concurrency_limit, rate_key, rate_limit, rate_per, limit_plan,
+     traceparent)
 SELECT p.run_id, p.root_run_id, p.node || '[' || (e.ord - 1) || ']', 'fan_out_item', p.call,
        CASE WHEN p.max_parallel IS NULL OR e.ord <= p.max_parallel
             THEN 'available' ELSE 'pending' END,
        p.queue, p.priority, p.max_attempts, p.backoff, p.timeout, p.input, p.node,
        (e.ord - 1)::int, e.value, greatest(p.scheduled_at, statement_timestamp()),
        p.claim_owner, p.concurrency_key, p.concurrency_limit, p.rate_key, p.rate_limit,
-       p.rate_per, p.limit_plan
+       p.rate_per, p.limit_plan, p.traceparent
 FROM {schema}.cyclone_steps p
 CROSS JOIN LATERAL jsonb_array_elements(CASE
           WHEN %(literal)s::jsonb IS NOT NULL THEN %(literal)s::jsonb
@@ -799,12 +810,13 @@ ON CONFLICT (run_id, node) DO NOTHING
 -- whose keys are rendered here: the plan's group, then '/' and the run input at the
 -- key's path (or its literal text) when the key has one (docs/flow-control.md); a key
 -- that refers to an upstream output leaves both keys to step_render_limits_if_available
--- (limit_plan).
+-- (limit_plan); traceparent: the run's trace context (NULL: none), copied onto every
+-- step.
 INSERT INTO {schema}.cyclone_steps
     (run_id, root_run_id, node, type, call, state, queue, priority, max_attempts, backoff,
      on_dep_failure, timeout, input, over, max_parallel, signal, max_wait, child_workflow_id,
      condition, on_dep_skip, scheduled_at, claim_owner, concurrency_key, concurrency_limit,
-     rate_key, rate_limit, rate_per, limit_plan)
+     rate_key, rate_limit, rate_per, limit_plan, traceparent)
 SELECT %(run_id)s, %(root_run_id)s, p.node, p.type, p.call,
        CASE WHEN p.type = 'action' AND jsonb_array_length(p.needs) = 0
                  AND p."when" IS NULL AND NOT %(hold)s::boolean
@@ -842,7 +854,8 @@ SELECT %(run_id)s, %(root_run_id)s, p.node, p.type, p.call,
        (l.r->>'limit')::int,
        make_interval(secs => (l.r->>'per_s')::float8),
        CASE WHEN l.later THEN jsonb_strip_nulls(jsonb_build_object(
-                'concurrency', p.concurrency, 'rate_limit', p.rate_limit)) END
+                'concurrency', p.concurrency, 'rate_limit', p.rate_limit)) END,
+       %(traceparent)s::text
 FROM {schema}.cyclone_workflows w
 CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') WITH ORDINALITY AS e(value, ord)
 CROSS JOIN LATERAL jsonb_to_record(e.value) AS p(
@@ -865,8 +878,8 @@ RETURNING queue, state, scheduled_at <= statement_timestamp() AS due
 -- Insert the steps of a chunk of new top runs of one definition (bulk submit; see
 -- step_insert_plan, of which this is the set form for runs that are not held and have
 -- no owner): per run its %(queues)s / %(priorities)s override (NULL: none) and its start,
--- %(run_ats)s or now() plus %(delay_us)s microseconds (NULL both: now). The plan's nodes
--- are read once for the chunk.
+-- %(run_ats)s or now() plus %(delay_us)s microseconds (NULL both: now); one trace context
+-- %(traceparent)s for the chunk (NULL: none). The plan's nodes are read once for the chunk.
 WITH p AS MATERIALIZED (
     SELECT e.ord, r.*
     FROM {schema}.cyclone_workflows w
@@ -882,7 +895,7 @@ WITH p AS MATERIALIZED (
 INSERT INTO {schema}.cyclone_steps
     (run_id, node, type, call, state, queue, priority, max_attempts, backoff,
      on_dep_failure, timeout, input, over, max_parallel, signal, max_wait, child_workflow_id,
-     condition, on_dep_skip, scheduled_at)
+     condition, on_dep_skip, scheduled_at, traceparent)
 SELECT i.run_id, p.node, p.type, p.call,
        CASE WHEN p.type = 'action' AND jsonb_array_length(p.needs) = 0 AND p."when" IS NULL
             THEN 'available' ELSE 'pending' END,
@@ -893,7 +906,8 @@ SELECT i.run_id, p.node, p.type, p.call,
        p.max_attempts, p.backoff, p.on_dep_failure,
        make_interval(secs => p.timeout_s), p.input, p.over, p.max_parallel, p.signal,
        make_interval(secs => p.max_wait_s), p.child_workflow_id, p."when", p.on_dep_skip,
-       coalesce(i.run_at, now() + (i.delay_us * interval '1 microsecond'), now())
+       coalesce(i.run_at, now() + (i.delay_us * interval '1 microsecond'), now()),
+       %(traceparent)s::text
 FROM unnest(%(run_ids)s::uuid[], %(queues)s::text[], %(priorities)s::int[],
             %(run_ats)s::timestamptz[], %(delay_us)s::bigint[])
     WITH ORDINALITY AS i(run_id, queue, priority, run_at, delay_us, ord)

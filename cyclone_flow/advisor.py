@@ -1,0 +1,520 @@
+"""The health advisor: how Postgres keeps the engine's hot tables, and what to do about it
+(``cyclone-flow doctor``, the worker's ``cyclone_health_*`` gauges, the dashboard's health
+page; docs/observability.md).
+
+A Postgres-backed queue rarely crashes; it rots: dead tuples pile up at the head of the
+claim index while a long transaction (or a replication slot) holds the xmin horizon back,
+each claim reads further through them, and the backlog grows. :func:`check` reads the
+statistics and catalogs once (:mod:`cyclone_flow.db.health`, read-only, nothing locked)
+and returns a :class:`HealthReport`: the figures, and one :class:`Advice` per problem,
+each naming its fix. Thresholds are in :class:`Thresholds`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from cyclone_flow._json import JSON
+from cyclone_flow.db import health, steps
+from cyclone_flow.db.conn import SessionLike
+from cyclone_flow.db.rows import (
+    ConnectionBudget,
+    HeldSequence,
+    IndexSize,
+    OpenTransaction,
+    OrphanedLeases,
+    QueueStats,
+    ReclaimedStep,
+    TableHealth,
+    XminHolder,
+)
+from cyclone_flow.durations import format_elapsed
+
+__all__ = ["Advice", "ClaimProbe", "HealthReport", "Thresholds", "check"]
+
+CLAIM_INDEX = "cyclone_steps_claim_idx"
+INDEX_ENTRY_BYTES = 48
+"""About what one entry of the claim index takes (tuple header, queue, owner, priority,
+scheduled_at, id, line pointer) at the default fill factor: the bloat estimate's unit."""
+PROBED_QUEUES = 10
+"""Most queues whose claim :func:`check` explains (the ones with the most claimable steps)."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When the advisor warns. Ages in seconds; ``dead_ratio`` is dead / (live + dead);
+    ``min_dead`` the dead tuples below which a table is never called bloated;
+    ``claim_buffers`` the buffers one claim may read; ``index_bloat`` the claim index's
+    size over its estimated need (from ``index_min_bytes`` on); ``reclaims`` how often a
+    step may be reclaimed; ``connections`` the share of the server's connections in use;
+    ``plan_min_steps`` the claimable steps from which a claim plan that does not walk the
+    claim index is a warning (on a small table a scan is the better plan)."""
+
+    xact_age_s: float = 300.0
+    dead_ratio: float = 0.5
+    min_dead: int = 100_000
+    claim_buffers: int = 1_000
+    index_bloat: float = 4.0
+    index_min_bytes: int = 8 * 1024 * 1024
+    backlog_age_s: float = 300.0
+    reclaims: int = 3
+    sequence_age_s: float = 3600.0
+    connections: float = 0.9
+    plan_min_steps: int = 1_000
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One warning: the ``check`` that found it (``autovacuum``, ``dead_tuples``,
+    ``open_transaction``, ``xmin_holder``, ``claim_index``, ``claim_plan``, ``claim_cost``,
+    ``backlog``, ``reclaims``, ``sequence``, ``orphaned_leases``, ``schema_version``,
+    ``connections``), what it is about (``subject``: a table, a pid, a queue...), the
+    ``message`` and the ``fix``."""
+
+    check: str
+    subject: str
+    message: str
+    fix: str
+
+    def text(self) -> str:
+        """``message`` then ``fix``, on one line."""
+        return f"{self.message}. Fix: {self.fix}"
+
+
+@dataclass(frozen=True)
+class ClaimProbe:
+    """The engine's claim on one queue, on the real table: the planner's total ``cost``
+    and whether its plan walks the claim index (``uses_claim_index``), and the claim's
+    read measured by EXPLAIN ANALYZE: ``rows`` found, ``buffers`` read (shared hit +
+    read) and ``time_ms``."""
+
+    queue: str
+    cost: float
+    uses_claim_index: bool
+    rows: int
+    buffers: int
+    time_ms: float
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    """What :func:`check` found: the figures and the ``advice`` (empty: healthy)."""
+
+    schema: str
+    tables: list[TableHealth]
+    transactions: list[OpenTransaction]
+    xmin_holders: list[XminHolder]
+    claim_index: IndexSize | None
+    claim_index_bloat: float
+    claims: list[ClaimProbe]
+    queues: list[QueueStats]
+    reclaimed: list[ReclaimedStep]
+    sequences: list[HeldSequence]
+    orphaned_leases: list[OrphanedLeases]
+    schema_version: int
+    code_version: int
+    connections: ConnectionBudget
+    pool_reserve: int
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    advice: list[Advice] = field(default_factory=list)
+
+    @property
+    def pool_budget(self) -> int:
+        """The connections the live workers' pools may open: each its worker threads (the
+        default ``tx_slots``) plus ``pool_reserve`` (Engine Design: Pool Budget), an upper
+        bound when workers run with fewer ``tx_slots``."""
+        return self.connections.worker_threads + self.pool_reserve * self.connections.live_workers
+
+    @property
+    def healthy(self) -> bool:
+        """True when there is no advice."""
+        return not self.advice
+
+    @property
+    def oldest_transaction_s(self) -> float:
+        """Seconds the oldest transaction that holds the xmin horizon has been open (0:
+        none)."""
+        return max((t.age_s for t in self.transactions if t.holds_xmin), default=0.0)
+
+    def to_json(self) -> dict[str, JSON]:
+        """The report as JSON values (timestamps in ISO 8601), for ``doctor --json``."""
+        return {
+            "healthy": self.healthy,
+            "schema": self.schema,
+            "advice": [_plain(a) for a in self.advice],
+            "tables": [_plain(t) for t in self.tables],
+            "transactions": [_plain(t) for t in self.transactions],
+            "xmin_holders": [_plain(x) for x in self.xmin_holders],
+            "claim_index": None if self.claim_index is None else _plain(self.claim_index),
+            "claim_index_bloat": round(self.claim_index_bloat, 2),
+            "claims": [_plain(c) for c in self.claims],
+            "queues": [_plain(q) for q in self.queues],
+            "reclaimed": [_plain(r) for r in self.reclaimed],
+            "sequences": [_plain(s) for s in self.sequences],
+            "orphaned_leases": [_plain(o) for o in self.orphaned_leases],
+            "schema_version": self.schema_version,
+            "code_version": self.code_version,
+            "connections": _plain(self.connections),
+            "pool_budget": self.pool_budget,
+            "thresholds": _plain(self.thresholds),
+        }
+
+
+def _plain(row: Any) -> dict[str, JSON]:
+    out: dict[str, JSON] = {}
+    for key, value in dataclasses.asdict(row).items():
+        out[key] = value.isoformat() if isinstance(value, datetime) else value
+    return out
+
+
+def check(
+    s: SessionLike,
+    *,
+    schema: str,
+    schema_version: int,
+    code_version: int,
+    pool_reserve: int,
+    thresholds: Thresholds | None = None,
+    owner: str = "cyclone-flow-doctor",
+) -> HealthReport:
+    """Read the health of ``schema`` on ``s`` (an autocommit session is best: the reads
+    then hold no snapshot between them) and advise. ``schema_version`` is the schema's
+    applied migration and ``code_version`` this code's latest; ``pool_reserve`` the
+    connections a pool holds beyond its ``tx_slots`` (``config.POOL_RESERVE``); ``owner`` the lease
+    owner named in the explained claim (nothing is claimed)."""
+    t = thresholds or Thresholds()
+    if schema_version == 0:  # no cyclone tables in this schema: nothing else to read
+        empty = HealthReport(
+            schema=schema,
+            tables=[],
+            transactions=[],
+            xmin_holders=[],
+            claim_index=None,
+            claim_index_bloat=1.0,
+            claims=[],
+            queues=[],
+            reclaimed=[],
+            sequences=[],
+            orphaned_leases=[],
+            schema_version=0,
+            code_version=code_version,
+            connections=ConnectionBudget(0, 0, 0, 0, 0),
+            pool_reserve=pool_reserve,
+            thresholds=t,
+        )
+        empty.advice.extend(advise(empty))
+        return empty
+    tables = health.health_list_tables(s, schema=schema)
+    transactions = health.health_list_open_transactions(s, min_age_s=t.xact_age_s, limit=20)
+    holders = health.health_list_xmin_slots(s)
+    index = health.health_get_claim_index(s, schema=schema)
+    queues = steps.step_count_by_queue(s)
+    probed = sorted(queues, key=lambda q: -q.available)[:PROBED_QUEUES]
+    claims = [_probe(s, q.queue, owner) for q in probed or [QueueStats("default", 0, 0, 0, 0.0)]]
+    reclaimed = steps.step_list_reclaimed(s, min_reclaims=t.reclaims, limit=20)
+    sequences = health.health_list_held_sequences(s, limit=20)
+    orphaned = health.health_list_orphaned_leases(s, limit=20)
+    connections = health.health_get_connections(s)
+    report = HealthReport(
+        schema=schema,
+        tables=tables,
+        transactions=transactions,
+        xmin_holders=holders,
+        claim_index=index,
+        claim_index_bloat=_bloat(index),
+        claims=claims,
+        queues=queues,
+        reclaimed=reclaimed,
+        sequences=sequences,
+        orphaned_leases=orphaned,
+        schema_version=schema_version,
+        code_version=code_version,
+        connections=connections,
+        pool_reserve=pool_reserve,
+        thresholds=t,
+    )
+    report.advice.extend(advise(report))
+    return report
+
+
+def _bloat(index: IndexSize | None) -> float:
+    """The claim index's size over what its counted entries need (1.0: none extra)."""
+    if index is None:
+        return 1.0
+    need = max(index.entries, 0.0) * INDEX_ENTRY_BYTES + 2 * 8192  # + metapage and root
+    return max(index.bytes / need, 1.0)
+
+
+def _probe(s: SessionLike, queue: str, owner: str) -> ClaimProbe:
+    planned = health.explain_claim(s, queue=queue, owner=owner, ttl_s=30.0, limit=10)
+    measured = health.health_explain_claim_read(s, queue=queue, limit=10)
+    plan = _top(planned)
+    run = _top(measured)
+    return ClaimProbe(
+        queue=queue,
+        cost=float(plan.get("Total Cost", 0.0)),
+        uses_claim_index=CLAIM_INDEX in repr(plan),
+        rows=int(run.get("Actual Rows", 0)),
+        buffers=int(run.get("Shared Hit Blocks", 0)) + int(run.get("Shared Read Blocks", 0)),
+        time_ms=float(_first(measured).get("Execution Time", 0.0)),
+    )
+
+
+def _first(explained: JSON) -> dict[str, Any]:
+    if isinstance(explained, list) and explained and isinstance(explained[0], dict):
+        return explained[0]
+    return {}
+
+
+def _top(explained: JSON) -> dict[str, Any]:
+    plan = _first(explained).get("Plan")
+    return plan if isinstance(plan, dict) else {}
+
+
+# -- advice --------------------------------------------------------------------------------
+
+
+def _ago(seconds: float) -> str:
+    return format_elapsed(seconds)
+
+
+def advise(report: HealthReport) -> list[Advice]:
+    """Every warning of ``report``, each naming its fix (the thresholds of the report)."""
+    t = report.thresholds
+    q = report.schema
+    out: list[Advice] = []
+    holders = [x for x in report.transactions if x.holds_xmin]
+    for x in report.transactions:
+        who = x.application_name or "(no application_name)"
+        state = x.state or "active"
+        if x.holds_xmin:
+            effect = "it prevents vacuum of cyclone_steps and cyclone_runs (dead rows pile up)"
+        else:
+            effect = "it holds its locks (no snapshot: it does not hold back vacuum yet)"
+        out.append(
+            Advice(
+                "open_transaction",
+                f"pid {x.pid}",
+                f"a transaction from application {who} (pid {x.pid}, user {x.usename}, "
+                f"{state}) has been open {_ago(x.age_s)}; {effect}",
+                f"end it (SELECT pg_terminate_backend({x.pid})) and find why the application "
+                "keeps it open; set idle_in_transaction_session_timeout (and "
+                "transaction_timeout on Postgres 17+) for that role",
+            )
+        )
+    for h in report.xmin_holders:
+        if h.kind == "slot":
+            out.append(
+                Advice(
+                    "xmin_holder",
+                    f"slot {h.name}",
+                    f"replication slot {h.name} ({'active' if h.active else 'inactive'}) holds "
+                    f"the xmin horizon {h.xmin_age} transactions back; vacuum of every table "
+                    "waits for it",
+                    f"drop it if nothing uses it (SELECT pg_drop_replication_slot('{h.name}')), "
+                    "else fix the standby it feeds (hot_standby_feedback, its replay lag)",
+                )
+            )
+        elif h.age_s is not None and h.age_s >= t.xact_age_s:
+            out.append(
+                Advice(
+                    "xmin_holder",
+                    f"prepared {h.name}",
+                    f"prepared transaction {h.name!r} has waited {_ago(h.age_s)}; it holds the "
+                    "xmin horizon back",
+                    f"COMMIT PREPARED '{h.name}' or ROLLBACK PREPARED '{h.name}'",
+                )
+            )
+    for table in report.tables:
+        name = f"{q}.{table.table_name}"
+        if not table.autovacuum_enabled:
+            out.append(
+                Advice(
+                    "autovacuum",
+                    table.table_name,
+                    f"autovacuum is off for {name} ({table.options or 'server autovacuum = off'})",
+                    f"ALTER TABLE {name} RESET (autovacuum_enabled); and keep the server's "
+                    "autovacuum = on",
+                )
+            )
+        rows = table.live + table.dead
+        if table.dead >= t.min_dead and rows and table.dead / rows >= t.dead_ratio:
+            last = table.last_autovacuum or table.last_vacuum
+            when = "never" if last is None else last.isoformat(timespec="seconds")
+            cause = (
+                f"end the transaction holding the xmin horizon first (pid {holders[0].pid}), "
+                if holders
+                else ""
+            )
+            out.append(
+                Advice(
+                    "dead_tuples",
+                    table.table_name,
+                    f"{name} has {table.dead} dead tuples ({100 * table.dead / rows:.0f}% of its "
+                    f"rows); last vacuum: {when}",
+                    f"{cause}VACUUM (VERBOSE) {name}; let autovacuum keep up: ALTER TABLE {name} "
+                    "SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = "
+                    "0) (docs/deployment.md)",
+                )
+            )
+    index = report.claim_index
+    if (
+        index is not None
+        and index.bytes >= t.index_min_bytes
+        and report.claim_index_bloat >= t.index_bloat
+    ):
+        out.append(
+            Advice(
+                "claim_index",
+                CLAIM_INDEX,
+                f"{CLAIM_INDEX} is {index.bytes // (1024 * 1024)} MiB, about "
+                f"{report.claim_index_bloat:.0f}x what its {max(index.entries, 0):.0f} entries "
+                "need",
+                f"REINDEX INDEX CONCURRENTLY {q}.{CLAIM_INDEX}",
+            )
+        )
+    elif index is None and report.schema_version:
+        out.append(
+            Advice(
+                "claim_index",
+                CLAIM_INDEX,
+                f"{CLAIM_INDEX} is missing from schema {q}",
+                "run cyclone-flow migrate (migration 0009 builds it)",
+            )
+        )
+    depth = {stats.queue: stats.available for stats in report.queues}
+    for c in report.claims:
+        if (
+            not c.uses_claim_index
+            and index is not None
+            and depth.get(c.queue, 0) >= t.plan_min_steps
+        ):
+            out.append(
+                Advice(
+                    "claim_plan",
+                    f"queue {c.queue}",
+                    f"the claim of queue {c.queue} does not walk {CLAIM_INDEX} (cost {c.cost:.0f})",
+                    f"ANALYZE {q}.cyclone_steps; if it stays so, REINDEX INDEX {q}.{CLAIM_INDEX}",
+                )
+            )
+        if c.buffers > t.claim_buffers:
+            out.append(
+                Advice(
+                    "claim_cost",
+                    f"queue {c.queue}",
+                    f"a claim of queue {c.queue} reads {c.buffers} buffers ({c.time_ms:.1f} ms) to "
+                    f"find {c.rows} steps: dead index entries at the head of the queue",
+                    (f"end pid {holders[0].pid}'s transaction, then " if holders else "")
+                    + f"VACUUM {q}.cyclone_steps",
+                )
+            )
+    for stats in report.queues:
+        if stats.available and stats.oldest_available_s >= t.backlog_age_s:
+            out.append(
+                Advice(
+                    "backlog",
+                    f"queue {stats.queue}",
+                    f"queue {stats.queue}: the oldest of its {stats.available} claimable steps "
+                    f"has waited {_ago(stats.oldest_available_s)}",
+                    f"start more workers for it (cyclone-flow worker --queue {stats.queue}) or "
+                    "check the running ones (cyclone-flow workers)",
+                )
+            )
+    if report.reclaimed:
+        worst = report.reclaimed[0]
+        out.append(
+            Advice(
+                "reclaims",
+                f"run {worst.run_id}",
+                f"{len(report.reclaimed)} unfinished step(s) were reclaimed more than "
+                f"{t.reclaims} times (worst: node {worst.node} of run {worst.run_id}, "
+                f"{worst.reclaims} times)",
+                "their workers keep dying or losing their leases: read the workers' logs (OOM "
+                "kills, restarts), raise lease_ttl for handlers that block, or cancel the run",
+            )
+        )
+    for seq in report.sequences:
+        if seq.head_state == "failed":
+            out.append(
+                Advice(
+                    "sequence",
+                    f"sequence {seq.sequence_key}",
+                    f"sequence {seq.sequence_key} is blocked: {seq.held} run(s) wait behind "
+                    f"failed run {seq.head_run_id}",
+                    f"cyclone-flow retry {seq.head_run_id} (or cyclone-flow cancel "
+                    f"{seq.head_run_id} to let the next run go)",
+                )
+            )
+        elif seq.oldest_held_s >= t.sequence_age_s:
+            out.append(
+                Advice(
+                    "sequence",
+                    f"sequence {seq.sequence_key}",
+                    f"sequence {seq.sequence_key}: {seq.held} run(s) held, the oldest for "
+                    f"{_ago(seq.oldest_held_s)}, behind run {seq.head_run_id} "
+                    f"({seq.head_state or 'none open'})",
+                    f"look at run {seq.head_run_id} (cyclone-flow status {seq.head_run_id})",
+                )
+            )
+    for o in report.orphaned_leases:
+        seen = "no heartbeat row" if o.heartbeat_at is None else "no heartbeat since "
+        seen += "" if o.heartbeat_at is None else o.heartbeat_at.isoformat(timespec="seconds")
+        expiry = "" if o.lease_expiry is None else o.lease_expiry.isoformat(timespec="seconds")
+        out.append(
+            Advice(
+                "orphaned_leases",
+                f"client {o.lease_owner}",
+                f"{o.steps} running step(s) are leased by client {o.lease_owner}, which has {seen}",
+                f"a live worker's recovery sweep reclaims them once their leases expire "
+                f"({expiry}); make sure a worker runs (cyclone-flow workers)",
+            )
+        )
+    if report.schema_version < report.code_version:
+        out.append(
+            Advice(
+                "schema_version",
+                q,
+                f"schema {q} is at migration {report.schema_version}, this code ships "
+                f"{report.code_version}",
+                "cyclone-flow migrate",
+            )
+        )
+    elif report.schema_version > report.code_version:
+        out.append(
+            Advice(
+                "schema_version",
+                q,
+                f"schema {q} is at migration {report.schema_version}, newer than this code's "
+                f"{report.code_version}",
+                "upgrade cyclone-flow where this runs",
+            )
+        )
+    conn = report.connections
+    usable = max(conn.max_connections - conn.reserved, 1)
+    if conn.max_connections and conn.in_use >= t.connections * usable:
+        out.append(
+            Advice(
+                "connections",
+                "max_connections",
+                f"{conn.in_use} of the {usable} client connections the server allows are open",
+                "put PgBouncer (transaction mode) in front (docs/deployment.md) or raise "
+                "max_connections",
+            )
+        )
+    budget = report.pool_budget
+    if budget > usable:
+        out.append(
+            Advice(
+                "connections",
+                "pool budget",
+                f"{conn.live_workers} live workers may open {budget} connections "
+                f"({conn.worker_threads} worker threads + {report.pool_reserve} each), more "
+                f"than the {usable} the server allows",
+                "lower tx_slots or the worker processes, raise max_connections, or put "
+                "PgBouncer in front (docs/deployment.md)",
+            )
+        )
+    return out

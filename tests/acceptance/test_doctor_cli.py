@@ -1,0 +1,100 @@
+"""``cyclone-flow doctor`` (issue 21) through the real CLI against a real Postgres: a
+healthy schema exits 0; a session idle in transaction past the threshold is reported with
+its pid, and a hot table with autovacuum disabled is reported, each with its fix (exit 1);
+bad thresholds are usage errors (exit 2)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from helpers.cli import Runner, json_output, no_traceback
+from helpers.procs import wait_until
+
+APP = "cyclone-doctor-test-idle"
+
+
+def test_a_healthy_schema_exits_0(cli: Runner) -> None:
+    done = cli("doctor")
+    no_traceback(done)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "healthy: no warnings" in done.stdout
+    report = json_output(cli("doctor", "--json").stdout)
+    assert report["healthy"] is True and report["advice"] == []
+    assert {t["table_name"] for t in report["tables"]} == {"cyclone_steps", "cyclone_runs"}
+    assert report["schema_version"] == report["code_version"]
+    assert report["claims"] and report["claims"][0]["queue"] == "default"
+
+
+@pytest.fixture
+def idle_in_transaction(database_url: str, schema: str) -> Iterator[int]:
+    """A session idle in a REPEATABLE READ transaction that read cyclone_steps (so it holds
+    a snapshot, as an analytics query does): its pid."""
+    with psycopg.connect(database_url, application_name=APP) as conn:
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        conn.execute(f'SELECT count(*) FROM "{schema}".cyclone_steps')
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        assert row is not None
+        yield int(row[0])
+        conn.rollback()
+
+
+def test_an_idle_in_transaction_session_past_the_threshold_is_reported_with_its_pid(
+    cli: Runner, idle_in_transaction: int, db: psycopg.Connection[Any]
+) -> None:
+    pid = idle_in_transaction
+    wait_until(  # older than the threshold, by the database's clock
+        lambda: (
+            db.execute(
+                "SELECT now() - xact_start > interval '200 ms' FROM pg_stat_activity"
+                " WHERE pid = %s",
+                [pid],
+            ).fetchone()
+            == (True,)
+        ),
+        what="the transaction to age",
+    )
+    done = cli("doctor", "--json", "--xact-age", "200ms")
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json_output(done.stdout)
+    [advice] = [a for a in report["advice"] if a["subject"] == f"pid {pid}"]
+    assert advice["check"] == "open_transaction"
+    assert APP in advice["message"] and "prevents vacuum of cyclone_steps" in advice["message"]
+    assert f"pg_terminate_backend({pid})" in advice["fix"]
+    [held] = [t for t in report["transactions"] if t["pid"] == pid]
+    assert held["holds_xmin"] is True and held["state"] == "idle in transaction"
+    text = cli("doctor", "--xact-age", "200ms")
+    assert text.returncode == 1 and f"pid {pid}" in text.stdout and "fix:" in text.stdout
+    # under the default threshold (5 minutes) the same session is not a warning
+    assert cli("doctor").returncode == 0
+
+
+def test_a_table_with_autovacuum_disabled_is_reported(
+    cli: Runner, db: psycopg.Connection[Any], schema: str
+) -> None:
+    db.execute("ALTER TABLE cyclone_steps SET (autovacuum_enabled = false)")
+    try:
+        done = cli("doctor", "--json")
+        assert done.returncode == 1, done.stdout + done.stderr
+        report = json_output(done.stdout)
+        [advice] = [a for a in report["advice"] if a["check"] == "autovacuum"]
+        assert advice["subject"] == "cyclone_steps"
+        assert "autovacuum is off" in advice["message"]
+        assert f"ALTER TABLE {schema}.cyclone_steps RESET (autovacuum_enabled)" in advice["fix"]
+        [steps] = [t for t in report["tables"] if t["table_name"] == "cyclone_steps"]
+        assert steps["autovacuum_enabled"] is False
+    finally:
+        db.execute("ALTER TABLE cyclone_steps RESET (autovacuum_enabled)")
+    assert cli("doctor").returncode == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--xact-age", "soon"), ("--dead-ratio", "2"), ("--reclaims", "-1")],
+)
+def test_bad_thresholds_are_usage_errors(cli: Runner, args: tuple[str, str]) -> None:
+    done = cli("doctor", *args)
+    no_traceback(done)
+    assert done.returncode == 2 and "error:" in done.stderr
