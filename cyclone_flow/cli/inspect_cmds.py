@@ -148,7 +148,8 @@ def status_cmd(
         )
     console.print(table)
     for node, why in waiting.items():
-        console.print(Text(f"waiting: {node}: {why.text}"))
+        text = why.text.removeprefix("waiting: ")
+        console.print(Text(f"waiting: {node}: {text}"))
     if run.state == "completed" and run.output is not None:
         console.print(Text("output:"))
         console.print(Text(json.dumps(run.output, indent=2, ensure_ascii=False)))

@@ -183,5 +183,9 @@ def run_graph(
     notes = {}
     for step in steps:
         detail = step_detail(step, progress)
-        notes[step.node] = f"{step.state}: {detail}" if detail else str(step.state)
+        state = str(step.state)
+        if detail.startswith(f"{state}:"):
+            notes[step.node] = detail  # the detail names the state already
+        else:
+            notes[step.node] = f"{state}: {detail}" if detail else state
     return flow, notes, {step.node: str(step.state) for step in steps}

@@ -145,8 +145,9 @@ def rerun(
         raise RerunRefusedError(
             run_id,
             state,
-            f"node {first.node!r} is upstream of the rerun but did not complete (it is "
-            f"{first.state}): rerun from it too (--from {first.node}), or use --failed",
+            f"node {first.node!r} would be reused (it is not at or below a --from node) but "
+            f"did not complete (it is {first.state}): rerun from it too "
+            f"(--from {first.node}), or use --failed",
             tuple(b.node for b in blockers),
         )
     new_id = runs.run_insert_rerun(tx, rerun_of=run_id, input=dumps(value))

@@ -42,7 +42,14 @@ def to_mermaid(
     lines = ["flowchart TD"]
     for node in flow.nodes.values():
         left, right = _MERMAID_SHAPES[node.type]
-        label = _label(node, notes).replace('"', "#quot;").replace("\n", "<br/>")
+        label = (
+            _label(node, notes)
+            .replace("#", "#35;")
+            .replace('"', "#quot;")
+            .replace("<", "#lt;")
+            .replace(">", "#gt;")
+            .replace("\n", "<br/>")
+        )
         lines.append(f"    {node.name}{left}{label}{right}")
     for node in flow.nodes.values():
         lines.extend(f"    {need} --> {node.name}" for need in node.needs)

@@ -293,10 +293,23 @@ class Worker:
             if limited.active:
                 # limited steps first (they are bounded by their limits), then the others
                 self.claim_queries += 1
-                got = retry_conflicts(functools.partial(self._claim_limited, queue_name, free))
-                steps += got.steps
-                limited.cursor = got.cursor
-                limited.active = got.more or bool(got.steps)
+                try:
+                    got = retry_conflicts(functools.partial(self._claim_limited, queue_name, free))
+                except Exception as exc:
+                    # the queue's other steps are still claimed; the limited claim is tried
+                    # again after poll_interval max
+                    self.reporter.trouble(
+                        "claim",
+                        exc,
+                        "limited claim of queue %r failed; retrying after %.2fs",
+                        queue_name,
+                        self.config.poll_interval[1],
+                    )
+                    limited.active = False
+                else:
+                    steps += got.steps
+                    limited.cursor = got.cursor
+                    limited.active = got.more or bool(got.steps)
             if len(steps) < free:
                 self.claim_queries += 1
                 steps += retry_conflicts(

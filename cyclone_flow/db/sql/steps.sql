@@ -233,6 +233,10 @@ WITH RECURSIVE after_cursor(k) AS (
                         OR strpos(s.input::text, 'run.input') > 0
                    THEN (SELECT r.input::text FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
               END AS run_input,
+              s.traceparent,
+              CASE WHEN s.traceparent IS NOT NULL
+                   THEN (SELECT r.flow_name FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
+              END AS flow_name,
               p.k AS limit_key, s.rate_key, s.rate_per
 ), counted AS (
     INSERT INTO {schema}.cyclone_rate_windows AS rw (rate_key, window_start, claims)
@@ -247,7 +251,8 @@ WITH RECURSIVE after_cursor(k) AS (
         window_start = excluded.window_start
 )
 SELECT id, run_id, node, type, call, queue, attempt, max_attempts, reclaims, lease_generation,
-       input, timeout_s, wait_s, parent_node, item_index, item, run_input, limit_key
+       input, timeout_s, wait_s, parent_node, item_index, item, run_input, traceparent,
+       flow_name, limit_key
 FROM claimed
 ORDER BY id
 
