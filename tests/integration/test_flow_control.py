@@ -17,6 +17,7 @@ from cyclone_flow import Client
 from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.maintenance.owner_release import OwnerRelease, OwnerReleaseConfig
 from cyclone_flow.states import ErrorKind
+from cyclone_flow.worker.runtime import Worker
 
 PER_CUSTOMER = """
 name: per_customer
@@ -324,3 +325,30 @@ def test_rate_limit_of_50_per_second_holds_over_10_seconds(
     assert max(counts) <= 50, per_second
     assert sum(counts) >= 450, f"{sum(counts)} claims in {time.monotonic() - started:.1f}s"
     assert sum(1 for n in counts if n == 50) >= 5, per_second  # the limit was what bound
+
+
+def test_a_failing_limited_claim_does_not_stop_the_queue_s_other_steps(
+    make_client: Callable[..., Client], monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """A limited claim that raises (here: a fault injected into the worker's limited claim,
+    as the trace-context merge once made every one of them fail) is logged and retried
+    after poll_interval max; the queue's unlimited steps are claimed meanwhile."""
+    client = make_client(workers=2, poll_interval=(0.02, 0.2))
+    flow = load_flow_text(MIXED)
+    run_id = client.submit(flow, {"x": 1})
+
+    def broken(self: Any, queue_name: str, free: int) -> Any:
+        raise RuntimeError("injected limited-claim failure")
+
+    monkeypatch.setattr(Worker, "_claim_limited", broken)
+    client.start()
+    wait_until(
+        lambda: (
+            {s.node: str(s.state) for s in client.list_steps(run_id)}.get("free") == "completed"
+        ),
+        15,
+        what="the unlimited step",
+    )
+    assert any("limited claim of queue" in r.getMessage() for r in caplog.records)
+    states = {s.node: str(s.state) for s in client.list_steps(run_id)}
+    assert states["limited"] == "available"  # never claimed while its claim fails
