@@ -24,9 +24,11 @@ ORDER BY id
 LIMIT %(limit)s
 
 -- name: step_log_list_tail
--- The last %(limit)s lines of a run (status), newest first.
+-- The last %(limit)s lines of a run (status), newest first by when they were produced
+-- (a failed attempt's lines can be written after the next attempt's: its retry may be
+-- claimed and run before they are stored), then by insertion.
 SELECT id, node, attempt, generation, seq, at, stream, level, message
 FROM {schema}.cyclone_step_logs
 WHERE run_id = %(run_id)s
-ORDER BY id DESC
+ORDER BY at DESC, id DESC
 LIMIT %(limit)s
