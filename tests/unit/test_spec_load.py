@@ -277,3 +277,16 @@ def test_check_imports(handlers: Path) -> None:
     assert (
         "a handler takes two positional parameters, e.g. def too_few(ctx, input)" in (messages[4])
     )
+
+
+def test_mermaid_labels_escape_angle_brackets_and_hashes() -> None:
+    """A note holding markup (a ``when:`` text read back by ``graph --run``) stays text in
+    Mermaid's HTML labels: ``<``, ``>``, ``#`` and ``"`` become entity codes."""
+    from cyclone_flow.flowfile import load_flow_text
+    from cyclone_flow.flowfile.graph import to_mermaid
+
+    flow = load_flow_text("name: g\nnodes:\n  b: {call: 'm:f'}\n")
+    text = to_mermaid(flow, {"b": 'skipped: when "x<y>" #1 <script>'}, {"b": "skipped"})
+    label = next(line for line in text.splitlines() if "skipped: when" in line)
+    assert "<script>" not in label and "x<y>" not in label
+    assert "#lt;script#gt;" in label and "#35;1" in label and "#quot;x#lt;y#gt;#quot;" in label
