@@ -80,14 +80,6 @@ def session_set_read_committed(s: SessionLike) -> None:
     execute(s, "session_set_read_committed")
 
 
-def session_get_default_isolation(s: SessionLike) -> str:
-    """The session's ``default_transaction_isolation`` (e.g. ``"read committed"``)."""
-    row = execute(s, "session_get_default_isolation").fetchone()
-    assert row is not None  # a SELECT of one value returns its row
-    value: str = row[0]
-    return value
-
-
 def send_session_get_isolation(s: SessionLike) -> Pending[tuple[str, str]]:
     """Send the check of a completion transaction's isolation: its result is the
     transaction's isolation (``"read committed"`` unless a handler changed it) and the

@@ -26,7 +26,7 @@ def complete_step(
     owner: str,
     output_json: str,
     *,
-    default_isolation: str | None = None,
+    check_isolation: bool = False,
 ) -> Outcome | None:
     """running -> completed with ``output_json`` under the claim's lease, and the run's
     advance: dependents whose deps all completed are released (fan-out, child and
@@ -39,14 +39,15 @@ def complete_step(
     a failed statement (the transaction is then failed and must be rolled back; the
     connection stays usable).
 
-    ``default_isolation`` (the handler used the transaction: the session's default
-    isolation before it ran): the same round trip also reads the transaction's isolation
-    and the session's default, and raises :class:`IsolationLevelError` (roll back) when
-    the handler changed either (to anything but READ COMMITTED; the engine's checks need
-    READ COMMITTED)."""
+    ``check_isolation`` (the handler used the transaction): the same round trip also reads
+    the transaction's isolation and the session's default, and raises
+    :class:`IsolationLevelError` (roll back) when the handler changed either: both are
+    READ COMMITTED on every engine connection (:func:`cyclone_flow.db.conn.pin_read_committed`
+    sets the session's default at its first checkout, and a transaction that changed it
+    only ever rolls back), and the engine's checks need READ COMMITTED."""
     parent = step.parent_node  # a fan-out item's fan-out node
     with pipelined(tx.conn):
-        isolation = misc.send_session_get_isolation(tx) if default_isolation is not None else None
+        isolation = misc.send_session_get_isolation(tx) if check_isolation else None
         misc.send_session_force_generic_plans(tx)
         runs.send_run_lock(tx, run_id=step.run_id)
         completing = steps.send_step_complete_if_leased(
@@ -57,7 +58,7 @@ def complete_step(
         current, default = isolation.result()
         if current != READ_COMMITTED:
             raise IsolationLevelError(step.run_id, step.node, current)
-        if default not in (default_isolation, READ_COMMITTED):
+        if default != READ_COMMITTED:
             raise IsolationLevelError(step.run_id, step.node, f"session default {default}")
     completed = completing.result()
     if completed is None:

@@ -43,12 +43,10 @@ from typing import Any, Protocol
 import psycopg
 
 from cyclone_flow import tracing
-from cyclone_flow.db import misc
 from cyclone_flow.db.conn import (
     CONFLICT_RETRIES,
     Conn,
     Database,
-    Session,
     conflict,
     retry_conflicts,
 )
@@ -426,7 +424,7 @@ class InlineSink:
                     step,
                     self.owner,
                     completion.output,
-                    default_isolation=tx.default_isolation,
+                    check_isolation=tx.handed,
                 )
                 if outcome is None:
                     tx.rollback()  # stale: the handler's business writes go with it
@@ -618,9 +616,9 @@ class CompletionTx:
     (:meth:`Database.begin`: a connection found lost at BEGIN is replaced), within a tx
     slot.
 
-    ``handed``: the handler was given the connection (``ctx.completion_tx()``), and
-    ``default_isolation`` the session's default isolation then (read in one round trip
-    when it is first handed; the completion checks it did not change). ``lost``:
+    ``handed``: the handler was given the connection (``ctx.completion_tx()``; the
+    completion then checks that the transaction and the session's default are still READ
+    COMMITTED, as :class:`~cyclone_flow.db.conn.Database` made them). ``lost``:
     the error of the engine's own database trouble while the handler ran (the BEGIN of
     ``ctx.completion_tx()`` failed for good, or an engine read such as ``ctx.upstream()``
     lost its connection), else None: the executor then leaves the step to its lease
@@ -631,7 +629,6 @@ class CompletionTx:
         self.slots = slots
         self.conn: Conn | None = None
         self.handed = False
-        self.default_isolation: str | None = None
         self.lost: BaseException | None = None
         self._tx: psycopg.Transaction | None = None
 
@@ -650,18 +647,9 @@ class CompletionTx:
         return self.conn
 
     def for_handler(self) -> Conn:
-        """:meth:`open` for ``ctx.completion_tx()``: the handler holds the connection
-        (the first time, the session's default isolation is read first)."""
+        """:meth:`open` for ``ctx.completion_tx()``: the handler holds the connection."""
         conn = self.open()
-        if not self.handed:
-            try:
-                self.default_isolation = misc.session_get_default_isolation(
-                    Session(conn, self.db.q)
-                )
-            except BaseException as exc:
-                self.note(exc)
-                raise
-            self.handed = True
+        self.handed = True
         return conn
 
     def note(self, exc: BaseException) -> None:

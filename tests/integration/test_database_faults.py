@@ -328,14 +328,15 @@ def test_a_handler_changing_its_session_isolation_fails_permanently(
 
 
 def test_a_handler_cannot_change_its_transaction_isolation(url: str) -> None:
-    """``SET TRANSACTION ISOLATION LEVEL`` in ``ctx.completion_tx()`` is refused by
-    Postgres itself (the engine read the session's default in the transaction first, so
-    the isolation is fixed): a handler error, nothing committed (on the code before issue
-    15 the step completed under SERIALIZABLE)."""
+    """``SET TRANSACTION ISOLATION LEVEL`` as the handler's first statement in
+    ``ctx.completion_tx()`` is found in the completion's round trip (the transaction is
+    no longer READ COMMITTED) and fails the step permanently with ``IsolationLevelError``:
+    nothing committed (on the code before issue 15 the step completed under
+    SERIALIZABLE)."""
     state, errors = _refused(url, "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
     assert state == "failed"
     [(attempt, kind, error)] = _query(url, "SELECT attempt, error_kind, error FROM cyclone_steps")
-    assert (attempt, kind) == (3, "handler_error")
-    assert "must be called before any query" in error
-    assert len(errors) == 3
-    assert all(isinstance(e, psycopg.errors.ActiveSqlTransaction) for e in errors)
+    assert (attempt, kind) == (1, "handler_error")  # permanent: no second attempt
+    assert "changed the isolation of its completion transaction" in error
+    assert "serializable" in error
+    assert len(errors) == 1 and isinstance(errors[0], IsolationLevelError)

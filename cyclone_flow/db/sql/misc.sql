@@ -51,14 +51,10 @@ SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
 -- (which begin with BEGIN ISOLATION LEVEL READ COMMITTED).
 SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED
 
--- name: session_get_default_isolation
--- When ctx.completion_tx() hands its transaction to a handler: the session's default
--- isolation before the handler runs (session_get_isolation compares with it at completion).
-SELECT current_setting('default_transaction_isolation')
-
 -- name: session_get_isolation
 -- Sent in a completion's pipeline when the handler used ctx.completion_tx(): the
--- isolation of the transaction and the session's default isolation, to refuse a
+-- isolation of the transaction and the session's default isolation (both READ COMMITTED
+-- on an engine connection: pin_read_committed), to refuse a
 -- handler's SET TRANSACTION ISOLATION LEVEL, SET SESSION CHARACTERISTICS or SET
 -- default_transaction_isolation before the commit (current_setting only: pg_settings
 -- would cost most of a millisecond).
