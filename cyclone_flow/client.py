@@ -16,6 +16,7 @@ import threading
 import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
+from string import hexdigits
 from typing import Any, Unpack
 
 import psycopg
@@ -62,6 +63,7 @@ from cyclone_flow.errors import (
     ConfigError,
     InputValidationError,
     PayloadTooLargeError,
+    RunIdTooShortError,
     RunNotFoundError,
     RunStateError,
     SubmitOptionError,
@@ -72,7 +74,7 @@ from cyclone_flow.flowfile.model import JSON, Flow
 from cyclone_flow.handlers import AllowList, HandlerResolver
 from cyclone_flow.maintenance import retention
 from cyclone_flow.maintenance.scheduler import ScheduleScanner, ScheduleScannerConfig
-from cyclone_flow.names import SIGNAL_NAME_RULE, is_signal_name
+from cyclone_flow.names import SIGNAL_NAME_RULE, is_signal_name, validate_schema_name
 from cyclone_flow.notify import Listener, Publisher, WakeupHub, Wakeups, WakeupTracker
 from cyclone_flow.options import JobOptions, RunOptions, SubmitOptions, job_flow, run_options
 from cyclone_flow.producer import FlowLike, Producer, RunId, RunPlan, check_flow, plan_run
@@ -732,14 +734,18 @@ class Client:
         :data:`MIN_RUN_ID_PREFIX` hex digits (``a3834a92``, as the CLI's progress shows
         it; hyphens where the id has them), looked up in one primary-key range read.
 
-        Raises RunNotFoundError when no run id starts so (or the text is neither), and
-        AmbiguousRunIdError (listing the first ten) when several do."""
+        Raises RunNotFoundError when no run id starts so (or the text is neither; its
+        RunIdTooShortError when the text is hex digits, too few), and AmbiguousRunIdError
+        (listing the first ten) when several do."""
         try:
             return parse_run_id(run_id)
         except RunNotFoundError:
             pass
         bounds = _prefix_bounds(run_id)
         if bounds is None:
+            digits = str(run_id).replace("-", "")
+            if 0 < len(digits) < MIN_RUN_ID_PREFIX and all(c in hexdigits for c in digits):
+                raise RunIdTooShortError(str(run_id), MIN_RUN_ID_PREFIX)
             raise RunNotFoundError(str(run_id))
         low, high = bounds
         with self._db.session() as s:
@@ -1272,6 +1278,17 @@ def migrate(database: str, /, *, schema: str = "public", prepare: bool = True) -
     psycopg.OperationalError when the database cannot be reached."""
     with psycopg.connect(database, **_connect_kwargs(prepare)) as conn:
         return migrate_schema(conn, schema)
+
+
+def check_schema(database: str, /, *, schema: str = "public", prepare: bool = True) -> None:
+    """Check, on one short connection to the database at URL ``database``, that every
+    migration this code ships is applied to ``schema`` (what a :class:`Client` checks
+    when it is made; ``worker --processes`` checks it once before starting its children).
+    Raises SchemaOutdatedError when one is not, ConfigError for a bad schema name and
+    psycopg.OperationalError when the database cannot be reached."""
+    validate_schema_name(schema)
+    with psycopg.connect(database, **_connect_kwargs(prepare)) as conn:
+        check_schema_version(conn, schema)
 
 
 def plan_submit(

@@ -116,9 +116,18 @@ class SchemaOutdatedError(CycloneError):
 
     ``found`` is the highest applied version, ``needed`` the highest shipped one, and
     ``missing`` every shipped version not applied (it can name one below ``found``: a
-    schema migrated by a build that did not ship that migration)."""
+    schema migrated by a build that did not ship that migration). ``command`` replaces
+    the migrate command the message names (the CLI's worker adds its database URL)."""
 
-    def __init__(self, schema: str, found: int, needed: int, missing: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        schema: str,
+        found: int,
+        needed: int,
+        missing: tuple[int, ...] = (),
+        *,
+        command: str | None = None,
+    ) -> None:
         self.schema = schema
         self.found = found
         self.needed = needed
@@ -127,9 +136,12 @@ class SchemaOutdatedError(CycloneError):
             f" (missing migration{'s' if len(missing) > 1 else ''} "
             f"{', '.join(f'{v:04d}' for v in missing)})"
             if missing and found >= needed
+            else " (never migrated)"
+            if found == 0
             else ""
         )
-        command = "cyclone-flow migrate" + (f" --schema {schema}" if schema != "public" else "")
+        if command is None:
+            command = "cyclone-flow migrate" + (f" --schema {schema}" if schema != "public" else "")
         super().__init__(
             f"database schema {schema!r} is at version {found}{lacks}, this cyclone-flow "
             f"needs version {needed}: run `{command}` first"
@@ -145,6 +157,20 @@ class RunNotFoundError(CycloneError):
         plain = len(run_id) <= _SHOWN_CHARS and run_id.isprintable()
         shown_id = run_id if plain else shown(run_id)
         super().__init__(f"run {shown_id} not found")
+
+
+class RunIdTooShortError(RunNotFoundError):
+    """A run id given as too few hex digits to look up (fewer than ``min_digits``, the
+    shortest start of an id :meth:`Client.resolve_run_id` takes). ``run_id`` is the text
+    given. A :class:`RunNotFoundError`, so code catching that catches it too."""
+
+    def __init__(self, run_id: str, min_digits: int) -> None:
+        super().__init__(run_id)
+        self.min_digits = min_digits
+        self.args = (
+            f"run id {run_id!r} is too short: give at least {min_digits} hex digits of it "
+            "(or the whole id)",
+        )
 
 
 class AmbiguousRunIdError(CycloneError):

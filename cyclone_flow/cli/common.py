@@ -9,7 +9,9 @@ import functools
 import json
 import logging
 import os
+import shlex
 import sys
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +19,7 @@ from typing import Any, TypeVar
 import click
 import psycopg
 import psycopg_pool
+from click.core import ParameterSource
 from rich.console import Console
 from rich.table import Table
 
@@ -106,16 +109,18 @@ def input_options(func: F) -> F:
     return func
 
 
-def resolve_database(url: str | None, *, existing: bool = False) -> str:
-    """The URL to use; says on stderr which database it is. Without ``url`` it is the
-    embedded Postgres of this folder (:func:`cyclone_flow.embedded.cyclone_home`), created
-    when there is none, except with ``existing`` (a command that reads or changes runs
-    that must already be there): then exit 1 saying where no database was found, and
+def resolve_database(url: str | None, *, existing: bool = False, quiet: bool = False) -> str:
+    """The URL to use; says on stderr which database it is (not when ``quiet``: a
+    ``worker --processes`` child, whose supervisor said it once). Without ``url`` it is
+    the embedded Postgres of this folder (:func:`cyclone_flow.embedded.cyclone_home`),
+    created when there is none, except with ``existing`` (a command that reads or changes
+    runs that must already be there): then exit 1 saying where no database was found, and
     nothing is created."""
     if url:
         info = psycopg.conninfo.conninfo_to_dict(url) if "://" in url or "=" in url else {}
         shown = f"{info.get('host') or 'localhost'}/{info.get('dbname') or ''}"
-        click.echo(f"cyclone-flow: using database {shown}", err=True)
+        if not quiet:
+            click.echo(f"cyclone-flow: using database {shown}", err=True)
         return url
     from cyclone_flow.embedded import cyclone_home, embedded_exists, embedded_url
 
@@ -127,9 +132,41 @@ def resolve_database(url: str | None, *, existing: bool = False) -> str:
     resolved = embedded_url(home)
     if new:
         click.echo(new_embedded_notice(home), err=True)
-    else:
+    elif not quiet:
         click.echo(f"cyclone-flow: using the embedded Postgres in {home}", err=True)
     return resolved
+
+
+def migrate_command(database_url: str | None, schema: str) -> str:
+    """The ``cyclone-flow migrate`` command that migrates the database this command uses:
+    with ``--database-url`` when the URL was given on the command line (its password as
+    ``***``), without it when it came from ``CYCLONE_DATABASE_URL`` or is the embedded
+    Postgres (``migrate`` finds the same one), with ``--schema`` unless ``public``."""
+    command = "cyclone-flow migrate"
+    ctx = click.get_current_context(silent=True)
+    source = ctx.get_parameter_source("database_url") if ctx is not None else None
+    if database_url and source is ParameterSource.COMMANDLINE:
+        command += f" --database-url {shlex.quote(_without_password(database_url))}"
+    if schema != "public":
+        command += f" --schema {schema}"
+    return command
+
+
+def _without_password(url: str) -> str:
+    """``url`` with its password shown as ``***`` (``URL`` when it cannot be parsed)."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.Error:
+        return "URL"
+    if "password" not in info:
+        return url
+    if "://" not in url:
+        return psycopg.conninfo.make_conninfo(url, password="***")
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:  # the password is in the query string: show no part of it
+        return "URL"
+    user, _, host = parts.netloc.rpartition("@")
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user.partition(':')[0]}:***@{host}"))
 
 
 def missing_embedded_notice(home: Path) -> str:

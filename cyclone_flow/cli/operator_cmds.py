@@ -56,7 +56,11 @@ def cancel_cmd(run_id: str, database_url: str | None, schema: str) -> None:
     help="Rerun from this node: it and everything downstream run again, the rest is "
     "reused (may be given several times).",
 )
-@click.option("--failed", is_flag=True, help="Rerun from every discarded or cancelled node.")
+@click.option(
+    "--failed",
+    is_flag=True,
+    help="Rerun from every discarded or cancelled node (with --from: those too).",
+)
 @input_options
 @click.option(
     "--input-patch",
@@ -89,7 +93,7 @@ def rerun_cmd(
     everything downstream run again. Exit 1 when the rerun is refused (a node to reuse
     did not complete, or the new input changes what it read: --force reruns it too)."""
     if not from_nodes and not failed:
-        raise click.UsageError("give --from NODE (one or more) or --failed")
+        raise click.UsageError("give --from NODE (one or more), --failed, or both")
     run_input = read_input(input_json, input_file)
     given = input_json is not None or input_file is not None
     if given and input_patch is not None:

@@ -1,8 +1,10 @@
 """``cyclone-flow worker --processes N``: a supervisor that runs N worker processes on one
 host, so its cores are used past the GIL.
 
-The supervisor imports no handler and opens no database connection (it may start or join
-the embedded Postgres, whose URL it hands to the children). It starts N children, each
+The supervisor imports no handler and keeps no database connection (it may start or join
+the embedded Postgres, whose URL it hands to the children; the ``worker`` command says once
+which database is used and checks on one short connection that its schema is migrated
+before it starts any child: exit 2 when not). It starts N children, each
 the same command line with ``--processes 1`` appended (click keeps an option's last
 value), so each child is a plain ``cyclone-flow worker`` with its own ``Client``, pool,
 client id and ``cyclone_workers`` row. With ``--client-id ID`` child *i* gets ``ID-i``,
@@ -13,8 +15,9 @@ with ``--metrics-port P`` (P > 0) it serves on port ``P + i - 1``.
   still running (saying so) and exits 0 when every child stopped cleanly, else 1.
 - A child that exits on its own with 0 (``--exit-when-idle``) is not restarted; the
   supervisor exits 0 once every child did.
-- A child that exits with 2 (a usage or configuration mistake, which a restart would
-  repeat) stops the others; the supervisor exits 2.
+- A child that exits with 2 (a usage or configuration mistake, e.g. a schema that is
+  not migrated, which a restart would repeat) is not restarted and stops the others; the
+  supervisor exits 2.
 - Any other exit of a child (a nonzero code, a signal the supervisor did not send) is a
   crash: the child is restarted after a backoff of 0.5 s doubling to 30 s, reset once it
   ran for :data:`STABLE_S`, and one line names the child, its exit code or signal and

@@ -417,20 +417,20 @@ def _follow_bar(client: Client, run_id: str, console: Console, waiter: Waiter) -
 
 @contextmanager
 def count_progress(
-    console: Console, label: str, total_bytes: int | None
+    console: Console, label: str, total_bytes: int | None, unit: str = "runs"
 ) -> Iterator[Callable[[int, int], None]]:
     """A progress display of a bulk submission for the block, on ``console`` when it is a
     terminal (nothing otherwise: the command prints its count at the end). Yields
     ``update(runs, bytes_read)``: the runs written so far and how far into the input it
     read; with ``total_bytes`` (a regular file's size) the bar shows the share read, else
-    only the count."""
+    only the count, as ``N unit`` (``runs``; ``jobs`` for ``enqueue``)."""
     if not console.is_terminal:
         yield lambda runs, done: None
         return
     columns: list[Any] = [TextColumn("[bold]{task.description}")]
     if total_bytes:
         columns.append(BarColumn())
-    columns += [TextColumn("{task.fields[runs]:,} runs"), TimeElapsedColumn()]
+    columns += [TextColumn(f"{{task.fields[runs]:,}} {unit}"), TimeElapsedColumn()]
     with Progress(
         *columns, console=console, transient=True, redirect_stdout=False, redirect_stderr=False
     ) as progress:

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import IO, Any, TypeVar
+from typing import IO, Any, NoReturn, TypeVar
 
 import click
 import psycopg
@@ -184,12 +184,26 @@ class BulkOutcome:
             return "no run was written"
         return f"{len(self.ids)} run(s) were written before it (lines 1-{self.last_line})"
 
+    def to_json(self, failed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """``{"count", "duplicates", "run_ids", "failed"}`` (``failed``: the items that
+        stopped it, each ``{"index", "line", "error"}``; ``[]`` when all were written)."""
+        return {
+            "count": len(self.ids),
+            "duplicates": self.duplicates,
+            "run_ids": [str(r) for r in self.ids],
+            "failed": failed or [],
+        }
+
 
 class _LineError(Exception):
-    def __init__(self, line: int, message: str, exit_code: int) -> None:
+    """A line that stops a bulk submission: its number, its index among the items (0-based,
+    blank lines not counted), what is wrong and the exit code."""
+
+    def __init__(self, line: int, message: str, exit_code: int, index: int) -> None:
         super().__init__(message)
         self.line = line
         self.exit_code = exit_code
+        self.index = index
 
 
 def _open_lines(path: str, option: str) -> tuple[IO[bytes], int | None]:
@@ -212,6 +226,7 @@ def _json_lines(fh: IO[bytes], consumed: list[int]) -> Iterator[tuple[int, JSON]
     read. Raises _LineError (exit 2) for a line that is not UTF-8, not JSON, or longer
     than :data:`MAX_LINE_BYTES` (never read further)."""
     number = 0
+    items = 0  # the index of the next item
     while raw := fh.readline(MAX_LINE_BYTES + 1):
         number += 1
         consumed[0] += len(raw)
@@ -221,21 +236,24 @@ def _json_lines(fh: IO[bytes], consumed: list[int]) -> Iterator[tuple[int, JSON]
                 f"longer than {MAX_LINE_BYTES} bytes (four times the input payload limit); "
                 "not read further",
                 2,
+                items,
             )
         if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
             raw = raw[3:]
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise _LineError(number, "not UTF-8", 2) from None
+            raise _LineError(number, "not UTF-8", 2, items) from None
         if not text.strip():
             continue
         try:
-            yield number, json.loads(text)
+            value = json.loads(text)
         except ValueError as exc:
-            raise _LineError(number, f"not valid JSON: {exc}", 2) from None
+            raise _LineError(number, f"not valid JSON: {exc}", 2, items) from None
         except RecursionError:
-            raise _LineError(number, "nested too deeply", 2) from None
+            raise _LineError(number, "nested too deeply", 2, items) from None
+        items += 1
+        yield number, value
 
 
 def submit_lines(
@@ -244,12 +262,18 @@ def submit_lines(
     write: Callable[[list[JSON]], list[RunId]],
     label: str,
     option: str,
+    *,
+    unit: str = "runs",
+    as_json: bool = False,
 ) -> BulkOutcome:
     """Read the JSON Lines file ``path`` (``-``: stdin) as it goes and hand each chunk of
     ``chunk`` values to ``write`` (one committed transaction each), with a progress
-    display on a terminal. On a malformed line (exit 2), an invalid item (its error's exit
-    code) or a database error (exit 1), prints ``FILE:LINE: ...`` and how many runs the
-    chunks before it wrote, then exits; nothing of the failing chunk is written."""
+    display on a terminal counting ``unit`` (``runs``, ``jobs``). On a malformed line
+    (exit 2), an invalid item (its error's exit code) or a database error (exit 1),
+    prints ``FILE:LINE: ...`` and how many runs the chunks before it wrote, then exits;
+    nothing of the failing chunk is written. With ``as_json`` it first prints what was
+    written on stdout (:meth:`BulkOutcome.to_json`, the failed item in ``failed``, the
+    message in ``error``)."""
     fh, size = _open_lines(path, option)
     shown = "<stdin>" if path == "-" else path
     out = BulkOutcome([])
@@ -261,15 +285,22 @@ def submit_lines(
         try:
             got = write(values)
         except BatchItemError as exc:
-            raise _LineError(lines[exc.index], str(exc.error), exc.exit_code) from None
+            index = len(out.ids) + exc.index  # every committed item has its id
+            raise _LineError(lines[exc.index], str(exc.error), exc.exit_code, index) from None
         out.ids.extend(got)
         out.last_line = lines[-1]
         values.clear()
         lines.clear()
         update(len(out.ids), consumed[0])
 
+    def fail(message: str, code: int, failed: list[dict[str, Any]]) -> NoReturn:
+        if as_json:
+            echo_json({**out.to_json(failed), "error": message})
+        click.echo(f"error: {message}", err=True)
+        sys.exit(code)
+
     try:
-        with count_progress(Console(stderr=True), label, size) as update:
+        with count_progress(Console(stderr=True), label, size, unit) as update:
             for number, value in _json_lines(fh, consumed):
                 values.append(value)
                 lines.append(number)
@@ -278,12 +309,11 @@ def submit_lines(
             if values:
                 flush(update)
     except _LineError as exc:
-        click.echo(f"error: {shown}:{exc.line}: {exc}; {out.written()}", err=True)
-        sys.exit(exc.exit_code)
+        failed = [{"index": exc.index, "line": exc.line, "error": str(exc)}]
+        fail(f"{shown}:{exc.line}: {exc}; {out.written()}", exc.exit_code, failed)
     except (CycloneError, psycopg.Error) as exc:
         line = f":{lines[0]}" if lines else ""
-        click.echo(f"error: {shown}{line}: {exc}; {out.written()}", err=True)
-        sys.exit(getattr(exc, "exit_code", 1))
+        fail(f"{shown}{line}: {exc}; {out.written()}", getattr(exc, "exit_code", 1), [])
     finally:
         if fh is not sys.stdin.buffer:
             fh.close()
@@ -292,15 +322,9 @@ def submit_lines(
 
 def print_bulk(out: BulkOutcome, what: str, as_json: bool) -> None:
     """The summary of a bulk submission: the count (and duplicates) on stdout, or with
-    ``--json`` ``{"count", "duplicates", "run_ids"}``."""
+    ``--json`` ``{"count", "duplicates", "run_ids", "failed": []}``."""
     if as_json:
-        echo_json(
-            {
-                "count": len(out.ids),
-                "duplicates": out.duplicates,
-                "run_ids": [str(r) for r in out.ids],
-            }
-        )
+        echo_json(out.to_json())
         return
     dup = (
         f" ({out.duplicates} of them duplicate(s) of a unique key held by an earlier line or "
@@ -378,6 +402,8 @@ def enqueue_cmd(
                 ),
                 f"enqueue {callable_path}",
                 "--args-file",
+                unit="jobs",
+                as_json=as_json,
             )
         print_bulk(out, "job(s) enqueued", as_json)
         return
@@ -536,13 +562,17 @@ schedule_group.command(
 
 @schedule_group.command("trigger")
 @click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help='Print {"schedule", "run_id", "duplicate"}.')
 @database_options
 @handle_errors
-def schedule_trigger_cmd(name: str, database_url: str | None, schema: str) -> None:
+def schedule_trigger_cmd(name: str, as_json: bool, database_url: str | None, schema: str) -> None:
     """Submit one run of schedule NAME now, outside its cadence (its next tick is
     unchanged); prints the run id."""
     setup_logging()
     url = resolve_database(database_url, existing=True)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         run_id = client.trigger_schedule(name)
+    if as_json:
+        echo_json({"schedule": name, "run_id": str(run_id), "duplicate": run_id.duplicate})
+        return
     click.echo(run_id)

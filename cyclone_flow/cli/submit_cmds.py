@@ -143,6 +143,7 @@ def submit_cmd(
                 lambda values: client.submit_many(flow, values, chunk_size=len(values), **options),
                 f"submit {flow.name}",
                 "--inputs-file",
+                as_json=as_json,
             )
         print_bulk(out, "run(s) submitted", as_json)
         return

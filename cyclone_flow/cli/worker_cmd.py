@@ -10,12 +10,14 @@ import threading
 from typing import Any
 
 import click
+import psycopg
 
 from cyclone_flow.cli.common import (
     add_import_paths,
     database_options,
     duration_option,
     handle_errors,
+    migrate_command,
     parse_age,
     prepare_enabled,
     resolve_database,
@@ -23,9 +25,9 @@ from cyclone_flow.cli.common import (
 )
 from cyclone_flow.cli.processes import child_command, run_processes, supervisor_pid
 from cyclone_flow.cli.reload import supervise
-from cyclone_flow.client import Client
+from cyclone_flow.client import Client, check_schema
 from cyclone_flow.config import MAX_LEASE_TTL_S, RetentionConfig
-from cyclone_flow.errors import ConfigError
+from cyclone_flow.errors import ConfigError, SchemaOutdatedError
 from cyclone_flow.handlers import AllowList
 from cyclone_flow.names import DEFAULT_QUEUE, validate_queue_name
 
@@ -220,11 +222,13 @@ def worker_cmd(
         margin = _STOP_MARGIN_S + (5.0 if processes > 1 else 0.0)
         sys.exit(supervise(command, (os.getcwd(), *import_path), grace + margin))
     if processes > 1:
-        code = _supervise_processes(processes, grace, client_id, metrics_port, database_url, stop)
+        code = _supervise_processes(
+            processes, grace, client_id, metrics_port, database_url, schema, stop
+        )
         sys.exit(code)
     supervisor = supervisor_pid()  # set in a --processes child: stop when it is gone
     add_import_paths(import_path)
-    url = resolve_database(database_url)
+    url = resolve_database(database_url, quiet=supervisor is not None)  # the supervisor said it
     options: dict[str, Any] = {
         "poll_interval": _poll_interval(poll_interval),
         "notify": notify,
@@ -238,16 +242,19 @@ def worker_cmd(
     if stop.is_set():  # stopped while starting: nothing to open, nothing to hand back
         sys.exit(0)
     metrics = _start_metrics(metrics_port, metrics_addr)
-    client = Client(
-        url,
-        schema=schema,
-        worker_queues=worker_queues,
-        lease_ttl=ttl,
-        max_reclaims=max_reclaims,
-        allow_modules=allow,
-        prepare=prepare_enabled(),
-        **options,
-    )
+    try:
+        client = Client(
+            url,
+            schema=schema,
+            worker_queues=worker_queues,
+            lease_ttl=ttl,
+            max_reclaims=max_reclaims,
+            allow_modules=allow,
+            prepare=prepare_enabled(),
+            **options,
+        )
+    except SchemaOutdatedError as exc:
+        raise _not_migrated(exc, database_url) from None
     if metrics is not None:
         metrics[0].watch_queues(client, worker_queues, client.config.logger)
         metrics[0].watch_health(client, client.config.logger)
@@ -283,22 +290,45 @@ def worker_cmd(
     sys.exit(0)
 
 
+def _not_migrated(exc: SchemaOutdatedError, database_url: str | None) -> SchemaOutdatedError:
+    """``exc`` as the worker reports it: the migrate command with this worker's database
+    options, and exit code 2 (the worker cannot start until the schema is migrated: a
+    restart would fail the same way, so a ``--processes`` supervisor does not restart)."""
+    command = migrate_command(database_url, exc.schema)
+    out = SchemaOutdatedError(exc.schema, exc.found, exc.needed, exc.missing, command=command)
+    out.args = (f"{out}; the worker did not start",)
+    out.exit_code = 2
+    return out
+
+
 def _supervise_processes(
     processes: int,
     grace: float,
     client_id: str | None,
     metrics_port: int | None,
     database_url: str | None,
+    schema: str,
     stop: threading.Event,
 ) -> int:
     """Run ``processes`` copies of this command line (``--processes 1`` appended) under
     :func:`~cyclone_flow.cli.processes.run_processes`; child *i* gets ``--client-id ID-i``
-    and ``--metrics-port PORT+i-1`` when those were given. Without a database URL the
-    supervisor starts (or joins) the embedded Postgres once and hands its URL to the
-    children in ``CYCLONE_DATABASE_URL``. Returns the supervisor's exit code."""
+    and ``--metrics-port PORT+i-1`` when those were given. The supervisor says which
+    database is used (its children do not) and, on one short connection, checks that the
+    schema is migrated: raises SchemaOutdatedError (exit 2) and starts no child when it
+    is not (an unreachable database is left to the children, restarted with backoff until
+    it answers). Without a database URL the supervisor starts (or joins) the embedded
+    Postgres once and hands its URL to the children in ``CYCLONE_DATABASE_URL``. Returns
+    the supervisor's exit code."""
     env = dict(os.environ)
+    url = resolve_database(database_url)
     if database_url is None:
-        env["CYCLONE_DATABASE_URL"] = resolve_database(None)
+        env["CYCLONE_DATABASE_URL"] = url
+    try:
+        check_schema(url, schema=schema, prepare=prepare_enabled())
+    except SchemaOutdatedError as exc:
+        raise _not_migrated(exc, database_url) from None
+    except psycopg.OperationalError:
+        pass  # each child says so, and is restarted with backoff until the database answers
     base = [*child_command(sys.orig_argv), "--processes", "1"]
     commands = []
     for i in range(1, processes + 1):
