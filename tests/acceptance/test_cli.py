@@ -122,6 +122,8 @@ def test_submit_then_worker_completes_then_status_and_runs(cli: Runner) -> None:
         "2",
         "--lease-ttl",
         "5s",
+        "--poll-interval",
+        "20ms,200ms",
     )
     no_traceback(worker)
     assert worker.returncode == 0, worker.stderr
@@ -361,7 +363,13 @@ def test_queues_on_the_command_line(cli: Runner, tmp_path: Path) -> None:
     assert json_output(ran.stdout)["output"] == {"b": {"sum": 3}}
     # a worker serves only the queues it is given
     run_id = cli("submit", flow).stdout.strip()
-    args = ("--exit-when-idle", "--allow-module", "cyclone_test_handlers")
+    args = (
+        "--exit-when-idle",
+        "--allow-module",
+        "cyclone_test_handlers",
+        "--poll-interval",
+        "20ms,200ms",
+    )
     default_only = cli("worker", *args, "--import-path", handlers, "--queue", "default=1")
     assert default_only.returncode == 0, default_only.stderr
     assert json_output(cli("status", run_id, "--json").stdout)["steps"][0]["state"] == "available"

@@ -59,6 +59,8 @@ def _drain(cli: Runner) -> None:
             TEST_HANDLERS,
             "--lease-ttl",
             "5s",
+            "--poll-interval",
+            "20ms,200ms",
         )
     )
 

@@ -33,6 +33,8 @@ def test_a_bare_number_is_seconds_in_every_duration_option(
     cli: Runner, tmp_path: Path, db: Any
 ) -> None:
     flow = _flow(tmp_path)
+    # the worker first: with --exit-when-idle it would wait for the delayed runs below
+    _ok(cli(*WORKER, "--lease-ttl", "30", "--shutdown-timeout", "5", "--poll-interval", "1"))
     delayed = json_output(_ok(cli("submit", flow, "--delay", "30", "--json")).stdout)
     (wait_s,) = db.execute(
         "SELECT extract(epoch FROM min(s.scheduled_at) - r.created_at)::float8 "
@@ -53,7 +55,6 @@ def test_a_bare_number_is_seconds_in_every_duration_option(
     assert timeout_s == 30
     purge = json_output(_ok(cli("purge", "--older-than", "2", "--dry-run", "--json")).stdout)
     assert purge["older_than_s"] == 2
-    _ok(cli(*WORKER, "--lease-ttl", "30", "--shutdown-timeout", "5", "--poll-interval", "1"))
     # 0 where a duration must be positive, and a negative or malformed number: exit 2
     for args in (
         ("enqueue", NOOP, "--timeout", "0"),

@@ -52,7 +52,15 @@ def test_run_and_worker_hint_at_import_path(cli: Runner, tmp_path: Path) -> None
     submitted = cli("submit", "flow.yaml", cwd=work)
     assert submitted.returncode == 0, submitted.stderr
     run_id = submitted.stdout.strip()
-    worker = cli("worker", "--exit-when-idle", "--allow-module", "hintpkg", cwd=work)
+    worker = cli(
+        "worker",
+        "--exit-when-idle",
+        "--allow-module",
+        "hintpkg",
+        "--poll-interval",
+        "20ms,200ms",
+        cwd=work,
+    )
     assert worker.returncode == 0, worker.stderr
     assert HINT in worker.stderr, worker.stderr  # the worker's log line of the failure
     status = json.loads(cli("status", run_id, "--json").stdout)

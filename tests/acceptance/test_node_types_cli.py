@@ -76,6 +76,8 @@ def test_approval_example_with_the_signal_command(
         "--exit-when-idle",
         "--lease-ttl",
         "2s",
+        "--poll-interval",
+        "20ms,200ms",
     )
     assert worker.returncode == 0, worker.stderr
     status = json_output(cli("status", run_id, "--json").stdout)

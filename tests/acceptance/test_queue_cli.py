@@ -16,6 +16,8 @@ WORKER = (
     "cyclone_test_handlers",
     "--import-path",
     str(HANDLERS),
+    "--poll-interval",
+    "20ms,200ms",
 )
 
 

@@ -127,6 +127,8 @@ def test_the_orders_example_skips_reruns_and_reuses(cli: Runner) -> None:
         "cyclone_examples",
         "--import-path",
         EXAMPLES,
+        "--poll-interval",
+        "20ms,200ms",
     )
     assert worker.returncode == 0, worker.stderr
     again = json_output(cli("status", new_id, "--json").stdout)

@@ -5,23 +5,29 @@ nothing retried). The real script in a subprocess."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from helpers.cli import WORKER, Runner, no_traceback
 from helpers.pty_cli import PtyProcess, screen
 
+from cyclone_flow import Client
+from cyclone_flow.flowfile import load_flow
+
 DOOMED = "name: doomed\nnodes:\n  a: {call: 'cyclone_test_handlers.ops:always_fails'}\n"
 
 
-def _failed_runs(cli: Runner, tmp_path: Path, count: int) -> list[str]:
+def _failed_runs(
+    cli: Runner, make_client: Callable[..., Client], tmp_path: Path, count: int
+) -> list[str]:
+    """``count`` failed runs of ``DOOMED``, oldest first: submitted one by one through the
+    API (as ``cyclone-flow submit`` does; a process each took most of the test's time),
+    failed by a real worker process."""
     flow = tmp_path / "doomed.yaml"
     flow.write_text(DOOMED)
-    ids = []
-    for _ in range(count):
-        proc = cli("submit", flow)
-        assert proc.returncode == 0, proc.stderr
-        ids.append(proc.stdout.strip())
+    client = make_client()
+    ids = [str(client.submit(load_flow(flow), None)) for _ in range(count)]
     assert cli(*WORKER).returncode == 0
     return ids
 
@@ -32,9 +38,9 @@ def _states(db: Any, ids: list[str]) -> set[str]:
 
 
 def test_in_a_pipe_it_previews_and_refuses_without_yes(
-    cli: Runner, tmp_path: Path, db: Any
+    cli: Runner, make_client: Callable[..., Client], tmp_path: Path, db: Any
 ) -> None:
-    ids = _failed_runs(cli, tmp_path, 12)
+    ids = _failed_runs(cli, make_client, tmp_path, 12)
     proc = cli("retry", "--all-failed")
     no_traceback(proc)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
@@ -56,9 +62,14 @@ def test_in_a_pipe_it_previews_and_refuses_without_yes(
 
 
 def test_on_a_terminal_it_asks_and_no_retries_nothing(
-    cli: Runner, tmp_path: Path, db: Any, database_url: str, schema: str
+    cli: Runner,
+    make_client: Callable[..., Client],
+    tmp_path: Path,
+    db: Any,
+    database_url: str,
+    schema: str,
 ) -> None:
-    ids = _failed_runs(cli, tmp_path, 2)
+    ids = _failed_runs(cli, make_client, tmp_path, 2)
     db_args = ("--database-url", database_url, "--schema", schema)
     for answer, code, state in (("n", 1, "failed"), ("y", 0, "running")):
         asked = PtyProcess("retry", "--all-failed", *db_args)
