@@ -13,6 +13,7 @@ each naming its fix. Thresholds are in :class:`Thresholds`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -50,8 +51,11 @@ class Thresholds:
     ``claim_buffers`` the buffers one claim may read; ``index_bloat`` the claim index's
     size over its estimated need (from ``index_min_bytes`` on); ``reclaims`` how often a
     step may be reclaimed; ``connections`` the share of the server's connections in use;
-    ``plan_min_steps`` the claimable steps from which a claim plan that does not walk the
-    claim index is a warning (on a small table a scan is the better plan)."""
+    ``plan_min_cost`` the planner's cost (its units: 1.0 is one page read in sequence, at
+    the default ``seq_page_cost``) from which a claim plan that does not walk the claim
+    index is a warning: below it the planner chose a scan because the table is so small
+    that reading it is cheaper than the index (about ``plan_min_cost`` pages read, within
+    the ``claim_buffers`` a claim may read), which is no problem."""
 
     xact_age_s: float = 300.0
     dead_ratio: float = 0.5
@@ -63,7 +67,7 @@ class Thresholds:
     reclaims: int = 3
     sequence_age_s: float = 3600.0
     connections: float = 0.9
-    plan_min_steps: int = 1_000
+    plan_min_cost: float = 1_000.0
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,22 @@ class ClaimProbe:
     rows: int
     buffers: int
     time_ms: float
+
+    def scan_is_cheaper(self, thresholds: Thresholds) -> bool:
+        """Whether the plan does not walk the claim index because the table is small: the
+        planner's cost stays under ``thresholds.plan_min_cost`` (no warning)."""
+        return not self.uses_claim_index and self.cost < thresholds.plan_min_cost
+
+    def index_text(self, thresholds: Thresholds) -> str:
+        """Whether the claim walks the claim index, for a display: ``yes``, ``no: a scan
+        is cheaper on a table this small (cost 12 < 1000)`` (not a problem), or ``NO (cost
+        N)`` (a warning: :func:`advise` names the fix)."""
+        if self.uses_claim_index:
+            return "yes"
+        if self.scan_is_cheaper(thresholds):
+            limit = f"{thresholds.plan_min_cost:.0f}"
+            return f"no: a scan is cheaper on a table this small (cost {self.cost:.0f} < {limit})"
+        return f"NO (cost {self.cost:.0f})"
 
 
 @dataclass(frozen=True)
@@ -277,12 +297,10 @@ def _top(explained: JSON) -> dict[str, Any]:
 # -- advice --------------------------------------------------------------------------------
 
 
-def _ago(seconds: float) -> str:
-    return format_elapsed(seconds)
-
-
-def advise(report: HealthReport) -> list[Advice]:
-    """Every warning of ``report``, each naming its fix (the thresholds of the report)."""
+def advise(report: HealthReport, elapsed: Callable[[float], str] = format_elapsed) -> list[Advice]:
+    """Every warning of ``report``, each naming its fix (the thresholds of the report);
+    ``elapsed`` writes the ages in the messages (seconds to text: the dashboard passes its
+    own format)."""
     t = report.thresholds
     q = report.schema
     out: list[Advice] = []
@@ -299,7 +317,7 @@ def advise(report: HealthReport) -> list[Advice]:
                 "open_transaction",
                 f"pid {x.pid}",
                 f"a transaction from application {who} (pid {x.pid}, user {x.usename}, "
-                f"{state}) has been open {_ago(x.age_s)}; {effect}",
+                f"{state}) has been open {elapsed(x.age_s)}; {effect}",
                 f"end it (SELECT pg_terminate_backend({x.pid})) and find why the application "
                 "keeps it open; set idle_in_transaction_session_timeout (and "
                 "transaction_timeout on Postgres 17+) for that role",
@@ -323,7 +341,7 @@ def advise(report: HealthReport) -> list[Advice]:
                 Advice(
                     "xmin_holder",
                     f"prepared {h.name}",
-                    f"prepared transaction {h.name!r} has waited {_ago(h.age_s)}; it holds the "
+                    f"prepared transaction {h.name!r} has waited {elapsed(h.age_s)}; it holds the "
                     "xmin horizon back",
                     f"COMMIT PREPARED '{h.name}' or ROLLBACK PREPARED '{h.name}'",
                 )
@@ -385,18 +403,15 @@ def advise(report: HealthReport) -> list[Advice]:
                 "run cyclone-flow migrate (migration 0009 builds it)",
             )
         )
-    depth = {stats.queue: stats.available for stats in report.queues}
     for c in report.claims:
-        if (
-            not c.uses_claim_index
-            and index is not None
-            and depth.get(c.queue, 0) >= t.plan_min_steps
-        ):
+        if not c.uses_claim_index and index is not None and not c.scan_is_cheaper(t):
             out.append(
                 Advice(
                     "claim_plan",
                     f"queue {c.queue}",
-                    f"the claim of queue {c.queue} does not walk {CLAIM_INDEX} (cost {c.cost:.0f})",
+                    f"the claim of queue {c.queue} does not walk {CLAIM_INDEX} (cost "
+                    f"{c.cost:.0f}, over the {t.plan_min_cost:.0f} below which a scan of a small "
+                    "table is the better plan)",
                     f"ANALYZE {q}.cyclone_steps; if it stays so, REINDEX INDEX {q}.{CLAIM_INDEX}",
                 )
             )
@@ -418,7 +433,7 @@ def advise(report: HealthReport) -> list[Advice]:
                     "backlog",
                     f"queue {stats.queue}",
                     f"queue {stats.queue}: the oldest of its {stats.available} claimable steps "
-                    f"has waited {_ago(stats.oldest_available_s)}",
+                    f"has waited {elapsed(stats.oldest_available_s)}",
                     f"start more workers for it (cyclone-flow worker --queue {stats.queue}) or "
                     "check the running ones (cyclone-flow workers)",
                 )
@@ -454,7 +469,7 @@ def advise(report: HealthReport) -> list[Advice]:
                     "sequence",
                     f"sequence {seq.sequence_key}",
                     f"sequence {seq.sequence_key}: {seq.held} run(s) held, the oldest for "
-                    f"{_ago(seq.oldest_held_s)}, behind run {seq.head_run_id} "
+                    f"{elapsed(seq.oldest_held_s)}, behind run {seq.head_run_id} "
                     f"({seq.head_state or 'none open'})",
                     f"look at run {seq.head_run_id} (cyclone-flow status {seq.head_run_id})",
                 )

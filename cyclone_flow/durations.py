@@ -25,6 +25,8 @@ __all__ = [
     "DurationError",
     "check_seconds",
     "format_duration",
+    "format_elapsed",
+    "format_span",
     "parse_duration",
     "parse_duration_arg",
 ]
@@ -216,3 +218,21 @@ def format_elapsed(seconds: float) -> str:
         return f"{minutes}m{secs:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+def format_span(seconds: float) -> str:
+    """A time that passed, for the dashboard (every page: a step's run, a run's, a
+    transaction's age, the health advice): ``850 ms``, ``12.3 s``, ``4 min 05 s`` (whole
+    seconds truncated), ``2 h 03 min``, ``3 d 04 h``; a negative ``seconds`` shows as
+    ``0 ms``."""
+    seconds = max(0.0, seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    if whole < 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+    return f"{whole // 86400} d {whole % 86400 // 3600:02d} h"

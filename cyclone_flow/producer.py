@@ -23,10 +23,11 @@ from cyclone_flow.db.conn import Conn, Database, Session, autocommit
 from cyclone_flow.engine import submit
 from cyclone_flow.engine.submit import DefinitionMissingError
 from cyclone_flow.engine.tx import Tx
-from cyclone_flow.errors import FlowError, InputValidationError, Problem
+from cyclone_flow.errors import FlowError, InputValidationError, Problem, TemplateError
 from cyclone_flow.flowfile import load_flow
+from cyclone_flow.flowfile.condition import ConditionSyntaxError, parse_condition
 from cyclone_flow.flowfile.inputs import InputValidator, validate_input
-from cyclone_flow.flowfile.model import Flow
+from cyclone_flow.flowfile.model import Flow, Node
 from cyclone_flow.notify import Wakeups
 from cyclone_flow.options import RunOptions
 
@@ -104,10 +105,13 @@ class PlannedStep:
 
     ``state`` is the one submit leaves (``available``: an action without needs;
     ``waiting``: another node type without needs, started by submit; ``pending``: a node
-    with needs, released when they complete); ``queue`` / ``priority`` are after the
-    submission's overrides; ``timeout_s`` seconds or None; ``detail`` holds what its node
-    type adds (fan-out: ``over``, ``max_parallel``; child: ``flow``, ``max_wait_s``;
-    wait_signal: ``signal``, ``max_wait_s``).
+    with needs, released when they complete; a ``when:`` of a node submit releases is
+    decided at submit on the run input: ``skipped`` when false, and its descendants through
+    ``on_dep_skip: skip`` with it, ``discarded`` when it cannot be evaluated); ``queue`` /
+    ``priority`` are after the submission's overrides; ``timeout_s`` seconds or None;
+    ``detail`` holds what its node type adds (fan-out: ``over``, ``max_parallel``; child:
+    ``flow``, ``max_wait_s``; wait_signal: ``signal``, ``max_wait_s``), its ``when`` and,
+    decided at submit, the ``skip_reason`` or the ``error``.
     """
 
     node: str
@@ -156,8 +160,11 @@ def plan_run(flow: FlowLike, run_input: JSON, options: RunOptions, input_limit: 
     graph.add_nodes_from(spec.nodes)
     graph.add_edges_from((need, n.name) for n in spec.nodes.values() for need in n.needs)
     planned = []
+    decided: dict[str, str] = {}  # node -> the state submit leaves it in
     for name in nx.lexicographical_topological_sort(graph, key=order.__getitem__):
         n = spec.nodes[name]
+        state, decision = _planned_state(n, decided, value)
+        decided[name] = state
         detail: dict[str, JSON] = {}
         if n.type == "fan_out":
             detail = {"over": n.options.get("over"), "max_parallel": n.options.get("max_parallel")}
@@ -176,10 +183,10 @@ def plan_run(flow: FlowLike, run_input: JSON, options: RunOptions, input_limit: 
                     n.priority if options.priority is None or n.priority_set else options.priority
                 ),
                 needs=tuple(n.needs),
-                state=("pending" if n.needs else "available" if n.type == "action" else "waiting"),
+                state=state,
                 max_attempts=n.retry.max_attempts,
                 timeout_s=n.timeout_s,
-                detail=detail,
+                detail={**detail, **({"when": n.when} if n.when is not None else {}), **decision},
             )
         )
     return RunPlan(
@@ -194,6 +201,34 @@ def plan_run(flow: FlowLike, run_input: JSON, options: RunOptions, input_limit: 
             name for name, _ in dict.fromkeys((p.name, p.digest) for p in spec.tree()[1:])
         ),
     )
+
+
+def _planned_state(
+    node: Node, decided: dict[str, str], run_input: JSON
+) -> tuple[str, dict[str, JSON]]:
+    """The state submit leaves ``node`` in, given the states ``decided`` for the nodes
+    before it, and what decided it (``when``, ``skip_reason``, ``error``): submit inserts
+    every node pending, releases those whose needs are done (none, or all skipped under
+    ``on_dep_skip: run``) and decides a released node's ``when:`` on the run input (a
+    skipped node's output reads as null); a false one skips it and its pending
+    descendants through ``on_dep_skip: skip`` (engine/advance.py), one that cannot be
+    evaluated discards it (the ``error``)."""
+    skipped = [need for need in node.needs if decided.get(need) == "skipped"]
+    if skipped and node.on_dep_skip == "skip":
+        return "skipped", {"skip_reason": {"upstream": min(skipped)}}  # as the cascade says
+    if len(skipped) < len(node.needs):
+        return "pending", {}  # released when its needs complete, its when: decided then
+    released = "available" if node.type == "action" else "waiting"
+    if node.when is None:
+        return released, {}
+    try:
+        holds, values = parse_condition(node.when).evaluate(run_input, lambda _name: None)
+    except (ConditionSyntaxError, TemplateError) as exc:
+        message = exc.message if isinstance(exc, ConditionSyntaxError) else str(exc)
+        return "discarded", {"error": message}
+    if holds:
+        return released, {}
+    return "skipped", {"skip_reason": {"when": node.when, "values": values}}
 
 
 CACHE_ENTRIES = 256

@@ -141,3 +141,30 @@ def describe_skip(reason: Mapping[str, Any]) -> str:
     pairs = values.items() if isinstance(values, dict) else ()
     shown = ", ".join(f"{k} = {json.dumps(v, ensure_ascii=False)}" for k, v in pairs)
     return f"skipped: when {reason.get('when')!r} was false" + (f" ({shown})" if shown else "")
+
+
+SHORT_RUN_ID = 8
+"""Characters of a run id shown where a page or a line names another run (the dashboard's
+links, ``reused from run 3f2a9c1e``)."""
+
+NO_ATTEMPT = "–"
+"""The attempt shown for a step that was never claimed (a pending, skipped, reused or
+cancelled step, a node the engine starts): it had no attempt."""
+
+
+def describe_reuse(rerun_of: str | None, node: str, item_index: int | None = None) -> str:
+    """Where a rerun's reused step took its result from (``status``, ``graph --run``, the
+    dashboard): ``reused from run 3f2a9c1e (node fetch)`` (``, item 3`` for a fan-out
+    item). ``rerun_of`` is the run the step's run reruns: the source step is always that
+    run's step of the same node (and item); None (not a rerun) gives ``reused``."""
+    if rerun_of is None:
+        return "reused"
+    item = f", item {item_index}" if item_index is not None else ""
+    return f"reused from run {rerun_of[:SHORT_RUN_ID]} (node {node}{item})"
+
+
+def describe_attempt(attempt: int, max_attempts: int, lease_generation: int) -> str:
+    """A step's attempt for a table: ``2/3``, or :data:`NO_ATTEMPT` for a step that was
+    never claimed (``lease_generation`` 0: only a claim raises it), whose stored
+    ``attempt`` 1 is only the number its first attempt would get."""
+    return f"{attempt}/{max_attempts}" if lease_generation > 0 else NO_ATTEMPT

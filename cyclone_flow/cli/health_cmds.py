@@ -195,9 +195,9 @@ def _print(report: HealthReport) -> None:
     for c in report.claims:
         console.print(
             Text(
-                f"claim of queue {c.queue}: cost {c.cost:.1f}, "
-                f"{'claim index' if c.uses_claim_index else 'NO claim index'}, "
-                f"{c.buffers} buffers, {c.time_ms:.2f} ms for {c.rows} rows"
+                f"claim of queue {c.queue}: cost {c.cost:.1f}, claim index used: "
+                f"{c.index_text(report.thresholds)}; {c.buffers} buffers, {c.time_ms:.2f} ms "
+                f"for {c.rows} rows"
             )
         )
     for q in report.queues:

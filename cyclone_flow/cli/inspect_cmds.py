@@ -29,6 +29,7 @@ from cyclone_flow.cli.render import queue_info_lines, run_dict, step_detail, ste
 from cyclone_flow.cli.watch import watch_run
 from cyclone_flow.client import Client
 from cyclone_flow.db.rows import StepLogLine, WorkerRow
+from cyclone_flow.states import describe_attempt
 
 STATUS_LOG_LINES = 5
 """Log lines ``status`` shows (the last ones of the run)."""
@@ -139,11 +140,11 @@ def status_cmd(
         table.add_row(  # Text cells: error messages are never read as rich markup
             Text(s.node),
             Text(str(s.state)),
-            f"{s.attempt}/{s.max_attempts}",
+            describe_attempt(s.attempt, s.max_attempts, s.lease_generation),
             str(s.reclaims),
             Text(s.queue),
             step_duration(s, now),
-            Text(step_detail(s, progress)),
+            Text(step_detail(s, progress, run.rerun_of)),
             Text(f"[{s.error_kind}] {s.error}" if s.error and s.state != "completed" else ""),
         )
     console.print(table)

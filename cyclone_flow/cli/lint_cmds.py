@@ -182,7 +182,7 @@ def run_graph(
     flow = build_flow(definition)
     notes = {}
     for step in steps:
-        detail = step_detail(step, progress)
+        detail = step_detail(step, progress, run.rerun_of)
         state = str(step.state)
         if detail.startswith(f"{state}:"):
             notes[step.node] = detail  # the detail names the state already

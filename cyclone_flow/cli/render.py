@@ -15,7 +15,7 @@ from cyclone_flow.db.rows import Run, Step
 from cyclone_flow.durations import format_elapsed
 from cyclone_flow.engine.explain import Waiting
 from cyclone_flow.producer import PlannedStep, RunPlan
-from cyclone_flow.states import describe_skip
+from cyclone_flow.states import describe_reuse, describe_skip
 
 __all__ = [
     "plan_dict",
@@ -77,16 +77,23 @@ def step_duration(step: Step, now: datetime) -> str:
     return format_elapsed((end - step.started_at).total_seconds())
 
 
-def step_detail(step: Step, progress: dict[str, dict[str, int]]) -> str:
+def step_detail(
+    step: Step, progress: dict[str, dict[str, int]], rerun_of: str | None = None
+) -> str:
     """One line about a step's node type: ``items 42/100 done, 8 running`` for a fan-out
     node, ``child run ID`` for a child node, ``awaits signal 'NAME'`` for a wait_signal
     node, ``item 3 of NODE`` for a fan-out item, ``skipped: when ... was false (REF =
-    VALUE)`` / ``skipped: upstream NODE was skipped`` for a skipped node, ``reused: the
-    output of step ID`` for a step a rerun took over; "" for an action."""
-    if step.state == "skipped" and step.skip_reason is not None:
-        return describe_skip(step.skip_reason)
+    VALUE)`` / ``skipped: upstream NODE was skipped`` for a skipped node, ``reused from
+    run 3f2a9c1e (node NODE)`` for a step a rerun took over (``rerun_of``: the run the
+    step's run reruns), both for a reused skipped step; "" for an action."""
+    reused = None
     if step.reused_from is not None:
-        return f"reused: the output of step {step.reused_from} of the original run"
+        reused = describe_reuse(rerun_of, step.node, step.item_index)
+    if step.state == "skipped" and step.skip_reason is not None:
+        skipped = describe_skip(step.skip_reason)
+        return f"{skipped}; {reused}" if reused else skipped
+    if reused is not None:
+        return reused
     if step.parent_node is not None:
         return f"item {step.item_index} of {step.parent_node}"
     if step.type == "fan_out":
@@ -170,7 +177,8 @@ def plan_dict(plan: RunPlan) -> dict[str, Any]:
     ``path``, ``input`` (defaults filled), ``input_bytes``, ``options`` (the submission
     options given, durations in seconds, ``run_at`` ISO 8601), ``steps`` in run order
     (``node``, ``type``, ``call``, ``queue``, ``priority``, ``needs``, ``state``,
-    ``max_attempts``, ``timeout_s`` and the node type's fields) and ``child_flows``."""
+    ``max_attempts``, ``timeout_s``, the node type's fields and, for a node with one, its
+    ``when`` and what submit decides: ``skip_reason`` or ``error``) and ``child_flows``."""
     opts = plan.options
     options = {
         "queue": opts.queue,
@@ -211,8 +219,8 @@ def _planned_dict(step: PlannedStep) -> dict[str, Any]:
 
 def plan_table_rows(plan: RunPlan) -> list[tuple[str, ...]]:
     """The rows of ``submit --dry-run``'s table: position, node, type, queue, priority,
-    needs, state and what it runs (its call; a child flow, an awaited signal, a
-    fan-out's list)."""
+    needs, state (with what decides it: :func:`_planned_state_text`) and what it runs
+    (its call; a child flow, an awaited signal, a fan-out's list)."""
     rows: list[tuple[str, ...]] = []
     for i, step in enumerate(plan.steps, 1):
         runs = step.call or ""
@@ -230,8 +238,25 @@ def plan_table_rows(plan: RunPlan) -> list[tuple[str, ...]]:
                 step.queue,
                 str(step.priority),
                 ", ".join(step.needs) or "-",
-                step.state,
+                _planned_state_text(step),
                 runs,
             )
         )
     return rows
+
+
+def _planned_state_text(step: PlannedStep) -> str:
+    """A dry run's state cell: the state, and for a node with a ``when:`` or skipped with
+    a dependency, what decides it: ``available (when: true)``, ``skipped (when: false)``,
+    ``skipped (upstream a skipped)``, ``discarded (ERROR)``, ``pending (when:
+    decided on release)``."""
+    reason = step.detail.get("skip_reason")
+    if isinstance(reason, dict) and "upstream" in reason:
+        return f"{step.state} (upstream {reason['upstream']} skipped)"
+    if step.detail.get("when") is None:
+        return step.state
+    if step.state == "pending":
+        return "pending (when: decided on release)"
+    if step.state == "discarded":
+        return f"discarded ({step.detail.get('error')})"
+    return f"{step.state} (when: {'false' if step.state == 'skipped' else 'true'})"

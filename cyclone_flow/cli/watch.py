@@ -101,7 +101,7 @@ def render_tree(
         # the reason of a node waiting on its signal, child run or items says what its
         # node-type detail would: shown once, below the node
         said = why is not None and why.reason in _SAID_BELOW
-        branch = parent.add(node_line(step, progress, now, detail=not said))
+        branch = parent.add(node_line(step, progress, now, detail=not said, rerun_of=run.rerun_of))
         if step.parent_node is None:
             branches[step.node] = branch
         if why is not None:
@@ -110,17 +110,24 @@ def render_tree(
 
 
 def node_line(
-    step: Step, progress: dict[str, dict[str, int]], now: datetime, *, detail: bool = True
+    step: Step,
+    progress: dict[str, dict[str, int]],
+    now: datetime,
+    *,
+    detail: bool = True,
+    rerun_of: str | None = None,
 ) -> Text:
     """One node of the tree: ``NODE  STATE  attempt N/M  DURATION  DETAIL  [KIND] ERROR``
-    (the duration of a running step so far, the node-type detail unless ``detail`` is
-    False, the error of a step that did not complete)."""
+    (no attempt for a step never claimed; the duration of a running step so far, the
+    node-type detail unless ``detail`` is False, with ``rerun_of`` the run a reused step
+    comes from; the error of a step that did not complete)."""
     line = Text.assemble((step.node, "bold"), "  ", (str(step.state), _style(step.state)))
-    line.append(f"  attempt {step.attempt}/{step.max_attempts}")
+    if step.lease_generation > 0:  # a step never claimed had no attempt
+        line.append(f"  attempt {step.attempt}/{step.max_attempts}")
     took = step_duration(step, now)
     if took:
         line.append(f"  {took}")
-    shown = step_detail(step, progress) if detail and step.parent_node is None else ""
+    shown = step_detail(step, progress, rerun_of) if detail and step.parent_node is None else ""
     if shown:
         line.append(f"  {shown}")
     if step.error and step.state != "completed":

@@ -255,6 +255,15 @@ def _check_when(
         if not isinstance(text, str):
             continue
         path: JsonPath = ("nodes", name, "when")
+        if not text.strip():  # one error, not the parser's "expected an expression"
+            out.append(
+                doc.problem(
+                    doc.value_pos(path),
+                    "E018",
+                    f"node {name!r}: when: is empty (write a condition, or true / false)",
+                )
+            )
+            continue
         try:
             condition = parse_condition(text)
         except ConditionSyntaxError as exc:

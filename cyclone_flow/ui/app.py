@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import io
 import json
 import secrets
@@ -35,9 +36,10 @@ from starlette.routing import BaseRoute, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from cyclone_flow.advisor import advise
 from cyclone_flow.client import Client
 from cyclone_flow.db.rows import Run, Step
-from cyclone_flow.durations import format_duration
+from cyclone_flow.durations import format_duration, format_span
 from cyclone_flow.errors import (
     AmbiguousRunIdError,
     ConfigError,
@@ -47,7 +49,7 @@ from cyclone_flow.errors import (
     RunNotFoundError,
     ScheduleNotFoundError,
 )
-from cyclone_flow.states import describe_skip
+from cyclone_flow.states import NO_ATTEMPT, describe_attempt, describe_reuse, describe_skip
 from cyclone_flow.ui.dag import LEGEND, DagNode, dag_nodes, render_svg
 from cyclone_flow.ui.timeline import render_timeline, timeline_rows
 
@@ -116,21 +118,12 @@ def _stamp(when: datetime | None) -> str:
 
 
 def _duration(start: datetime | None, end: datetime | None) -> str:
-    """``end - start`` with its unit: ``850 ms``, ``12.3 s``, ``4 min 05 s``, ``2 h 03 min``,
-    ``3 d 04 h``; "" when either is missing."""
+    """``end - start`` with its unit (:func:`~cyclone_flow.durations.format_span`: ``850
+    ms``, ``12.3 s``, ``4 min 05 s``, ``2 h 03 min``, ``3 d 04 h``); "" when either is
+    missing."""
     if start is None or end is None:
         return ""
-    seconds = max(0.0, (end - start).total_seconds())
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    whole = int(seconds)
-    if whole < 3600:
-        return f"{whole // 60} min {whole % 60:02d} s"
-    if whole < 86400:
-        return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
-    return f"{whole // 86400} d {whole % 86400 // 3600:02d} h"
+    return format_span((end - start).total_seconds())
 
 
 def _parse_time(text: str | None, name: str) -> datetime | None:
@@ -237,11 +230,15 @@ class _Dashboard:
             ago=_ago,
             stamp=_stamp,
             duration=_duration,
+            seconds=format_span,
             period=format_duration,
             pretty=_pretty,
             cut=_cut,
             legend=LEGEND,
             skip_text=describe_skip,
+            reuse_text=describe_reuse,
+            attempt_text=describe_attempt,
+            no_attempt=NO_ATTEMPT,
         )
 
     # -- rendering -------------------------------------------------------------------------
@@ -574,6 +571,8 @@ class _Dashboard:
         """The health advisor's report (:meth:`cyclone_flow.Client.health`): its warnings
         with their fixes, then the figures."""
         report = self.client.health()
+        # the ages in the advice written as every duration of the dashboard is
+        report = dataclasses.replace(report, advice=advise(report, elapsed=format_span))
         return self.page(request, "health.html", report=report)
 
     # -- actions ---------------------------------------------------------------------------

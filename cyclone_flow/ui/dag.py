@@ -126,7 +126,7 @@ def dag_nodes(
             elif step.type == "wait_signal" and step.state == "waiting":
                 detail = f"awaits {step.signal}"
             if step.state == "skipped":
-                detail = "skipped"
+                detail = "skipped, reused" if step.reused_from is not None else "skipped"
             elif step.reused_from is not None:
                 detail = "reused"
         needs = tuple(n for n in _needs(doc) if n in docs)

@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers.cli import Runner, json_output, no_traceback
+from helpers.cli import Runner, clean_env, json_output, no_traceback
 from helpers.procs import wait_until
 
 APP = "cyclone-doctor-test-idle"
@@ -98,3 +98,18 @@ def test_bad_thresholds_are_usage_errors(cli: Runner, args: tuple[str, str]) -> 
     done = cli("doctor", *args)
     no_traceback(done)
     assert done.returncode == 2 and "error:" in done.stderr
+
+
+SCAN_ONLY = "-c enable_indexscan=off -c enable_bitmapscan=off"
+
+
+def test_a_scan_of_a_small_table_is_said_to_be_no_problem(cli: Runner) -> None:
+    """A planner that does not walk the claim index (here: told not to; on a small table it
+    chooses so itself) costs the claim of the tiny table below the threshold: doctor says
+    a scan is cheaper, not "NO", and it is no warning (exit 0)."""
+    done = cli("doctor", env=clean_env(PGOPTIONS=SCAN_ONLY))
+    no_traceback(done)
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = next(x for x in done.stdout.splitlines() if x.startswith("claim of queue default"))
+    assert "claim index used: no: a scan is cheaper on a table this small (cost " in line, line
+    assert "NO" not in line

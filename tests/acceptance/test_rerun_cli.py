@@ -33,6 +33,16 @@ nodes:
 )
 
 
+def _rows(table: str) -> dict[str, list[str]]:
+    """The cells of each row of ``status``'s steps table, by node."""
+    out = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if len(cells) > 2 and cells[0] and cells[0] != "node":
+            out[cells[0]] = cells
+    return out
+
+
 def _count(db: Any) -> int:
     return int(db.execute("SELECT count(*) FROM cyclone_runs").fetchone()[0])
 
@@ -57,11 +67,26 @@ def test_rerun_and_status(cli: Runner, make_client: Callable[..., Client], db: A
     shown = cli("status", new_id)
     assert shown.returncode == 0, shown.stderr
     assert f"rerun of run {original} (2 steps reused)" in shown.stdout
-    assert "reused: the output of step" in shown.stdout
+    rows = _rows(shown.stdout)
+    # a reused step is named by the run it comes from and its node, not by a row id; a
+    # reused skipped step says both; neither was claimed in this run: no attempt
+    assert f"reused from run {original[:8]} (node a)" in rows["a"][-2]
+    assert rows["b"][-2] == (
+        "skipped: when 'nodes.a.output.n > 1' was false (nodes.a.output.n = 1); "
+        f"reused from run {original[:8]} (node b)"
+    )
+    assert (rows["a"][2], rows["b"][2], rows["c"][2]) == ("–", "–", "1/1")
+    graph = cli("graph", "--run", new_id)
+    assert graph.returncode == 0, graph.stderr
+    assert f"reused from run {original[:8]} (node a)" in graph.stdout
+    assert f"was false (nodes.a.output.n = 1); reused from run {original[:8]} (node b)" in (
+        graph.stdout
+    )
     as_json = json.loads(cli("status", new_id, "--json").stdout)
     assert as_json["rerun_of"] == original
     by_node = {s["node"]: s for s in as_json["steps"]}
     assert by_node["a"]["reused_from"] is not None and "reused_from" not in by_node["c"]
+    assert (by_node["a"]["attempt"], by_node["a"]["max_attempts"]) == (1, 1)  # the raw fields
     assert by_node["b"]["skip_reason"] == {
         "when": "nodes.a.output.n > 1",
         "values": {"nodes.a.output.n": 1},

@@ -155,3 +155,37 @@ def test_dry_run_with_wait_is_a_usage_error(cli: Runner) -> None:
     no_traceback(proc)
     assert proc.returncode == 2
     assert "error: --dry-run writes no run to wait for" in proc.stderr
+
+
+CONDITIONAL = """\
+name: dry-when
+nodes:
+  gift:
+    call: pkg.mod:wrap
+    when: "run.input.gift"
+  card:
+    call: pkg.mod:card
+    needs: [gift]
+  ship:
+    call: pkg.mod:ship
+    when: "run.input.qty > 0"
+"""
+
+
+def test_dry_run_decides_a_conditional_root_as_submit_does(tmp_path: Path) -> None:
+    """A root with ``when:`` is inserted pending and decided at submit on the input: the
+    plan shows that decision (and the skip-cascade below it), not ``available``."""
+    flow = tmp_path / "when.yaml"
+    flow.write_text(CONDITIONAL)
+    args = ("submit", flow, "--dry-run", "--input", '{"gift": false, "qty": 2}')
+    proc = run_cli(*args)
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split("│")[2].strip(): line for line in proc.stdout.splitlines() if "│" in line}
+    assert "skipped (when: false)" in rows["gift"], rows["gift"]
+    assert "skipped (upstream gift skipped)" in rows["card"], rows["card"]
+    assert "available (when: true)" in rows["ship"], rows["ship"]
+    data = json_output(run_cli(*args, "--json").stdout)
+    gift = next(s for s in data["steps"] if s["node"] == "gift")
+    assert gift["state"] == "skipped" and gift["when"] == "run.input.gift"
+    assert gift["skip_reason"] == {"when": "run.input.gift", "values": {"run.input.gift": False}}

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+import pytest
 from prometheus_client import generate_latest
 from starlette.testclient import TestClient
 
@@ -71,3 +72,29 @@ def test_the_dashboard_shows_the_health_page(make_client: Callable[..., Client])
     page = TestClient(create_app(client)).get("/health")
     assert page.status_code == 200
     assert "healthy: no warnings" in page.text and "cyclone_steps" in page.text
+
+
+SCAN_ONLY = "-c enable_indexscan=off -c enable_bitmapscan=off"
+"""``PGOPTIONS`` of a client whose planner does not walk an index: on the test's tiny
+table it scans instead, as a planner does on a small table anyway."""
+
+
+def test_a_small_table_scanned_instead_of_the_claim_index_is_no_warning(
+    make_client: Callable[..., Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PGOPTIONS", SCAN_ONLY)
+    client = make_client()
+    client.submit(load_flow_text(ONE), None)
+    report = client.health()
+    [probe] = report.claims
+    assert not probe.uses_claim_index
+    assert probe.cost < report.thresholds.plan_min_cost  # the planner: a scan is cheap here
+    assert report.healthy, report.advice
+    assert probe.index_text(report.thresholds) == (
+        f"no: a scan is cheaper on a table this small (cost {probe.cost:.0f} < 1000)"
+    )
+    # a table large enough that the plan costs more than the threshold: the warning
+    strict = client.health(Thresholds(plan_min_cost=probe.cost / 2))
+    [advice] = strict.advice
+    assert advice.check == "claim_plan" and advice.subject == "queue default"
+    assert strict.claims[0].index_text(strict.thresholds) == f"NO (cost {probe.cost:.0f})"

@@ -9,6 +9,7 @@ Screenshots go to the test's tmp dir (``pytest --basetemp`` keeps them)."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -337,3 +338,82 @@ def test_a_10000_item_fan_out_box_expands_inline(
         page.click("details#items-each summary")
         page.wait_for_selector('details#items-each tr[data-item="49"]')
         assert page.evaluate("window.__same_document") is True  # htmx, no navigation
+
+
+RERUN = """
+name: ui-reruns
+nodes:
+  a: {call: cyclone_test_handlers.conditions:value}
+  b: {call: cyclone_test_handlers.conditions:value, needs: [a], when: "nodes.a.output.go"}
+  c: {call: cyclone_test_handlers.conditions:value, needs: [a]}
+"""
+
+ONE = """
+name: one
+nodes:
+  only: {call: cyclone_test_handlers.basic:echo}
+"""
+
+
+def _cells(tab: Any, node: str) -> list[str]:
+    """The cells of ``node``'s row of the run page's steps table, as shown."""
+    row = tab.locator(f'table.steps tr[data-node="{node}"] td')
+    return [text.strip() for text in row.all_inner_texts()]
+
+
+def test_a_rerun_names_the_run_and_node_its_reused_steps_come_from(
+    make_client: Callable[..., Client], page: Any, tmp_path: Path
+) -> None:
+    client = make_client(workers=2)
+    client.start()
+    original = client.submit(load_flow_text(RERUN), {"go": False})
+    assert client.wait(original, timeout=20).state == "completed"
+    new_id = client.rerun(original, "c")
+    assert client.wait(new_id, timeout=20).state == "completed"
+    short = original[:8]
+    with serve(client) as url:
+        page.goto(f"{url}/runs/{new_id}")
+        _node(page, "c", "completed")
+        a, b, c = (_cells(page, n) for n in "abc")
+        # attempt: none for a step never claimed in this run (a and b did not run)
+        assert (a[3], b[3], c[3]) == ("–", "–", "1/1")
+        assert a[-1] == f"reused from run {short} (node a)"
+        assert b[-1] == (
+            "skipped: when 'nodes.a.output.go' was false (nodes.a.output.go = false); "
+            f"reused from run {short} (node b)"
+        )
+        assert "skipped, reused" in page.text_content('svg.dag g[data-node="b"]')
+        page.screenshot(path=str(tmp_path / "ui-rerun.png"), full_page=True)
+
+        page.goto(f"{url}/runs/{new_id}/steps/b")
+        kv = page.inner_text("table.kv")
+        assert "attempt\t– (never claimed)" in kv
+        assert f"reused from run {short} (node b), the run this one reruns" in kv
+        assert "skipped: when 'nodes.a.output.go' was false" in kv
+        page.click(f'table.kv a[href$="/runs/{original}/steps/b"]')
+        page.wait_for_url(f"{url}/runs/{original}/steps/b")
+        assert "reused" not in page.inner_text("table.kv")  # the original: it was decided
+
+
+def test_the_health_page_writes_every_duration_as_the_dashboard_does(
+    make_client: Callable[..., Client],
+    page: Any,
+    db: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    # a planner that does not walk the claim index, as on any small table
+    monkeypatch.setenv("PGOPTIONS", "-c enable_indexscan=off -c enable_bitmapscan=off")
+    client = make_client()
+    client.submit(load_flow_text(ONE), {})  # not started: its step stays claimable
+    db.execute("UPDATE cyclone_steps SET scheduled_at = now() - interval '307 seconds'")
+    with serve(client) as url:
+        page.goto(f"{url}/health")
+        text = page.inner_text("main")
+        page.screenshot(path=str(tmp_path / "ui-health.png"), full_page=True)
+    # the backlog's age (the advice) and the transactions' threshold, one format
+    assert re.search(r"has waited 5 min 0[7-9] s", text), text
+    assert "none older than 5 min 00 s" in text, text
+    assert not re.search(r"\b\d+m\d\ds\b|\b\d+\.0 s\b", text), text
+    assert "no: a scan is cheaper on a table this small (cost " in text, text
+    assert "\tNO" not in text

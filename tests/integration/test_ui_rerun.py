@@ -45,4 +45,4 @@ def test_run_page_shows_skipped_and_reused_steps(make_client: Callable[..., Clie
     rerun = http.get(f"/runs/{new_id}")
     assert rerun.status_code == 200, rerun.text
     assert f'data-rerun-of="{original}"' in rerun.text
-    assert rerun.text.count('class="reused"') == 1  # a; b is shown as skipped
+    assert rerun.text.count('class="reused"') == 2  # a; and b, skipped and reused

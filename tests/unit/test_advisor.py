@@ -21,6 +21,7 @@ from cyclone_flow.db.rows import (
     TableHealth,
     XminHolder,
 )
+from cyclone_flow.durations import format_span
 from cyclone_flow.states import StepState
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -189,6 +190,32 @@ def test_backlog_reclaims_sequences_and_orphaned_leases() -> None:
     assert "cyclone-flow worker --queue emails" in by["queue emails"].fix
     assert "cyclone-flow retry r2" in by["sequence acct-1"].fix
     assert "no heartbeat row" in by["client host-1-abc"].message
+
+
+def test_a_claim_plan_without_the_index_warns_by_the_planners_cost() -> None:
+    t = Thresholds()
+    # a deep queue on a table still small enough that the planner scans it: no problem
+    cheap = ClaimProbe("default", 240.0, False, 10, 30, 0.4)
+    report = _healthy(claims=[cheap], queues=[QueueStats("default", 5000, 0, 0, 1.0)])
+    assert advise(report) == []
+    assert cheap.scan_is_cheaper(t)
+    assert cheap.index_text(t) == "no: a scan is cheaper on a table this small (cost 240 < 1000)"
+    # few claimable steps, but a table large enough that the scan costs 1,000 or more
+    costly = ClaimProbe("default", 1000.0, False, 1, 900, 3.0)
+    [advice] = advise(_healthy(claims=[costly], queues=[QueueStats("default", 1, 0, 0, 1.0)]))
+    assert (
+        advice.check == "claim_plan" and "(cost 1000, over the 1000 below which" in advice.message
+    )
+    assert costly.index_text(t) == "NO (cost 1000)"
+    assert ClaimProbe("default", 9e5, True, 1, 3, 0.1).index_text(t) == "yes"
+
+
+def test_the_ages_in_the_advice_are_written_by_the_given_format() -> None:
+    report = _healthy(queues=[QueueStats("emails", 12, 0, 0, 307.5)])
+    [default] = advise(report)
+    assert "has waited 5m07s" in default.message  # the CLI's format
+    [spelled] = advise(report, elapsed=format_span)
+    assert "has waited 5 min 07 s" in spelled.message  # the dashboard's
 
 
 @pytest.mark.parametrize(("schema", "fix"), [(11, "cyclone-flow migrate"), (13, "upgrade")])

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cyclone_flow.durations import format_duration, parse_duration
+from cyclone_flow.durations import format_duration, format_span, parse_duration
 
 
 @pytest.mark.parametrize(
@@ -81,3 +81,18 @@ def test_parse_arg_rejects_with_value_error(bad: str) -> None:
 
     with pytest.raises(ValueError, match="invalid duration"):
         parse_duration_arg(bad, max_s=MAX_FLOW_DURATION_S)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (-1.0, "0 ms"),
+        (0.85, "850 ms"),
+        (12.34, "12.3 s"),
+        (307.9, "5 min 07 s"),
+        (7380.0, "2 h 03 min"),
+        (273600.0, "3 d 04 h"),
+    ],
+)
+def test_format_span_is_the_dashboards_format(seconds: float, text: str) -> None:
+    assert format_span(seconds) == text

@@ -48,3 +48,12 @@ def test_every_documented_code_has_a_fixture_or_a_test() -> None:
 def test_folder_is_searched_recursively() -> None:
     problems = lint_paths([str(FIXTURES)])
     assert {Path(p.path).name for p in problems} == {p.name for p in CASES}
+
+
+def test_an_empty_condition_is_one_clear_error() -> None:
+    path = FIXTURES / "e018_empty_condition.yaml"
+    problems = lint_paths([str(path)])
+    assert [(p.code, p.message) for p in problems] == [
+        ("E018", "node 'b': when: is empty (write a condition, or true / false)"),
+        ("E018", "node 'c': when: is empty (write a condition, or true / false)"),
+    ]
