@@ -7,14 +7,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from helpers.engine import claim, claim_limited, complete_step, fail_step
 from helpers.procs import wait_until
+from psycopg import pq
 
 from cyclone_flow import Client
+from cyclone_flow.db.conn import Session
+from cyclone_flow.engine import claim as claiming
 from cyclone_flow.engine.explain import WaitReason
 from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.maintenance.owner_release import OwnerRelease, OwnerReleaseConfig
@@ -104,6 +108,34 @@ def test_a_failed_limited_claim_rolls_back_and_releases_the_lock(
         0,
     )
     assert [s.node for s in claim_limited(client, OWNER, 30, "default", 10).steps] == ["limited"]
+
+
+def test_a_limited_claim_commits_without_waiting_for_the_wal_flush(
+    make_client: Callable[..., Client], database_url: str, schema: str, tmp_path: Path
+) -> None:
+    """The limited claims are serialized by the schema's advisory lock, held to their
+    COMMIT: an asynchronous commit releases it without the WAL flush (docs/flow-control.md,
+    "How the claim keeps the limits"). Seen in the protocol trace of a real claim (a
+    connection that sends each statement's text): SET LOCAL synchronous_commit = off
+    after BEGIN and before the lock, and the claim made."""
+    client = make_client()
+    client.submit(load_flow_text(MIXED), {})
+    trace = tmp_path / "trace"
+    with (
+        psycopg.connect(database_url, autocommit=True, prepare_threshold=None) as conn,
+        trace.open("w") as out,
+    ):
+        conn.pgconn.trace(out.fileno())
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+        got = claiming.claim_limited(Session(conn, client._db.q), OWNER, 30, "default", 10)
+        conn.pgconn.untrace()
+    assert [s.node for s in got.steps] == ["limited"]
+    sent = [line for line in trace.read_text().splitlines() if "\tParse\t" in line]
+    order = [
+        next((i for i, line in enumerate(sent) if what in line), -1)
+        for what in ('"BEGIN', "synchronous_commit = off", "pg_advisory_xact_lock", '"COMMIT"')
+    ]
+    assert -1 not in order and order == sorted(order), sent
 
 
 def test_the_owner_release_leaves_limited_steps_to_the_limited_claim(
