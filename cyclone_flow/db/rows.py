@@ -209,12 +209,15 @@ class Step:
 
 @dataclasses.dataclass(frozen=True)
 class RateWindow:
-    """A rate key's current window (``cyclone_rate_windows``): the claims counted in the
-    window that starts at ``window_start``."""
+    """A rate key's sliding log (``cyclone_rate_windows``, docs/flow-control.md): the
+    claims ``bucket_claims[i]`` of the bucket that ends at ``bucket_ends[i]`` (in end
+    order; a bucket counts while its end is after now minus the window), ``rate_per_s``
+    the window of its last claim, in seconds."""
 
     rate_key: str
-    window_start: datetime
-    claims: int
+    rate_per_s: float
+    bucket_ends: list[datetime]
+    bucket_claims: list[int]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -79,9 +79,10 @@ def claim_limited(
     """Claim up to ``limit`` limited steps of ``queue`` (nodes with ``concurrency:`` or
     ``rate_limit:``, docs/flow-control.md) within their keys' limits, on an autocommit
     session (as :func:`claim`), in one transaction sent whole in one round trip: BEGIN,
-    this schema's limited-claim lock (held to the COMMIT: the claim's snapshot then
-    counts every limited claim committed before it), the rendering of keys that refer to
-    an upstream output, the claim, the check for more, COMMIT. Keys are walked round
+    an asynchronous commit (the COMMIT does not wait for the WAL flush), this schema's
+    limited-claim lock (held to the COMMIT: the claim's snapshot then counts every
+    limited claim committed before it), the rendering of keys that refer to an upstream
+    output, the claim, the check for more, COMMIT. Keys are walked round
     robin from the first after ``cursor``; ``run_id``: only that run and its child runs.
     Raises what the database raised (the transaction is then rolled back)."""
     try:
@@ -90,6 +91,9 @@ def claim_limited(
             # generic plans: a custom plan of the claim costs more to plan, every time,
             # than it takes to run
             misc.send_session_force_generic_plans(s)
+            # the COMMIT releases the lock without waiting for the WAL flush: the limited
+            # claims, serialized by it, are not ~1 ms of flush each (docs/flow-control.md)
+            misc.send_session_set_commit_async(s)
             steps.send_step_lock_limited_claims(s)
             steps.send_step_render_limits_if_available(s, queue=queue)
             claimed = steps.send_step_claim_limited_if_available(

@@ -28,7 +28,7 @@ from cyclone_flow.db.rows import RateWindow, Run, Step, WorkerRow
 from cyclone_flow.durations import format_duration
 from cyclone_flow.states import RunState, StepState
 
-__all__ = ["Snapshot", "WaitReason", "Waiting", "explain", "read_snapshot"]
+__all__ = ["Snapshot", "WaitReason", "Waiting", "explain", "rate_next_token", "read_snapshot"]
 
 
 class WaitReason(StrEnum):
@@ -52,8 +52,8 @@ class WaitReason(StrEnum):
     CONCURRENCY = "concurrency"
     """Claimable now, but its concurrency ``key`` has ``limit`` steps running (``active``)."""
     RATE_LIMIT = "rate_limit"
-    """Claimable now, but its rate ``key`` had its ``limit`` claims in this window: the next
-    claim can come at ``claimable_at`` (the window's end)."""
+    """Claimable now, but its rate ``key`` had its ``limit`` claims in the last window: the
+    next claim can come at ``claimable_at`` (when enough of them leave the sliding window)."""
     SIGNAL = "signal"
     """A wait_signal node awaiting ``signal``, until ``deadline`` (None: no bound)."""
     CHILD_RUN = "child_run"
@@ -131,7 +131,7 @@ class Snapshot:
     ``item_states`` (fan-out node -> item state -> count), the run's ``sequence_held``
     and ``holder_run_id``, every ``workers`` row, the database's ``now``, and for the
     limits of its available steps ``slots`` (concurrency key -> steps running) and
-    ``windows`` (rate key -> its current window row)."""
+    ``windows`` (rate key -> its sliding log)."""
 
     run: Run
     steps: Sequence[Step]
@@ -284,7 +284,7 @@ def _explain_step(snap: Snapshot, step: Step) -> Waiting:
 
 def _explain_limits(snap: Snapshot, step: Step) -> Waiting | None:
     """A claimable step held back by its limits: its concurrency key at its limit, or its
-    rate key out of claims in the current window; None when neither binds."""
+    rate key out of claims in the last window; None when neither binds."""
     key, limit = step.concurrency_key, step.concurrency_limit
     if key is not None and limit is not None:
         running = snap.slots.get(key, 0)
@@ -304,21 +304,46 @@ def _explain_limits(snap: Snapshot, step: Step) -> Waiting | None:
     key, limit, per = step.rate_key, step.rate_limit, step.rate_per_s
     window = snap.windows.get(key) if key is not None else None
     if window is not None and limit is not None and per is not None:
-        end = window.window_start + timedelta(seconds=per)
-        if window.claims >= limit and end > snap.now:
-            left = (end - snap.now).total_seconds()
+        taken, at = rate_next_token(window, limit, per, snap.now)
+        if at is not None:
+            left = (at - snap.now).total_seconds()
             return Waiting(
                 step.node,
                 WaitReason.RATE_LIMIT,
-                f"rate limit {key}: next token in {left:.1f} s ({window.claims} of {limit} "
+                f"rate limit {key}: next token in {left:.1f} s ({taken} of {limit} "
                 f"claims per {format_duration(per)} taken)",
                 step.queue,
-                claimable_at=end,
+                claimable_at=at,
                 served=True,
                 key=key,
                 limit=limit,
             )
     return None
+
+
+def rate_next_token(
+    window: RateWindow, limit: int, per_s: float, now: datetime
+) -> tuple[int, datetime | None]:
+    """The rule of the limited claim (``step_claim_limited_if_available``, migration 0013):
+    the claims of ``window`` that count at ``now`` for a window of ``per_s`` seconds (the
+    buckets that end after ``now - per``), and when the next claim is admitted: None when
+    one is now (fewer than ``limit`` count), else the instant enough of the oldest buckets
+    have left the window (a bucket ending at ``e`` stops counting at ``e + per``)."""
+    per = timedelta(seconds=per_s)
+    live = sorted(
+        (end, n)
+        for end, n in zip(window.bucket_ends, window.bucket_claims, strict=True)
+        if end > now - per
+    )
+    taken = sum(n for _, n in live)
+    if taken < limit:
+        return taken, None
+    need, freed = taken - limit + 1, 0
+    for end, n in live:
+        freed += n
+        if freed >= need:
+            return taken, end + per
+    return taken, None  # unreachable: need <= taken
 
 
 def _explain_pending(snap: Snapshot, step: Step) -> Waiting:

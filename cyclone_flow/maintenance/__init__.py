@@ -15,6 +15,8 @@ tested by calling ``run_once`` without starting a client.
   :mod:`~cyclone_flow.maintenance.deadline_scanner`: expired waits, runs past deadline;
 - :mod:`~cyclone_flow.maintenance.worker_reaper`: deletes the heartbeat rows of dead
   workers;
+- :mod:`~cyclone_flow.maintenance.rate_window_pruner`: deletes the rate-limit rows of
+  idle rate keys;
 - :mod:`~cyclone_flow.maintenance.loop`: the thin loop of the worker's maintenance
   thread, which runs each service's ``run_once`` in turn.
 """

@@ -32,6 +32,7 @@ from cyclone_flow.events import StepEvent
 from cyclone_flow.maintenance.deadline_scanner import DeadlineScanner, DeadlineScannerConfig
 from cyclone_flow.maintenance.loop import MaintenanceLoop, Service
 from cyclone_flow.maintenance.owner_release import OwnerRelease, OwnerReleaseConfig
+from cyclone_flow.maintenance.rate_window_pruner import RateWindowPruner, RateWindowPrunerConfig
 from cyclone_flow.maintenance.rescuer import Rescuer, RescuerConfig
 from cyclone_flow.maintenance.retention import RetentionSweeper, RetentionSweeperConfig
 from cyclone_flow.maintenance.scheduler import ScheduleScanner
@@ -154,11 +155,15 @@ class Worker:
         self.owner_release = OwnerRelease(
             db, OwnerReleaseConfig(interval_s=tick), publish, self.log
         )
+        self.rate_window_pruner = RateWindowPruner(
+            db, RateWindowPrunerConfig(interval_s=max(tick, 60.0)), self.log
+        )
         services += [
             self.wait_scanner,
             self.deadline_scanner,
             self.worker_reaper,
             self.owner_release,
+            self.rate_window_pruner,
         ]
         self.maintenance = MaintenanceLoop(services, tick, self.log, self.reporter)
 

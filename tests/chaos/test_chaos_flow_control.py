@@ -175,10 +175,11 @@ def test_sigkilled_worker_frees_its_slots_after_lease_expiry_and_a_sweep(
     assert reclaimed == (2,), "the two held steps came back through the sweep"
     no_running = db.execute("SELECT count(*) FROM cyclone_steps WHERE state = 'running'").fetchone()
     assert no_running == (0,)
-    # the one counter (the rate window's claims) agrees with the rows after the kill: each
-    # claim was a first attempt, a retry (attempt - 1) or a reclaim after the sweep
+    # the one counter (the rate key's sliding log) agrees with the rows after the kill:
+    # each claim was a first attempt, a retry (attempt - 1) or a reclaim after the sweep
     counted = db.execute(
-        "SELECT claims FROM cyclone_rate_windows WHERE rate_key = 'all'"
+        "SELECT sum(n)::int FROM cyclone_rate_windows, unnest(bucket_claims) AS n"
+        " WHERE rate_key = 'all'"
     ).fetchone()
     claims = db.execute(
         "SELECT sum(attempt + reclaims)::int FROM cyclone_steps WHERE rate_key = 'all'"

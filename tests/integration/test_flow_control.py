@@ -6,16 +6,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from helpers.engine import claim, claim_limited, complete_step, fail_step
 from helpers.procs import wait_until
+from psycopg import pq
 
 from cyclone_flow import Client
+from cyclone_flow.db.conn import Session
+from cyclone_flow.engine import claim as claiming
+from cyclone_flow.engine.explain import WaitReason
 from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.maintenance.owner_release import OwnerRelease, OwnerReleaseConfig
+from cyclone_flow.maintenance.rate_window_pruner import RateWindowPruner, RateWindowPrunerConfig
 from cyclone_flow.states import ErrorKind
 from cyclone_flow.worker.runtime import Worker
 
@@ -101,6 +108,34 @@ def test_a_failed_limited_claim_rolls_back_and_releases_the_lock(
         0,
     )
     assert [s.node for s in claim_limited(client, OWNER, 30, "default", 10).steps] == ["limited"]
+
+
+def test_a_limited_claim_commits_without_waiting_for_the_wal_flush(
+    make_client: Callable[..., Client], database_url: str, schema: str, tmp_path: Path
+) -> None:
+    """The limited claims are serialized by the schema's advisory lock, held to their
+    COMMIT: an asynchronous commit releases it without the WAL flush (docs/flow-control.md,
+    "How the claim keeps the limits"). Seen in the protocol trace of a real claim (a
+    connection that sends each statement's text): SET LOCAL synchronous_commit = off
+    after BEGIN and before the lock, and the claim made."""
+    client = make_client()
+    client.submit(load_flow_text(MIXED), {})
+    trace = tmp_path / "trace"
+    with (
+        psycopg.connect(database_url, autocommit=True, prepare_threshold=None) as conn,
+        trace.open("w") as out,
+    ):
+        conn.pgconn.trace(out.fileno())
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+        got = claiming.claim_limited(Session(conn, client._db.q), OWNER, 30, "default", 10)
+        conn.pgconn.untrace()
+    assert [s.node for s in got.steps] == ["limited"]
+    sent = [line for line in trace.read_text().splitlines() if "\tParse\t" in line]
+    order = [
+        next((i for i, line in enumerate(sent) if what in line), -1)
+        for what in ('"BEGIN', "synchronous_commit = off", "pg_advisory_xact_lock", '"COMMIT"')
+    ]
+    assert -1 not in order and order == sorted(order), sent
 
 
 def test_the_owner_release_leaves_limited_steps_to_the_limited_claim(
@@ -218,6 +253,67 @@ def test_a_key_from_an_upstream_output_is_rendered_once_the_step_is_available(
     ]
 
 
+KINDS = """
+name: kinds
+nodes:
+  lookup:
+    call: cyclone_test_handlers.basic:echo
+  literal:
+    call: cyclone_test_handlers.basic:echo
+    concurrency: {key: acme, limit: 1}
+  nested:
+    call: cyclone_test_handlers.basic:echo
+    concurrency: {key: "${{ run.input.customer.id }}", limit: 1}
+  missing:
+    call: cyclone_test_handlers.basic:echo
+    concurrency: {key: "${{ run.input.nope }}", limit: 1}
+  number:
+    call: cyclone_test_handlers.basic:echo
+    concurrency: {key: "${{ run.input.n }}", limit: 1}
+  index:
+    call: cyclone_test_handlers.basic:echo
+    concurrency: {key: "${{ run.input.list.1 }}", limit: 1}
+  global:
+    call: cyclone_test_handlers.basic:echo
+    rate_limit: {group: feed, limit: 5, per: 1s}
+  upstream:
+    call: cyclone_test_handlers.basic:echo
+    needs: [lookup]
+    concurrency: {group: up, key: "${{ nodes.lookup.output.customer.id }}", limit: 1}
+    rate_limit: {key: "${{ run.input.n }}", limit: 5, per: 1s}
+"""
+
+
+def test_every_kind_of_key_renders_to_its_group_and_value(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    """The one key function (cyclone_limit_key) at submit and once an upstream output
+    exists: a literal, nested and list paths, a number, a missing value, no key."""
+    client = make_client()
+    run_id = client.submit(
+        load_flow_text(KINDS), {"customer": {"id": "c-7"}, "n": 42, "list": ["a", "b"]}
+    )
+    (lookup,) = claim(client, OWNER, 30, ["default"], 10)
+    with client._pool.connection() as conn:
+        done = complete_step(client, conn, lookup, OWNER, '{"customer": {"id": "u-9"}}')
+        assert done is not None
+    claim_limited(client, OWNER, 30, "default", 100)  # renders the upstream node's keys
+    keys = db.execute(
+        "SELECT node, concurrency_key, rate_key FROM cyclone_steps WHERE run_id = %s"
+        " AND node <> 'lookup' ORDER BY node",
+        (run_id,),
+    ).fetchall()
+    assert keys == [
+        ("global", None, "feed"),
+        ("index", "kinds.index/b", None),
+        ("literal", "kinds.literal/acme", None),
+        ("missing", "kinds.missing/null", None),
+        ("nested", "kinds.nested/c-7", None),
+        ("number", "kinds.number/42", None),
+        ("upstream", "up/u-9", "kinds.upstream/42"),
+    ]
+
+
 def test_nodes_of_one_group_share_its_slots(make_client: Callable[..., Client]) -> None:
     client = make_client()
     client.submit(load_flow_text(SHARED_GROUP), {})
@@ -233,8 +329,8 @@ def test_rate_limit_counts_claims_per_window_and_explain_says_when(
     ids = client.submit_many(flow, [{} for _ in range(5)])
     assert len(claim_limited(client, OWNER, 30, "default", 10).steps) == 2
     assert claim_limited(client, OWNER, 30, "default", 10).steps == []
-    assert db.execute("SELECT rate_key, claims FROM cyclone_rate_windows").fetchall() == [
-        ("rated.call_api", 2)
+    assert db.execute("SELECT rate_key, bucket_claims FROM cyclone_rate_windows").fetchall() == [
+        ("rated.call_api", [2])
     ]
     client.start()  # a live worker serves the queue: the limit is the reason
     waiting = client.explain(ids[-1])["call_api"]
@@ -325,6 +421,137 @@ def test_rate_limit_of_50_per_second_holds_over_10_seconds(
     assert max(counts) <= 50, per_second
     assert sum(counts) >= 450, f"{sum(counts)} claims in {time.monotonic() - started:.1f}s"
     assert sum(1 for n in counts if n == 50) >= 5, per_second  # the limit was what bound
+
+
+def _most_in_any_window(db: psycopg.Connection[Any], per: str) -> int:
+    """The most claims (steps' started_at: each claimed once) in any half-open interval
+    [t, t + per) that starts at a claim."""
+    (most,) = db.execute(
+        "SELECT coalesce(max(n), 0) FROM (SELECT count(*) OVER (ORDER BY started_at"
+        " RANGE BETWEEN CURRENT ROW AND %s::interval - interval '1 microsecond' FOLLOWING)"
+        " AS n FROM cyclone_steps WHERE started_at IS NOT NULL) x",
+        (per,),
+    ).fetchone() or (0,)
+    return int(most)
+
+
+@pytest.mark.timeout(60)
+def test_a_backlog_after_an_idle_spell_never_bursts_across_a_window_boundary(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    """A key that sat idle, then a backlog: with fixed windows the backlog took ``limit``
+    claims at once and ``limit`` more at the next window boundary, less than ``per``
+    later (2 x limit in one interval of ``per``); the sliding window never admits more
+    than ``limit`` in any interval of length ``per`` (the steps' started_at)."""
+    client = make_client(workers=8, poll_interval=(0.01, 0.05))
+    flow = load_flow_text(
+        RATED.replace("rate_limit: {limit: 2, per: 366d}", "rate_limit: {limit: 20, per: 1s}")
+    )
+    client.submit_many(flow, [{} for _ in range(5)])
+    client.start()
+    wait_until(
+        lambda: (
+            db.execute("SELECT count(*) FROM cyclone_runs WHERE state = 'completed'").fetchone()
+            == (5,)
+        ),
+        20,
+        what="the first runs",
+    )
+    # idle for more than one window, by the database clock
+    wait_until(
+        lambda: (
+            db.execute(
+                "SELECT now() > max(started_at) + interval '1.2 s' FROM cyclone_steps"
+            ).fetchone()
+            == (True,)
+        ),
+        20,
+        what="an idle spell",
+    )
+    client.submit_many(flow, [{} for _ in range(80)])
+    wait_until(
+        lambda: (
+            db.execute("SELECT count(*) FROM cyclone_runs WHERE state = 'completed'").fetchone()
+            == (85,)
+        ),
+        40,
+        what="the backlog",
+    )
+    most = _most_in_any_window(db, "1 s")
+    assert most <= 20, f"{most} claims in one second of the backlog"
+    assert most == 20  # the limit was what bound
+    (span,) = db.execute(
+        "SELECT extract(epoch FROM max(started_at) - min(started_at))::float8 FROM cyclone_steps"
+        " WHERE started_at > (SELECT min(started_at) + interval '1.2 s' FROM cyclone_steps)"
+    ).fetchone() or (0.0,)
+    assert span >= 3.0, f"80 claims at 20 per second took {span:.2f} s"
+
+
+def test_explain_says_when_the_claim_admits_again(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    """The next token of "why is it waiting" comes from the claim's own rule: every claim
+    that finds no token started before that instant, the first that gets one at or after
+    it (and within a bucket of it: the rule counts a claim at its bucket's end)."""
+    client = make_client()
+    flow = load_flow_text(
+        RATED.replace("rate_limit: {limit: 2, per: 366d}", "rate_limit: {limit: 2, per: 1s}")
+    )
+    ids = client.submit_many(flow, [{} for _ in range(3)])
+    assert len(claim_limited(client, OWNER, 30, "default", 10).steps) == 2
+    # a live worker's row (none started: this test makes every claim itself)
+    db.execute(
+        "INSERT INTO cyclone_workers (client_id, hostname, pid, queues, slots, lease_ttl,"
+        " version) VALUES ('elsewhere', 'host', 1, '{default}', '{1}', interval '1 h', 't')"
+    )
+    waiting = client.explain(ids[2])["call_api"]
+    assert waiting.reason is WaitReason.RATE_LIMIT, waiting.text
+    token_at = waiting.claimable_at
+    assert token_at is not None
+    deadline = time.monotonic() + 10
+    while True:
+        (before,) = db.execute("SELECT clock_timestamp()").fetchone() or (None,)
+        got = claim_limited(client, OWNER, 30, "default", 1).steps
+        if got:
+            (started,) = db.execute(
+                "SELECT started_at FROM cyclone_steps WHERE id = %s", (got[0].id,)
+            ).fetchone() or (None,)
+            assert started is not None and started >= token_at
+            break
+        assert before < token_at, "a claim after the instant explain gave found no token"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_the_pruner_deletes_the_rows_of_rate_keys_idle_for_their_window(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    client = make_client()
+    short = load_flow_text(
+        RATED.replace("rate_limit: {limit: 2, per: 366d}", "rate_limit: {limit: 5, per: 10s}")
+    )
+    long = load_flow_text(
+        RATED.replace("name: rated", "name: rated_long").replace("per: 366d", "per: 1h")
+    )
+    client.submit(short, {})
+    client.submit(long, {})
+    assert len(claim_limited(client, OWNER, 30, "default", 10).steps) == 2
+    (last,) = db.execute(
+        "SELECT bucket_ends[cardinality(bucket_ends)] FROM cyclone_rate_windows"
+        " WHERE rate_key = 'rated.call_api'"
+    ).fetchone() or (None,)
+    assert last is not None
+    pruner = RateWindowPruner(client._db, RateWindowPrunerConfig())
+    # the last claim still counts until its bucket's end plus the window: kept
+    assert (
+        pruner.run_once(now=last + timedelta(seconds=10) - timedelta(microseconds=1)).deleted == ()
+    )
+    done = pruner.run_once(now=last + timedelta(seconds=10))
+    assert done.deleted == ("rated.call_api",)
+    assert done.summary() == "rate window pruner: deleted the rows of 1 idle rate key(s)"
+    keys = db.execute("SELECT rate_key FROM cyclone_rate_windows").fetchall()
+    assert keys == [("rated_long.call_api",)]  # its window of 1h is not over
+    assert pruner.run_once().summary() is None
 
 
 def test_a_failing_limited_claim_does_not_stop_the_queue_s_other_steps(

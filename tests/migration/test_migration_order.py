@@ -1,7 +1,7 @@
 """Migrations developed in parallel (0002 node types, 0003 queue features, 0004 retention;
 0005 workers, 0006 step logs, 0007 isolated runs, 0008 dashboard indexes, 0009 one claim
-index; 0010 when and rerun, 0011 flow control and 0012 trace context are applied with the
-rest) land in
+index; 0010 when and rerun, 0011 flow control, 0012 trace context and 0013 limit keys and
+sliding rates are applied with the rest) land in
 either order: a schema migrated without one of them is refused by a client (the missing
 version is named, even below the highest applied one), ``migrate`` applies the missing
 one, and the features of both then work together on that schema (Engine Design: Schema

@@ -1,6 +1,7 @@
 """Why a step held back by its limits waits (issue 20), on rows: the
-concurrency key at its limit, the rate key out of claims until its window ends, and
-neither once the slot or the window frees (pure: engine/explain.py:explain)."""
+concurrency key at its limit, the rate key out of claims until enough of its claims leave
+the sliding window, and neither once the slot or the window frees (pure:
+engine/explain.py:explain)."""
 
 from __future__ import annotations
 
@@ -38,16 +39,34 @@ def test_concurrency_key_at_its_limit() -> None:
     assert _why(step, slots={"pay/c-42": 1})[0] is WaitReason.QUEUED
 
 
-def test_rate_key_out_of_claims_until_the_window_ends() -> None:
+def _log(*buckets: tuple[float, int], per_s: float = 4.0) -> RateWindow:
+    """A sliding log of buckets (end in seconds from NOW, claims)."""
+    ends = [NOW + timedelta(seconds=at) for at, _ in buckets]
+    return RateWindow("feed", per_s, ends, [n for _, n in buckets])
+
+
+def test_rate_key_out_of_claims_until_its_oldest_claims_leave_the_window() -> None:
     step = replace(STEP, rate_key="feed", rate_limit=5, rate_per_s=4.0)
-    window = RateWindow("feed", NOW.replace(microsecond=0) - timedelta(seconds=1), 5)
+    # 2 claims counted at 3 s ago, 3 at 1 s ago: 5 of 5 in the last 4 s; the first two
+    # leave the window 1 s from now
+    window = _log((-3.0, 2), (-1.0, 3))
     reason, text = _why(step, windows={"feed": window})
     assert reason is WaitReason.RATE_LIMIT
-    assert text == "rate limit feed: next token in 2.5 s (5 of 5 claims per 4s taken)"
-    # the window has room, or it is over: no limit reason
-    assert _why(step, windows={"feed": replace(window, claims=4)})[0] is WaitReason.QUEUED
-    old = replace(window, window_start=NOW - timedelta(seconds=10))
-    assert _why(step, windows={"feed": old})[0] is WaitReason.QUEUED
+    assert text == "rate limit feed: next token in 1.0 s (5 of 5 claims per 4s taken)"
+    w = explain(Snapshot(RUN, [step], {}, {}, [WORKER], NOW, windows={"feed": window}))
+    assert w["charge"].claimable_at == NOW + timedelta(seconds=1)
+    # room left, or the buckets have left the window (ends 4 s ago or more): no limit reason
+    assert _why(step, windows={"feed": _log((-3.0, 1), (-1.0, 3))})[0] is WaitReason.QUEUED
+    assert _why(step, windows={"feed": _log((-4.0, 5), (-9.0, 5))})[0] is WaitReason.QUEUED
+
+
+def test_rate_key_over_a_lowered_limit_waits_for_enough_buckets_to_leave() -> None:
+    # 7 counted against a limit of 5: 3 must leave; the first bucket frees 2, the second 3
+    step = replace(STEP, rate_key="feed", rate_limit=5, rate_per_s=4.0)
+    window = _log((-1.0, 3), (-3.0, 2), (-0.5, 2))  # as stored or not: the rule sorts
+    reason, text = _why(step, windows={"feed": window})
+    assert reason is WaitReason.RATE_LIMIT
+    assert text == "rate limit feed: next token in 3.0 s (7 of 5 claims per 4s taken)"
 
 
 def test_no_live_worker_comes_first() -> None:

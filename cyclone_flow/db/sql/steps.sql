@@ -125,14 +125,14 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
 -- '~limits': nodes with concurrency: or rate_limit:, docs/flow-control.md), each key within
 -- its limit: a concurrency key at most concurrency_limit minus its running steps (counted
 -- from the running rows through cyclone_steps_concurrency_running_idx: a step that leaves
--- running frees its slot in that transaction), a rate key at most rate_limit minus the
--- claims of its current window (cyclone_rate_windows: fixed windows of rate_per from the
--- epoch, by the database clock; this statement adds its claims there). The keys that
--- have available limited steps are walked one by one (a loose index scan of
--- cyclone_steps_limited_idx) from the first key after %(cursor)s, wrapping around (round
--- robin: a key at its limit is skipped, a hot key never holds back the keys after it),
--- each key's heads read in (priority, scheduled_at, id) order up to the room it has; the
--- walk stops at %(limit)s steps. Run after step_lock_limited_claims in the same
+-- running frees its slot in that transaction), a rate key at most rate_limit minus its
+-- claims of the last rate_per (the sliding log of cyclone_rate_windows, by the database
+-- clock: the buckets that end after now - rate_per; this statement adds its claims there
+-- with cyclone_rate_log_add, migration 0013). The keys that have available limited steps
+-- are walked one by one (a loose index scan of cyclone_steps_limited_idx) from the first
+-- key after %(cursor)s, wrapping around (round robin: a key at its limit is skipped, a
+-- hot key never holds back the keys after it), each key's heads read in (priority,
+-- scheduled_at, id) order up to the room it has; the walk stops at %(limit)s steps. Run after step_lock_limited_claims in the same
 -- transaction: this statement's snapshot then holds every limited claim committed before
 -- it. statement_timestamp() throughout (the transaction began before the lock wait).
 -- %(run_id)s: only that run and its child runs (cyclone-flow run), or NULL. Returns the
@@ -190,10 +190,10 @@ WITH RECURSIVE after_cursor(k) AS (
                END AS slots,
                CASE WHEN h.rate_key IS NULL THEN %(limit)s::bigint
                     ELSE h.rate_limit - coalesce((
-                        SELECT rw.claims FROM {schema}.cyclone_rate_windows rw
+                        SELECT sum(u.c) FROM {schema}.cyclone_rate_windows rw
+                        CROSS JOIN LATERAL unnest(rw.bucket_ends, rw.bucket_claims) AS u(e, c)
                         WHERE rw.rate_key = h.rate_key
-                          AND rw.window_start = date_bin(h.rate_per, statement_timestamp(),
-                                                         timestamptz 'epoch')), 0)
+                          AND u.e > statement_timestamp() - h.rate_per), 0)
                END AS rate_room) room
     CROSS JOIN LATERAL (
         SELECT s.id
@@ -239,16 +239,22 @@ WITH RECURSIVE after_cursor(k) AS (
               END AS flow_name,
               p.k AS limit_key, s.rate_key, s.rate_per
 ), counted AS (
-    INSERT INTO {schema}.cyclone_rate_windows AS rw (rate_key, window_start, claims)
-    SELECT c.rate_key, date_bin(min(c.rate_per), statement_timestamp(), timestamptz 'epoch'),
-           count(*)
-    FROM claimed c
-    WHERE c.rate_key IS NOT NULL
-    GROUP BY c.rate_key
+    INSERT INTO {schema}.cyclone_rate_windows AS rw
+        (rate_key, rate_per, bucket_ends, bucket_claims)
+    SELECT g.rate_key, g.rate_per, l.new_ends, l.new_claims
+    FROM (SELECT c.rate_key, max(c.rate_per) AS rate_per, count(*)::int AS n
+          FROM claimed c
+          WHERE c.rate_key IS NOT NULL
+          GROUP BY c.rate_key) g
+    CROSS JOIN LATERAL {schema}.cyclone_rate_log_add(
+        NULL, NULL, g.rate_per, statement_timestamp(), g.n) l
     ON CONFLICT (rate_key) DO UPDATE
-    SET claims = CASE WHEN rw.window_start = excluded.window_start
-                      THEN rw.claims + excluded.claims ELSE excluded.claims END,
-        window_start = excluded.window_start
+    SET (bucket_ends, bucket_claims) = (
+            SELECT l.new_ends, l.new_claims
+            FROM {schema}.cyclone_rate_log_add(rw.bucket_ends, rw.bucket_claims,
+                                               excluded.rate_per, statement_timestamp(),
+                                               excluded.bucket_claims[1]) l),
+        rate_per = excluded.rate_per
 )
 SELECT id, run_id, node, type, call, queue, attempt, max_attempts, reclaims, lease_generation,
        input, timeout_s, wait_s, parent_node, item_index, item, run_input, traceparent,
@@ -266,64 +272,44 @@ GROUP BY concurrency_key
 
 -- name: step_render_limits_if_available
 -- Render the keys of the available limited steps of queue %(queue)s whose keys refer to
--- an upstream output (limit_plan; the step's ancestors have completed): each key is its
--- group, then '/' and the value at the key's path in that node's output (or in the run
--- input, or its literal text) when it has one. Sent in a limited claim's transaction
--- after step_lock_limited_claims and before step_claim_limited_if_available, which then
--- walks them under their keys. SKIP LOCKED: a row another transaction holds waits for
--- the next claim. Reads cyclone_steps_limits_unrendered_idx (empty unless such keys exist).
+-- an upstream output (limit_plan; the step's ancestors have completed) with
+-- cyclone_limit_key (migration 0013: the group, then '/' and the value at the key's path
+-- in that node's output, or in the run input, or its literal text). Sent in a limited
+-- claim's transaction after step_lock_limited_claims and before
+-- step_claim_limited_if_available, which then walks them under their keys. SKIP LOCKED: a
+-- row another transaction holds waits for the next claim. Reads
+-- cyclone_steps_limits_unrendered_idx (empty unless such keys exist).
 WITH todo AS (
-    SELECT id FROM {schema}.cyclone_steps
+    SELECT id, run_id, limit_plan FROM {schema}.cyclone_steps
     WHERE state = 'available' AND claim_owner = '~limits' AND queue = %(queue)s
       AND limit_plan IS NOT NULL AND concurrency_key IS NULL AND rate_key IS NULL
     ORDER BY id
     LIMIT 1000
     FOR UPDATE SKIP LOCKED
+), keyed AS (
+    SELECT t.id,
+           {schema}.cyclone_limit_key(t.limit_plan->'concurrency', r.input, uc.output)
+               AS concurrency_key,
+           (t.limit_plan #>> '{{concurrency,limit}}')::int AS concurrency_limit,
+           {schema}.cyclone_limit_key(t.limit_plan->'rate_limit', r.input, ur.output)
+               AS rate_key,
+           (t.limit_plan #>> '{{rate_limit,limit}}')::int AS rate_limit,
+           make_interval(secs => (t.limit_plan #>> '{{rate_limit,per_s}}')::float8) AS rate_per
+    FROM todo t
+    JOIN {schema}.cyclone_runs r ON r.id = t.run_id
+    LEFT JOIN {schema}.cyclone_steps uc
+        ON uc.run_id = t.run_id AND uc.node = t.limit_plan #>> '{{concurrency,node}}'
+    LEFT JOIN {schema}.cyclone_steps ur
+        ON ur.run_id = t.run_id AND ur.node = t.limit_plan #>> '{{rate_limit,node}}'
 )
 UPDATE {schema}.cyclone_steps s
-SET concurrency_key = CASE WHEN s.limit_plan ? 'concurrency' THEN
-        (s.limit_plan #>> '{{concurrency,group}}') || CASE
-            WHEN s.limit_plan->'concurrency' ? 'node'
-                THEN '/' || coalesce((SELECT u.output FROM {schema}.cyclone_steps u
-                                      WHERE u.run_id = s.run_id
-                                        AND u.node = s.limit_plan #>> '{{concurrency,node}}')
-                                     #>> array(SELECT jsonb_array_elements_text(
-                                                   s.limit_plan #> '{{concurrency,path}}')),
-                                     'null')
-            WHEN s.limit_plan->'concurrency' ? 'path'
-                THEN '/' || coalesce((SELECT r.input FROM {schema}.cyclone_runs r
-                                      WHERE r.id = s.run_id)
-                                     #>> array(SELECT jsonb_array_elements_text(
-                                                   s.limit_plan #> '{{concurrency,path}}')),
-                                     'null')
-            WHEN s.limit_plan->'concurrency' ? 'value'
-                THEN '/' || (s.limit_plan #>> '{{concurrency,value}}')
-            ELSE '' END
-    END,
-    concurrency_limit = (s.limit_plan #>> '{{concurrency,limit}}')::int,
-    rate_key = CASE WHEN s.limit_plan ? 'rate_limit' THEN
-        (s.limit_plan #>> '{{rate_limit,group}}') || CASE
-            WHEN s.limit_plan->'rate_limit' ? 'node'
-                THEN '/' || coalesce((SELECT u.output FROM {schema}.cyclone_steps u
-                                      WHERE u.run_id = s.run_id
-                                        AND u.node = s.limit_plan #>> '{{rate_limit,node}}')
-                                     #>> array(SELECT jsonb_array_elements_text(
-                                                   s.limit_plan #> '{{rate_limit,path}}')),
-                                     'null')
-            WHEN s.limit_plan->'rate_limit' ? 'path'
-                THEN '/' || coalesce((SELECT r.input FROM {schema}.cyclone_runs r
-                                      WHERE r.id = s.run_id)
-                                     #>> array(SELECT jsonb_array_elements_text(
-                                                   s.limit_plan #> '{{rate_limit,path}}')),
-                                     'null')
-            WHEN s.limit_plan->'rate_limit' ? 'value'
-                THEN '/' || (s.limit_plan #>> '{{rate_limit,value}}')
-            ELSE '' END
-    END,
-    rate_limit = (s.limit_plan #>> '{{rate_limit,limit}}')::int,
-    rate_per = make_interval(secs => (s.limit_plan #>> '{{rate_limit,per_s}}')::float8)
-FROM todo t
-WHERE s.id = t.id
+SET concurrency_key = k.concurrency_key,
+    concurrency_limit = k.concurrency_limit,
+    rate_key = k.rate_key,
+    rate_limit = k.rate_limit,
+    rate_per = k.rate_per
+FROM keyed k
+WHERE s.id = k.id
 
 -- name: step_lock_limited_claims
 -- First in a limited claim's transaction: the advisory lock (per schema) that serializes
@@ -812,11 +798,11 @@ ON CONFLICT (run_id, node) DO NOTHING
 -- now() plus %(delay_us)s microseconds (a delayed run). Returns each step's queue, state,
 -- and whether it is claimable now. claim_owner: the owner of the top run (an isolated run),
 -- or '~limits' for a node with limits (claimed by step_claim_limited_if_available only),
--- whose keys are rendered here: the plan's group, then '/' and the run input at the
--- key's path (or its literal text) when the key has one (docs/flow-control.md); a key
--- that refers to an upstream output leaves both keys to step_render_limits_if_available
--- (limit_plan); traceparent: the run's trace context (NULL: none), copied onto every
--- step.
+-- whose keys are rendered here by cyclone_limit_key (migration 0013: the plan's group,
+-- then '/' and the run input at the key's path, or its literal text, when the key has
+-- one; docs/flow-control.md); a key that refers to an upstream output leaves both keys
+-- to step_render_limits_if_available (limit_plan); traceparent: the run's trace context
+-- (NULL: none), copied onto every step.
 INSERT INTO {schema}.cyclone_steps
     (run_id, root_run_id, node, type, call, state, queue, priority, max_attempts, backoff,
      on_dep_failure, timeout, input, over, max_parallel, signal, max_wait, child_workflow_id,
@@ -839,23 +825,11 @@ SELECT %(run_id)s, %(root_run_id)s, p.node, p.type, p.call,
             THEN (SELECT r.owner FROM {schema}.cyclone_runs r
                   WHERE r.id = coalesce(%(root_run_id)s::uuid, %(run_id)s::uuid))
             ELSE '~limits' END,
-       (l.c->>'group') || CASE
-            WHEN l.c ? 'path'
-                THEN '/' || coalesce((SELECT r.input FROM {schema}.cyclone_runs r
-                                      WHERE r.id = %(run_id)s::uuid)
-                                     #>> array(SELECT jsonb_array_elements_text(l.c->'path')),
-                                     'null')
-            WHEN l.c ? 'value' THEN '/' || (l.c->>'value')
-            ELSE '' END,
+       {schema}.cyclone_limit_key(l.c, (SELECT r.input FROM {schema}.cyclone_runs r
+                                        WHERE r.id = %(run_id)s::uuid), NULL),
        (l.c->>'limit')::int,
-       (l.r->>'group') || CASE
-            WHEN l.r ? 'path'
-                THEN '/' || coalesce((SELECT r.input FROM {schema}.cyclone_runs r
-                                      WHERE r.id = %(run_id)s::uuid)
-                                     #>> array(SELECT jsonb_array_elements_text(l.r->'path')),
-                                     'null')
-            WHEN l.r ? 'value' THEN '/' || (l.r->>'value')
-            ELSE '' END,
+       {schema}.cyclone_limit_key(l.r, (SELECT r.input FROM {schema}.cyclone_runs r
+                                        WHERE r.id = %(run_id)s::uuid), NULL),
        (l.r->>'limit')::int,
        make_interval(secs => (l.r->>'per_s')::float8),
        CASE WHEN l.later THEN jsonb_strip_nulls(jsonb_build_object(
