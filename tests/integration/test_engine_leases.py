@@ -53,7 +53,9 @@ def test_timeout_fails_step_with_fresh_lease_and_cancels_handler(make_client, db
     (and its ledger row) is ignored."""
     create_ledger(db)
     key = uuid.uuid4().hex
-    client = make_client(workers=1, lease_ttl=3.0, sweep_interval=60.0)
+    # a lease far longer than the timeout: it is still fresh however late the poll below
+    # sees the timeout pass (a loaded machine), so the sweep finds a timeout, not a lapse
+    client = make_client(workers=1, lease_ttl=30.0, sweep_interval=60.0)
     client.start()
     run_id = client.submit(
         step_flow(f"{ENGINE}:gate", name="leases", timeout="1s"), {"schema": schema, "key": key}
