@@ -105,7 +105,8 @@ def render_tree(
         if step.parent_node is None:
             branches[step.node] = branch
         if why is not None:
-            branch.add(Text(f"waiting: {why.text}", style="dim"))
+            # (a limit's reason says "waiting: …" itself: said once, as status does)
+            branch.add(Text(f"waiting: {why.text.removeprefix('waiting: ')}", style="dim"))
     return tree
 
 

@@ -4,9 +4,10 @@ under a hot key, a rate limit over ten seconds of database timestamps)."""
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,10 @@ import pytest
 from helpers.engine import claim, claim_limited, complete_step, fail_step
 from helpers.procs import wait_until
 from psycopg import pq
+from rich.console import Console
 
 from cyclone_flow import Client
+from cyclone_flow.cli.watch import render_tree
 from cyclone_flow.db.conn import Session
 from cyclone_flow.engine import claim as claiming
 from cyclone_flow.engine.explain import WaitReason
@@ -321,6 +324,67 @@ def test_nodes_of_one_group_share_its_slots(make_client: Callable[..., Client]) 
     assert len(got.steps) == 1 and got.steps[0].limit_key == "db"
 
 
+RATE_PER_REGION = """
+name: per_region
+nodes:
+  job:
+    call: cyclone_test_handlers.basic:echo
+    concurrency: {limit: 50}
+    rate_limit: {key: "${{ run.input.region }}", limit: 2, per: 366d}
+"""
+
+GROUP_NAMED_TWICE = """
+name: named_twice
+nodes:
+  a:
+    call: cyclone_test_handlers.basic:echo
+    rate_limit: {group: stripe, limit: 100, per: 1s}
+  b:
+    call: cyclone_test_handlers.basic:echo
+    concurrency: {group: stripe, limit: 1}
+"""
+
+
+def test_steps_of_one_concurrency_key_with_other_rate_keys_keep_each_rate_limit(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    """Steps under one concurrency key whose rate keys differ (a breaker's find: the room
+    was counted for the head's rate key and charged to each step's own, 3 claims of a key
+    limited to 2): no rate key gets more than its limit, whatever the order."""
+    client = make_client()
+    regions = ["r2", "r2", "r1"] * 4
+    client.submit_many(load_flow_text(RATE_PER_REGION), [{"region": r} for r in regions])
+    for _ in range(len(regions)):
+        claim_limited(client, OWNER, 30, "default", 10)
+    claims = dict(
+        db.execute(
+            "SELECT rate_key, count(*)::int FROM cyclone_steps WHERE state = 'running'"
+            " GROUP BY rate_key"
+        ).fetchall()
+    )
+    assert claims == {"per_region.job/r1": 2, "per_region.job/r2": 2}
+
+
+def test_a_concurrency_group_named_as_another_node_s_rate_group_keeps_its_limit(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    """A rate-limited node and a concurrency-limited node whose groups share a name walk
+    under one key (a breaker's find: with the rate-only step at the head the concurrency
+    limit was never applied, 4 of a limit of 1 ran): at most 1 runs."""
+    client = make_client()
+    client.submit_many(load_flow_text(GROUP_NAMED_TWICE), [{} for _ in range(4)])
+    for _ in range(8):
+        claim_limited(client, OWNER, 30, "default", 10)
+    running_b = db.execute(
+        "SELECT count(*)::int FROM cyclone_steps WHERE state = 'running' AND node = 'b'"
+    ).fetchone()
+    running_a = db.execute(
+        "SELECT count(*)::int FROM cyclone_steps WHERE state = 'running' AND node = 'a'"
+    ).fetchone()
+    assert running_b == (1,)
+    assert running_a == (4,)
+
+
 def test_rate_limit_counts_claims_per_window_and_explain_says_when(
     make_client: Callable[..., Client], db: psycopg.Connection[Any]
 ) -> None:
@@ -353,6 +417,19 @@ def test_explain_names_the_concurrency_key_at_its_limit(
         "waiting: concurrency key per_customer.charge/c-42 at limit 2 (2 running)"
     )
     assert waiting.as_dict()["limit"] == 2
+    # status --watch's tree says it once (it said "waiting: waiting: concurrency key …")
+    tree = render_tree(
+        client.get_run(ids[2]),
+        client.list_steps(ids[2]),
+        client.item_progress(ids[2]),
+        client.explain(ids[2]),
+        datetime.now(UTC),
+    )
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(tree)
+    shown = console.export_text()
+    assert "waiting: concurrency key per_customer.charge/c-42 at limit 2" in shown
+    assert "waiting: waiting:" not in shown
 
 
 def test_one_hot_key_does_not_starve_the_others(

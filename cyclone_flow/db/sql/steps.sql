@@ -200,6 +200,11 @@ WITH RECURSIVE after_cursor(k) AS (
         FROM {schema}.cyclone_steps s
         WHERE s.state = 'available' AND s.claim_owner = '~limits' AND s.queue = %(queue)s
           AND (coalesce(s.concurrency_key, s.rate_key) COLLATE "C") = w.k
+          -- only the steps under the head's own keys: the room was counted for them (a
+          -- walk key also holds steps whose other key differs, or a rate key named as
+          -- another node's concurrency key); the others wait to be a head themselves
+          AND s.concurrency_key IS NOT DISTINCT FROM h.concurrency_key
+          AND s.rate_key IS NOT DISTINCT FROM h.rate_key
           AND s.scheduled_at <= statement_timestamp()
           AND (%(run_id)s::uuid IS NULL OR coalesce(s.root_run_id, s.run_id) = %(run_id)s::uuid)
         ORDER BY s.priority, s.scheduled_at, s.id
