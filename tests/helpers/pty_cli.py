@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import pty
 import re
+import signal
 import struct
 import subprocess
 import termios
@@ -25,6 +26,15 @@ from helpers.cli import clean_env
 from helpers.paths import CLI
 
 COLUMNS = 200
+
+
+def _as_a_foreground_job() -> None:
+    """In the child before exec: Ctrl-C (SIGINT) and SIGQUIT with their default action, as
+    a terminal's foreground job has them. A suite started in the background of a
+    non-interactive shell (``pytest &``, ``nohup``) ignores both, and an ignored signal stays
+    ignored across exec: the CLI would then never see the test's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 class PtyProcess:
@@ -48,6 +58,7 @@ class PtyProcess:
             stderr=slave,
             close_fds=True,
             start_new_session=True,  # a process group of its own: signals reach it alone
+            preexec_fn=_as_a_foreground_job,
         )
         os.close(slave)
         self.master = master
