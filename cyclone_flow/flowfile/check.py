@@ -23,6 +23,7 @@ the run input or an ancestor's output). Child-flow checks
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -172,50 +173,58 @@ def _check_cycles(
     return out
 
 
+def _template_strings(
+    nodes: dict[str, dict[str, Any]],
+) -> Iterator[tuple[str, dict[str, Any], str, JsonPath, str]]:
+    """Every string of every node's ``input`` and ``over``, in file order:
+    ``(node name, node, key, path, text)``."""
+    for name, node in nodes.items():
+        for key in ("input", "over"):
+            if key in node:
+                for path, text in find_strings(node[key], ("nodes", name, key)):
+                    yield name, node, key, path, text
+
+
 def _check_refs(
     doc: Document, nodes: dict[str, dict[str, Any]], graph: nx.DiGraph
 ) -> list[Problem]:
     out: list[Problem] = []
     # (node, target) -> where the node refers to the target, for the ancestor check
     wanted: dict[str, dict[str, list[tuple[JsonPath, str]]]] = {}
-    for name, node in nodes.items():
-        for key in ("input", "over"):
-            if key not in node:
-                continue
-            for path, text in find_strings(node[key], ("nodes", name, key)):
-                try:
-                    ref = parse_ref(text)
-                except TemplateError as exc:
-                    out.append(doc.problem(doc.value_pos(path), "E016", str(exc)))
-                    continue
-                if ref is not None and ref.kind == "item":
-                    if key != "input" or node.get("type") != "fan_out":
-                        out.append(
-                            doc.problem(
-                                doc.value_pos(path),
-                                "E017",
-                                f"{text!r}: an item reference is only allowed in the input "
-                                "of a fan_out node (each item step receives its list element)",
-                            )
-                        )
-                    continue
-                if ref is not None and ref.kind == "run" and ref.path:
-                    optional = _optional_input(doc, ref.path[0])
-                    if optional:
-                        out.append(doc.problem(doc.value_pos(path), "W001", f"{text!r} {optional}"))
-                if ref is None or ref.node is None:
-                    continue
-                if ref.node not in nodes:
-                    out.append(
-                        doc.problem(
-                            doc.value_pos(path),
-                            "E014",
-                            f"{text!r} refers to node {ref.node!r}, which is not a node"
-                            + did_you_mean(ref.node, nodes),
-                        )
+    for name, node, key, path, text in _template_strings(nodes):
+        try:
+            ref = parse_ref(text)
+        except TemplateError as exc:
+            out.append(doc.problem(doc.value_pos(path), "E016", str(exc)))
+            continue
+        if ref is not None and ref.kind == "item":
+            if key != "input" or node.get("type") != "fan_out":
+                out.append(
+                    doc.problem(
+                        doc.value_pos(path),
+                        "E017",
+                        f"{text!r}: an item reference is only allowed in the input "
+                        "of a fan_out node (each item step receives its list element)",
                     )
-                else:
-                    wanted.setdefault(name, {}).setdefault(ref.node, []).append((path, text))
+                )
+            continue
+        if ref is not None and ref.kind == "run" and ref.path:
+            optional = _optional_input(doc, ref.path[0])
+            if optional:
+                out.append(doc.problem(doc.value_pos(path), "W001", f"{text!r} {optional}"))
+        if ref is None or ref.node is None:
+            continue
+        if ref.node not in nodes:
+            out.append(
+                doc.problem(
+                    doc.value_pos(path),
+                    "E014",
+                    f"{text!r} refers to node {ref.node!r}, which is not a node"
+                    + did_you_mean(ref.node, nodes),
+                )
+            )
+        else:
+            wanted.setdefault(name, {}).setdefault(ref.node, []).append((path, text))
     for name, targets in _non_ancestors(graph, {n: set(t) for n, t in wanted.items()}).items():
         for target in targets:
             for path, text in wanted[name][target]:
@@ -395,42 +404,38 @@ def _check_skippable_reads(
 
     cascades: dict[str, set[str]] = {}
     out = []
-    for name, node in nodes.items():
-        for key in ("input", "over"):
-            if key not in node:
-                continue
-            for path, text in find_strings(node[key], ("nodes", name, key)):
-                try:
-                    ref = parse_ref(text)
-                except TemplateError:
-                    continue
-                source = None if ref is None else ref.node
-                if source not in skippable or source == name or source not in nodes:
-                    continue
-                if source not in cascades:
-                    reached: set[str] = set()
-                    stack = [source]
-                    while stack:
-                        for child in graph.successors(stack.pop()):
-                            if child not in reached and policy(child) != "run":
-                                reached.add(child)
-                                stack.append(child)
-                    cascades[source] = reached
-                if name in cascades[source]:
-                    continue  # skipped whenever the source is
-                direct = source in [n for _, n in _needs(node)]
-                if direct and policy(name) == "run":
-                    continue  # asked for it: the output is null when the source is skipped
-                out.append(
-                    doc.problem(
-                        doc.value_pos(path),
-                        "W002",
-                        f"node {name!r} reads {text!r}, but {source!r} can be skipped (a "
-                        f"when: on it or above it) while {name!r} still runs: the value is "
-                        f"then null. Add {source!r} to needs with on_dep_skip: run to accept "
-                        "null, or let the skip cascade to this node",
-                    )
-                )
+    for name, node, _key, path, text in _template_strings(nodes):
+        try:
+            ref = parse_ref(text)
+        except TemplateError:
+            continue
+        source = None if ref is None else ref.node
+        if source not in skippable or source == name or source not in nodes:
+            continue
+        if source not in cascades:
+            reached: set[str] = set()
+            stack = [source]
+            while stack:
+                for child in graph.successors(stack.pop()):
+                    if child not in reached and policy(child) != "run":
+                        reached.add(child)
+                        stack.append(child)
+            cascades[source] = reached
+        if name in cascades[source]:
+            continue  # skipped whenever the source is
+        direct = source in [n for _, n in _needs(node)]
+        if direct and policy(name) == "run":
+            continue  # asked for it: the output is null when the source is skipped
+        out.append(
+            doc.problem(
+                doc.value_pos(path),
+                "W002",
+                f"node {name!r} reads {text!r}, but {source!r} can be skipped (a "
+                f"when: on it or above it) while {name!r} still runs: the value is "
+                f"then null. Add {source!r} to needs with on_dep_skip: run to accept "
+                "null, or let the skip cascade to this node",
+            )
+        )
     return out
 
 
