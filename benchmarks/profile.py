@@ -1,6 +1,8 @@
 """Profile the engine on one benchmark path: ``python -m benchmarks.profile [--scenario
-noop|chain|exactly_once|fanout] [--workers 8] [--runs N] [--database-url URL] [--no-pyspy]
-[--json]`` (for ``fanout``, one run of ``--runs`` items).
+noop|chain|exactly_once|fanout|limits_global|limits_keys|limits_rate] [--workers 8]
+[--runs N] [--database-url URL] [--no-pyspy] [--json]`` (for ``fanout``, one run of
+``--runs`` items; the ``limits_*`` scenarios are the limited cases of
+``benchmarks/limits.py``).
 
 First the latency of one round trip (``SELECT 1``), then two passes over the same
 backlog size, each in a fresh schema:
@@ -60,7 +62,12 @@ SCENARIOS = {  # flow, steps per run, default runs
     "chain": ("chain", 3, 2_000),
     "exactly_once": ("exactly_once", 1, 5_000),
     "fanout": ("fanout", 1, 5_000),  # one run of N items (--runs: the item count)
+    # flow control (benchmarks/limits.py): the limited claim's path
+    "limits_global": ("limits_global", 1, 5_000),
+    "limits_keys": ("limits_keys", 1, 5_000),
+    "limits_rate": ("limits_rate", 1, 5_000),
 }
+LIMIT_KEYS = 1000  # the keys of limits_keys, as benchmarks/limits.py
 RATE_HZ = 250
 ROLES = {  # a thread's root function -> its role
     "_work_loop": "worker threads",
@@ -94,6 +101,7 @@ KEY_FUNCTIONS = (
     "call_hook",
     "Worker._claim_once",
     "claim",
+    "claim_limited",
     "Heartbeat.run_once",
     "Worker._dispatch",
     "ConnectionPool.getconn",
@@ -278,6 +286,8 @@ def _backlog(env: Env, schema: str, scenario: str, runs: int) -> None:
         inputs: Iterable[Any] = ({"schema": schema, "amount": i} for i in range(runs))
     elif scenario == "fanout":
         inputs = [{"items": runs}]
+    elif scenario == "limits_keys":
+        inputs = ({"i": i, "k": i % LIMIT_KEYS} for i in range(runs))
     else:
         inputs = ({"i": i} for i in range(runs))
     submit_backlog(env, schema, load(flow_name), inputs)

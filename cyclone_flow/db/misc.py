@@ -56,18 +56,6 @@ def session_begin(s: SessionLike) -> None:
     send_session_begin(s).result()
 
 
-def send_session_set_commit_async(s: SessionLike) -> Pending[None]:
-    """Send ``SET LOCAL synchronous_commit = off``: the transaction's COMMIT does not wait
-    for the WAL flush (the limited claim; see ``session_set_commit_async`` in misc.sql)."""
-    return Pending(execute(s, "session_set_commit_async"), nothing)
-
-
-def session_set_commit_async(s: SessionLike) -> None:
-    """An asynchronous COMMIT for the transaction begun on ``s`` (see
-    :func:`send_session_set_commit_async`)."""
-    send_session_set_commit_async(s).result()
-
-
 def send_session_commit(s: SessionLike) -> Pending[None]:
     """Send ``COMMIT``: the last statement of a transaction begun by
     :func:`send_session_begin`."""

@@ -88,12 +88,8 @@ def claim_limited(
     try:
         with pipelined(s.conn):
             misc.send_session_begin(s)
-            # generic plans: a custom plan of the claim costs more to plan, every time,
-            # than it takes to run
-            misc.send_session_force_generic_plans(s)
-            # the COMMIT releases the lock without waiting for the WAL flush: the limited
-            # claims, serialized by it, are not ~1 ms of flush each (docs/flow-control.md)
-            misc.send_session_set_commit_async(s)
+            # generic plans, an asynchronous COMMIT (the lock is not held through a WAL
+            # flush), reads in index order, then the lock: one statement
             steps.send_step_lock_limited_claims(s)
             steps.send_step_render_limits_if_available(s, queue=queue)
             claimed = steps.send_step_claim_limited_if_available(

@@ -5,6 +5,7 @@ under a hot key, a rate limit over ten seconds of database timestamps)."""
 from __future__ import annotations
 
 import io
+import re
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -20,6 +21,7 @@ from rich.console import Console
 
 from cyclone_flow import Client
 from cyclone_flow.cli.watch import render_tree
+from cyclone_flow.db import steps as step_rows
 from cyclone_flow.db.conn import Session
 from cyclone_flow.engine import claim as claiming
 from cyclone_flow.engine.explain import WaitReason
@@ -53,6 +55,14 @@ nodes:
   call_api:
     call: cyclone_test_handlers.basic:echo
     rate_limit: {limit: 2, per: 366d}
+"""
+
+GLOBAL_40 = """
+name: global_40
+nodes:
+  step:
+    call: cyclone_test_handlers.basic:echo
+    concurrency: {limit: 40}
 """
 
 SHARED_GROUP = """
@@ -119,8 +129,9 @@ def test_a_limited_claim_commits_without_waiting_for_the_wal_flush(
     """The limited claims are serialized by the schema's advisory lock, held to their
     COMMIT: an asynchronous commit releases it without the WAL flush (docs/flow-control.md,
     "How the claim keeps the limits"). Seen in the protocol trace of a real claim (a
-    connection that sends each statement's text): SET LOCAL synchronous_commit = off
-    after BEGIN and before the lock, and the claim made."""
+    connection that sends each statement's text): synchronous_commit off for the
+    transaction (set_config's is_local) after BEGIN and before the lock, and the claim
+    made."""
     client = make_client()
     client.submit(load_flow_text(MIXED), {})
     trace = tmp_path / "trace"
@@ -133,12 +144,71 @@ def test_a_limited_claim_commits_without_waiting_for_the_wal_flush(
         got = claiming.claim_limited(Session(conn, client._db.q), OWNER, 30, "default", 10)
         conn.pgconn.untrace()
     assert [s.node for s in got.steps] == ["limited"]
-    sent = [line for line in trace.read_text().splitlines() if "\tParse\t" in line]
+    # one protocol message per entry (a statement's text may span lines)
+    messages = re.split(r"\n(?=[FB]\t)", trace.read_text())
+    sent = [m for m in messages if "\tParse\t" in m]
     order = [
         next((i for i, line in enumerate(sent) if what in line), -1)
-        for what in ('"BEGIN', "synchronous_commit = off", "pg_advisory_xact_lock", '"COMMIT"')
+        for what in (
+            '"BEGIN',
+            "set_config('synchronous_commit', 'off', true)",
+            "pg_advisory_xact_lock",
+            '"COMMIT"',
+        )
     ]
     assert -1 not in order and order == sorted(order), sent
+
+
+def _generic_plan_in(conn: psycopg.Connection[Any], statement: str) -> str:
+    """The generic plan of ``statement`` (placeholders as ``$n``) on ``conn``, in its
+    transaction (so under that transaction's settings)."""
+    names: dict[str, int] = {}
+
+    def number(m: re.Match[str]) -> str:
+        return f"${names.setdefault(m.group(1), len(names) + 1)}"
+
+    text = re.sub(r"%\((\w+)\)s", number, statement).replace("%%", "%")
+    rows = conn.execute("EXPLAIN (GENERIC_PLAN, COSTS OFF) " + text).fetchall()
+    return "\n".join(r[0] for r in rows)
+
+
+def test_the_limited_claim_reads_its_indexes_whatever_the_statistics(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    """Statistics that see no available step (taken before a burst of submits; here: of
+    the empty table) make every plan over the available steps look free. Seen before the
+    fix: the claim's key probes read the queue's whole backlog through
+    cyclone_steps_claim_idx and sorted it (a 20,000-step benchmark backlog on a fresh
+    schema: 26 ms per claim until autovacuum's ANALYZE), and the claim's UPDATE joined its
+    picked rows against a scan of the claim index instead of the primary key. The claim's
+    transaction turns sorts and sequential scans off (``step_lock_limited_claims``) and the
+    UPDATE's guard names the locked row's state: every read walks an index in order."""
+    client = make_client()
+    db.execute("ANALYZE cyclone_steps")  # the statistics of an empty table
+    client.submit_many(load_flow_text(GLOBAL_40), [{} for _ in range(2000)])
+    with client._pool.connection() as conn:
+        session = Session(conn, client._db.q)
+        step_rows.step_lock_limited_claims(session)
+        plans = {
+            name: _generic_plan_in(conn, client._db.q[name])
+            for name in (
+                "step_render_limits_if_available",
+                "step_claim_limited_if_available",
+                "step_exists_limited",
+            )
+        }
+        conn.rollback()
+    for name, plan in plans.items():
+        assert "Seq Scan" not in plan, (name, plan)
+        assert "Bitmap" not in plan, (name, plan)
+    claim_plan = plans["step_claim_limited_if_available"]
+    assert "cyclone_steps_claim_idx" not in claim_plan, claim_plan
+    assert "using cyclone_steps_limited_idx on cyclone_steps h" in claim_plan, claim_plan
+    assert "using cyclone_steps_pkey on cyclone_steps s_1" in claim_plan, claim_plan
+    # the table is never sorted: the sorts left are of the claim's own few rows
+    sorted_inputs = re.findall(r"Sort\n\s+Sort Key: [^\n]+\n\s+->  (\S+ \S+)", claim_plan)
+    assert sorted_inputs and all(n == "CTE Scan" for n in sorted_inputs), claim_plan
+    assert "limits_unrendered_idx" in plans["step_render_limits_if_available"]
 
 
 def test_the_owner_release_leaves_limited_steps_to_the_limited_claim(

@@ -35,16 +35,6 @@ SET LOCAL plan_cache_mode = force_generic_plan
 -- limited claim: BEGIN, its statements and COMMIT in one round trip).
 BEGIN ISOLATION LEVEL READ COMMITTED
 
--- name: session_set_commit_async
--- In a limited claim's transaction (after session_begin): its COMMIT does not wait for
--- the WAL flush (about a millisecond), so the advisory lock that serializes the limited
--- claims is held for the claim's work only. The claim is visible to the next claimer's
--- snapshot at once (the counts stay exact); only its durability waits for the WAL writer
--- (at most 3 x wal_writer_delay) or for any later synchronous commit, such as the step's
--- completion. What a database crash can lose: the claims of that last moment, whose steps
--- are available again after recovery (docs/flow-control.md).
-SET LOCAL synchronous_commit = off
-
 -- name: session_commit
 -- Last of a transaction sent whole in one pipeline (after session_begin).
 COMMIT

@@ -171,7 +171,7 @@ WITH RECURSIVE after_cursor(k) AS (
     UNION ALL
     SELECT k FROM upto_cursor WHERE k IS NOT NULL
 ), candidates AS (
-    SELECT c.id, h.rate_key, room.rate_room, w.k
+    SELECT c.id, c.state, h.rate_key, room.rate_room, w.k
     FROM walk w
     CROSS JOIN LATERAL (
         SELECT h.concurrency_key, h.concurrency_limit, h.rate_key, h.rate_limit, h.rate_per
@@ -196,7 +196,7 @@ WITH RECURSIVE after_cursor(k) AS (
                           AND u.e > statement_timestamp() - h.rate_per), 0)
                END AS rate_room) room
     CROSS JOIN LATERAL (
-        SELECT s.id
+        SELECT s.id, s.state
         FROM {schema}.cyclone_steps s
         WHERE s.state = 'available' AND s.claim_owner = '~limits' AND s.queue = %(queue)s
           AND (coalesce(s.concurrency_key, s.rate_key) COLLATE "C") = w.k
@@ -213,8 +213,8 @@ WITH RECURSIVE after_cursor(k) AS (
     LIMIT %(limit)s
 ), picked AS (
     -- keys that share a rate key take its room together, in walk order
-    SELECT x.id, x.k
-    FROM (SELECT c.id, c.k, c.rate_key, c.rate_room,
+    SELECT x.id, x.state, x.k
+    FROM (SELECT c.id, c.state, c.k, c.rate_key, c.rate_room,
                  row_number() OVER (PARTITION BY c.rate_key ORDER BY c.id) AS n
           FROM candidates c) x
     WHERE x.rate_key IS NULL OR x.n <= x.rate_room
@@ -227,7 +227,11 @@ WITH RECURSIVE after_cursor(k) AS (
         started_at = statement_timestamp(),
         lease_generation = s.lease_generation + 1
     FROM picked p
-    WHERE s.id = p.id AND s.state = 'available'
+    -- the CAS guard: still in the state it was locked in ('available'). Written as
+    -- p.state, not the literal, so that no partial index on state = 'available' can serve
+    -- this join: on statistics that see no available step, the planner read the whole
+    -- claim index here instead of the primary key
+    WHERE s.id = p.id AND s.state = p.state
     RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_attempts,
               s.reclaims, s.lease_generation, s.input,
               extract(epoch FROM s.timeout)::float8 AS timeout_s,
@@ -283,12 +287,12 @@ GROUP BY concurrency_key
 -- claim's transaction after step_lock_limited_claims and before
 -- step_claim_limited_if_available, which then walks them under their keys. SKIP LOCKED: a
 -- row another transaction holds waits for the next claim. Reads
--- cyclone_steps_limits_unrendered_idx (empty unless such keys exist).
+-- cyclone_steps_limits_unrendered_idx (empty unless such keys exist; no ORDER BY: in the
+-- claim's transaction, with sorts off, one would walk the primary key instead).
 WITH todo AS (
     SELECT id, run_id, limit_plan FROM {schema}.cyclone_steps
     WHERE state = 'available' AND claim_owner = '~limits' AND queue = %(queue)s
       AND limit_plan IS NOT NULL AND concurrency_key IS NULL AND rate_key IS NULL
-    ORDER BY id
     LIMIT 1000
     FOR UPDATE SKIP LOCKED
 ), keyed AS (
@@ -317,17 +321,41 @@ FROM keyed k
 WHERE s.id = k.id
 
 -- name: step_lock_limited_claims
--- First in a limited claim's transaction: the advisory lock (per schema) that serializes
--- the limited claims, held to the commit; the claim's own snapshot, taken after it, then
--- counts every running step and window claim committed before (docs/flow-control.md).
-SELECT pg_advisory_xact_lock(1130066762, hashtext('{schema}'))
+-- First in a limited claim's transaction (after BEGIN), in one statement: the settings of
+-- the transaction, then the advisory lock (per schema) that serializes the limited claims,
+-- held to the commit; the claim's own snapshot, taken after it, then counts every running
+-- step and window claim committed before (docs/flow-control.md). The settings, each to the
+-- end of the transaction (set_config(..., true) = SET LOCAL):
+-- * plan_cache_mode = force_generic_plan: a custom plan of the claim costs more to plan,
+--   every time, than it takes to run;
+-- * synchronous_commit = off: the COMMIT does not wait for the WAL flush (about a
+--   millisecond), so the lock is held for the claim's work only. The claim is visible to
+--   the next claimer's snapshot at once (the counts stay exact); only its durability waits
+--   for the WAL writer (at most 3 x wal_writer_delay) or for any later synchronous commit,
+--   such as the step's completion. What a database crash can lose: the claims of that last
+--   moment, whose steps are available again after recovery;
+-- * enable_sort = off, enable_seqscan = off: every read of the claim walks an index in its
+--   order (cyclone_steps_limited_idx for the keys and their heads). Whatever the statistics
+--   say: on a table not analyzed since a large submit, the planner estimated one row and
+--   sorted the queue's whole backlog (read through cyclone_steps_claim_idx) once per key
+--   probe, tens of milliseconds per claim.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('synchronous_commit', 'off', true),
+       set_config('enable_sort', 'off', true),
+       set_config('enable_seqscan', 'off', true),
+       pg_advisory_xact_lock(1130066762, hashtext('{schema}'))
 
 -- name: step_exists_limited
 -- Whether queue %(queue)s has an available limited step (claimable now or later): the
--- worker keeps running the limited claim for the queue while it has.
+-- worker keeps running the limited claim for the queue while it has. The claim_owner test
+-- is written twice so that either index the planner may pick reads the limited steps only:
+-- cyclone_steps_limited_idx by its predicate, cyclone_steps_claim_idx by its second
+-- column (in a limited claim's transaction no sequential scan is considered; alone, one is
+-- chosen only when the statistics say limited steps abound, and it stops at the first).
 SELECT EXISTS (
     SELECT 1 FROM {schema}.cyclone_steps
-    WHERE state = 'available' AND claim_owner = '~limits' AND queue = %(queue)s)
+    WHERE state = 'available' AND queue = %(queue)s
+      AND claim_owner = '~limits' AND coalesce(claim_owner, '') = '~limits')
 
 -- name: step_complete_fan_out_if_waiting
 -- waiting -> completed with the item outputs in item order (jsonb_agg), or -> discarded
