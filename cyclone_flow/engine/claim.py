@@ -53,8 +53,9 @@ def claim(
 class LimitedClaims:
     """What :func:`claim_limited` claimed: ``steps``; ``cursor``, the key to start the
     next limited claim of the queue after (the last key claimed from, or the cursor
-    given); ``more``: the queue still has available limited steps (claimable now or
-    later), so the worker keeps claiming them."""
+    given); ``more``: the queue may still have available limited steps (claimable now
+    or later), so the worker keeps claiming them: True when the claim took steps (the
+    next claim finds out whether any are left), else what :func:`has_limited` found."""
 
     steps: list[LimitedClaim]
     cursor: str
@@ -62,9 +63,23 @@ class LimitedClaims:
 
 
 def has_limited(s: SessionLike, queue: str) -> bool:
-    """Whether ``queue`` has available limited steps (claimable now or later): one index
-    probe, which the worker runs at most once per poll interval while it has none."""
-    return steps.step_exists_limited(s, queue=queue)
+    """Whether ``queue`` has available limited steps (claimable now or later), on an
+    autocommit session: one index probe, in a transaction sent whole in one round trip
+    under the limited claim's settings (BEGIN, ``step_lock_limited_claims``, the probe,
+    COMMIT), so that it reads an index whatever the statistics say. The worker runs it at
+    most once per poll interval while the queue has none, and after a limited claim that
+    claimed nothing. Raises what the database raised (the transaction is rolled back)."""
+    try:
+        with pipelined(s.conn):
+            misc.send_session_begin(s)
+            steps.send_step_lock_limited_claims(s)
+            found = steps.send_step_exists_limited(s, queue=queue)
+            misc.send_session_commit(s)
+    except BaseException:
+        with suppress(Exception):  # a failed statement left the transaction open
+            s.conn.rollback()
+        raise
+    return found.result()
 
 
 def claim_limited(
@@ -79,17 +94,17 @@ def claim_limited(
     """Claim up to ``limit`` limited steps of ``queue`` (nodes with ``concurrency:`` or
     ``rate_limit:``, docs/flow-control.md) within their keys' limits, on an autocommit
     session (as :func:`claim`), in one transaction sent whole in one round trip: BEGIN,
-    an asynchronous commit (the COMMIT does not wait for the WAL flush), this schema's
-    limited-claim lock (held to the COMMIT: the claim's snapshot then counts every
-    limited claim committed before it), the rendering of keys that refer to an upstream
-    output, the claim, the check for more, COMMIT. Keys are walked round
-    robin from the first after ``cursor``; ``run_id``: only that run and its child runs.
-    Raises what the database raised (the transaction is then rolled back)."""
+    the transaction's settings and this schema's limited-claim lock in one statement
+    (``step_lock_limited_claims``: generic plans, an asynchronous commit, reads in index
+    order; the lock held to the COMMIT, so the claim's snapshot counts every limited claim
+    committed before it), the rendering of keys that refer to an upstream output, the
+    claim, COMMIT. When it claimed nothing, :func:`has_limited` tells whether the queue
+    still has limited steps (one more round trip, only then). Keys are walked round robin
+    from the first after ``cursor``; ``run_id``: only that run and its child runs. Raises
+    what the database raised (the transaction is then rolled back)."""
     try:
         with pipelined(s.conn):
             misc.send_session_begin(s)
-            # generic plans, an asynchronous COMMIT (the lock is not held through a WAL
-            # flush), reads in index order, then the lock: one statement
             steps.send_step_lock_limited_claims(s)
             steps.send_step_render_limits_if_available(s, queue=queue)
             claimed = steps.send_step_claim_limited_if_available(
@@ -101,14 +116,15 @@ def claim_limited(
                 cursor=cursor,
                 run_id=run_id,
             )
-            more = steps.send_step_exists_limited(s, queue=queue)
             misc.send_session_commit(s)
     except BaseException:
         with suppress(Exception):  # a failed statement left the transaction open
             s.conn.rollback()
         raise
     rows = claimed.result()
-    return LimitedClaims(rows, _last_key(cursor, {r.limit_key for r in rows}), more.result())
+    # a claim that took steps says the queue has more (the next claim finds out if not)
+    more = bool(rows) or has_limited(s, queue)
+    return LimitedClaims(rows, _last_key(cursor, {r.limit_key for r in rows}), more)
 
 
 def _last_key(cursor: str, keys: set[str]) -> str:

@@ -100,7 +100,10 @@ def test_generic_claim_leaves_limited_steps_to_the_limited_claim(
     assert [s.node for s in got] == ["free"]
     limited = claim_limited(client, OWNER, 30, "default", 10)
     assert [s.node for s in limited.steps] == ["limited"]
-    assert limited.cursor == "mixed.limited" and not limited.more
+    # a claim that took steps says "more"; the next one, with none left, says none
+    assert limited.cursor == "mixed.limited" and limited.more
+    after = claim_limited(client, OWNER, 30, "default", 10, limited.cursor)
+    assert after.steps == [] and not after.more and after.cursor == "mixed.limited"
     row = db.execute(
         "SELECT concurrency_key, concurrency_limit, claim_owner FROM cyclone_steps"
         " WHERE run_id = %s AND node = 'limited'",

@@ -128,7 +128,7 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
 -- running frees its slot in that transaction), a rate key at most rate_limit minus its
 -- claims of the last rate_per (the sliding log of cyclone_rate_windows, by the database
 -- clock: the buckets that end after now - rate_per; this statement adds its claims there
--- with cyclone_rate_log_add, migration 0013). The keys that have available limited steps
+-- with cyclone_rate_log_add, migration 0014). The keys that have available limited steps
 -- are walked one by one (a loose index scan of cyclone_steps_limited_idx) from the first
 -- key after %(cursor)s, wrapping around (round robin: a key at its limit is skipped, a
 -- hot key never holds back the keys after it), each key's heads read in (priority,
@@ -194,7 +194,8 @@ WITH RECURSIVE after_cursor(k) AS (
                         CROSS JOIN LATERAL unnest(rw.bucket_ends, rw.bucket_claims) AS u(e, c)
                         WHERE rw.rate_key = h.rate_key
                           AND u.e > statement_timestamp() - h.rate_per), 0)
-               END AS rate_room) room
+               END AS rate_room
+        OFFSET 0) room  -- once per key: not folded into each candidate row
     CROSS JOIN LATERAL (
         SELECT s.id, s.state
         FROM {schema}.cyclone_steps s
@@ -248,6 +249,9 @@ WITH RECURSIVE after_cursor(k) AS (
               END AS flow_name,
               p.k AS limit_key, s.rate_key, s.rate_per
 ), counted AS (
+    -- each rate key's log, read by this statement (after the lock: every earlier claim
+    -- counted), with this claim's steps added (cyclone_rate_log_add, migration 0014:
+    -- inlined), written back whole
     INSERT INTO {schema}.cyclone_rate_windows AS rw
         (rate_key, rate_per, bucket_ends, bucket_claims)
     SELECT g.rate_key, g.rate_per, l.new_ends, l.new_claims
@@ -255,15 +259,12 @@ WITH RECURSIVE after_cursor(k) AS (
           FROM claimed c
           WHERE c.rate_key IS NOT NULL
           GROUP BY c.rate_key) g
+    LEFT JOIN {schema}.cyclone_rate_windows old ON old.rate_key = g.rate_key
     CROSS JOIN LATERAL {schema}.cyclone_rate_log_add(
-        NULL, NULL, g.rate_per, statement_timestamp(), g.n) l
+        old.bucket_ends, old.bucket_claims, g.rate_per, statement_timestamp(), g.n) l
     ON CONFLICT (rate_key) DO UPDATE
-    SET (bucket_ends, bucket_claims) = (
-            SELECT l.new_ends, l.new_claims
-            FROM {schema}.cyclone_rate_log_add(rw.bucket_ends, rw.bucket_claims,
-                                               excluded.rate_per, statement_timestamp(),
-                                               excluded.bucket_claims[1]) l),
-        rate_per = excluded.rate_per
+    SET (bucket_ends, bucket_claims, rate_per) =
+        (excluded.bucket_ends, excluded.bucket_claims, excluded.rate_per)
 )
 SELECT id, run_id, node, type, call, queue, attempt, max_attempts, reclaims, lease_generation,
        input, timeout_s, wait_s, parent_node, item_index, item, run_input, traceparent,
