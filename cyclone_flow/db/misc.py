@@ -56,6 +56,12 @@ def session_begin(s: SessionLike) -> None:
     send_session_begin(s).result()
 
 
+def send_session_read_by_index(s: SessionLike) -> Pending[None]:
+    """Send ``SET LOCAL enable_seqscan = off`` (in a transaction begun by
+    :func:`send_session_begin`: its reads use an index whatever the statistics say)."""
+    return Pending(execute(s, "session_read_by_index"), nothing)
+
+
 def send_session_commit(s: SessionLike) -> Pending[None]:
     """Send ``COMMIT``: the last statement of a transaction begun by
     :func:`send_session_begin`."""

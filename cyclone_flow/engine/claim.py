@@ -65,14 +65,15 @@ class LimitedClaims:
 def has_limited(s: SessionLike, queue: str) -> bool:
     """Whether ``queue`` has available limited steps (claimable now or later), on an
     autocommit session: one index probe, in a transaction sent whole in one round trip
-    under the limited claim's settings (BEGIN, ``step_lock_limited_claims``, the probe,
-    COMMIT), so that it reads an index whatever the statistics say. The worker runs it at
-    most once per poll interval while the queue has none, and after a limited claim that
-    claimed nothing. Raises what the database raised (the transaction is rolled back)."""
+    (BEGIN, no sequential scan, the probe, COMMIT), so that it reads an index whatever the
+    statistics say; it takes no lock, so it never waits for a limited claim. The worker
+    runs it at most once per poll interval while the queue has none, and after a limited
+    claim that claimed nothing. Raises what the database raised (the transaction is rolled
+    back)."""
     try:
         with pipelined(s.conn):
             misc.send_session_begin(s)
-            steps.send_step_lock_limited_claims(s)
+            misc.send_session_read_by_index(s)
             found = steps.send_step_exists_limited(s, queue=queue)
             misc.send_session_commit(s)
     except BaseException:

@@ -348,7 +348,7 @@ class Worker:
             )
 
     def _has_limited(self, queue_name: str) -> bool:
-        """Whether ``queue_name`` has available limited steps (one autocommit statement)."""
+        """Whether ``queue_name`` has available limited steps (one round trip, no lock)."""
         with self.db.autocommit_session() as s:
             return claim.has_limited(s, queue_name)
 

@@ -194,13 +194,15 @@ def test_the_limited_claim_reads_its_indexes_whatever_the_statistics(
         step_rows.step_lock_limited_claims(session)
         plans = {
             name: _generic_plan_in(conn, client._db.q[name])
-            for name in (
-                "step_render_limits_if_available",
-                "step_claim_limited_if_available",
-                "step_exists_limited",
-            )
+            for name in ("step_render_limits_if_available", "step_claim_limited_if_available")
         }
         conn.rollback()
+        # the probe for more runs in a transaction of its own, without the lock
+        with conn.transaction():
+            conn.execute(client._db.q["session_read_by_index"])
+            plans["step_exists_limited"] = _generic_plan_in(
+                conn, client._db.q["step_exists_limited"]
+            )
     for name, plan in plans.items():
         assert "Seq Scan" not in plan, (name, plan)
         assert "Bitmap" not in plan, (name, plan)
@@ -212,6 +214,25 @@ def test_the_limited_claim_reads_its_indexes_whatever_the_statistics(
     sorted_inputs = re.findall(r"Sort\n\s+Sort Key: [^\n]+\n\s+->  (\S+ \S+)", claim_plan)
     assert sorted_inputs and all(n == "CTE Scan" for n in sorted_inputs), claim_plan
     assert "limits_unrendered_idx" in plans["step_render_limits_if_available"]
+
+
+def test_the_probe_for_limited_steps_never_waits_for_the_limited_claims_lock(
+    make_client: Callable[..., Client], database_url: str, schema: str
+) -> None:
+    """A worker probes each queue it serves for limited steps once per poll interval, in
+    its one claim loop: a probe that waited for the limited claims' advisory lock would
+    stall the ordinary claim of every queue of that worker while another process holds
+    it (a breaker saw a run of a flow without limits never start)."""
+    client = make_client()
+    client.submit(load_flow_text(MIXED), {})
+    with (
+        psycopg.connect(database_url) as holder,
+        psycopg.connect(database_url, autocommit=True, options="-c lock_timeout=2s") as conn,
+    ):
+        holder.execute(client._db.q["step_lock_limited_claims"])  # held to its rollback
+        assert claiming.has_limited(Session(conn, client._db.q), "default") is True
+        assert claiming.has_limited(Session(conn, client._db.q), "other") is False
+        holder.rollback()
 
 
 def test_the_owner_release_leaves_limited_steps_to_the_limited_claim(

@@ -172,6 +172,25 @@ def test_each_migration_is_safe_to_apply_twice(database_url: str, fresh_schema: 
     assert {"cyclone_workflows", "cyclone_runs", "cyclone_steps", "cyclone_deps"} <= tables
 
 
+def test_the_whole_sequence_is_safe_to_apply_again(database_url: str, fresh_schema: str) -> None:
+    """Every migration in order, then every one again: a later migration must not change
+    what an earlier one's CREATE OR REPLACE cannot change back (a function's return type:
+    0014 adds the inlinable rate log function beside 0013's instead of redefining it)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(fresh_schema)))
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(fresh_schema)))
+        for _ in range(2):
+            for mig in migrations():
+                with conn.transaction():
+                    conn.execute(mig.sql.encode("utf-8"))
+        returns = conn.execute(
+            "SELECT p.proretset FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = %s AND p.proname LIKE 'cyclone_rate_log_%%' ORDER BY p.proname",
+            (fresh_schema,),
+        ).fetchall()
+    assert returns == [(False,), (True,)]  # cyclone_rate_log_add (0013), _next (0014)
+
+
 def test_shipped_tables_fillfactor_and_indexes(database_url: str, schema: str) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         options = dict(

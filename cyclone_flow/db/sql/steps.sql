@@ -128,7 +128,7 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
 -- running frees its slot in that transaction), a rate key at most rate_limit minus its
 -- claims of the last rate_per (the sliding log of cyclone_rate_windows, by the database
 -- clock: the buckets that end after now - rate_per; this statement adds its claims there
--- with cyclone_rate_log_add, migration 0014). The keys that have available limited steps
+-- with cyclone_rate_log_next, migration 0014). The keys that have available limited steps
 -- are walked one by one (a loose index scan of cyclone_steps_limited_idx) from the first
 -- key after %(cursor)s, wrapping around (round robin: a key at its limit is skipped, a
 -- hot key never holds back the keys after it), each key's heads read in (priority,
@@ -250,7 +250,7 @@ WITH RECURSIVE after_cursor(k) AS (
               p.k AS limit_key, s.rate_key, s.rate_per
 ), counted AS (
     -- each rate key's log, read by this statement (after the lock: every earlier claim
-    -- counted), with this claim's steps added (cyclone_rate_log_add, migration 0014:
+    -- counted), with this claim's steps added (cyclone_rate_log_next, migration 0014:
     -- inlined), written back whole
     INSERT INTO {schema}.cyclone_rate_windows AS rw
         (rate_key, rate_per, bucket_ends, bucket_claims)
@@ -260,7 +260,7 @@ WITH RECURSIVE after_cursor(k) AS (
           WHERE c.rate_key IS NOT NULL
           GROUP BY c.rate_key) g
     LEFT JOIN {schema}.cyclone_rate_windows old ON old.rate_key = g.rate_key
-    CROSS JOIN LATERAL {schema}.cyclone_rate_log_add(
+    CROSS JOIN LATERAL {schema}.cyclone_rate_log_next(
         old.bucket_ends, old.bucket_claims, g.rate_per, statement_timestamp(), g.n) l
     ON CONFLICT (rate_key) DO UPDATE
     SET (bucket_ends, bucket_claims, rate_per) =
@@ -351,8 +351,8 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
 -- worker keeps running the limited claim for the queue while it has. The claim_owner test
 -- is written twice so that either index the planner may pick reads the limited steps only:
 -- cyclone_steps_limited_idx by its predicate, cyclone_steps_claim_idx by its second
--- column (in a limited claim's transaction no sequential scan is considered; alone, one is
--- chosen only when the statistics say limited steps abound, and it stops at the first).
+-- column. Sent after session_read_by_index: no sequential scan, which would read the
+-- completed steps first in the heap before the first limited one.
 SELECT EXISTS (
     SELECT 1 FROM {schema}.cyclone_steps
     WHERE state = 'available' AND queue = %(queue)s
