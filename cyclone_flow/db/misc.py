@@ -56,10 +56,17 @@ def session_begin(s: SessionLike) -> None:
     send_session_begin(s).result()
 
 
-def send_session_read_by_index(s: SessionLike) -> Pending[None]:
-    """Send ``SET LOCAL enable_seqscan = off`` (in a transaction begun by
-    :func:`send_session_begin`: its reads use an index whatever the statistics say)."""
-    return Pending(execute(s, "session_read_by_index"), nothing)
+def send_session_read_in_index_order(s: SessionLike) -> Pending[None]:
+    """Send sequential scans and sorts off for the rest of the transaction begun by
+    :func:`send_session_begin`: its reads walk an index in order whatever the statistics
+    say."""
+    return Pending(execute(s, "session_read_in_index_order"), nothing)
+
+
+def session_read_in_index_order(s: SessionLike) -> None:
+    """Sequential scans and sorts off for the rest of the transaction (see
+    :func:`send_session_read_in_index_order`)."""
+    send_session_read_in_index_order(s).result()
 
 
 def send_session_commit(s: SessionLike) -> Pending[None]:

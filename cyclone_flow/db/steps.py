@@ -239,6 +239,23 @@ def send_step_exists_limited(s: SessionLike, *, queue: str) -> Pending[bool]:
     return Pending(execute(s, "step_exists_limited", {"queue": queue}), _exists)
 
 
+def send_step_get_next_rate_token(s: SessionLike, *, queue: str) -> Pending[float | None]:
+    """Send the probe for the seconds until a rate key of one of ``queue``'s limited keys'
+    heads gets a claim back (None: no head waits on a rate key's log)."""
+    return Pending(execute(s, "step_get_next_rate_token", {"queue": queue}), _seconds)
+
+
+def step_get_next_rate_token(s: SessionLike, *, queue: str) -> float | None:
+    """The seconds until a rate key of one of ``queue``'s limited keys' heads gets a claim
+    back (see :func:`send_step_get_next_rate_token`)."""
+    return send_step_get_next_rate_token(s, queue=queue).result()
+
+
+def _seconds(cursor: psycopg.Cursor[Any]) -> float | None:
+    row = cursor.fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
 def _exists(cursor: psycopg.Cursor[Any]) -> bool:
     row = cursor.fetchone()
     return bool(row and row[0])

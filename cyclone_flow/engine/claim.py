@@ -55,32 +55,59 @@ class LimitedClaims:
     next limited claim of the queue after (the last key claimed from, or the cursor
     given); ``more``: the queue may still have available limited steps (claimable now
     or later), so the worker keeps claiming them: True when the claim took steps (the
-    next claim finds out whether any are left), else what :func:`has_limited` found."""
+    next claim finds out whether any are left), else what :func:`probe_limited` found;
+    ``retry_in_s``: after a claim that took nothing, the seconds until a rate key of one
+    of the queue's keys gets a claim back (None: none waits on a rate key), when the
+    worker should claim again."""
 
     steps: list[LimitedClaim]
     cursor: str
     more: bool
+    retry_in_s: float | None = None
+
+
+@dataclass(frozen=True)
+class LimitedProbe:
+    """What :func:`probe_limited` found: ``more``, the queue has available limited steps
+    (claimable now or later); ``retry_in_s``, the seconds until a rate key of one of its
+    keys' heads gets a claim back (None: no head waits on a rate key's log)."""
+
+    more: bool
+    retry_in_s: float | None
 
 
 def has_limited(s: SessionLike, queue: str) -> bool:
     """Whether ``queue`` has available limited steps (claimable now or later), on an
     autocommit session: one index probe, in a transaction sent whole in one round trip
-    (BEGIN, no sequential scan, the probe, COMMIT), so that it reads an index whatever the
-    statistics say; it takes no lock, so it never waits for a limited claim. The worker
-    runs it at most once per poll interval while the queue has none, and after a limited
-    claim that claimed nothing. Raises what the database raised (the transaction is rolled
-    back)."""
+    (BEGIN, reads in index order, the probe, COMMIT), so that it reads an index whatever
+    the statistics say; it takes no lock, so it never waits for a limited claim. The
+    worker runs it at most once per poll interval while the queue has none. Raises what
+    the database raised (the transaction is rolled back)."""
+    return _probe(s, queue, rate=False).more
+
+
+def probe_limited(s: SessionLike, queue: str) -> LimitedProbe:
+    """:func:`has_limited`, and when the queue has limited steps, the seconds until a
+    rate key of one of its keys' heads gets a claim back (``step_get_next_rate_token``,
+    in the same round trip): what a limited claim that took nothing asks. Raises what the
+    database raised."""
+    return _probe(s, queue, rate=True)
+
+
+def _probe(s: SessionLike, queue: str, *, rate: bool) -> LimitedProbe:
     try:
         with pipelined(s.conn):
             misc.send_session_begin(s)
-            misc.send_session_read_by_index(s)
+            misc.send_session_read_in_index_order(s)
             found = steps.send_step_exists_limited(s, queue=queue)
+            token = steps.send_step_get_next_rate_token(s, queue=queue) if rate else None
             misc.send_session_commit(s)
     except BaseException:
         with suppress(Exception):  # a failed statement left the transaction open
             s.conn.rollback()
         raise
-    return found.result()
+    more = found.result()
+    return LimitedProbe(more, token.result() if token is not None and more else None)
 
 
 def claim_limited(
@@ -99,8 +126,9 @@ def claim_limited(
     (``step_lock_limited_claims``: generic plans, an asynchronous commit, reads in index
     order; the lock held to the COMMIT, so the claim's snapshot counts every limited claim
     committed before it), the rendering of keys that refer to an upstream output, the
-    claim, COMMIT. When it claimed nothing, :func:`has_limited` tells whether the queue
-    still has limited steps (one more round trip, only then). Keys are walked round robin
+    claim, COMMIT. When it claimed nothing, :func:`probe_limited` tells whether the queue
+    still has limited steps and when a rate key gets a claim back (one more round trip,
+    only then). Keys are walked round robin
     from the first after ``cursor``; ``run_id``: only that run and its child runs. Raises
     what the database raised (the transaction is then rolled back)."""
     try:
@@ -123,9 +151,10 @@ def claim_limited(
             s.conn.rollback()
         raise
     rows = claimed.result()
-    # a claim that took steps says the queue has more (the next claim finds out if not)
-    more = bool(rows) or has_limited(s, queue)
-    return LimitedClaims(rows, _last_key(cursor, {r.limit_key for r in rows}), more)
+    if rows:  # the queue may have more: the next claim finds out
+        return LimitedClaims(rows, _last_key(cursor, {r.limit_key for r in rows}), True)
+    probe = probe_limited(s, queue)
+    return LimitedClaims(rows, cursor, probe.more, probe.retry_in_s)
 
 
 def _last_key(cursor: str, keys: set[str]) -> str:

@@ -44,6 +44,10 @@ from cyclone_flow.states import EventKind
 from cyclone_flow.worker.execute import Executor
 from cyclone_flow.worker.heartbeat import Heartbeat, WorkerIdentity
 
+_RATE_RETRY_FLOOR_S = 0.005
+"""The shortest wait before claiming again for a rate token (a token due now, or already
+back: the claim loop never spins on the database clock's edge)."""
+
 
 @dataclass
 class _LimitedQueue:
@@ -103,6 +107,10 @@ class Worker:
         self._handed: set[tuple[int, int]] = set()
         # per served queue: the limited claim's state (docs/flow-control.md)
         self._limited = {q: _LimitedQueue() for q in config.worker_queues}
+        # monotonic instant a rate key of a served queue gets a claim back, after a
+        # limited claim that took nothing (the claim loop claims again then: nothing else
+        # wakes it for a token); None: no such key
+        self._rate_due: float | None = None
         self._tasks: queue.Queue[ClaimedStep | None] = queue.Queue()
         self._idle = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
@@ -277,11 +285,15 @@ class Worker:
             if claimed:
                 interval = lo
                 continue
-            woke = self._wake.wait(interval)
+            wait = interval
+            if self._rate_due is not None:  # a rate key gets a claim back then
+                wait = min(wait, max(self._rate_due - time.monotonic(), 0.0))
+            woke = self._wake.wait(wait)
             interval = lo if woke else min(interval * 2, hi)
 
     def _claim_once(self) -> int:
         total = 0
+        self._rate_due = None
         for queue_name, size in self.config.worker_queues.items():
             # Only this loop takes slots and worker threads only free them, so ``free``
             # can only grow while the claim runs.
@@ -315,6 +327,10 @@ class Worker:
                     steps += got.steps
                     limited.cursor = got.cursor
                     limited.active = got.more or bool(got.steps)
+                    if got.retry_in_s is not None:  # claim again when a token is back
+                        due = time.monotonic() + max(got.retry_in_s, _RATE_RETRY_FLOOR_S)
+                        if self._rate_due is None or due < self._rate_due:
+                            self._rate_due = due
             if len(steps) < free:
                 self.claim_queries += 1
                 steps += retry_conflicts(

@@ -199,7 +199,7 @@ def test_the_limited_claim_reads_its_indexes_whatever_the_statistics(
         conn.rollback()
         # the probe for more runs in a transaction of its own, without the lock
         with conn.transaction():
-            conn.execute(client._db.q["session_read_by_index"])
+            conn.execute(client._db.q["session_read_in_index_order"])
             plans["step_exists_limited"] = _generic_plan_in(
                 conn, client._db.q["step_exists_limited"]
             )
@@ -495,6 +495,68 @@ def test_rate_limit_counts_claims_per_window_and_explain_says_when(
     assert waiting.reason == "rate_limit"
     assert waiting.text.startswith("rate limit rated.call_api: next token in ")
     assert waiting.as_dict()["key"] == "rated.call_api"
+
+
+def test_an_empty_limited_claim_says_when_a_rate_key_gets_a_claim_back(
+    make_client: Callable[..., Client],
+) -> None:
+    client = make_client()
+    rated = load_flow_text(
+        RATED.replace("rate_limit: {limit: 2, per: 366d}", "rate_limit: {limit: 2, per: 30s}")
+    )
+    client.submit_many(rated, [{} for _ in range(3)])
+    first = claim_limited(client, OWNER, 30, "default", 10)
+    assert len(first.steps) == 2 and first.retry_in_s is None  # it took steps
+    empty = claim_limited(client, OWNER, 30, "default", 10, first.cursor)
+    assert empty.steps == [] and empty.more
+    # the two claims count until their bucket's end (at most 30 s / 64 away) + 30 s
+    assert empty.retry_in_s is not None and 29.0 < empty.retry_in_s <= 30.5, empty
+
+
+def test_an_empty_limited_claim_waits_on_no_rate_key_for_a_concurrency_key(
+    make_client: Callable[..., Client],
+) -> None:
+    client = make_client()
+    client.submit_many(load_flow_text(PER_CUSTOMER), [{"customer": "c"} for _ in range(3)])
+    assert len(claim_limited(client, OWNER, 30, "default", 10).steps) == 2
+    empty = claim_limited(client, OWNER, 30, "default", 10)
+    assert empty.steps == [] and empty.more and empty.retry_in_s is None
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_claims_again_when_a_rate_token_comes_back(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    """Nothing wakes a worker when a rate key's token comes back: it claimed again only
+    at its next poll, backing off (0.05, 0.1, 0.2, ... s) while the key was out of
+    tokens, so a saturated key got about two thirds of its limit (a breaker measured 13
+    claims per second under a limit of 20). After an empty limited claim the worker
+    waits until the first token is back instead: three windows of 5 claims per 2 s start
+    about 2 s apart (backing off, the third started about 6.3 s after the first)."""
+    client = make_client(workers=8, poll_interval=(0.05, 30.0))
+    flow = load_flow_text(
+        RATED.replace("rate_limit: {limit: 2, per: 366d}", "rate_limit: {limit: 5, per: 2s}")
+    )
+    client.submit_many(flow, [{} for _ in range(15)])
+    client.start()
+    wait_until(
+        lambda: (
+            db.execute("SELECT count(*) FROM cyclone_runs WHERE state = 'completed'").fetchone()
+            == (15,)
+        ),
+        45,
+        what="every run completed",
+    )
+    starts = [
+        r[0]
+        for r in db.execute(
+            "SELECT extract(epoch FROM started_at - min(started_at) OVER ())::float8"
+            " FROM cyclone_steps ORDER BY started_at"
+        ).fetchall()
+    ]
+    assert _most_in_any_window(db, "2 seconds") <= 5
+    # the third window's first claim: at 2 x (2 s + at most one bucket of 31 ms)
+    assert starts[10] < 5.2, starts
 
 
 def test_explain_names_the_concurrency_key_at_its_limit(

@@ -30,12 +30,13 @@ SELECT coalesce(%(now)s::timestamptz, now())
 -- engine's statements follow it: a handler's own writes in ctx.completion_tx() came before.
 SET LOCAL plan_cache_mode = force_generic_plan
 
--- name: session_read_by_index
--- In a transaction (after session_begin): no sequential scan for the rest of it. The
--- probe whether a queue has limited steps (step_exists_limited) then reads an index
--- whatever the statistics say, never the completed steps first in the heap; it takes no
--- lock (step_lock_limited_claims sets this and more for the claim itself).
-SET LOCAL enable_seqscan = off
+-- name: session_read_in_index_order
+-- In a transaction (after session_begin): no sequential scan and no sort for the rest of
+-- it. The probes for limited steps (step_exists_limited, step_get_next_rate_token) then
+-- read cyclone_steps_limited_idx in its order whatever the statistics say, never the
+-- completed steps first in the heap; they take no lock (step_lock_limited_claims sets this
+-- and more for the claim itself).
+SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true)
 
 -- name: session_begin
 -- First of a transaction sent whole in one pipeline on an autocommit connection (the

@@ -351,12 +351,51 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
 -- worker keeps running the limited claim for the queue while it has. The claim_owner test
 -- is written twice so that either index the planner may pick reads the limited steps only:
 -- cyclone_steps_limited_idx by its predicate, cyclone_steps_claim_idx by its second
--- column. Sent after session_read_by_index: no sequential scan, which would read the
+-- column. Sent after session_read_in_index_order: no sequential scan, which would read the
 -- completed steps first in the heap before the first limited one.
 SELECT EXISTS (
     SELECT 1 FROM {schema}.cyclone_steps
     WHERE state = 'available' AND queue = %(queue)s
       AND claim_owner = '~limits' AND coalesce(claim_owner, '') = '~limits')
+
+-- name: step_get_next_rate_token
+-- The seconds until the rate key of the head of one of queue %(queue)s's limited keys
+-- gets a claim back (its oldest counted claim leaves the sliding window: that bucket's end
+-- + rate_per, the rule of step_claim_limited_if_available), or NULL when no head waits on
+-- a rate key's log. After a limited claim that took nothing: nothing else wakes a worker
+-- when a token comes back, so it claims again then instead of backing off to its longest
+-- poll. Walks the keys as the claim does (one probe per key, cyclone_steps_limited_idx);
+-- sent after session_read_in_index_order.
+WITH RECURSIVE walk(k) AS (
+    (SELECT (coalesce(concurrency_key, rate_key) COLLATE "C") FROM {schema}.cyclone_steps
+     WHERE state = 'available' AND claim_owner = '~limits' AND queue = %(queue)s
+     ORDER BY (coalesce(concurrency_key, rate_key) COLLATE "C")
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT (coalesce(s.concurrency_key, s.rate_key) COLLATE "C")
+            FROM {schema}.cyclone_steps s
+            WHERE s.state = 'available' AND s.claim_owner = '~limits' AND s.queue = %(queue)s
+              AND (coalesce(s.concurrency_key, s.rate_key) COLLATE "C") > w.k
+            ORDER BY (coalesce(s.concurrency_key, s.rate_key) COLLATE "C")
+            LIMIT 1)
+    FROM walk w
+    WHERE w.k IS NOT NULL
+)
+SELECT extract(epoch FROM min(t.back_at) - statement_timestamp())::float8
+FROM walk w
+CROSS JOIN LATERAL (
+    SELECT h.rate_key, h.rate_per
+    FROM {schema}.cyclone_steps h
+    WHERE h.state = 'available' AND h.claim_owner = '~limits' AND h.queue = %(queue)s
+      AND (coalesce(h.concurrency_key, h.rate_key) COLLATE "C") = w.k
+    ORDER BY h.priority, h.scheduled_at, h.id
+    LIMIT 1) h
+JOIN {schema}.cyclone_rate_windows rw ON rw.rate_key = h.rate_key
+CROSS JOIN LATERAL (
+    SELECT min(u.e) + h.rate_per AS back_at
+    FROM unnest(rw.bucket_ends) AS u(e)
+    WHERE u.e > statement_timestamp() - h.rate_per) t
+WHERE w.k IS NOT NULL
 
 -- name: step_complete_fan_out_if_waiting
 -- waiting -> completed with the item outputs in item order (jsonb_agg), or -> discarded
