@@ -513,11 +513,18 @@ def test_an_empty_limited_claim_says_when_a_rate_key_gets_a_claim_back(
     assert empty.retry_in_s is not None and 29.0 < empty.retry_in_s <= 30.5, empty
 
 
-def test_an_empty_limited_claim_waits_on_no_rate_key_for_a_concurrency_key(
-    make_client: Callable[..., Client],
+@pytest.mark.parametrize(
+    "rate", ["", "rate_limit: {limit: 10, per: 30s}"], ids=["no-rate", "rate-left"]
+)
+def test_an_empty_limited_claim_waits_for_no_token_when_a_concurrency_limit_holds(
+    make_client: Callable[..., Client], rate: str
 ) -> None:
+    """A key held by its concurrency limit is woken by the completion that frees a slot;
+    a rate key with tokens left is no reason to claim again at its next token (the worker
+    would claim every 1/64 of the window while the slot stays taken)."""
     client = make_client()
-    client.submit_many(load_flow_text(PER_CUSTOMER), [{"customer": "c"} for _ in range(3)])
+    flow = PER_CUSTOMER + (f"    {rate}\n" if rate else "")
+    client.submit_many(load_flow_text(flow), [{"customer": "c"} for _ in range(3)])
     assert len(claim_limited(client, OWNER, 30, "default", 10).steps) == 2
     empty = claim_limited(client, OWNER, 30, "default", 10)
     assert empty.steps == [] and empty.more and empty.retry_in_s is None

@@ -359,10 +359,11 @@ SELECT EXISTS (
       AND claim_owner = '~limits' AND coalesce(claim_owner, '') = '~limits')
 
 -- name: step_get_next_rate_token
--- The seconds until the rate key of the head of one of queue %(queue)s's limited keys
--- gets a claim back (its oldest counted claim leaves the sliding window: that bucket's end
--- + rate_per, the rule of step_claim_limited_if_available), or NULL when no head waits on
--- a rate key's log. After a limited claim that took nothing: nothing else wakes a worker
+-- The seconds until the rate key of the head of one of queue %(queue)s's limited keys,
+-- out of tokens (its counted claims at its limit), gets a claim back (its oldest counted
+-- claim leaves the sliding window: that bucket's end + rate_per, the rule of
+-- step_claim_limited_if_available), or NULL when no head waits for a rate token (a key
+-- held by its concurrency limit alone is woken by the completion that frees its slot). After a limited claim that took nothing: nothing else wakes a worker
 -- when a token comes back, so it claims again then instead of backing off to its longest
 -- poll. Walks the keys as the claim does (one probe per key, cyclone_steps_limited_idx);
 -- sent after session_read_in_index_order.
@@ -384,7 +385,7 @@ WITH RECURSIVE walk(k) AS (
 SELECT extract(epoch FROM min(t.back_at) - statement_timestamp())::float8
 FROM walk w
 CROSS JOIN LATERAL (
-    SELECT h.rate_key, h.rate_per
+    SELECT h.rate_key, h.rate_limit, h.rate_per
     FROM {schema}.cyclone_steps h
     WHERE h.state = 'available' AND h.claim_owner = '~limits' AND h.queue = %(queue)s
       AND (coalesce(h.concurrency_key, h.rate_key) COLLATE "C") = w.k
@@ -392,10 +393,10 @@ CROSS JOIN LATERAL (
     LIMIT 1) h
 JOIN {schema}.cyclone_rate_windows rw ON rw.rate_key = h.rate_key
 CROSS JOIN LATERAL (
-    SELECT min(u.e) + h.rate_per AS back_at
-    FROM unnest(rw.bucket_ends) AS u(e)
+    SELECT min(u.e) + h.rate_per AS back_at, sum(u.c) AS counted
+    FROM unnest(rw.bucket_ends, rw.bucket_claims) AS u(e, c)
     WHERE u.e > statement_timestamp() - h.rate_per) t
-WHERE w.k IS NOT NULL
+WHERE w.k IS NOT NULL AND t.counted >= h.rate_limit  -- out of tokens: what holds it
 
 -- name: step_complete_fan_out_if_waiting
 -- waiting -> completed with the item outputs in item order (jsonb_agg), or -> discarded
