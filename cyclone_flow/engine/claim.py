@@ -6,8 +6,8 @@ as atomic, and the enqueue-to-claim latency shorter), the others committed by it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import suppress
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 from cyclone_flow.db import misc, steps
@@ -95,17 +95,10 @@ def probe_limited(s: SessionLike, queue: str) -> LimitedProbe:
 
 
 def _probe(s: SessionLike, queue: str, *, rate: bool) -> LimitedProbe:
-    try:
-        with pipelined(s.conn):
-            misc.send_session_begin(s)
-            misc.send_session_read_in_index_order(s)
-            found = steps.send_step_exists_limited(s, queue=queue)
-            token = steps.send_step_get_next_rate_token(s, queue=queue) if rate else None
-            misc.send_session_commit(s)
-    except BaseException:
-        with suppress(Exception):  # a failed statement left the transaction open
-            s.conn.rollback()
-        raise
+    with _one_round_trip(s):
+        misc.send_session_read_in_index_order(s)
+        found = steps.send_step_exists_limited(s, queue=queue)
+        token = steps.send_step_get_next_rate_token(s, queue=queue) if rate else None
     more = found.result()
     return LimitedProbe(more, token.result() if token is not None and more else None)
 
@@ -128,33 +121,43 @@ def claim_limited(
     committed before it), the rendering of keys that refer to an upstream output, the
     claim, COMMIT. When it claimed nothing, :func:`probe_limited` tells whether the queue
     still has limited steps and when a rate key gets a claim back (one more round trip,
-    only then). Keys are walked round robin
-    from the first after ``cursor``; ``run_id``: only that run and its child runs. Raises
-    what the database raised (the transaction is then rolled back)."""
-    try:
-        with pipelined(s.conn):
-            misc.send_session_begin(s)
-            steps.send_step_lock_limited_claims(s)
-            steps.send_step_render_limits_if_available(s, queue=queue)
-            claimed = steps.send_step_claim_limited_if_available(
-                s,
-                queue=queue,
-                limit=limit,
-                owner=owner,
-                ttl_us=int(ttl_s * 1_000_000),
-                cursor=cursor,
-                run_id=run_id,
-            )
-            misc.send_session_commit(s)
-    except BaseException:
-        with suppress(Exception):  # a failed statement left the transaction open
-            s.conn.rollback()
-        raise
+    only then). Keys are walked round robin from the first after ``cursor``; ``run_id``:
+    only that run and its child runs. Raises what the database raised (the transaction is
+    then rolled back)."""
+    with _one_round_trip(s):
+        steps.send_step_lock_limited_claims(s)
+        steps.send_step_render_limits_if_available(s, queue=queue)
+        claimed = steps.send_step_claim_limited_if_available(
+            s,
+            queue=queue,
+            limit=limit,
+            owner=owner,
+            ttl_us=int(ttl_s * 1_000_000),
+            cursor=cursor,
+            run_id=run_id,
+        )
     rows = claimed.result()
     if rows:  # the queue may have more: the next claim finds out
         return LimitedClaims(rows, _last_key(cursor, {r.limit_key for r in rows}), True)
     probe = probe_limited(s, queue)
     return LimitedClaims(rows, cursor, probe.more, probe.retry_in_s)
+
+
+@contextmanager
+def _one_round_trip(s: SessionLike) -> Iterator[None]:
+    """A transaction sent whole in one round trip on the autocommit session ``s``: BEGIN,
+    the statements the block sends (read their results after it), COMMIT, in one
+    pipeline. On any error the transaction is rolled back (a failed statement left it
+    open) and the error raised."""
+    try:
+        with pipelined(s.conn):
+            misc.send_session_begin(s)
+            yield
+            misc.send_session_commit(s)
+    except BaseException:
+        with suppress(Exception):
+            s.conn.rollback()
+        raise
 
 
 def _last_key(cursor: str, keys: set[str]) -> str:
