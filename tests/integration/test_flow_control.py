@@ -162,6 +162,25 @@ def test_a_limited_claim_commits_without_waiting_for_the_wal_flush(
     assert -1 not in order and order == sorted(order), sent
 
 
+def _rated(rate_limit: str) -> str:
+    """The RATED flow with another ``rate_limit`` mapping (``{limit: N, per: D}``)."""
+    return RATED.replace("rate_limit: {limit: 2, per: 366d}", f"rate_limit: {rate_limit}")
+
+
+def _wait_runs_completed(
+    db: psycopg.Connection[Any], runs: int, timeout_s: float, what: str
+) -> None:
+    """Poll the database until ``runs`` runs are completed (at most ``timeout_s``)."""
+    wait_until(
+        lambda: (
+            db.execute("SELECT count(*) FROM cyclone_runs WHERE state = 'completed'").fetchone()
+            == (runs,)
+        ),
+        timeout_s,
+        what=what,
+    )
+
+
 def _generic_plan_in(conn: psycopg.Connection[Any], statement: str) -> str:
     """The generic plan of ``statement`` (placeholders as ``$n``) on ``conn``, in its
     transaction (so under that transaction's settings)."""
@@ -501,9 +520,7 @@ def test_an_empty_limited_claim_says_when_a_rate_key_gets_a_claim_back(
     make_client: Callable[..., Client],
 ) -> None:
     client = make_client()
-    rated = load_flow_text(
-        RATED.replace("rate_limit: {limit: 2, per: 366d}", "rate_limit: {limit: 2, per: 30s}")
-    )
+    rated = load_flow_text(_rated("{limit: 2, per: 30s}"))
     client.submit_many(rated, [{} for _ in range(3)])
     first = claim_limited(client, OWNER, 30, "default", 10)
     assert len(first.steps) == 2 and first.retry_in_s is None  # it took steps
@@ -541,19 +558,10 @@ def test_a_worker_claims_again_when_a_rate_token_comes_back(
     waits until the first token is back instead: three windows of 5 claims per 2 s start
     about 2 s apart (backing off, the third started about 6.3 s after the first)."""
     client = make_client(workers=8, poll_interval=(0.05, 30.0))
-    flow = load_flow_text(
-        RATED.replace("rate_limit: {limit: 2, per: 366d}", "rate_limit: {limit: 5, per: 2s}")
-    )
+    flow = load_flow_text(_rated("{limit: 5, per: 2s}"))
     client.submit_many(flow, [{} for _ in range(15)])
     client.start()
-    wait_until(
-        lambda: (
-            db.execute("SELECT count(*) FROM cyclone_runs WHERE state = 'completed'").fetchone()
-            == (15,)
-        ),
-        45,
-        what="every run completed",
-    )
+    _wait_runs_completed(db, 15, 45, "every run completed")
     starts = [
         r[0]
         for r in db.execute(
@@ -603,14 +611,7 @@ def test_one_hot_key_does_not_starve_the_others(
     client.submit_many(flow, [{"customer": "hot"} for _ in range(1000)])
     client.submit_many(flow, [{"customer": f"k{i % 100}"} for i in range(200)])
     client.start()
-    wait_until(
-        lambda: (
-            db.execute("SELECT count(*) FROM cyclone_runs WHERE state = 'completed'").fetchone()
-            == (1200,)
-        ),
-        120,
-        what="every run completed",
-    )
+    _wait_runs_completed(db, 1200, 120, "every run completed")
     # when the last run of the 100 other keys finished, the hot key was far from done
     # (submitted first, its 1,000 runs would all come first in a FIFO that skipped nothing)
     (hot_done_before,) = db.execute(
@@ -635,9 +636,7 @@ def test_rate_limit_of_50_per_second_holds_over_10_seconds(
     make_client: Callable[..., Client], db: psycopg.Connection[Any]
 ) -> None:
     client = make_client(workers=8)
-    flow = load_flow_text(
-        RATED.replace("rate_limit: {limit: 2, per: 366d}", "rate_limit: {limit: 50, per: 1s}")
-    )
+    flow = load_flow_text(_rated("{limit: 50, per: 1s}"))
     client.submit_many(flow, [{} for _ in range(600)])
     client.start()
     started = time.monotonic()
@@ -684,19 +683,10 @@ def test_a_backlog_after_an_idle_spell_never_bursts_across_a_window_boundary(
     later (2 x limit in one interval of ``per``); the sliding window never admits more
     than ``limit`` in any interval of length ``per`` (the steps' started_at)."""
     client = make_client(workers=8, poll_interval=(0.01, 0.05))
-    flow = load_flow_text(
-        RATED.replace("rate_limit: {limit: 2, per: 366d}", "rate_limit: {limit: 20, per: 1s}")
-    )
+    flow = load_flow_text(_rated("{limit: 20, per: 1s}"))
     client.submit_many(flow, [{} for _ in range(5)])
     client.start()
-    wait_until(
-        lambda: (
-            db.execute("SELECT count(*) FROM cyclone_runs WHERE state = 'completed'").fetchone()
-            == (5,)
-        ),
-        20,
-        what="the first runs",
-    )
+    _wait_runs_completed(db, 5, 20, "the first runs")
     # idle for more than one window, by the database clock
     wait_until(
         lambda: (
@@ -709,14 +699,7 @@ def test_a_backlog_after_an_idle_spell_never_bursts_across_a_window_boundary(
         what="an idle spell",
     )
     client.submit_many(flow, [{} for _ in range(80)])
-    wait_until(
-        lambda: (
-            db.execute("SELECT count(*) FROM cyclone_runs WHERE state = 'completed'").fetchone()
-            == (85,)
-        ),
-        40,
-        what="the backlog",
-    )
+    _wait_runs_completed(db, 85, 40, "the backlog")
     most = _most_in_any_window(db, "1 s")
     assert most <= 20, f"{most} claims in one second of the backlog"
     assert most == 20  # the limit was what bound
@@ -734,9 +717,7 @@ def test_explain_says_when_the_claim_admits_again(
     that finds no token started before that instant, the first that gets one at or after
     it (and within a bucket of it: the rule counts a claim at its bucket's end)."""
     client = make_client()
-    flow = load_flow_text(
-        RATED.replace("rate_limit: {limit: 2, per: 366d}", "rate_limit: {limit: 2, per: 1s}")
-    )
+    flow = load_flow_text(_rated("{limit: 2, per: 1s}"))
     ids = client.submit_many(flow, [{} for _ in range(3)])
     assert len(claim_limited(client, OWNER, 30, "default", 10).steps) == 2
     # a live worker's row (none started: this test makes every claim itself)
@@ -767,9 +748,7 @@ def test_the_pruner_deletes_the_rows_of_rate_keys_idle_for_their_window(
     make_client: Callable[..., Client], db: psycopg.Connection[Any]
 ) -> None:
     client = make_client()
-    short = load_flow_text(
-        RATED.replace("rate_limit: {limit: 2, per: 366d}", "rate_limit: {limit: 5, per: 10s}")
-    )
+    short = load_flow_text(_rated("{limit: 5, per: 10s}"))
     long = load_flow_text(
         RATED.replace("name: rated", "name: rated_long").replace("per: 366d", "per: 1h")
     )
