@@ -363,9 +363,9 @@ SELECT EXISTS (
 -- out of tokens (its counted claims at its limit), gets a claim back (its oldest counted
 -- claim leaves the sliding window: that bucket's end + rate_per, the rule of
 -- step_claim_limited_if_available), or NULL when no head waits for a rate token (a key
--- held by its concurrency limit alone is woken by the completion that frees its slot). After a limited claim that took nothing: nothing else wakes a worker
--- when a token comes back, so it claims again then instead of backing off to its longest
--- poll. Walks the keys as the claim does (one probe per key, cyclone_steps_limited_idx);
+-- held by its concurrency limit alone is woken by the completion that frees its slot).
+-- After a limited claim that took nothing: nothing else wakes a worker when a token comes
+-- back, so it claims again then instead of backing off to its longest poll. Walks the keys as the claim does (one probe per key, cyclone_steps_limited_idx);
 -- sent after session_read_in_index_order.
 WITH RECURSIVE walk(k) AS (
     (SELECT (coalesce(concurrency_key, rate_key) COLLATE "C") FROM {schema}.cyclone_steps
