@@ -615,9 +615,9 @@ class _Dashboard:
         if confirm is not None:
             return confirm
         done = await run_in_threadpool(self.client.cancel, run_id, "cancelled from the dashboard")
-        return self._back(
-            request, f"/runs/{run_id}", "run cancelled" if done else "run already finished"
-        )
+        if not done:  # refused, as a refused retry or signal is
+            return self.error(request, 409, f"run {run_id} already finished: not cancelled")
+        return self._back(request, f"/runs/{run_id}", "run cancelled")
 
     async def retry(self, request: Request) -> Response:
         form = await self.form(request)
