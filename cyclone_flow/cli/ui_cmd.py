@@ -4,15 +4,18 @@ imported only here and only when the command runs, so the core install works wit
 It binds 127.0.0.1 by default; any other host needs ``CYCLONE_UI_TOKEN`` (HTTP basic
 auth: any user name, the token as password) or ``--no-auth``, which prints a warning.
 Without a token only the ``Host`` values of the bound address (and ``--trusted-host``) are
-answered (DNS rebinding)."""
+answered (DNS rebinding). SIGTERM stops it as Ctrl-C does: exit 0, the embedded Postgres
+left as every command leaves it."""
 
 from __future__ import annotations
 
 import ipaddress
 import os
 import re
+import signal
 import threading
 import webbrowser
+from types import FrameType
 
 import click
 
@@ -131,4 +134,20 @@ def ui_cmd(
         )
         if open_browser:
             threading.Timer(0.5, webbrowser.open, (address,)).start()
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        server = uvicorn.Server(
+            uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+        )
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            server.should_exit = True
+
+        # uvicorn shuts down on SIGTERM/SIGINT, then raises the signal again with the
+        # handler it found: this one, so the command returns (exit 0) and the embedded
+        # Postgres's exit hook deregisters this process (SIGTERM's default would kill it
+        # first; SIGINT's would print "Aborted!")
+        previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            server.run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

@@ -6,20 +6,28 @@ command's exit on SIGTERM / SIGINT (deregistered from the embedded Postgres)."""
 from __future__ import annotations
 
 import http.client
+import os
 import re
 import select
+import signal
 import socket
+import subprocess
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.cli import clean_env, run_cli
+from helpers.paths import CLI
 from helpers.procs import wait_until
 
 pytest.importorskip("uvicorn", reason="the ui extra is not installed")
 
 from cyclone_flow import Client
+from cyclone_flow.embedded import embedded_info
 from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.ui import create_app
 from cyclone_flow.ui.app import MAX_BODY_BYTES
@@ -194,3 +202,62 @@ def _read_reply(sock: socket.socket) -> bytes:
         if not more:
             return reply
         reply += more
+
+
+def _ui(folder: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """``cyclone-flow ui`` on the embedded Postgres of ``folder / "home"``, its stderr
+    written to ``log``."""
+    with log.open("wb") as err:
+        return subprocess.Popen(
+            [str(CLI), "ui", "--port", str(port), "--trusted-host", "proxy.example"],
+            cwd=folder,
+            env=clean_env(CYCLONE_HOME=str(folder / "home")),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+
+
+@pytest.mark.db  # starts an embedded server of its own
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_cli_stops_on_a_signal_deregistered_from_the_embedded_postgres(signum: int) -> None:
+    # a folder of its own under /tmp: pgserver (as root) opens it to its user "pgserver",
+    # and pytest's base folder may be closed again by another session meanwhile
+    with tempfile.TemporaryDirectory(prefix="cyclone-test-ui-") as tmp:
+        _stop_the_cli(Path(tmp), signum)
+
+
+def _stop_the_cli(tmp_path: Path, signum: int) -> None:
+    migrate = run_cli("migrate", cwd=tmp_path, env=clean_env(CYCLONE_HOME=str(tmp_path / "home")))
+    assert migrate.returncode == 0, migrate.stderr
+    port = _free_port()
+    log = tmp_path / "ui.log"
+    proc = _ui(tmp_path, port, log)
+    try:
+
+        def up() -> bool:
+            assert proc.poll() is None, log.read_text()
+            try:
+                return _ask(port, "GET", "/runs", f"127.0.0.1:{port}")[0] == 200
+            except OSError:
+                return False
+
+        wait_until(up, timeout=120, interval=0.2, what="cyclone-flow ui to serve")
+        # the hosts of the bound address and --trusted-host's are answered, any other (or
+        # another port) is not
+        for host in (f"localhost:{port}", f"[::1]:{port}", f"LOCALHOST:{port}", "proxy.example"):
+            assert _ask(port, "GET", "/", host)[0] == 200, host
+        for host in (f"attacker.example:{port}", f"127.0.0.1:{port + 1}", "localhost", ""):
+            assert _ask(port, "GET", "/", host)[0] == 400, host
+        home = tmp_path / "home"
+        assert proc.pid in embedded_info(home).users
+        os.kill(proc.pid, signum)
+        assert proc.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = log.read_text()
+    assert "Traceback" not in err and "Aborted" not in err, err
+    info = embedded_info(home)
+    assert proc.pid not in info.users + info.stale_users
+    assert not info.running  # it was the only user: the server stopped with it
