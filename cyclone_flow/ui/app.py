@@ -7,6 +7,7 @@ overview, the runs list, a run with its DAG (live through an htmx fragment polle
 cancel/retry) call
 the same Client methods as the CLI; they exist only without ``read_only``, and every POST
 carries the app's secret form token and passes an ``Origin``/``Sec-Fetch-Site`` check.
+Every request passes a ``Host`` check and a body limit first (:mod:`cyclone_flow.ui.guards`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import io
 import json
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,7 @@ from cyclone_flow.errors import (
 )
 from cyclone_flow.states import NO_ATTEMPT, describe_attempt, describe_reuse, describe_skip
 from cyclone_flow.ui.dag import LEGEND, DagNode, dag_nodes, render_svg
+from cyclone_flow.ui.guards import LOOPBACK_HOSTS, BodyLimit, TrustedHosts
 from cyclone_flow.ui.timeline import render_timeline, timeline_rows
 
 __all__ = ["PAGE_SIZE", "create_app"]
@@ -65,7 +67,7 @@ JSON_SHOWN_BYTES = 64 * 1024
 TEXT_SHOWN_CHARS = 16 * 1024
 """Characters of an error or a traceback shown on a page, at most."""
 MAX_BODY_BYTES = 1024 * 1024
-"""The largest POST body accepted (413 above)."""
+"""The largest request body accepted (413 above, counted on the bytes read)."""
 COUNT_CAP = 10_000
 """Runs counted at most per overview count (shown as ``10000+``)."""
 STEP_ROWS = 300
@@ -578,10 +580,8 @@ class _Dashboard:
     # -- actions ---------------------------------------------------------------------------
 
     async def form(self, request: Request) -> FormData:
-        """The POST's form after the checks: body size, same origin, the form token."""
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            raise HTTPException(413, f"request body over {MAX_BODY_BYTES} bytes")
+        """The POST's form after the checks: same origin, the form token (the body's size
+        is checked before, while it is read: :class:`~cyclone_flow.ui.guards.BodyLimit`)."""
         site = request.headers.get("sec-fetch-site")
         if site is not None and site not in ("same-origin", "none"):
             raise HTTPException(403, f"cross-site request refused (Sec-Fetch-Site: {site})")
@@ -615,9 +615,9 @@ class _Dashboard:
         if confirm is not None:
             return confirm
         done = await run_in_threadpool(self.client.cancel, run_id, "cancelled from the dashboard")
-        return self._back(
-            request, f"/runs/{run_id}", "run cancelled" if done else "run already finished"
-        )
+        if not done:  # refused, as a refused retry or signal is
+            return self.error(request, 409, f"run {run_id} already finished: not cancelled")
+        return self._back(request, f"/runs/{run_id}", "run cancelled")
 
     async def retry(self, request: Request) -> Response:
         form = await self.form(request)
@@ -743,6 +743,7 @@ def create_app(
     auth_token: str | None = None,
     poll_interval_s: float = 1.0,
     title: str = "cyclone-flow",
+    trusted_hosts: Sequence[str] | None = None,
 ) -> ASGIApp:
     """The dashboard as an ASGI application over ``client`` (an application may mount it
     under a path of its own: links follow the ASGI ``root_path``).
@@ -751,6 +752,11 @@ def create_app(
     every request needs HTTP basic auth with this password (any user name) or
     ``Authorization: Bearer <token>``; None: no authentication (bind to loopback only).
     ``poll_interval_s``: how often a run's page refreshes its live part (seconds).
+    ``trusted_hosts``: the ``Host`` values answered (patterns of
+    :func:`~cyclone_flow.ui.guards.check_host_pattern`: ``name``, ``name:port``,
+    ``*.domain``, ``*``), others get 400 (DNS rebinding); None: any host with
+    ``auth_token``, else only the loopback names (:data:`~cyclone_flow.ui.guards.LOOPBACK_HOSTS`,
+    any port). Raises ValueError for a malformed pattern.
     The client is the caller's: the app never shuts it down."""
     board = _Dashboard(client, read_only=read_only, poll_interval_s=poll_interval_s, title=title)
     routes = board.routes()
@@ -760,4 +766,7 @@ def create_app(
     )
     app.mount("/static", StaticFiles(directory=_HERE / "static"), name="static")
     app.state.dashboard = board
-    return _Guard(app, token=auth_token, read_only=read_only)
+    if trusted_hosts is None:
+        trusted_hosts = ("*",) if auth_token is not None else LOOPBACK_HOSTS
+    guarded = _Guard(BodyLimit(app, MAX_BODY_BYTES), token=auth_token, read_only=read_only)
+    return TrustedHosts(guarded, trusted_hosts)

@@ -69,7 +69,7 @@ def test_the_health_gauges_are_read_once_per_ttl(make_client: Callable[..., Clie
 
 def test_the_dashboard_shows_the_health_page(make_client: Callable[..., Client]) -> None:
     client = make_client()
-    page = TestClient(create_app(client)).get("/health")
+    page = TestClient(create_app(client), base_url="http://localhost").get("/health")
     assert page.status_code == 200
     assert "healthy: no warnings" in page.text and "cyclone_steps" in page.text
 

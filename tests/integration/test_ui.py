@@ -52,6 +52,8 @@ nodes:
   only:
     call: cyclone_test_handlers.basic:echo
 """
+BASE = "http://localhost:8080"
+"""The TestClient's URL: a loopback name, a Host the app answers without a token."""
 XSS = ["<script>alert(1)</script>", '"><img src=x onerror=alert(2)>']
 
 
@@ -64,7 +66,7 @@ def _reset() -> Iterator[None]:
 
 
 def _http(client: Client, **options: Any) -> TestClient:
-    return TestClient(create_app(client, **options), follow_redirects=False)
+    return TestClient(create_app(client, **options), base_url=BASE, follow_redirects=False)
 
 
 def _token(page: str) -> str:
@@ -345,12 +347,14 @@ def test_cancel_needs_a_confirmation_and_the_form_token(make_client: Callable[..
     ask = http.post(f"/runs/{run_id}/cancel", data={"csrf": token})
     assert ask.status_code == 200 and "Really cancel run" in ask.text
     assert client.get_run(run_id).state == "running"  # nothing done before the answer
-    same = {"Origin": "http://testserver", "Sec-Fetch-Site": "same-origin"}
+    same = {"Origin": BASE, "Sec-Fetch-Site": "same-origin"}
     done = http.post(f"/runs/{run_id}/cancel", data={"csrf": token, "confirmed": "1"}, headers=same)
     assert done.status_code == 303 and done.headers["location"].startswith(f"/runs/{run_id}?msg=")
     assert client.get_run(run_id).state == "cancelled"
+    # a refused cancel is a 409 with its reason, as a refused retry or signal is
     again = http.post(f"/runs/{run_id}/cancel", data={"csrf": token, "confirmed": "1"})
-    assert "already" in again.headers["location"]
+    assert again.status_code == 409 and "already finished" in again.text
+    assert "location" not in again.headers
     # nothing to confirm for what does not exist: 404 at once
     missing = http.post("/runs/0a0a0a0a-0000-4000-8000-000000000000/cancel", data={"csrf": token})
     assert missing.status_code == 404 and "Really" not in missing.text
@@ -522,7 +526,7 @@ def test_mounted_under_a_path_links_stay_inside(make_client: Callable[..., Clien
     client = make_client()
     run_id = client.submit(load_flow_text(ECHO), {})
     outer = Starlette(routes=[Mount("/ops/flows-ui", app=create_app(client))])
-    http = TestClient(outer, follow_redirects=False)
+    http = TestClient(outer, base_url=BASE, follow_redirects=False)
     page = http.get(f"/ops/flows-ui/runs/{run_id}")
     assert page.status_code == 200
     assert 'href="/ops/flows-ui/static/ui.css"' in page.text
@@ -546,6 +550,33 @@ def test_cli_refuses_a_public_host_without_a_token() -> None:
     assert proc.returncode == 2, proc.stderr
     assert "CYCLONE_UI_TOKEN" in proc.stderr and "--no-auth" in proc.stderr
     no_traceback(proc)
+
+
+def test_cli_checks_trusted_hosts() -> None:
+    from helpers.cli import clean_env, no_traceback, run_cli
+
+    url = ("--database-url", "postgresql://nowhere/x")
+    bad = run_cli("ui", "--trusted-host", "a/b", *url)
+    assert bad.returncode == 2 and "trusted host 'a/b'" in bad.stderr, bad.stderr
+    port = run_cli("ui", "--trusted-host", "flows.example:99999", *url)
+    assert port.returncode == 2 and "port must be a number" in port.stderr, port.stderr
+    # any host without a token: a page that rebinds its name to 127.0.0.1 could act
+    anyone = run_cli("ui", *url, env=clean_env(CYCLONE_UI_TRUSTED_HOSTS="flows.example, *"))
+    assert anyone.returncode == 2 and "needs CYCLONE_UI_TOKEN" in anyone.stderr, anyone.stderr
+    for proc in (bad, port, anyone):
+        no_traceback(proc)
+
+
+def test_a_body_over_the_limit_is_refused_before_its_token(
+    make_client: Callable[..., Client],
+) -> None:
+    client = make_client()
+    run_id = client.submit(load_flow_text(WAITS), {})
+    http = _http(client)
+    big = http.post(f"/runs/{run_id}/cancel", content=b"a=" + b"x" * ui_app.MAX_BODY_BYTES)
+    assert big.status_code == 413 and big.text == "request body over 1048576 bytes\n"
+    assert big.headers["x-frame-options"] == "DENY"  # the security headers all the same
+    assert client.get_run(run_id).state == "running"
 
 
 def test_cli_serves_the_dashboard(database_url: str, schema: str) -> None:

@@ -31,7 +31,7 @@ def test_run_page_shows_skipped_and_reused_steps(make_client: Callable[..., Clie
     client.start()
     original = client.submit(load_flow_text(FLOW), {"go": False})
     assert client.wait(original, timeout=15).state == "completed"
-    http = TestClient(create_app(client), follow_redirects=False)
+    http = TestClient(create_app(client), base_url="http://localhost", follow_redirects=False)
     page = http.get(f"/runs/{original}")
     assert page.status_code == 200, page.text
     assert re.search(r'<g class="node state-skipped[^"]*" data-node="b"', page.text)

@@ -1,0 +1,179 @@
+"""ASGI guards of the dashboard's server, reusable by any other app on it (a JSON API):
+:class:`TrustedHosts` (the ``Host`` header, against DNS rebinding) and :class:`BodyLimit`
+(the request body's size, counted on the bytes read whatever the framing).
+
+DNS rebinding: a page of ``attacker.example`` whose name then resolves to 127.0.0.1 reaches
+a loopback server as the same origin, with ``Host: attacker.example``. Without an
+authentication token the server must answer only the names it is really reached by
+(:func:`bound_hosts`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["LOOPBACK_HOSTS", "BodyLimit", "TrustedHosts", "bound_hosts", "check_host_pattern"]
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+"""The names of this machine a browser sends as ``Host`` for a loopback server."""
+
+
+def _split(value: str) -> tuple[str, str | None]:
+    """``host[:port]`` (``[v6]:port`` for IPv6) as ``(host, port or None)``, lower case."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        if end < 0:
+            return value, None
+        host, rest = value[: end + 1], value[end + 1 :]
+        return host, rest[1:] if rest.startswith(":") else None
+    if value.count(":") == 1:
+        host, _, port = value.partition(":")
+        return host, port
+    if ":" in value:  # a bare IPv6 address
+        return f"[{value}]", None
+    return value, None
+
+
+def check_host_pattern(pattern: str) -> str:
+    """``pattern`` checked and normalised (lower case): ``*`` (any host), ``*.example.com``
+    (its subdomains), a name or an address (any port) or ``name:port`` (that port only;
+    ``[::1]:8080`` for IPv6). Raises ValueError naming what is wrong."""
+    text = pattern.strip().lower()
+    if text == "*":
+        return text
+    name = text[2:] if text.startswith("*.") else text
+    host, port = _split(name)
+    if not host or "*" in host or "/" in host or " " in host:
+        raise ValueError(f"trusted host {pattern!r}: a name, an address, name:port, *.domain or *")
+    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(f"trusted host {pattern!r}: the port must be a number from 1 to 65535")
+    return ("*." if text.startswith("*.") else "") + host + (f":{port}" if port else "")
+
+
+def bound_hosts(host: str, port: int) -> list[str]:
+    """The ``Host`` values of a server bound to ``host`` (a name or an address; ``::1``
+    without brackets) on ``port``: the loopback names and ``host``, each with the port
+    (with port 80 also without it, as a browser sends it then)."""
+    named = host.lower()
+    if ":" in named and not named.startswith("["):
+        named = f"[{named}]"
+    hosts: list[str] = []
+    for name in (*LOOPBACK_HOSTS, named):
+        for value in (f"{name}:{port}", *((name,) if port == 80 else ())):
+            if value not in hosts:
+                hosts.append(value)
+    return hosts
+
+
+class TrustedHosts:
+    """Answer 400 (a one-line text, no page) to a request whose ``Host`` header matches
+    none of ``hosts`` (patterns of :func:`check_host_pattern`; ``*`` turns the check off);
+    a request without ``Host`` is refused too. Websocket requests are closed (1008)."""
+
+    def __init__(self, app: ASGIApp, hosts: Iterable[str]) -> None:
+        self.app = app
+        self.any = False
+        self.exact: set[str] = set()  # "name:port"
+        self.names: set[str] = set()  # any port
+        self.suffixes: list[str] = []  # ".example.com"
+        for pattern in hosts:
+            text = check_host_pattern(pattern)
+            if text == "*":
+                self.any = True
+            elif text.startswith("*."):
+                self.suffixes.append(text[1:])
+            elif _split(text)[1] is None:
+                self.names.add(text)
+            else:
+                self.exact.add(text)
+
+    def trusted(self, value: str) -> bool:
+        """Whether a ``Host`` header value is one of the trusted hosts."""
+        if self.any:
+            return True
+        host, port = _split(value)
+        if not host:
+            return False
+        if port is not None and not port.isdigit():
+            return False
+        if host in self.names or f"{host}:{port}" in self.exact:
+            return True
+        return any(host.endswith(s) for s in self.suffixes)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or self.any:
+            await self.app(scope, receive, send)
+            return
+        given = [v for k, v in scope.get("headers") or [] if k == b"host"]
+        if len(given) == 1 and self.trusted(given[0].decode("latin-1")):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        await _text(send, 400, b"invalid Host header: not a host this server answers\n")
+
+
+class _TooLarge(Exception):
+    """The body went past the limit: the 413 is sent, the app is stopped."""
+
+
+class BodyLimit:
+    """Answer 413 to a request whose body is over ``max_bytes``: at once when its
+    ``Content-Length`` says so (or is not a number), else as soon as the bytes read
+    (``http.request`` messages, chunked or not) pass it; the app never gets them and
+    what it would send is dropped. Bytes not read yet are not read."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        message = f"request body over {self.max_bytes} bytes\n".encode()
+        lengths = [v for k, v in scope.get("headers") or [] if k == b"content-length"]
+        if any(not v.isdigit() or int(v) > self.max_bytes for v in lengths):
+            await _text(send, 413, message, close=True)
+            return
+        state = {"read": 0, "started": False, "refused": False}
+
+        async def counted_receive() -> Message:
+            got = await receive()
+            if got["type"] == "http.request":
+                state["read"] += len(got.get("body", b""))
+                if state["read"] > self.max_bytes:
+                    if not state["started"]:
+                        state["refused"] = True
+                        await _text(send, 413, message, close=True)
+                    raise _TooLarge
+            return got
+
+        async def guarded_send(out: Message) -> None:
+            if state["refused"]:
+                return  # the 413 went out instead
+            if out["type"] == "http.response.start":
+                state["started"] = True
+            await send(out)
+
+        try:
+            await self.app(scope, counted_receive, guarded_send)
+        except _TooLarge:
+            pass
+        except Exception:
+            if not state["refused"]:
+                raise  # an error of the app's own
+
+
+async def _text(send: Send, status: int, body: bytes, *, close: bool = False) -> None:
+    headers: Sequence[tuple[bytes, bytes]] = [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if close:
+        headers = [*headers, (b"connection", b"close")]
+    await send({"type": "http.response.start", "status": status, "headers": list(headers)})
+    await send({"type": "http.response.body", "body": body})
