@@ -10,7 +10,15 @@ module, without a stability promise.
 
 from cyclone_flow.client import Client, migrate
 from cyclone_flow.config import ClientConfig, ClientOptions, PayloadLimits, RetentionConfig
-from cyclone_flow.db.rows import QueueStats, Run, ScheduleRow, Step, StepLogLine, WorkerRow
+from cyclone_flow.db.rows import (
+    NodeOutput,
+    QueueStats,
+    Run,
+    ScheduleRow,
+    Step,
+    StepLogLine,
+    WorkerRow,
+)
 from cyclone_flow.engine.fan_out import MAX_FAN_OUT_ITEMS
 from cyclone_flow.errors import (
     AmbiguousRunIdError,
@@ -25,6 +33,7 @@ from cyclone_flow.errors import (
     InputValidationError,
     IsolationLevelError,
     LintPathError,
+    NodeNotFoundError,
     NoFlowFilesError,
     PayloadTooLargeError,
     PermanentError,
@@ -77,6 +86,8 @@ __all__ = [
     "JobOptions",
     "LintPathError",
     "NoFlowFilesError",
+    "NodeNotFoundError",
+    "NodeOutput",
     "PayloadLimits",
     "PayloadTooLargeError",
     "PermanentError",

@@ -12,6 +12,7 @@ from cyclone_flow.text import printable, unstorable
 
 __all__ = [
     "JSON",
+    "OUTPUT_SHOWN_BYTES",
     "PayloadKind",
     "Unencodable",
     "contains_nul",
@@ -19,6 +20,7 @@ __all__ = [
     "encode_payload",
     "loads",
     "printable",
+    "shown_json",
 ]
 
 JSON = Any
@@ -39,6 +41,21 @@ class Unencodable(ValueError):
     def __init__(self, message: str, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+OUTPUT_SHOWN_BYTES = 64 * 1024
+"""The most bytes of JSON text a reader shows of one value in place (the dashboard's
+pretty JSON, a step's ``output`` in the CLI's ``--json`` documents); the rest: a download
+link, ``cyclone-flow output``."""
+
+
+def shown_json(value: JSON, max_bytes: int = OUTPUT_SHOWN_BYTES) -> tuple[JSON, bool]:
+    """``value`` and False when its JSON text (UTF-8, as jsonb prints it) is at most
+    ``max_bytes``; else None and True (cut: a reader shows no half value)."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    if len(text) <= max_bytes and len(text.encode()) <= max_bytes:
+        return value, False
+    return None, True
 
 
 def dumps(value: JSON) -> str:

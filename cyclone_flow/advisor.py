@@ -140,6 +140,9 @@ class HealthReport:
     pool_reserve: int
     thresholds: Thresholds = field(default_factory=Thresholds)
     advice: list[Advice] = field(default_factory=list)
+    oldest_xmin_holder: OpenTransaction | None = None
+    """The oldest transaction holding the xmin horizon, however young (``transactions``
+    lists only those past ``thresholds.xact_age_s``, which are warned about)."""
 
     @property
     def pool_budget(self) -> int:
@@ -168,6 +171,9 @@ class HealthReport:
             "tables": [_plain(t) for t in self.tables],
             "transactions": [_plain(t) for t in self.transactions],
             "xmin_holders": [_plain(x) for x in self.xmin_holders],
+            "oldest_xmin_holder": (
+                None if self.oldest_xmin_holder is None else _plain(self.oldest_xmin_holder)
+            ),
             "claim_index": None if self.claim_index is None else _plain(self.claim_index),
             "claim_index_bloat": round(self.claim_index_bloat, 2),
             "claims": [_plain(c) for c in self.claims],
@@ -230,6 +236,7 @@ def check(
     tables = health.health_list_tables(s, schema=schema)
     transactions = health.health_list_open_transactions(s, min_age_s=t.xact_age_s, limit=20)
     holders = health.health_list_xmin_slots(s)
+    oldest = health.health_get_oldest_xmin_holder(s)
     index = health.health_get_claim_index(s, schema=schema)
     queues = steps.step_count_by_queue(s)
     probed = sorted(queues, key=lambda q: -q.available)[:PROBED_QUEUES]
@@ -255,6 +262,7 @@ def check(
         connections=connections,
         pool_reserve=pool_reserve,
         thresholds=t,
+        oldest_xmin_holder=oldest,
     )
     report.advice.extend(advise(report))
     return report

@@ -43,6 +43,7 @@ from cyclone_flow.db.migrate import migrate as migrate_schema
 from cyclone_flow.db.pool import open_pool
 from cyclone_flow.db.rows import (
     FlowRow,
+    NodeOutput,
     QueueStats,
     QueueThroughput,
     ReclaimedStep,
@@ -62,6 +63,7 @@ from cyclone_flow.errors import (
     ClientStateError,
     ConfigError,
     InputValidationError,
+    NodeNotFoundError,
     PayloadTooLargeError,
     RunIdTooShortError,
     RunNotFoundError,
@@ -781,6 +783,68 @@ class Client:
             return steps.step_list_items_page(
                 s, run_id=rid, node=node, start=max(0, start), limit=max(0, limit)
             )
+
+    def get_step_output(
+        self, run_id: str, node: str, item: int | None = None, *, max_bytes: int | None = None
+    ) -> NodeOutput:
+        """The output of top-level node ``node`` of the run (a fan-out node's: the list of
+        its item outputs), or with ``item`` that of its fan-out item ``item`` (0-based), as
+        a :class:`~cyclone_flow.db.rows.NodeOutput`: ``output`` (None until ``has_output``:
+        the step completed), ``state``, ``output_bytes`` and ``truncated`` (the value left
+        out: its JSON text is over ``max_bytes``; None: no cap). An item of a fan-out node
+        whose items are not created yet comes back with the node's state and no output.
+
+        Raises RunNotFoundError for an unknown run, NodeNotFoundError for a node the run
+        does not have, an ``item`` of a node that is no fan-out node or past its items
+        (``PoolTimeout`` as :meth:`get_run`)."""
+        rid = parse_run_id(run_id)
+        with self._db.session(wait=BRIEF_POOL_WAIT_S) as s:
+            if item is not None and item >= 0 and storable(node):
+                found = steps.step_get_output_shown(
+                    s, run_id=rid, node=node, item=item, max_bytes=max_bytes
+                )
+                if found is not None:
+                    return found
+            top = None
+            if storable(node):
+                top = steps.step_get_output_shown(s, run_id=rid, node=node, max_bytes=max_bytes)
+            if top is None:
+                if runs.run_get(s, run_id=rid) is None:
+                    raise RunNotFoundError(rid)
+                known = ", ".join(x.node for x in steps.step_list(s, run_id=rid, items=False))
+                raise NodeNotFoundError(
+                    rid, node, f"run {rid} has no node {shown(node)} (its nodes: {known})"
+                )
+        if item is None:
+            return top
+        if top.type != "fan_out":
+            raise NodeNotFoundError(
+                rid,
+                node,
+                f"node {shown(node)} is no fan-out node ({top.type}): it has no items",
+                item,
+            )
+        if top.items_total is not None:
+            raise NodeNotFoundError(
+                rid,
+                node,
+                f"node {shown(node)} has no item {item} (items 0 to {top.items_total - 1})"
+                if top.items_total
+                else f"node {shown(node)} has no item {item} (it has no items)",
+                item,
+            )
+        # the fan-out node has not made its items yet: the item has its node's state
+        return NodeOutput(
+            node=f"{node}[{item}]",
+            type="fan_out_item",
+            state=top.state,
+            parent_node=node,
+            item_index=item,
+            items_total=None,
+            output=None,
+            output_bytes=None,
+            truncated=False,
+        )
 
     def item_progress(self, run_id: str) -> dict[str, dict[str, int]]:
         """Item counts of each started fan-out node of the run: node -> step state ->

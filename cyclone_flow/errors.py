@@ -159,6 +159,19 @@ class RunNotFoundError(CycloneError):
         super().__init__(f"run {shown_id} not found")
 
 
+class NodeNotFoundError(CycloneError):
+    """A run has no node ``node`` (``item`` None), or node ``node`` has no item ``item``
+    (it is no fan-out node, or the index is past its items): a usage mistake (exit 2)."""
+
+    exit_code = 2
+
+    def __init__(self, run_id: str, node: str, message: str, item: int | None = None) -> None:
+        self.run_id = run_id
+        self.node = node
+        self.item = item
+        super().__init__(message)
+
+
 class RunIdTooShortError(RunNotFoundError):
     """A run id given as too few hex digits to look up (fewer than ``min_digits``, the
     shortest start of an id :meth:`Client.resolve_run_id` takes). ``run_id`` is the text

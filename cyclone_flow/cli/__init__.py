@@ -1,6 +1,6 @@
 """The ``cyclone-flow`` command line, one module per command family: ``lint_cmds`` (lint,
 graph), ``schema_cmds`` (migrate), ``submit_cmds`` (submit, run), ``queue_cmds`` (enqueue,
-schedule), ``worker_cmd`` (worker), ``inspect_cmds`` (status, runs, logs, workers),
+schedule), ``worker_cmd`` (worker), ``inspect_cmds`` (status, runs, logs, output, workers),
 ``operator_cmds`` (cancel, retry, signal, purge), ``health_cmds`` (doctor), ``init_cmds``
 (init: a new project's files), ``embedded_cmds`` (embedded status|url|stop), ``ui_cmd``
 (ui, the web dashboard); ``common`` (options, errors, logging), ``render`` (how runs and
@@ -17,7 +17,13 @@ import click
 from cyclone_flow.cli.embedded_cmds import embedded_group
 from cyclone_flow.cli.health_cmds import doctor_cmd
 from cyclone_flow.cli.init_cmds import init_cmd
-from cyclone_flow.cli.inspect_cmds import logs_cmd, runs_cmd, status_cmd, workers_cmd
+from cyclone_flow.cli.inspect_cmds import (
+    logs_cmd,
+    output_cmd,
+    runs_cmd,
+    status_cmd,
+    workers_cmd,
+)
 from cyclone_flow.cli.lint_cmds import graph, lint
 from cyclone_flow.cli.operator_cmds import (
     cancel_cmd,
@@ -104,6 +110,7 @@ for _command in (
     signal_cmd,
     workers_cmd,
     logs_cmd,
+    output_cmd,
     init_cmd,
     embedded_group,
     ui_cmd,

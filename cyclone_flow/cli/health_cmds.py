@@ -182,9 +182,7 @@ def _print(report: HealthReport) -> None:
                 f"{last.isoformat(timespec='seconds') if last else 'never'}"
             )
         )
-    holding = [t for t in report.transactions if t.holds_xmin]
-    oldest = f"{format_elapsed(holding[0].age_s)} (pid {holding[0].pid})" if holding else "none"
-    console.print(Text(f"oldest transaction holding the xmin horizon: {oldest}"))
+    console.print(Text(f"oldest transaction holding the xmin horizon: {_oldest(report)}"))
     if report.claim_index is not None:
         console.print(
             Text(
@@ -212,7 +210,8 @@ def _print(report: HealthReport) -> None:
         Text(
             f"schema {report.schema}: migration {report.schema_version} (code "
             f"{report.code_version}); connections {conn.in_use} of "
-            f"{conn.max_connections - conn.reserved}, {conn.live_workers} live workers"
+            f"{conn.max_connections - conn.reserved}, {conn.live_workers} live "
+            f"{'worker' if conn.live_workers == 1 else 'workers'}"
         )
     )
     if report.healthy:
@@ -221,3 +220,21 @@ def _print(report: HealthReport) -> None:
     for advice in report.advice:
         console.print(Text(f"warning [{advice.check}] {advice.message}", style="yellow"))
         console.print(Text(f"  fix: {advice.fix}"))
+
+
+def _oldest(report: HealthReport) -> str:
+    """The oldest transaction holding the xmin horizon, however young (a warning names it
+    only past ``--xact-age``): ``4.2s (pid 123, application APP, idle in transaction,
+    query started 2026-01-02T10:00:00+00:00)``; ``none``."""
+    x = report.oldest_xmin_holder
+    if x is None:
+        holding = [t for t in report.transactions if t.holds_xmin]
+        if not holding:
+            return "none"
+        x = holding[0]
+    started = x.query_start.isoformat(timespec="seconds") if x.query_start else "never"
+    return (
+        f"{format_elapsed(x.age_s)} (pid {x.pid}, application "
+        f"{x.application_name or '(no application_name)'}, {x.state or 'active'}, "
+        f"query started {started})"
+    )

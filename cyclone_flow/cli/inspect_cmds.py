@@ -1,6 +1,7 @@
 """Commands that show runs and workers: ``status`` (one run and its steps), ``runs`` (the
-most recent runs), ``logs`` (what a run's handlers logged and printed) and ``workers``
-(the started clients and whether they are alive)."""
+most recent runs), ``logs`` (what a run's handlers logged and printed), ``output`` (one
+node's or the run's output) and ``workers`` (the started clients and whether they are
+alive)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import sys
 import time
 from datetime import UTC, datetime
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 from rich.text import Text
@@ -29,6 +30,7 @@ from cyclone_flow.cli.render import queue_info_lines, run_dict, step_detail, ste
 from cyclone_flow.cli.watch import watch_run
 from cyclone_flow.client import Client
 from cyclone_flow.db.rows import StepLogLine, WorkerRow
+from cyclone_flow.errors import RunNotFoundError
 from cyclone_flow.states import describe_attempt
 
 STATUS_LOG_LINES = 5
@@ -313,3 +315,57 @@ def logs_cmd(
             if not follow or (ended_at is not None and time.monotonic() - ended_at > 1.0):
                 return
             time.sleep(FOLLOW_POLL_S)
+
+
+EXIT_NO_OUTPUT = 1
+"""``output``'s exit code when the node (or run) has no output yet."""
+EXIT_UNKNOWN = 2
+"""``output``'s exit code for an unknown run, node or item."""
+
+
+@click.command("output")
+@click.argument("run_id")
+@click.argument("node", required=False)
+@click.option(
+    "--item",
+    type=click.IntRange(min=0),
+    default=None,
+    help="With NODE, a fan-out node: the output of its item N (0-based).",
+)
+@database_options
+@handle_errors
+def output_cmd(
+    run_id: str, node: str | None, item: int | None, database_url: str | None, schema: str
+) -> None:
+    """Print the output of NODE of run RUN_ID as JSON on stdout (whole, uncut); a fan-out
+    node: the list of its item outputs, with --item N the output of item N; without NODE:
+    the run's output. Exit 1 when it has none yet (its state on stderr), 2 for an unknown
+    run, node or item."""
+    if item is not None and node is None:
+        raise click.UsageError("--item goes with NODE (a fan-out node)")
+    setup_logging()
+    url = resolve_database(database_url, existing=True)
+    value: Any
+    try:
+        with Client(url, schema=schema, prepare=prepare_enabled()) as client:
+            full = client.resolve_run_id(run_id)
+            if node is None:
+                run = client.get_run(full)
+                if run.state != "completed":
+                    click.echo(f"error: run {run.id} has no output: it is {run.state}", err=True)
+                    sys.exit(EXIT_NO_OUTPUT)
+                value = run.output
+            else:
+                found = client.get_step_output(full, node, item)
+                if not found.has_output:
+                    click.echo(
+                        f"error: node {found.node} of run {full} has no output: it is "
+                        f"{found.state}",
+                        err=True,
+                    )
+                    sys.exit(EXIT_NO_OUTPUT)
+                value = found.output
+    except RunNotFoundError as exc:  # a name that does not exist: a usage mistake
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_UNKNOWN)
+    echo_json(value)

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
+from cyclone_flow._json import shown_json
 from cyclone_flow.db.rows import Run, Step
 from cyclone_flow.durations import format_elapsed
 from cyclone_flow.engine.explain import Waiting
@@ -34,10 +35,12 @@ def run_dict(
     waiting: Mapping[str, Waiting] | None = None,
 ) -> dict[str, Any]:
     """The ``--json`` form of a run (``submit --wait``, ``run``, ``status``, ``runs``):
-    its row, and with ``steps`` each step's fields and node-type fields (``progress``:
-    the item counts of its fan-out nodes, :meth:`Client.item_progress`); with
-    ``waiting`` (:meth:`Client.explain`) each step's ``waiting`` object, null for a step
-    that is running or finished."""
+    its row, and with ``steps`` each step's fields, node-type fields (``progress``: the
+    item counts of its fan-out nodes, :meth:`Client.item_progress`) and ``output`` (null
+    until it completed; null with ``output_truncated`` true when its JSON text is over
+    :data:`~cyclone_flow._json.OUTPUT_SHOWN_BYTES`: ``cyclone-flow output`` prints it);
+    with ``waiting`` (:meth:`Client.explain`) each step's ``waiting`` object, null for a
+    step that is running or finished. Every step has the same keys (docs/cli.md)."""
     data = asdict(run)
     data["state"] = str(run.state)
     if steps is not None:
@@ -55,6 +58,7 @@ def run_dict(
                 "error_kind": s.error_kind,
                 "errors": s.errors,  # one entry per failed attempt, with its traceback
                 **step_fields(s, progress or {}),
+                **_output_fields(s),
                 **(
                     {"waiting": w.as_dict() if (w := waiting.get(s.node)) else None}
                     if waiting is not None
@@ -118,37 +122,49 @@ def step_detail(
 
 
 def step_fields(step: Step, progress: dict[str, dict[str, int]]) -> dict[str, Any]:
-    """The node-type fields of a step for ``--json`` output (only those that apply),
-    with ``skip_reason`` (a skipped step), ``reused_from`` (a step a rerun reused) and its
-    limits (``concurrency``, ``rate_limit``: key, limit, window) when it has them."""
-    out: dict[str, Any] = {"type": step.type}
-    if step.skip_reason is not None:
-        out["skip_reason"] = step.skip_reason
-    if step.reused_from is not None:
-        out["reused_from"] = step.reused_from
-    if step.parent_node is not None:
-        out.update(parent_node=step.parent_node, item_index=step.item_index)
+    """The node-type fields of a step for ``--json`` output, the same keys for every
+    node type (null where one does not apply): ``type``, ``skip_reason`` (a skipped
+    step), ``reused_from`` (a step a rerun reused), ``parent_node`` and ``item_index`` (a
+    fan-out item), ``items`` (a fan-out node: total, done, states), ``child_run_id`` (a
+    child node), ``signal`` (a wait_signal node), ``wait_until`` (a child or wait_signal
+    node) and its limits (``concurrency``: key, limit; ``rate_limit``: key, limit,
+    per_s)."""
+    items = None
     if step.type == "fan_out":
-        out["items"] = {
+        items = {
             "total": step.items_total,
             "done": step.items_done,
             "states": progress.get(step.node, {}),
         }
-    if step.type == "child":
-        out["child_run_id"] = step.child_run_id
-    if step.type == "wait_signal":
-        out["signal"] = step.signal
-    if step.type in ("child", "wait_signal"):
-        out["wait_until"] = step.wait_until
+    concurrency = None
     if step.concurrency_key is not None:  # docs/flow-control.md
-        out["concurrency"] = {"key": step.concurrency_key, "limit": step.concurrency_limit}
+        concurrency = {"key": step.concurrency_key, "limit": step.concurrency_limit}
+    rate = None
     if step.rate_key is not None:
-        out["rate_limit"] = {
-            "key": step.rate_key,
-            "limit": step.rate_limit,
-            "per_s": step.rate_per_s,
-        }
-    return out
+        rate = {"key": step.rate_key, "limit": step.rate_limit, "per_s": step.rate_per_s}
+    return {
+        "type": step.type,
+        "skip_reason": step.skip_reason,
+        "reused_from": step.reused_from,
+        "parent_node": step.parent_node,
+        "item_index": step.item_index,
+        "items": items,
+        "child_run_id": step.child_run_id if step.type == "child" else None,
+        "signal": step.signal if step.type == "wait_signal" else None,
+        "wait_until": step.wait_until if step.type in ("child", "wait_signal") else None,
+        "concurrency": concurrency,
+        "rate_limit": rate,
+    }
+
+
+def _output_fields(step: Step) -> dict[str, Any]:
+    """A step's ``output`` (null until it completed) and ``output_truncated``: true when
+    its JSON text is over :data:`~cyclone_flow._json.OUTPUT_SHOWN_BYTES` (the dashboard's
+    cap), the output then null (``cyclone-flow output RUN NODE`` prints it whole)."""
+    if step.state != "completed":
+        return {"output": None, "output_truncated": False}
+    value, cut = shown_json(step.output)
+    return {"output": value, "output_truncated": cut}
 
 
 def queue_info_lines(info: dict[str, Any]) -> list[str]:

@@ -161,8 +161,13 @@ def submit_cmd(
         if not as_json:
             click.echo(run_id)
             click.echo(f"waiting for run {run_id} of flow {flow.name} ...", err=True)
+        steps: list[Step] | None = None
+        progress: dict[str, dict[str, int]] | None = None
         try:
             status = follow_run(client, run_id, quiet=as_json, timeout=wait_s)
+            if as_json:  # the run's document lists its steps, as `run --json` does
+                steps = client.list_steps(run_id, items=False)
+                progress = client.item_progress(run_id)
         except WaitTimeoutError as exc:
             if as_json:
                 echo_json({"run_id": run_id, "state": exc.state, "timed_out": True})
@@ -183,7 +188,7 @@ def submit_cmd(
     finally:
         client.shutdown()
     if as_json:
-        echo_json(run_dict(status))
+        echo_json(run_dict(status, steps, progress))
     else:
         click.echo(end_line(status), err=True)
         if status.state == "completed":

@@ -44,6 +44,12 @@ def health_list_open_transactions(
     return execute_rows(s, "health_list_open_transactions", params, _OPEN).fetchall()
 
 
+def health_get_oldest_xmin_holder(s: SessionLike) -> OpenTransaction | None:
+    """The oldest transaction of this database holding the xmin horizon back, whatever
+    its age (this session's left out); None when none does."""
+    return execute_rows(s, "health_get_oldest_xmin_holder", None, _OPEN).fetchone()
+
+
 def health_list_xmin_slots(s: SessionLike) -> list[XminHolder]:
     """Replication slots and prepared transactions holding the xmin horizon back."""
     return execute_rows(s, "health_list_xmin_slots", None, _XMIN).fetchall()

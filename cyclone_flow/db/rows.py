@@ -478,6 +478,34 @@ class StepOutput(NamedTuple):
     state: StepState
 
 
+@dataclasses.dataclass(frozen=True)
+class NodeOutput:
+    """``step_get_output_shown``: one node's (or fan-out item's) output as a reader sees
+    it (``cyclone-flow output``, ``Client.get_step_output``, the dashboard).
+
+    ``output`` is the stored value, None while the step has none (``has_output`` False:
+    it is not completed) and when it is over the reader's size cap (``truncated`` True);
+    ``output_bytes`` the size of its JSON text (None: no output). ``type`` is the node's
+    type; ``parent_node``/``item_index`` are set for a fan-out item; ``items_total`` for
+    a started fan-out node."""
+
+    node: str
+    type: str
+    state: StepState
+    parent_node: str | None
+    item_index: int | None
+    items_total: int | None
+    output: JSON
+    output_bytes: int | None
+    truncated: bool
+
+    @property
+    def has_output(self) -> bool:
+        """Whether the step has its output: it completed (a skipped or unfinished step
+        has none)."""
+        return self.state == "completed"
+
+
 class RerunSource(NamedTuple):
     """``run_get_rerun_source``: the run a rerun is made from (``input`` JSON text)."""
 

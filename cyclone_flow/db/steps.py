@@ -38,6 +38,7 @@ from cyclone_flow.db.rows import (
     LimitedClaim,
     ListShape,
     NodeInfo,
+    NodeOutput,
     NodeState,
     QueueStats,
     QueueThroughput,
@@ -68,6 +69,7 @@ _FAILED = rows_of(FailedAttempt, convert={"state": StepState})
 _RESCUED = rows_of(RescuedStep)
 _LEASED = rows_of(LeasedStep)
 _OUTPUT = rows_of(StepOutput, convert={"state": StepState})
+_SHOWN_OUTPUT = rows_of(NodeOutput, convert={"state": StepState})
 _RESET = rows_of(ResetStep)
 _NODE_STATE = rows_of(NodeState, convert={"state": StepState})
 _NODE_INFO = rows_of(NodeInfo)
@@ -800,6 +802,23 @@ def step_get_output(s: SessionLike, *, run_id: str, node: str) -> StepOutput | N
     """The output of ``(run_id, node)`` as JSON text, with the step's state."""
     params = {"run_id": run_id, "node": node}
     return execute_rows(s, "step_get_output", params, _OUTPUT).fetchone()
+
+
+def step_get_output_shown(
+    s: SessionLike,
+    *,
+    run_id: str,
+    node: str,
+    item: int | None = None,
+    max_bytes: int | None = None,
+) -> NodeOutput | None:
+    """The output of top-level node ``node`` of ``run_id`` (with ``item``: of its fan-out
+    item ``item``, 0-based) with its state and size; the value left out (``truncated``)
+    when its JSON text is over ``max_bytes`` (None: never). None when there is no such
+    step (an unknown node, an item not created yet or out of range)."""
+    name, parent = (node, None) if item is None else (f"{node}[{item}]", node)
+    params = {"run_id": run_id, "node": name, "parent": parent, "max_bytes": max_bytes}
+    return execute_rows(s, "step_get_output_shown", params, _SHOWN_OUTPUT).fetchone()
 
 
 def step_get_state(s: SessionLike, *, run_id: str, node: str) -> NodeState | None:

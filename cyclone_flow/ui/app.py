@@ -37,6 +37,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from cyclone_flow._json import OUTPUT_SHOWN_BYTES
 from cyclone_flow.advisor import advise
 from cyclone_flow.client import Client
 from cyclone_flow.db.rows import Run, Step
@@ -46,6 +47,7 @@ from cyclone_flow.errors import (
     ConfigError,
     CycloneError,
     InputValidationError,
+    NodeNotFoundError,
     PayloadTooLargeError,
     RunNotFoundError,
     ScheduleNotFoundError,
@@ -62,8 +64,9 @@ PAGE_SIZE = 50
 """Runs per page of the runs list."""
 ITEMS_PAGE_SIZE = 50
 """Fan-out items per page (a fan-out node's step page, its box expanded on the run page)."""
-JSON_SHOWN_BYTES = 64 * 1024
-"""Pretty JSON shown on a page, at most (the rest: the download link)."""
+JSON_SHOWN_BYTES = OUTPUT_SHOWN_BYTES
+"""Pretty JSON shown on a page, at most (the rest: the download link); the cap of a
+step's ``output`` in the CLI's ``--json`` documents too."""
 TEXT_SHOWN_CHARS = 16 * 1024
 """Characters of an error or a traceback shown on a page, at most."""
 MAX_BODY_BYTES = 1024 * 1024
@@ -534,13 +537,17 @@ class _Dashboard:
         return int(text)
 
     def step_output(self, request: Request) -> Response:
+        """A step's whole output as a download (``Client.get_step_output``, the read of
+        ``cyclone-flow output``); 404 for an unknown node or item, null before it has one."""
         run = self._run_or_404(request.path_params["run_id"])
-        step = self._step(run, request.path_params["node"], self._int(request, "item"))
-        name = f"{run.id}-{step.node}" + (
-            f"-{step.item_index}" if step.item_index is not None else ""
-        )
+        node, item = request.path_params["node"], self._int(request, "item")
+        try:
+            found = self.client.get_step_output(run.id, node, item)
+        except NodeNotFoundError as exc:
+            raise HTTPException(404, str(exc)) from None
+        name = f"{run.id}-{node}" + (f"-{item}" if item is not None else "")
         return JSONResponse(
-            step.output, headers={"Content-Disposition": f'attachment; filename="{name}.json"'}
+            found.output, headers={"Content-Disposition": f'attachment; filename="{name}.json"'}
         )
 
     def run_output(self, request: Request) -> Response:

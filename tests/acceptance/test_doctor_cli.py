@@ -113,3 +113,60 @@ def test_a_scan_of_a_small_table_is_said_to_be_no_problem(cli: Runner) -> None:
     line = next(x for x in done.stdout.splitlines() if x.startswith("claim of queue default"))
     assert "claim index used: no: a scan is cheaper on a table this small (cost " in line, line
     assert "NO" not in line
+
+
+def test_the_oldest_xmin_holder_is_reported_below_the_threshold_and_warned_above(
+    cli: Runner, idle_in_transaction: int, db: psycopg.Connection[Any]
+) -> None:
+    """Issue 30.8: the transaction holding the xmin horizon is reported with its pid
+    whatever its age; a warning comes only past --xact-age."""
+    pid = idle_in_transaction
+    young = cli("doctor", "--json")  # under the default threshold (5 minutes)
+    assert young.returncode == 0, young.stdout + young.stderr
+    report = json_output(young.stdout)
+    holder = report["oldest_xmin_holder"]
+    assert holder is not None and holder["pid"] == pid
+    assert (holder["application_name"], holder["state"]) == (APP, "idle in transaction")
+    assert holder["holds_xmin"] is True and holder["query_start"] is not None
+    assert report["advice"] == [] and report["transactions"] == []
+    text = cli("doctor")
+    no_traceback(text)
+    assert text.returncode == 0, text.stdout + text.stderr
+    line = next(x for x in text.stdout.splitlines() if x.startswith("oldest transaction"))
+    assert f"(pid {pid}, application {APP}, idle in transaction, query started " in line, line
+    assert "warning [" not in text.stdout and "healthy: no warnings" in text.stdout
+    wait_until(  # older than a tiny threshold, by the database's clock
+        lambda: (
+            db.execute(
+                "SELECT now() - xact_start > interval '50 ms' FROM pg_stat_activity WHERE pid = %s",
+                [pid],
+            ).fetchone()
+            == (True,)
+        ),
+        what="the transaction to age",
+    )
+    old = cli("doctor", "--json", "--xact-age", "50ms")
+    assert old.returncode == 1, old.stdout + old.stderr
+    report = json_output(old.stdout)
+    assert report["oldest_xmin_holder"]["pid"] == pid
+    assert [a["subject"] for a in report["advice"] if a["check"] == "open_transaction"] == [
+        f"pid {pid}"
+    ]
+
+
+def test_one_live_worker_is_counted_in_the_singular(cli: Runner, make_client: Any) -> None:
+    """Issue 30.9: "1 live worker", "2 live workers"."""
+    make_client(workers=1, worker_queues={"doctor-one": 1}).start()
+    wait_until(
+        lambda: json_output(cli("workers", "--json").stdout), timeout=30, what="a worker row"
+    )
+    done = cli("doctor")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert ", 1 live worker\n" in done.stdout, done.stdout
+    make_client(workers=1, worker_queues={"doctor-two": 1}).start()
+    wait_until(
+        lambda: len(json_output(cli("workers", "--json").stdout)) == 2,
+        timeout=30,
+        what="two worker rows",
+    )
+    assert ", 2 live workers\n" in cli("doctor").stdout

@@ -129,6 +129,12 @@ def test_every_page_renders_a_run_in_flight(make_client: Callable[..., Client]) 
     out = http.get(f"/runs/{run_id}/steps/first/output.json")
     assert out.status_code == 200 and out.json() == {"items": [1, 2, 3]}
     assert "attachment" in out.headers["content-disposition"]
+    # the download reads Client.get_step_output, as `cyclone-flow output` does
+    every = http.get(f"/runs/{run_id}/steps/each/output.json").json()
+    one = http.get(f"/runs/{run_id}/steps/each/output.json", params={"item": 2})
+    assert len(every) == 3 and one.status_code == 200 and one.json() == every[2]
+    assert http.get(f"/runs/{run_id}/steps/nope/output.json").status_code == 404
+    assert http.get(f"/runs/{run_id}/steps/each/output.json?item=7").status_code == 404
     assert http.get(f"/runs/{run_id}/input.json").json() == {"items": [1, 2, 3]}
 
     overview = http.get("/")

@@ -47,6 +47,23 @@ WHERE a.pid <> pg_backend_pid() AND a.xact_start IS NOT NULL
 ORDER BY a.xact_start
 LIMIT %(limit)s
 
+-- name: health_get_oldest_xmin_holder
+-- The oldest transaction of this database (or walsender) that holds the xmin horizon back
+-- (a snapshot or a transaction id), however young, but this session's: reported always,
+-- warned about only past the age threshold (health_list_open_transactions).
+SELECT a.pid, a.datname, a.usename, a.application_name, a.client_addr::text AS client_addr,
+       a.state, a.backend_type, a.xact_start, a.query_start,
+       greatest(extract(epoch FROM now() - a.xact_start), 0)::float8 AS age_s,
+       true AS holds_xmin,
+       coalesce(greatest(age(a.backend_xmin), age(a.backend_xid)), 0)::bigint AS xmin_age,
+       left(coalesce(a.query, ''), 200) AS query
+FROM pg_stat_activity a
+WHERE a.pid <> pg_backend_pid() AND a.xact_start IS NOT NULL
+  AND (a.datname = current_database() OR a.datname IS NULL)
+  AND (a.backend_xmin IS NOT NULL OR a.backend_xid IS NOT NULL)
+ORDER BY a.xact_start
+LIMIT 1
+
 -- name: health_list_xmin_slots
 -- Replication slots and prepared transactions that hold the xmin horizon back (a slot's
 -- xmin from hot_standby_feedback, a prepared transaction's xid), oldest first: vacuum of

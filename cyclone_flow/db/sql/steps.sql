@@ -818,6 +818,20 @@ WHERE s.run_id = %(run_id)s AND s.node = %(node)s
 -- The output of one node of a run as JSON text (output resolution by (run_id, node)).
 SELECT output::text, state FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND node = %(node)s
 
+-- name: step_get_output_shown
+-- One step's output as a reader sees it (cyclone-flow output, Client.get_step_output, the
+-- dashboard): the top-level node %(node)s, or with %(parent)s its fan-out item named so;
+-- the output left out (truncated) when its JSON text is over %(max_bytes)s bytes (NULL:
+-- no cap). One read of cyclone_steps_run_node_key.
+SELECT s.node, s.type, s.state, s.parent_node, s.item_index, s.items_total,
+       CASE WHEN %(max_bytes)s::int IS NULL OR octet_length(s.output::text) <= %(max_bytes)s::int
+            THEN s.output END AS output,
+       octet_length(s.output::text) AS output_bytes,
+       coalesce(octet_length(s.output::text) > %(max_bytes)s::int, false) AS truncated
+FROM {schema}.cyclone_steps s
+WHERE s.run_id = %(run_id)s AND s.node = %(node)s
+  AND s.parent_node IS NOT DISTINCT FROM %(parent)s::text
+
 -- name: step_get_signal_waiter
 -- The first waiting wait_signal node of a run that awaits signal %(name)s.
 SELECT node FROM {schema}.cyclone_steps
