@@ -18,6 +18,7 @@ caller waits until it has ended (its ``finally`` blocks ran) before it goes on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 from collections.abc import Coroutine
@@ -38,7 +39,7 @@ class HandlerCancelled(Exception):
 class _Call:
     """One coroutine on the loop: its task (set on the loop thread) and its outcome."""
 
-    __slots__ = ("coro", "context", "done", "error", "ok", "task", "value")
+    __slots__ = ("context", "coro", "done", "error", "ok", "task", "value")
 
     def __init__(self, coro: Coroutine[Any, Any, Any], context: contextvars.Context) -> None:
         self.coro = coro
@@ -111,10 +112,8 @@ class EventLoop:
             while not call.done.wait(CANCEL_POLL_S):
                 if not told and cancel.is_set():
                     told = True
-                    try:
+                    with contextlib.suppress(RuntimeError):  # stopped: stop() ends it
                         loop.call_soon_threadsafe(self._cancel, call)
-                    except RuntimeError:  # stopped: stop() ends every call
-                        pass
         finally:
             with self._lock:
                 self._calls.discard(call)
@@ -137,18 +136,14 @@ class EventLoop:
             self._stopped = True
         if loop is None or thread is None:
             return
-        try:
+        with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(self._cancel_all)
-        except RuntimeError:
-            pass
         with self._lock:
             calls = list(self._calls)
         for call in calls:
             call.done.wait(timeout)
-        try:
+        with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(loop.stop)
-        except RuntimeError:
-            pass
         thread.join(timeout)
         for call in calls:  # a task that would not end: its worker thread goes on
             if not call.done.is_set():
