@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import contextvars
 import threading
+import time
 from collections.abc import Coroutine
 from typing import Any
 
@@ -140,11 +141,12 @@ class EventLoop:
             loop.call_soon_threadsafe(self._cancel_all)
         with self._lock:
             calls = list(self._calls)
+        deadline = time.monotonic() + timeout
         for call in calls:
-            call.done.wait(timeout)
+            call.done.wait(max(0.0, deadline - time.monotonic()))
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout)
+        thread.join(max(0.0, deadline - time.monotonic()))
         for call in calls:  # a task that would not end: its worker thread goes on
             if not call.done.is_set():
                 call.error = asyncio.CancelledError()

@@ -37,15 +37,7 @@ from cyclone_flow.db.rows import ClaimedStep
 from cyclone_flow.events import Reporter
 from cyclone_flow.logs import LOGGER_NAME, has_other_handler
 
-__all__ = [
-    "AttemptLog",
-    "CaptureHandler",
-    "StepLogger",
-    "StepLogs",
-    "ThreadStream",
-    "attempt_log_var",
-    "current",
-]
+__all__ = ["AttemptLog", "CaptureHandler", "StepLogger", "StepLogs", "ThreadStream", "current"]
 
 _local = threading.local()
 attempt_log_var: contextvars.ContextVar[AttemptLog | None] = contextvars.ContextVar(
