@@ -65,9 +65,7 @@ def test_a_raising_async_handler_rolls_its_writes_back(
     create_ledger(db)
     client = make_client(workers=1)
     client.start()
-    run_id = client.submit(
-        step_flow(f"{ASYNC}:write", name="w"), {"schema": schema, "raise": True}
-    )
+    run_id = client.submit(step_flow(f"{ASYNC}:write", name="w"), {"schema": schema, "raise": True})
     assert client.wait(run_id, timeout=20).state == "failed"
     assert ledger_rows(db, run_id) == []
     row = step_row(db, run_id)
