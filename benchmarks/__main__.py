@@ -40,6 +40,7 @@ from benchmarks.common import Env, Result, database, durability_ok, machine, rat
 NAMES = (
     "ceiling",
     "noop",
+    "noop_async",
     "chain",
     "fanout",
     "exactly_once",
@@ -48,7 +49,16 @@ NAMES = (
     "limits",
     "soak",
 )
-DEFAULT = ("ceiling", "noop", "chain", "fanout", "exactly_once", "latency", "producer")
+DEFAULT = (
+    "ceiling",
+    "noop",
+    "noop_async",
+    "chain",
+    "fanout",
+    "exactly_once",
+    "latency",
+    "producer",
+)
 # ceilings each engine figure is divided by (same connection count as the engine's workers)
 RATIO_CEILINGS = ("1/tx", "batch50", "1/tx idx", "batch50 idx")
 
@@ -293,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         "noop": lambda env, quick: noop.run(
             env, quick=quick, workers=counts, processes=tuple(args.processes)
         ),
+        "noop_async": lambda env, quick: noop.run_async(env, quick=quick, workers=counts),
         "chain": lambda env, quick: chain.run(env, quick=quick),
         "fanout": lambda env, quick: fanout.run(env, quick=quick),
         "exactly_once": lambda env, quick: exactly_once.run(env, quick=quick),

@@ -14,6 +14,12 @@ def noop(ctx: Any, input: JSON) -> JSON:
     return None
 
 
+async def noop_async(ctx: Any, input: JSON) -> JSON:
+    """Do nothing in an ``async def`` handler (run on the worker's event loop); output
+    ``null``."""
+    return None
+
+
 def echo(ctx: Any, input: JSON) -> JSON:
     """Return the input unchanged (the chain passes ``{"v": n}`` along)."""
     return input

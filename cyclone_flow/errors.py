@@ -386,8 +386,9 @@ class HandlerImportError(CycloneError):
     (a part of the attribute path starts with ``_``), ``"module"`` (the module is not
     allowed), ``"import"`` (importing it failed), ``"attribute"`` (no such attribute),
     ``"foreign"`` (the path reaches an object not defined in an allowed module, or a
-    module), ``"not_callable"``, ``"async"`` (an ``async def`` handler: not supported),
-    ``"signature"`` (not callable as ``handler(ctx, input)``).
+    module), ``"not_callable"``, ``"signature"`` (not callable as ``handler(ctx, input)``,
+    or an async generator function); ``"async"`` is retired (``async def`` handlers run
+    since issue 30.6: never raised now).
     """
 
     def __init__(self, message: str, reason: str = "import") -> None:

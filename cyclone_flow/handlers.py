@@ -326,25 +326,21 @@ def _origins(obj: Any, depth: int = 0) -> Iterator[tuple[str | None, str]]:
 
 
 def check_handler_shape(call: str, target: Callable[..., Any]) -> None:
-    """Refuse a handler that cannot run as ``handler(ctx, input)`` returning its output:
-    an ``async def`` function or async generator (or an object whose ``__call__`` is one;
-    reason ``"async"``: handlers are synchronous), or a signature that does not bind two
-    positional arguments (reason ``"signature"``). A callable without a signature (some
-    builtins) passes. Raises :class:`HandlerImportError`."""
+    """Refuse a handler that cannot run as ``handler(ctx, input)`` returning its output
+    (``def``, or ``async def``: a worker runs its coroutine on its event loop): an async
+    generator function (or an object whose ``__call__`` is one), or a signature that does
+    not bind two positional arguments (reason ``"signature"`` for both). A callable
+    without a signature (some builtins) passes. Raises :class:`HandlerImportError`."""
     call_method = (
         None
         if inspect.isroutine(target)
         else inspect.getattr_static(type(target), "__call__", None)
     )
-    if any(
-        inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f)
-        for f in (target, call_method)
-        if f is not None
-    ):
+    if any(inspect.isasyncgenfunction(f) for f in (target, call_method) if f is not None):
         raise HandlerImportError(
-            f"{call!r} is an async function: handlers are synchronous (def, not async def); "
-            "call asyncio.run(...) inside a def handler to run a coroutine",
-            "async",
+            f"{call!r} is an async generator function: a handler returns its output "
+            "(def or async def), it does not yield",
+            "signature",
         )
     try:
         signature = inspect.signature(target)

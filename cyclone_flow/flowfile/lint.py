@@ -101,8 +101,8 @@ def check_imports_of(doc: Document) -> list[Problem]:
     not callable, E023 its signature does not accept ``(ctx, input)``, E024 a worker
     refuses it even when its module is allowed (a part after ``:`` starts with ``_``, or
     the path reaches an object defined outside the modules the flow names and their
-    packages, as ``cyclone-flow run`` checks), E025 it is an ``async def`` function
-    (handlers are synchronous; a worker fails such a step with ``import_error``).
+    packages, as ``cyclone-flow run`` checks). E023 also refuses an async generator
+    function; ``async def`` handlers pass (E025, which refused them, is retired).
     """
     out: list[Problem] = []
     nodes = doc.data.get("nodes", {}) if isinstance(doc.data, dict) else {}
@@ -121,7 +121,7 @@ def check_imports_of(doc: Document) -> list[Problem]:
     return out
 
 
-_IMPORT_CODES = {"attribute": "E021", "not_callable": "E022", "signature": "E023", "async": "E025"}
+_IMPORT_CODES = {"attribute": "E021", "not_callable": "E022", "signature": "E023"}
 
 
 def _check_call(call: str, resolver: HandlerResolver) -> tuple[str, str] | None:
@@ -146,5 +146,5 @@ def _check_call(call: str, resolver: HandlerResolver) -> tuple[str, str] | None:
         if code is not None:
             return code, str(exc)
         return "E024", f"a worker refuses it: {exc}"
-    del target  # its shape (E023, E025) was checked by resolve, as on a worker
+    del target  # its shape (E023) was checked by resolve, as on a worker
     return None

@@ -30,6 +30,13 @@ class Context:
     records carry the step's fields: from INFO up they are kept in the step's logs
     whatever the logger's level, as are the handler thread's other ``logging`` records
     and its ``print`` output; ``cyclone-flow logs RUN``).
+
+    An ``async def`` handler gets the same object, on the worker's event loop thread: its
+    methods are synchronous. ``completion_tx()``, ``upstream()`` and the ``*_completion``
+    methods block the loop for their round trip (``completion_tx()``'s first call also
+    while it waits for a tx slot: ``await asyncio.to_thread(ctx.completion_tx)`` waits off
+    the loop); use ``cancelled()``, never ``wait_cancelled()``, in a coroutine (a lost
+    lease or a timeout cancels the handler's task anyway).
     """
 
     def __init__(
@@ -78,6 +85,8 @@ class Context:
         the writes commit together with the step's completion, or not at all: a crash, an
         exception, or a stale completion (the lease was lost) rolls them back. The first
         call waits for a free ``tx_slots`` slot; later calls return the same connection.
+        The connection is psycopg's synchronous one, for ``async def`` handlers too (it is
+        thread-safe: ``asyncio.to_thread(conn.execute, ...)`` keeps the loop free).
         """
         return self._open_tx()
 

@@ -9,6 +9,7 @@ commits, and a lost lease turns every late write into a stale, rolled-back trans
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import threading
 import time
@@ -35,6 +36,8 @@ from cyclone_flow.notify import Publish, Wakeups
 from cyclone_flow.options import job_flow, run_options
 from cyclone_flow.producer import Producer
 from cyclone_flow.states import ErrorKind
+from cyclone_flow.worker import step_logs
+from cyclone_flow.worker.aio import EventLoop, HandlerCancelled
 from cyclone_flow.worker.cache import OutputCache
 from cyclone_flow.worker.completion import (
     BatchSink,
@@ -93,6 +96,9 @@ class Executor:
         self.batch = completer
         # the handler's logs and prints per attempt (started and stopped by the worker)
         self.step_logs = StepLogs(db, config.step_log_bytes, config.logger, self.reporter)
+        # runs the coroutines of async def handlers (started by the first; stopped by the
+        # worker at shutdown)
+        self.event_loop = EventLoop()
 
     def start(self) -> None:
         """Start the batch sink's completer thread (when there is one)."""
@@ -128,7 +134,10 @@ class Executor:
         seconds have passed since the claim returned, which is never before the database's
         ``started_at + timeout``; a result that arrives after that deadline is stale, and
         this worker then records the attempt as failed with kind ``timeout`` itself instead
-        of leaving it to the next sweep (Engine Design: Leases and Heartbeats).
+        of leaving it to the next sweep (Engine Design: Leases and Heartbeats). An ``async
+        def`` handler's coroutine runs on :attr:`event_loop` while this thread waits for it;
+        ``cancel_event`` cancels its task, and a task that ends cancelled is a stale result
+        (nothing of it is written; a passed deadline is recorded as a ``timeout``).
 
         Traced (:func:`cyclone_flow.tracing.attempt`): the attempt's span, its handler's
         and its commit's, ended when the step is settled.
@@ -194,6 +203,11 @@ class Executor:
                         step, output_json, duration_s, tx, extra if extra else None, trace=trace
                     )
                 )
+            except HandlerCancelled:  # an async handler cancelled: its lease is lost
+                tx.rollback()
+                trace.commit()
+                trace.finish("stale")
+                self.settler.stale(step)
             except StepFailure as failure:
                 tx.rollback()
                 trace.commit()
@@ -293,6 +307,10 @@ class Executor:
     ) -> JSON:
         try:
             output = handler(ctx, handler_input)
+            if inspect.iscoroutine(output):  # async def (or a def that returns a coroutine)
+                output = self._await(output, ctx)
+        except HandlerCancelled:
+            raise
         except BaseException as exc:
             if tx.broken():  # the engine's side lost the database: not the handler's fault
                 raise _DatabaseLost(tx.lost or exc) from exc
@@ -300,16 +318,16 @@ class Executor:
         lost = tx.lost
         if lost is not None:  # the handler swallowed it: what it meant to write is not there
             raise _DatabaseLost(lost)
-        if inspect.iscoroutine(output):  # e.g. a def wrapper around an async function
-            output.close()
-            raise StepFailure(
-                ErrorKind.HANDLER_ERROR,
-                "the handler returned a coroutine: handlers are synchronous (def, not "
-                "async def); call asyncio.run(...) inside the handler",
-                permanent=True,
-                tb=None,
-            )
         return output
+
+    def _await(self, coro: Any, ctx: Context) -> JSON:
+        """Run an async handler's coroutine on the event loop and wait for it on this
+        thread (the step keeps its worker slot). Its task runs in a copy of this thread's
+        context (the trace span) with the attempt's step-log buffer set. Raises what the
+        coroutine raises, or HandlerCancelled when the step's cancel event cancelled it."""
+        context = contextvars.copy_context()
+        context.run(step_logs.attempt_log_var.set, step_logs.current())
+        return self.event_loop.run(coro, ctx._cancel_event, context)
 
     def _failed(self, exc: BaseException) -> NoReturn:
         """Raise the StepFailure of the handler's own exception ``exc`` (SystemExit & co.

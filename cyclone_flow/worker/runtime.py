@@ -250,6 +250,7 @@ class Worker:
                 self.reporter.trouble(
                     "shutdown", exc, "could not release the isolated run %s", self.only_run
                 )
+        self.executor.event_loop.stop()  # cancels async handlers still running
         self.executor.step_logs.stop()
 
     # -- wakeups -----------------------------------------------------------------------

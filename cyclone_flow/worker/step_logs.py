@@ -11,7 +11,8 @@ While a started client's worker runs, :class:`StepLogs` has
   its traceback; the record still reaches every other handler.
 
 :meth:`StepLogs.capture` wraps one handler call: lines of the handler's thread only
-(threads it starts itself are not captured), up to ``step_log_bytes`` (UTF-8) per attempt,
+(threads it starts itself are not captured; an ``async def`` handler's lines are those of
+its task, found through :data:`attempt_log_var`), up to ``step_log_bytes`` (UTF-8) per attempt,
 a last line saying how much was cut; an exception escaping the handler adds its
 traceback. :meth:`StepLogs.write` stores the lines in one INSERT right after the attempt's
 completion or failure is recorded, on the worker thread, holding no other connection
@@ -21,6 +22,7 @@ before its lines). A failed write is logged and drops the lines, never the step.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import sys
 import threading
@@ -38,6 +40,11 @@ from cyclone_flow.logs import LOGGER_NAME, has_other_handler
 __all__ = ["AttemptLog", "CaptureHandler", "StepLogger", "StepLogs", "ThreadStream", "current"]
 
 _local = threading.local()
+attempt_log_var: contextvars.ContextVar[AttemptLog | None] = contextvars.ContextVar(
+    "cyclone_attempt_log", default=None
+)
+"""The attempt buffer of an ``async def`` handler's task (set in the task's context by
+:mod:`cyclone_flow.worker.aio`'s caller: the loop thread runs many attempts at once)."""
 _install_lock = threading.Lock()
 _installs = 0
 _saved: tuple[Any, Any] | None = None
@@ -106,8 +113,9 @@ class AttemptLog:
 
 
 def current() -> AttemptLog | None:
-    """The buffer of the attempt the calling thread runs, or None."""
-    return getattr(_local, "log", None)
+    """The buffer of the attempt the calling thread (or asyncio task) runs, or None."""
+    log = getattr(_local, "log", None)
+    return log if log is not None else attempt_log_var.get()
 
 
 class ThreadStream:

@@ -1,8 +1,8 @@
-"""Handlers of the wrong shape (issue 18): an ``async def`` handler (or an async callable)
-and a handler that cannot be called as ``handler(ctx, input)`` fail their step at once
-(``import_error``, one attempt, no retry) with a message naming the expected form; a
-``def`` that returns a coroutine fails permanently too; extra parameters with defaults
-are fine."""
+"""Handlers of the wrong shape (issue 18): an async generator and a handler that cannot be
+called as ``handler(ctx, input)`` fail their step at once (``import_error``, one attempt,
+no retry) with a message naming the expected form; extra parameters with defaults are
+fine, and so (issue 30.6) are an ``async def`` handler, an async callable object and a
+``def`` that returns a coroutine: the worker runs the coroutine on its event loop."""
 
 from __future__ import annotations
 
@@ -24,9 +24,7 @@ def _one(call: str) -> Flow:
 @pytest.mark.parametrize(
     ("handler", "kind", "needle"),
     [
-        ("async_handler", "import_error", "is an async function: handlers are synchronous"),
-        ("async_callable", "import_error", "is an async function: handlers are synchronous"),
-        ("returns_coroutine", "handler_error", "the handler returned a coroutine"),
+        ("async_generator", "import_error", "is an async generator function"),
         ("one_parameter", "import_error", "cannot be called as handler(ctx, input)"),
         ("three_required", "import_error", "def three_required(ctx, input)"),
     ],
@@ -41,6 +39,17 @@ def test_a_handler_of_the_wrong_shape_fails_once_without_retry(
     (step,) = client.list_steps(run_id)
     assert step.state == "discarded" and step.attempt == 1, step.errors
     assert step.error_kind == kind and needle in (step.error or ""), step.error
+
+
+@pytest.mark.parametrize("handler", ["async_handler", "async_callable", "returns_coroutine"])
+def test_a_coroutine_handler_runs_and_returns_its_output(
+    make_client: Callable[..., Client], handler: str
+) -> None:
+    client = make_client()
+    run_id = client.submit(_one(f"cyclone_test_handlers.shapes:{handler}"))
+    client.start()
+    run = client.wait(run_id, timeout=20)
+    assert (run.state, run.output) == ("completed", {"s": {"ran": True}}), run.error
 
 
 def test_extra_parameters_with_defaults_are_a_valid_handler(

@@ -226,6 +226,8 @@ def handlers(tmp_path: Path) -> Iterator[Path]:
                 return None
             async def coro(ctx, input):
                 return input
+            async def agen(ctx, input):
+                yield input
             """
         )
     )
@@ -254,7 +256,8 @@ def test_check_imports(handlers: Path) -> None:
               e023: {call: "lint_handlers_mod:too_few"}
               e024: {call: "lint_handlers_mod:good.__call__"}
               e024b: {call: "lint_handlers_mod:join"}
-              e025: {call: "lint_handlers_mod:coro"}
+              e023b: {call: "lint_handlers_mod:agen"}
+              coro: {call: "lint_handlers_mod:coro"}
             """
         )
     )
@@ -268,12 +271,12 @@ def test_check_imports(handlers: Path) -> None:
         ("E023", 8, 16),
         ("E024", 9, 16),
         ("E024", 10, 17),
-        ("E025", 11, 16),
-    ]
+        ("E023", 11, 17),
+    ]  # async def (node coro) passes: E025 is retired
     messages = [p.message for p in lint_paths([str(flow_file)], check_imports=True)]
     assert "a part starting with '_'" in messages[-3]
     assert "defined in module 'posixpath'" in messages[-2]
-    assert "is an async function: handlers are synchronous" in messages[-1]
+    assert "is an async generator function" in messages[-1]
     assert (
         "a handler takes two positional parameters, e.g. def too_few(ctx, input)" in (messages[4])
     )

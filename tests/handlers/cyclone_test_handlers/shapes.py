@@ -1,5 +1,6 @@
-"""Handlers of the wrong shape (issue 18): an ``async def`` handler, a ``def`` wrapper that
-returns a coroutine, an async callable object, and handlers with a wrong signature."""
+"""Handlers of every shape (issue 18): an ``async def`` handler, a ``def`` wrapper that
+returns a coroutine, an async callable object (all three run since issue 30.6), an async
+generator and handlers with a wrong signature (refused)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 
 async def async_handler(ctx: Any, input: Any) -> Any:
-    """An ``async def`` handler: refused (handlers are synchronous)."""
+    """An ``async def`` handler: runs on the worker's event loop."""
     await asyncio.sleep(0)
     return {"ran": True}
 
@@ -26,6 +27,11 @@ class AsyncCallable:
 
 
 async_callable = AsyncCallable()
+
+
+async def async_generator(ctx: Any, input: Any) -> Any:
+    """An async generator function: it yields, never returns an output (refused)."""
+    yield {"ran": True}
 
 
 def one_parameter(ctx: Any) -> Any:
