@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import psycopg
-
 from helpers.cli import clean_env, json_output, no_traceback
 from helpers.paths import CLI, TEST_HANDLERS
 from psycopg import sql
