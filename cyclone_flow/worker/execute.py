@@ -106,8 +106,10 @@ class Executor:
         step: ClaimedStep,
         cancel_event: threading.Event,
         on_settled: Callable[[], None] | None = None,
+        lease_lost: threading.Event | None = None,
     ) -> bool:
         """Run ``step`` to a committed completion or failed attempt (or a stale no-op).
+        ``lease_lost``: the handler's ``ctx.lease_lost`` (set by the heartbeat).
 
         Returns True when the completion was handed to the batch sink (group commit: the
         handler did not open ``ctx.completion_tx()``, and ``on_settled`` is given): the
@@ -167,6 +169,7 @@ class Executor:
                     submit_in_tx=submit_in_tx,
                     enqueue_in_tx=enqueue_in_tx,
                     item_index=step.item_index,
+                    lease_lost=lease_lost,
                 )
                 started = time.monotonic()
                 try:

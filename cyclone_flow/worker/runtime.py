@@ -42,7 +42,7 @@ from cyclone_flow.maintenance.worker_reaper import WorkerReaper, WorkerReaperCon
 from cyclone_flow.notify import Publish
 from cyclone_flow.states import EventKind
 from cyclone_flow.worker.execute import Executor
-from cyclone_flow.worker.heartbeat import Heartbeat, WorkerIdentity
+from cyclone_flow.worker.heartbeat import Heartbeat, HeldLease, WorkerIdentity
 
 _RATE_RETRY_FLOOR_S = 0.005
 """The shortest wait before claiming again for a rate token (a token due now, or already
@@ -339,7 +339,7 @@ class Worker:
             with self._lock:
                 self._busy[queue_name] += len(steps)
                 for step in steps:
-                    self._leases[(step.id, step.lease_generation)] = threading.Event()
+                    self._leases[(step.id, step.lease_generation)] = HeldLease()
             for step in steps:
                 self._tasks.put(step)
                 self.reporter.report(
@@ -397,7 +397,10 @@ class Worker:
             freed = isinstance(step, LimitedClaim)
             try:
                 handed_over = self.executor.execute(
-                    step, cancel, on_settled=functools.partial(self._settled, key, freed)
+                    step,
+                    cancel,
+                    on_settled=functools.partial(self._settled, key, freed),
+                    lease_lost=cancel.lost if isinstance(cancel, HeldLease) else None,
                 )
             except BaseException:  # never lose a worker thread
                 self.log.exception("worker thread: step %s failed unexpectedly", step.id)
