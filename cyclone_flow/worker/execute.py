@@ -122,7 +122,9 @@ class Executor:
         on a fresh connection first) or recording its result, and a lost database under
         the handler (the BEGIN of ``ctx.completion_tx()`` or an engine read such as
         ``ctx.upstream()`` lost its connection, or the completion transaction's
-        connection broke), whatever the handler did then (raised or returned). Every
+        connection broke), whatever the handler did then (raised or returned), and a
+        prepared statement of the engine's that the server does not have (a pooler in
+        transaction mode: :func:`~cyclone_flow.db.errors.prepared_statement_lost`). Every
         other error, including one the handler raises from its own connections, becomes
         a failed attempt, so a step can never loop on an error that repeats.
 
