@@ -28,6 +28,8 @@ from cyclone_flow import Client
 from cyclone_flow.db import errors
 from cyclone_flow.engine import complete
 from cyclone_flow.engine.tx import Tx
+from cyclone_flow.flowfile import load_flow_text
+from cyclone_flow.worker.inputs import Inputs
 
 HINT = "--no-prepare or CYCLONE_PREPARE=0"
 
@@ -116,3 +118,38 @@ def test_a_prepared_statement_error_in_the_inline_completion_charges_no_attempt(
     assert [r[2] for r in ledger_rows(db, run_id)] == ["attempt1"]
     assert _hints(caplog) == 1, caplog.text
     assert "DuplicatePreparedStatement" in caplog.text
+
+
+def test_a_prepared_statement_error_under_ctx_upstream_charges_no_attempt(
+    make_client: Callable[..., Client],
+    db: Any,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine's read behind ``ctx.upstream()`` fails and the handler lets the error
+    out (or swallows it): the attempt is not the handler's to pay."""
+    caplog.set_level(logging.INFO, logger="cyclone_flow")
+    client = make_client(workers=1, lease_ttl=1.0, sweep_interval=0.2)
+    real = Inputs.upstream_output
+    calls: list[int] = []
+
+    def missing_statement_once(self: Inputs, run_id: str, node: str) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            with self.db.autocommit_session() as s:
+                s.conn.execute("EXECUTE cyclone_never_prepared")
+        return real(self, run_id, node)
+
+    monkeypatch.setattr(Inputs, "upstream_output", missing_statement_once)
+    flow = load_flow_text(
+        "name: pooled\nnodes:\n"
+        "  a: {call: cyclone_test_handlers.basic:echo}\n"
+        "  s:\n    call: cyclone_test_handlers.conditions:upstream\n    needs: [a]\n"
+        '    input: {names: ["a"]}\n    retry: {max_attempts: 1}\n'
+    )
+    client.start()
+    run_id = client.submit(flow, {"n": 1})
+    assert client.wait(run_id, timeout=30).state == "completed"
+    _uncharged(db, run_id)
+    assert len(calls) == 2
+    assert _hints(caplog) == 1, caplog.text
