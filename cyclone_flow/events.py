@@ -121,9 +121,9 @@ class Reporter:
         connection broke, the server restarts), one warning line without traceback
         (recovery is automatic), counted through ``on_database_error(where)``; a prepared
         statement the server does not have (:func:`~cyclone_flow.db.errors.
-        prepared_statement_lost`: a misconfigured pooler), one warning line too, and once
-        per process the warning that names the fix; any other exception is a bug: an
-        ERROR with its traceback."""
+        prepared_statement_lost`: a misconfigured pooler), an INFO line, and once per
+        process the warning that names the fix; any other exception is a bug: an ERROR
+        with its traceback."""
         if database_lost(exc):
             text = str(exc).strip().splitlines()
             self.log.warning(
@@ -135,9 +135,9 @@ class Reporter:
             )
             call_hook(self.log, self.on_database_error, where)
         elif prepared_statement_lost(exc):  # a pooler in transaction mode: not a bug
-            warn_prepared_statements(self.log, exc)
+            warn_prepared_statements(self.log, exc)  # the one warning, naming the fix
             text = str(exc).strip().splitlines()
-            self.log.warning(
+            self.log.info(
                 message + " (%s: %s)",
                 *args,
                 type(exc).__name__,
