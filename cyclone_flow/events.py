@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
-from cyclone_flow.db.errors import database_lost
+from cyclone_flow.db.errors import database_lost, prepared_statement_lost, warn_prepared_statements
 from cyclone_flow.engine.tx import Effects, EngineEvent
 from cyclone_flow.states import EventKind
 
@@ -119,8 +119,11 @@ class Reporter:
         ``heartbeat``, ``completion``, ``maintenance``...) with ``message % args``: when
         the database is out of reach (:func:`~cyclone_flow.db.conn.database_lost`: the
         connection broke, the server restarts), one warning line without traceback
-        (recovery is automatic), counted through ``on_database_error(where)``; any other
-        exception is a bug: an ERROR with its traceback."""
+        (recovery is automatic), counted through ``on_database_error(where)``; a prepared
+        statement the server does not have (:func:`~cyclone_flow.db.errors.
+        prepared_statement_lost`: a misconfigured pooler), an INFO line, and once per
+        process the warning that names the fix; any other exception is a bug: an ERROR
+        with its traceback."""
         if database_lost(exc):
             text = str(exc).strip().splitlines()
             self.log.warning(
@@ -131,6 +134,16 @@ class Reporter:
                 extra=extra,
             )
             call_hook(self.log, self.on_database_error, where)
+        elif prepared_statement_lost(exc):  # a pooler in transaction mode: not a bug
+            warn_prepared_statements(self.log, exc)  # the one warning, naming the fix
+            text = str(exc).strip().splitlines()
+            self.log.info(
+                message + " (%s: %s)",
+                *args,
+                type(exc).__name__,
+                text[0] if text else "",
+                extra=extra,
+            )
         else:
             self.log.error(message, *args, exc_info=exc, extra=extra)
 

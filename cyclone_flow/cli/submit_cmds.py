@@ -298,7 +298,10 @@ def run_cmd(
                 click.echo(f"gave up: {_still_running(run_id)}", err=True)
                 client.shutdown(timeout=0)  # stop working on it; the leases expire by themselves
                 sys.exit(1)
-            client.shutdown()
+            # the run is terminal: nothing left to wait for. A handler still running (a
+            # timed-out attempt that ignores ctx.cancelled()) is abandoned: its lease is
+            # gone, so its late completion is refused by the lease generation
+            client.shutdown(timeout=0)
     finally:
         client.shutdown()
     if as_json:

@@ -8,6 +8,8 @@ retries such errors with :func:`ride_out` instead of giving up at the first one.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -45,6 +47,40 @@ def database_lost(exc: BaseException) -> bool:
         return False
     state = exc.sqlstate
     return state is None or state.startswith("08") or state.startswith("57P0")
+
+
+PREPARE_HINT = (
+    "prepared statements fail on this connection (%s: %s): a pooler in transaction mode "
+    "(PgBouncer before 1.21, or without max_prepared_statements) sends consecutive "
+    "transactions to different server connections. Turn them off: --no-prepare or "
+    "CYCLONE_PREPARE=0 (Client(prepare=False)); see docs/deployment.md#pgbouncer. The "
+    "steps it hits are left to their lease, no attempt charged"
+)
+"""The warning :func:`warn_prepared_statements` logs once per process."""
+
+_prepare_warned = threading.Event()
+
+
+def prepared_statement_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says that a statement psycopg prepared on this connection is not
+    what the server has: ``prepared statement "_pg3_0" does not exist`` (SQLSTATE 26000,
+    :class:`psycopg.errors.InvalidSqlStatementName`) or ``... already exists`` (42P05,
+    :class:`psycopg.errors.DuplicatePreparedStatement`), what a pooler in transaction mode
+    causes when prepared statements are on (docs/deployment.md#pgbouncer). Never the
+    statement's or the handler's fault."""
+    return isinstance(
+        exc,
+        psycopg.errors.InvalidSqlStatementName | psycopg.errors.DuplicatePreparedStatement,
+    )
+
+
+def warn_prepared_statements(log: logging.Logger, exc: BaseException) -> None:
+    """Log :data:`PREPARE_HINT` (naming the fix) for ``exc``, once per process."""
+    if _prepare_warned.is_set():
+        return
+    _prepare_warned.set()
+    text = str(exc).strip().splitlines()
+    log.warning(PREPARE_HINT, type(exc).__name__, text[0] if text else "")
 
 
 class Outage:

@@ -50,7 +50,7 @@ from cyclone_flow.db.conn import (
     conflict,
     retry_conflicts,
 )
-from cyclone_flow.db.errors import database_lost
+from cyclone_flow.db.errors import database_lost, prepared_statement_lost
 from cyclone_flow.db.rows import ClaimedStep, LimitedClaim
 from cyclone_flow.engine import complete, fail
 from cyclone_flow.engine.tx import Outcome, Tx
@@ -621,8 +621,9 @@ class CompletionTx:
     COMMITTED, as :class:`~cyclone_flow.db.conn.Database` made them). ``lost``:
     the error of the engine's own database trouble while the handler ran (the BEGIN of
     ``ctx.completion_tx()`` failed for good, or an engine read such as ``ctx.upstream()``
-    lost its connection), else None: the executor then leaves the step to its lease
-    instead of failing its attempt."""
+    lost its connection or met a prepared statement the server does not have), else
+    None: the executor then leaves the step to its lease instead of failing its
+    attempt."""
 
     def __init__(self, db: Database, slots: threading.BoundedSemaphore) -> None:
         self.db = db
@@ -653,9 +654,10 @@ class CompletionTx:
         return conn
 
     def note(self, exc: BaseException) -> None:
-        """Record ``exc`` in ``lost`` when it says the database is lost (engine code that
-        runs for the handler calls this with what it raises)."""
-        if self.lost is None and database_lost(exc):
+        """Record ``exc`` in ``lost`` when it says the database is lost, or that a prepared
+        statement of the engine's is not on the server (a misconfigured pooler): engine
+        code that runs for the handler calls this with what it raises."""
+        if self.lost is None and (database_lost(exc) or prepared_statement_lost(exc)):
             self.lost = exc
 
     def broken(self) -> bool:
@@ -712,14 +714,16 @@ def failed_attempt_on_error(what: str) -> Iterator[None]:
     handler left its transaction failed, or a deferred constraint broke), so it can never
     loop. Trouble with the connection or server itself (OperationalError, but not a
     deadlock or serialization failure; :func:`~cyclone_flow.db.conn.database_lost` says
-    which of them are the database out of reach) propagates: the step is left to its
-    lease."""
+    which of them are the database out of reach) and a prepared statement of the engine's
+    that the server does not have (:func:`~cyclone_flow.db.errors.prepared_statement_lost`:
+    a pooler in transaction mode) propagate: the step is left to its lease."""
     try:
         yield
     except psycopg.Error as exc:
-        if isinstance(exc, psycopg.OperationalError) and not isinstance(
-            exc, psycopg.errors.TransactionRollback
-        ):
+        if (
+            isinstance(exc, psycopg.OperationalError)
+            and not isinstance(exc, psycopg.errors.TransactionRollback)
+        ) or prepared_statement_lost(exc):
             raise
         raise StepFailure(
             ErrorKind.HANDLER_ERROR,

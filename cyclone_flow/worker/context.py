@@ -52,6 +52,7 @@ class Context:
         submit_in_tx: Callable[..., str],
         enqueue_in_tx: Callable[..., str],
         item_index: int | None = None,
+        lease_lost: threading.Event | None = None,
     ) -> None:
         self.run_id = run_id
         self.node = node
@@ -64,6 +65,7 @@ class Context:
         self._enqueue_in_tx = enqueue_in_tx
         self.item_index = item_index
         self._log: StepLogger | None = None
+        self._lease_lost = lease_lost if lease_lost is not None else threading.Event()
 
     @property
     def log(self) -> StepLogger:
@@ -104,6 +106,18 @@ class Context:
         """Block up to ``timeout`` seconds (None: forever) until :meth:`cancelled`; return
         whether it is."""
         return self._cancel_event.wait(timeout)
+
+    @property
+    def lease_lost(self) -> threading.Event:
+        """A ``threading.Event`` the heartbeat sets when it finds this attempt's lease gone
+        (not renewed: the step was reclaimed because this worker stalled past its lease
+        TTL, e.g. SIGSTOP or a long GC pause, or it was cancelled or timed out). Another
+        worker may be running the step by then, even under ``concurrency: {limit: 1}``
+        (docs/flow-control.md): a long handler should check it (``is_set()``, or
+        ``wait(seconds)``) and stop; its completion will be refused anyway. When it is
+        set, so is :meth:`cancelled`; not the other way round (a shutdown, or this
+        process's own timer of the step's ``timeout``, sets only :meth:`cancelled`)."""
+        return self._lease_lost
 
     def submit_completion(self, flow: Any, input: JSON = None, **options: Any) -> str:
         """Submit a run of ``flow`` (a :class:`~cyclone_flow.Flow` or a flow file path) in

@@ -112,8 +112,10 @@ class Executor:
         step: ClaimedStep,
         cancel_event: threading.Event,
         on_settled: Callable[[], None] | None = None,
+        lease_lost: threading.Event | None = None,
     ) -> bool:
         """Run ``step`` to a committed completion or failed attempt (or a stale no-op).
+        ``lease_lost``: the handler's ``ctx.lease_lost`` (set by the heartbeat).
 
         Returns True when the completion was handed to the batch sink (group commit: the
         handler did not open ``ctx.completion_tx()``, and ``on_settled`` is given): the
@@ -126,7 +128,9 @@ class Executor:
         on a fresh connection first) or recording its result, and a lost database under
         the handler (the BEGIN of ``ctx.completion_tx()`` or an engine read such as
         ``ctx.upstream()`` lost its connection, or the completion transaction's
-        connection broke), whatever the handler did then (raised or returned). Every
+        connection broke), whatever the handler did then (raised or returned), and a
+        prepared statement of the engine's that the server does not have (a pooler in
+        transaction mode: :func:`~cyclone_flow.db.errors.prepared_statement_lost`). Every
         other error, including one the handler raises from its own connections, becomes
         a failed attempt, so a step can never loop on an error that repeats.
 
@@ -176,6 +180,7 @@ class Executor:
                     submit_in_tx=submit_in_tx,
                     enqueue_in_tx=enqueue_in_tx,
                     item_index=step.item_index,
+                    lease_lost=lease_lost,
                 )
                 started = time.monotonic()
                 try:

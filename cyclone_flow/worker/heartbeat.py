@@ -28,7 +28,19 @@ from cyclone_flow.db.errors import database_lost
 from cyclone_flow.engine import claim
 from cyclone_flow.events import Reporter
 
-__all__ = ["Heartbeat", "HeartbeatResult", "WorkerIdentity"]
+__all__ = ["Heartbeat", "HeartbeatResult", "HeldLease", "WorkerIdentity"]
+
+
+class HeldLease(threading.Event):
+    """The cancel event of one lease a started client holds (set when its handler should
+    stop: the lease was lost, the step timed out, the client shuts down), with ``lost``:
+    set only when a beat found the lease gone (not renewed: reclaimed after this worker
+    stalled past its TTL, cancelled, timed out), which the handler sees as
+    ``ctx.lease_lost`` (docs/flow-control.md: another worker may run the step now)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = threading.Event()
 
 
 @cache
@@ -119,6 +131,8 @@ class Heartbeat:
             for lease in leases:
                 cancel = self.leases.get(lease)  # None: the step finished meanwhile
                 if lease not in renewed and cancel is not None:
+                    if isinstance(cancel, HeldLease):
+                        cancel.lost.set()
                     cancel.set()
                     # a handed-over step not renewed was committed, or its completion
                     # will be stale; its handler has returned either way

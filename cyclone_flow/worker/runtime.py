@@ -20,11 +20,12 @@ import functools
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.db.conn import Database, retry_conflicts
+from cyclone_flow.db.conn import Conn, Database, Session, retry_conflicts
 from cyclone_flow.db.errors import BRIEF_POOL_WAIT_S, database_lost
 from cyclone_flow.db.rows import ClaimedStep, LimitedClaim
 from cyclone_flow.engine import claim
@@ -42,11 +43,15 @@ from cyclone_flow.maintenance.worker_reaper import WorkerReaper, WorkerReaperCon
 from cyclone_flow.notify import Publish
 from cyclone_flow.states import EventKind
 from cyclone_flow.worker.execute import Executor
-from cyclone_flow.worker.heartbeat import Heartbeat, WorkerIdentity
+from cyclone_flow.worker.heartbeat import Heartbeat, HeldLease, WorkerIdentity
 
 _RATE_RETRY_FLOOR_S = 0.005
 """The shortest wait before claiming again for a rate token (a token due now, or already
 back: the claim loop never spins on the database clock's edge)."""
+
+
+class _Stopped(Exception):
+    """Internal: the shutdown began before a claim statement was sent (none is)."""
 
 
 @dataclass
@@ -114,6 +119,10 @@ class Worker:
         self._tasks: queue.Queue[ClaimedStep | None] = queue.Queue()
         self._idle = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
+        # the connection of the claim statement in flight (None between claims), which a
+        # shutdown cancels; set and cleared under _claim_guard, which the cancel holds
+        self._claim_guard = threading.Lock()
+        self._claim_conn: Conn | None = None
         self.heartbeat = Heartbeat(
             db,
             config.client_id,
@@ -204,10 +213,13 @@ class Worker:
     def shutdown(self, timeout: float) -> None:
         """Stop claiming, let in-flight handlers finish for up to ``timeout`` seconds, then
         tell the rest to stop and release their leases so another worker can claim them
-        at once (not after the TTL)."""
+        at once (not after the TTL). A claim in flight is cancelled; the steps a claim
+        still returns are released by the claim loop (:meth:`_claim_once`) before this
+        returns."""
         self._stop.set()
         self._wake.set()
         deadline = time.monotonic() + max(0.0, timeout)
+        self._end_claims()
         with self._idle:
             while sum(self._busy.values()) and time.monotonic() < deadline:
                 self._idle.wait(min(0.05, max(0.0, deadline - time.monotonic())))
@@ -253,6 +265,25 @@ class Worker:
         self.executor.event_loop.stop()  # cancels async handlers still running
         self.executor.step_logs.stop()
 
+    def _end_claims(self) -> None:
+        """Cancel the claim statement in flight (it may be waiting for a lock: nothing it
+        could claim would run now), then wait for the claim loop to end, which releases
+        what a claim returned after the stop (bounded: the release waits at most
+        BRIEF_POOL_WAIT_S for a connection)."""
+        loop = next((t for t in self._threads if t.name == "cyclone-claim"), None)
+        give_up = time.monotonic() + BRIEF_POOL_WAIT_S + 1.0
+        while loop is not None and loop.is_alive() and time.monotonic() < give_up:
+            # again while it runs: a cancel that reached the server before the statement did
+            # is ignored there
+            with self._claim_guard:
+                conn = self._claim_conn
+                if conn is not None:
+                    try:
+                        conn.cancel_safe(timeout=BRIEF_POOL_WAIT_S)
+                    except Exception as exc:  # it ends by itself; what it claims is released
+                        self.log.info("shutdown: could not cancel the claim in flight: %s", exc)
+            loop.join(timeout=0.2)
+
     # -- wakeups -----------------------------------------------------------------------
 
     def notice_available(self, queues: list[str]) -> None:
@@ -280,6 +311,8 @@ class Worker:
             try:
                 claimed = self._claim_once()
             except Exception as exc:
+                if self._stop.is_set():  # e.g. the claim the shutdown cancelled
+                    break
                 self.reporter.trouble("claim", exc, "claim failed; retrying after %.2fs", hi)
                 self._stop.wait(hi)
                 continue
@@ -315,7 +348,10 @@ class Worker:
                     got = retry_conflicts(functools.partial(self._claim_limited, queue_name, free))
                 except Exception as exc:
                     # the queue's other steps are still claimed; the limited claim is tried
-                    # again after poll_interval max
+                    # again after poll_interval max (a claim the shutdown cancelled: quiet)
+                    limited.active = False
+                    if self._stop.is_set():
+                        continue
                     self.reporter.trouble(
                         "claim",
                         exc,
@@ -323,7 +359,6 @@ class Worker:
                         queue_name,
                         self.config.poll_interval[1],
                     )
-                    limited.active = False
                 else:
                     steps += got.steps
                     limited.cursor = got.cursor
@@ -332,15 +367,27 @@ class Worker:
                         due = time.monotonic() + max(got.retry_in_s, _RATE_RETRY_FLOOR_S)
                         if self._rate_due is None or due < self._rate_due:
                             self._rate_due = due
-            if len(steps) < free:
+            if len(steps) < free and not self._stop.is_set():
                 self.claim_queries += 1
-                steps += retry_conflicts(
-                    functools.partial(self._claim, queue_name, free - len(steps))
-                )
+                try:
+                    steps += retry_conflicts(
+                        functools.partial(self._claim, queue_name, free - len(steps))
+                    )
+                except Exception:
+                    if not steps:
+                        raise
+                    # the limited steps in hand are run (or released) all the same
+                    if not self._stop.is_set():
+                        self.log.warning("claim of queue %r failed", queue_name, exc_info=True)
             with self._lock:
-                self._busy[queue_name] += len(steps)
-                for step in steps:
-                    self._leases[(step.id, step.lease_generation)] = threading.Event()
+                stopping = self._stop.is_set()  # the shutdown's lease list is taken later
+                if not stopping:
+                    self._busy[queue_name] += len(steps)
+                    for step in steps:
+                        self._leases[(step.id, step.lease_generation)] = HeldLease()
+            if stopping:
+                self._release_claimed(steps)
+                continue
             for step in steps:
                 self._tasks.put(step)
                 self.reporter.report(
@@ -357,22 +404,55 @@ class Worker:
             total += len(steps)
         return total
 
+    @contextmanager
+    def _claim_session(self) -> Iterator[Session]:
+        """An autocommit session for one claim (or probe), its connection known to
+        :meth:`_end_claims` while it is in use."""
+        with self.db.autocommit_session() as s:
+            with self._claim_guard:
+                if self._stop.is_set():
+                    raise _Stopped
+                self._claim_conn = s.conn
+            try:
+                yield s
+            finally:
+                with self._claim_guard:
+                    self._claim_conn = None
+
+    def _release_claimed(self, steps: Sequence[ClaimedStep]) -> None:
+        """Give back at once the steps a claim returned after the shutdown began (as the
+        shutdown releases the running ones: no attempt and no reclaim charged); when that
+        fails, their leases lapse."""
+        if not steps:
+            return
+        leases = [(step.id, step.lease_generation) for step in steps]
+        try:
+            with self.db.session(wait=BRIEF_POOL_WAIT_S) as s:
+                released = claim.release_leases(s, self.config.client_id, leases)
+            self.publish(released)
+        except Exception as exc:
+            self.reporter.trouble(
+                "shutdown", exc, "could not release %d steps claimed at shutdown", len(leases)
+            )
+        else:
+            self.log.info("shutdown: released %d step(s) claimed meanwhile", len(leases))
+
     def _claim(self, queue_name: str, free: int) -> list[ClaimedStep]:
         """One claim statement (autocommit) for up to ``free`` steps of ``queue_name``."""
-        with self.db.autocommit_session() as s:
+        with self._claim_session() as s:
             return claim.claim(
                 s, self.config.client_id, self.config.lease_ttl, [queue_name], free, self.only_run
             )
 
     def _has_limited(self, queue_name: str) -> bool:
         """Whether ``queue_name`` has available limited steps (one round trip, no lock)."""
-        with self.db.autocommit_session() as s:
+        with self._claim_session() as s:
             return claim.has_limited(s, queue_name)
 
     def _claim_limited(self, queue_name: str, free: int) -> claim.LimitedClaims:
         """The limited claim (a transaction in one round trip) for up to ``free`` steps of
         ``queue_name``, from the key after this queue's cursor."""
-        with self.db.autocommit_session() as s:
+        with self._claim_session() as s:
             return claim.claim_limited(
                 s,
                 self.config.client_id,
@@ -398,7 +478,10 @@ class Worker:
             freed = isinstance(step, LimitedClaim)
             try:
                 handed_over = self.executor.execute(
-                    step, cancel, on_settled=functools.partial(self._settled, key, freed)
+                    step,
+                    cancel,
+                    on_settled=functools.partial(self._settled, key, freed),
+                    lease_lost=cancel.lost if isinstance(cancel, HeldLease) else None,
                 )
             except BaseException:  # never lose a worker thread
                 self.log.exception("worker thread: step %s failed unexpectedly", step.id)
