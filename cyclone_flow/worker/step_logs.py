@@ -54,6 +54,7 @@ __all__ = [
     "StepLogs",
     "ThreadStream",
     "current",
+    "set_drain",
     "sole_running",
 ]
 
@@ -122,25 +123,27 @@ class AttemptLog:
         with self._lock:
             self.lines.append(line)
             n = len(self.lines)
-        notify = self._notify
-        if notify is not None and (n == 1 or n == FLUSH_LINES):
-            notify(self, n >= FLUSH_LINES)
+        self._notify_at(n, n)
 
-    def add(self, stream: str, level: str | None, message: str) -> None:
-        """Keep one line (NUL characters replaced: Postgres text cannot hold them)."""
+    def _notify_at(self, before: int, after: int) -> None:
+        """Tell the flusher when the unwritten lines went from ``before - 1`` to
+        ``after``: the first one, or :data:`FLUSH_LINES` reached."""
+        notify = self._notify
+        if notify is None or not after:
+            return
+        if before == 1 or before <= FLUSH_LINES <= after:
+            notify(self, after >= FLUSH_LINES)
+
+    def _keep(self, stream: str, level: str | None, message: str) -> None:
+        """Keep one line or count it as cut (called with ``_lock`` held)."""
         message = message.replace("\x00", "\ufffd")
         size = len(message.encode("utf-8", "replace"))
-        with self._lock:
-            cut = bool(self.dropped) or self.size + size > self.cap
-            first_cut = cut and not self.dropped
-            if cut:
-                self.dropped += size
-            else:
-                self.size += size
-        if not cut:
-            self._append((datetime.now(UTC), stream, level, message))
-        elif first_cut:  # said at once: a reader following the run sees why lines stop
-            self._append(
+        if not self.dropped and self.size + size <= self.cap:
+            self.size += size
+            self.lines.append((datetime.now(UTC), stream, level, message))
+            return
+        if not self.dropped:  # said at once: a reader following the run sees why lines stop
+            self.lines.append(
                 (
                     datetime.now(UTC),
                     "log",
@@ -149,6 +152,15 @@ class AttemptLog:
                     "the lines after this one are cut",
                 )
             )
+        self.dropped += size
+
+    def add(self, stream: str, level: str | None, message: str) -> None:
+        """Keep one line (NUL characters replaced: Postgres text cannot hold them)."""
+        with self._lock:
+            before = len(self.lines) + 1
+            self._keep(stream, level, message)
+            after = len(self.lines)
+        self._notify_at(before, after)
 
     def write(self, stream: str, text: str) -> None:
         """Text written to ``stream`` (``stdout``/``stderr``): one line per newline."""
@@ -157,8 +169,12 @@ class AttemptLog:
             *whole, rest = text.split("\n")
             if rest:
                 self._partial[stream] = rest
-        for line in whole:
-            self.add(stream, None, line)
+            before = len(self.lines) + 1
+            for line in whole:
+                self._keep(stream, None, line)
+            after = len(self.lines)
+        if after >= before:
+            self._notify_at(before, after)
 
     def record(self, record: logging.LogRecord, text: str) -> None:
         """A logging record (once, though two capture handlers see it)."""

@@ -233,3 +233,13 @@ def test_a_chatty_handler_is_stored_in_few_statements(
 def test_the_flush_interval_is_validated(make_client: Callable[..., Client]) -> None:
     with pytest.raises(ConfigError, match="step_log_flush_interval must be above 0"):
         make_client(step_log_flush_interval=0)
+
+
+def test_a_handler_that_logs_nothing_starts_no_flusher(make_client: Callable[..., Client]) -> None:
+    """The no-op path: no statement and no thread (so no wakeups) for step logs."""
+    client = make_client(step_log_flush_interval=0.05)
+    client.start()
+    run_id = client.enqueue("cyclone_test_handlers.chatty:loud", {"lines": 0})
+    client.wait(run_id, timeout=20)
+    assert client.step_logs(run_id) == []
+    assert "cyclone-step-logs" not in {t.name for t in threading.enumerate()}
