@@ -243,3 +243,31 @@ def test_a_handler_that_logs_nothing_starts_no_flusher(make_client: Callable[...
     client.wait(run_id, timeout=20)
     assert client.step_logs(run_id) == []
     assert "cyclone-step-logs" not in {t.name for t in threading.enumerate()}
+
+
+def test_follow_prints_a_line_committed_after_a_higher_id(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    """Two worker processes' flushes can commit out of id order: ``logs --follow`` must not
+    skip the lower id that became visible after a higher one was printed (reading from the
+    highest id printed, as before, skipped it)."""
+    from cyclone_flow.cli.inspect_cmds import _LogReader
+
+    client = make_client()
+    run_id = client.enqueue("cyclone_test_handlers.chatty:loud", {"lines": 0})
+
+    def insert(line_id: int) -> None:
+        db.execute(
+            "INSERT INTO cyclone_step_logs (id, run_id, node, attempt, generation, seq, at,"
+            " stream, message) OVERRIDING SYSTEM VALUE"
+            " VALUES (%s, %s, 'job', 1, 1, %s, now(), 'stdout', %s)",
+            (line_id, run_id, line_id, f"line {line_id}"),
+        )
+
+    reader = _LogReader(client, run_id, None, None)
+    insert(1_000_000)
+    insert(1_000_002)
+    assert [x.id for x in reader.new_lines()] == [1_000_000, 1_000_002]
+    insert(1_000_001)  # committed late: its id was taken before 1_000_002's
+    assert [x.id for x in reader.new_lines()] == [1_000_001]
+    assert reader.new_lines() == []
