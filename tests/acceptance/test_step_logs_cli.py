@@ -90,9 +90,7 @@ def test_a_child_process_and_os_write_leave_run_json_stdout_json(
     ``os.write(1, ...)``) went to the CLI's stdout before the document, and not to the
     step logs; now it is in ``logs`` and stdout is only the JSON."""
     flow = tmp_path / "child.yaml"
-    flow.write_text(
-        "name: child\nnodes:\n  s: {call: cyclone_test_handlers.chatty:child_output}\n"
-    )
+    flow.write_text("name: child\nnodes:\n  s: {call: cyclone_test_handlers.chatty:child_output}\n")
     proc = cli("run", flow, "--import-path", TEST_HANDLERS, "--json")
     assert proc.returncode == 0, proc.stderr
     result = json_output(proc.stdout)
