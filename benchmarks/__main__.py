@@ -34,6 +34,7 @@ from benchmarks import (  # noqa: E402
     noop,
     producer,
     soak,
+    step_logs,
 )
 from benchmarks.common import Env, Result, database, durability_ok, machine, ratio  # noqa: E402
 
@@ -47,6 +48,7 @@ NAMES = (
     "latency",
     "producer",
     "limits",
+    "step_logs",
     "soak",
 )
 DEFAULT = (
@@ -312,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         "limits": lambda env, quick: limits.run(
             env, quick=quick, workers=args.workers[0] if args.workers else None
         ),
+        "step_logs": lambda env, quick: step_logs.run(env, quick=quick),
         "soak": lambda env, quick: soak.run(env, quick=quick, steps=args.soak_steps),
     }
     results: list[Result] = []

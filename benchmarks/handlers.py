@@ -44,3 +44,13 @@ def write_row(ctx: Any, input: JSON) -> JSON:
         {"run_id": ctx.run_id, "node": ctx.node, "amount": input.get("amount", 1)},
     )
     return {"ok": True}
+
+
+def log_lines(ctx: Any, input: JSON) -> JSON:
+    """Print ``input["lines"]`` short lines (a chatty handler: the step-log benchmark)."""
+    assert isinstance(input, dict)
+    count = input["lines"]
+    assert isinstance(count, int)
+    for i in range(count):
+        print(f"line {i:04d} of a chatty handler")
+    return None

@@ -891,9 +891,10 @@ class Client:
         """What the run's handlers logged and printed (``ctx.log``, the ``logging`` records
         and the stdout/stderr of the handler's thread), up to ``limit`` lines in write
         order: of ``node`` (a fan-out node: its items too) and ``attempt`` when given,
-        with an id above ``after`` (to follow: pass the last id seen). An attempt's lines
-        are written right after its completion or failure is recorded (a crash loses
-        them), at most ``step_log_bytes`` per attempt. Raises RunNotFoundError."""
+        with an id above ``after`` (to follow: pass the last id seen). A running
+        attempt's lines are written every ``step_log_flush_interval`` (a crash loses only
+        those not written yet), the rest right after its completion or failure is
+        recorded, at most ``step_log_bytes`` per attempt. Raises RunNotFoundError."""
         rid = parse_run_id(run_id)
         with self._db.session() as s:
             lines = step_logs.step_log_list(

@@ -69,6 +69,10 @@ class PayloadLimits:
 STEP_LOG_BYTES = 64 * 1024
 """Default ``step_log_bytes``: bytes of logs and output kept per attempt."""
 MAX_STEP_LOG_BYTES = 16 * 1024 * 1024
+STEP_LOG_FLUSH_S = 1.0
+"""Default ``step_log_flush_interval``: seconds a running attempt's line waits, at most,
+before it is stored."""
+MAX_STEP_LOG_FLUSH_S = 60.0
 
 RETENTION_BATCH_SIZE = 100  # runs deleted per statement by the retention sweep
 RETENTION_INTERVAL_S = 60.0  # seconds between two passes of the retention sweep
@@ -118,6 +122,7 @@ class ClientOptions(TypedDict, total=False):
     check_schema: bool
     max_signal_wait: float
     step_log_bytes: int
+    step_log_flush_interval: float
     prepare: bool
 
 
@@ -152,6 +157,8 @@ class ClientConfig:
     - ``step_log_bytes``: 64 KiB; what a handler logs and prints per attempt is kept up to
       that many bytes (UTF-8) in ``cyclone_step_logs``, the cut marked by a last line; 0
       turns the capture off (handlers print to the process's stdout again)
+    - ``step_log_flush_interval``: 1 s; a running attempt's lines are stored at most that
+      long after they were written (at most 60 s)
     - ``prepare``: True; False never prepares a statement on the server (psycopg
       ``prepare_threshold=None`` on the client's own pool), for PgBouncer in transaction
       mode; a pool passed to ``Client`` keeps its own setting
@@ -178,6 +185,7 @@ class ClientConfig:
     check_schema: bool = True
     max_signal_wait: float = 0.0
     step_log_bytes: int = STEP_LOG_BYTES
+    step_log_flush_interval: float = STEP_LOG_FLUSH_S
     prepare: bool = True
 
     @property
@@ -354,6 +362,7 @@ _VALIDATORS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "check_schema": ("check_schema", lambda _name, value: bool(value)),
     "max_signal_wait": ("max_signal_wait", _max_signal_wait),
     "step_log_bytes": ("step_log_bytes", _step_log_bytes),
+    "step_log_flush_interval": ("step_log_flush_interval", _seconds_up_to(MAX_STEP_LOG_FLUSH_S)),
     "prepare": ("prepare", _flag),
 }
 

@@ -299,13 +299,14 @@ def logs_cmd(
     url = resolve_database(database_url, existing=True)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         run = client.get_run(client.resolve_run_id(run_id))
-        after = 0
+        reader = _LogReader(client, run.id, node, attempt)
+        printed = 0
         ended_at: float | None = None
         while True:
             if follow and ended_at is None and client.get_run(run.id).state != "running":
                 ended_at = time.monotonic()
-            for line in client.step_logs(run.id, node=node, attempt=attempt, after=after):
-                after = line.id
+            for line in reader.new_lines():
+                printed += 1
                 if as_json:
                     click.echo(json.dumps(log_line_dict(line), ensure_ascii=False))
                 else:
@@ -313,8 +314,55 @@ def logs_cmd(
             # the last attempt's lines are written right after its result: keep reading
             # for a moment after the run ended
             if not follow or (ended_at is not None and time.monotonic() - ended_at > 1.0):
-                return
+                break
             time.sleep(FOLLOW_POLL_S)
+        if not printed:
+            which = "".join(
+                [f" of node {node}" if node else "", f" attempt {attempt}" if attempt else ""]
+            )
+            click.echo(f"run {run.id} has no log lines{which}", err=True)
+
+
+FOLLOW_LAG_S = 5.0
+"""Seconds ``logs --follow`` looks back below the last id it printed: two worker
+processes' flushes can commit out of id order, and a line committed late must not be
+skipped."""
+
+
+class _LogReader:
+    """The lines of one run not printed yet, in id order per read. Reads from the highest
+    id printed more than :data:`FOLLOW_LAG_S` ago (not the highest printed) and skips the
+    ids it printed since, so a row whose id was taken before a printed one but committed
+    after it is still printed."""
+
+    def __init__(self, client: Client, run_id: str, node: str | None, attempt: int | None):
+        self.client = client
+        self.run_id = run_id
+        self.node = node
+        self.attempt = attempt
+        self.floor = 0
+        self.seen: set[int] = set()
+        self.marks: list[tuple[float, int]] = []  # (when, highest id printed by then)
+
+    def new_lines(self) -> list[StepLogLine]:
+        """The lines with an id above the floor not returned before."""
+        out: list[StepLogLine] = []
+        after = self.floor
+        while True:
+            page = self.client.step_logs(
+                self.run_id, node=self.node, attempt=self.attempt, after=after
+            )
+            out.extend(line for line in page if line.id not in self.seen)
+            if len(page) < 10_000:  # the page size of Client.step_logs
+                break
+            after = page[-1].id
+        self.seen.update(line.id for line in out)
+        now = time.monotonic()
+        self.marks.append((now, max(self.seen, default=self.floor)))
+        while self.marks and now - self.marks[0][0] > FOLLOW_LAG_S:
+            self.floor = max(self.floor, self.marks.pop(0)[1])
+        self.seen = {i for i in self.seen if i > self.floor}
+        return out
 
 
 EXIT_NO_OUTPUT = 1

@@ -29,6 +29,7 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
+from cyclone_flow.cli.output import HandlerOutput
 from cyclone_flow.cli.progress import end_line, follow_run, logs_above, reported_by_display
 from cyclone_flow.cli.queue_cmds import (
     chunk_option,
@@ -262,6 +263,9 @@ def run_cmd(
         notify=notify,
         lease_ttl=ttl,
     )
+    # descriptors 1 and 2 to pipes: a handler's child process writes to its step logs,
+    # not before the --json document (issue 31.3); sys.stderr is the real one again
+    output = HandlerOutput.start()
     # made before the worker starts: it writes to the real stderr, not to the proxy that
     # keeps a handler thread's writes (a log record printed above the bar is not captured
     # again into the step's logs)
@@ -304,6 +308,7 @@ def run_cmd(
             client.shutdown(timeout=0)
     finally:
         client.shutdown()
+        output.close()
     if as_json:
         echo_json(run_dict(status, steps, progress))
     else:

@@ -23,6 +23,7 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
+from cyclone_flow.cli.output import HandlerOutput
 from cyclone_flow.cli.processes import child_command, run_processes, supervisor_pid
 from cyclone_flow.cli.reload import supervise
 from cyclone_flow.client import Client, check_schema
@@ -265,6 +266,7 @@ def worker_cmd(
         if metrics is not None:
             metrics[1].close()
         sys.exit(0)
+    output = HandlerOutput.start()  # a handler's child processes write to its step logs
     client.start()
     logging.getLogger("cyclone_flow").info(
         "worker %s started: queues %s, allowed modules %s",
@@ -285,6 +287,7 @@ def worker_cmd(
                 break
     finally:
         client.shutdown(timeout=grace)
+        output.close()
         if metrics is not None:
             metrics[1].close()
     sys.exit(0)

@@ -20,9 +20,10 @@ def step_log_insert_many(
     attempt: int,
     generation: int,
     lines: Sequence[tuple[datetime, str, str | None, str]],
+    first_seq: int = 0,
 ) -> None:
     """Write the ``lines`` of one attempt, each ``(at, stream, level, message)``, numbered
-    from 0 in the order given (one statement)."""
+    from ``first_seq`` in the order given (one statement)."""
     execute(
         s,
         "step_log_insert_many",
@@ -31,13 +32,31 @@ def step_log_insert_many(
             "node": node,
             "attempt": attempt,
             "generation": generation,
-            "seqs": list(range(len(lines))),
+            "seqs": list(range(first_seq, first_seq + len(lines))),
             "ats": [line[0] for line in lines],
             "streams": [line[1] for line in lines],
             "levels": [line[2] for line in lines],
             "messages": [line[3] for line in lines],
         },
     )
+
+
+LogRow = tuple[str, str, int, int, int, datetime, str, str | None, str]
+"""One line to store: ``(run_id, node, attempt, generation, seq, at, stream, level,
+message)``."""
+
+
+_BATCH_COLUMNS = (
+    "run_ids", "nodes", "attempts", "generations", "seqs", "ats", "streams", "levels", "messages"
+)  # fmt: skip
+
+
+def step_log_insert_batch(s: SessionLike, rows: Sequence[LogRow]) -> None:
+    """Write ``rows`` of any attempts in one statement, in the order given (their ids
+    follow that order)."""
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(_BATCH_COLUMNS)
+    params = {name: list(col) for name, col in zip(_BATCH_COLUMNS, columns, strict=True)}
+    execute(s, "step_log_insert_batch", params)
 
 
 def step_log_list(

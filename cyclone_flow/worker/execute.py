@@ -95,7 +95,13 @@ class Executor:
         self.inline = InlineSink(db, config.client_id, self.settler)
         self.batch = completer
         # the handler's logs and prints per attempt (started and stopped by the worker)
-        self.step_logs = StepLogs(db, config.step_log_bytes, config.logger, self.reporter)
+        self.step_logs = StepLogs(
+            db,
+            config.step_log_bytes,
+            config.logger,
+            self.reporter,
+            flush_interval=config.step_log_flush_interval,
+        )
         # runs the coroutines of async def handlers (started by the first; stopped by the
         # worker at shutdown)
         self.event_loop = EventLoop()
@@ -184,7 +190,7 @@ class Executor:
                 )
                 started = time.monotonic()
                 try:
-                    with trace.handler(), self.step_logs.capture() as attempt_log:
+                    with trace.handler(), self.step_logs.capture(step) as attempt_log:
                         output = self._call(handler, ctx, handler_input, tx)
                 finally:
                     duration_s = time.monotonic() - started

@@ -13,11 +13,19 @@ While a started client's worker runs, :class:`StepLogs` has
 :meth:`StepLogs.capture` wraps one handler call: lines of the handler's thread only
 (threads it starts itself are not captured; an ``async def`` handler's lines are those of
 its task, found through :data:`attempt_log_var`), up to ``step_log_bytes`` (UTF-8) per attempt,
-a last line saying how much was cut; an exception escaping the handler adds its
-traceback. :meth:`StepLogs.write` stores the lines in one INSERT right after the attempt's
-completion or failure is recorded, on the worker thread, holding no other connection
-(a crash before it loses that attempt's lines; a reader may see the step finished a moment
-before its lines). A failed write is logged and drops the lines, never the step.
+a line saying so where the cut began and a last one saying how much was cut; an exception
+escaping the handler adds its traceback.
+
+Lines are stored while the attempt runs (issue 30.4): the :class:`Flusher` of the started
+client (one thread, started at its first line: a handler that logs nothing costs no
+statement and no wakeup) writes the lines of every running attempt in one multi-row
+INSERT at most ``step_log_flush_interval`` (1 s) after the first unwritten one, at once
+when an attempt has :data:`FLUSH_LINES` unwritten. :meth:`StepLogs.write` stores the
+rest right after the attempt's completion or failure is recorded, on the worker thread,
+holding no other connection. ``seq`` numbers an attempt's lines from 0 across its
+batches, and an attempt's batches are written one after the other (its ``flush_lock``),
+so they are in ``id`` order too. A crash (``kill -9``) loses only the lines not yet
+flushed. A failed write is logged and drops those lines, never the step.
 """
 
 from __future__ import annotations
@@ -26,7 +34,9 @@ import contextvars
 import logging
 import sys
 import threading
+import time
 import traceback
+from collections.abc import Callable
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, TextIO
@@ -37,7 +47,18 @@ from cyclone_flow.db.rows import ClaimedStep
 from cyclone_flow.events import Reporter
 from cyclone_flow.logs import LOGGER_NAME, has_other_handler
 
-__all__ = ["AttemptLog", "CaptureHandler", "StepLogger", "StepLogs", "ThreadStream", "current"]
+__all__ = [
+    "FLUSH_LINES",
+    "AttemptLog",
+    "CaptureHandler",
+    "Flusher",
+    "StepLogger",
+    "StepLogs",
+    "ThreadStream",
+    "current",
+    "set_drain",
+    "sole_running",
+]
 
 _local = threading.local()
 attempt_log_var: contextvars.ContextVar[AttemptLog | None] = contextvars.ContextVar(
@@ -50,39 +71,117 @@ _installs = 0
 _saved: tuple[Any, Any] | None = None
 _handler: CaptureHandler | None = None
 _TB_LIMIT = 8_000  # characters of a handler's traceback kept (the last ones)
+FLUSH_LINES = 500
+"""Unwritten lines of one attempt that make the flusher write at once (not waiting for
+its interval)."""
+_running: dict[int, AttemptLog] = {}  # the attempts being captured in this process
+_running_lock = threading.Lock()
+_drain: Callable[[], None] | None = None  # set by cyclone_flow.cli.output while it runs
+
+
+def sole_running() -> AttemptLog | None:
+    """The buffer of the one attempt this process captures now, or None (none or several
+    run): where output that cannot be told apart by thread (a child process's, or one
+    written to file descriptor 1 or 2) belongs."""
+    with _running_lock:
+        if len(_running) != 1:
+            return None
+        return next(iter(_running.values()))
+
+
+def set_drain(drain: Callable[[], None] | None) -> None:
+    """Have ``drain()`` called at the end of every captured attempt, before its buffer is
+    closed (:mod:`cyclone_flow.cli.output`: the output still in its pipes goes to the
+    attempt); None removes it."""
+    global _drain
+    _drain = drain
 
 
 class AttemptLog:
     """The lines of one attempt, ``(at, stream, level, message)`` each, kept up to
     ``cap`` bytes of UTF-8 message text; ``dropped`` counts the bytes cut after that. A
-    stream's partial line waits for its newline (or :meth:`close`)."""
+    stream's partial line waits for its newline (or :meth:`close`).
 
-    def __init__(self, cap: int) -> None:
+    ``lines`` holds the lines not yet taken for storing (:meth:`take`), ``stored`` how
+    many were taken before them (the ``seq`` of ``lines[0]``). With ``notify`` (the
+    flusher's :meth:`Flusher.mark`), the first unwritten line and the
+    :data:`FLUSH_LINES`-th call ``notify(self, full)``. Safe to use from several threads.
+    """
+
+    def __init__(
+        self,
+        cap: int,
+        step: ClaimedStep | None = None,
+        notify: Callable[[AttemptLog, bool], None] | None = None,
+    ) -> None:
         self.cap = cap
+        self.step = step
         self.lines: list[tuple[datetime, str, str | None, str]] = []
+        self.stored = 0
         self.size = 0
         self.dropped = 0
+        self.flush_lock = threading.Lock()  # held while a batch is taken and written
+        self._lock = threading.Lock()
+        self._notify = notify
         self._partial: dict[str, str] = {}
         self._last_record: logging.LogRecord | None = None
 
-    def add(self, stream: str, level: str | None, message: str) -> None:
-        """Keep one line (NUL characters replaced: Postgres text cannot hold them)."""
+    def _append(self, line: tuple[datetime, str, str | None, str]) -> None:
+        with self._lock:
+            self.lines.append(line)
+            n = len(self.lines)
+        self._notify_at(n, n)
+
+    def _notify_at(self, before: int, after: int) -> None:
+        """Tell the flusher when the unwritten lines went from ``before - 1`` to
+        ``after``: the first one, or :data:`FLUSH_LINES` reached."""
+        notify = self._notify
+        if notify is None or not after:
+            return
+        if before == 1 or before <= FLUSH_LINES <= after:
+            notify(self, after >= FLUSH_LINES)
+
+    def _keep(self, stream: str, level: str | None, message: str) -> None:
+        """Keep one line or count it as cut (called with ``_lock`` held)."""
         message = message.replace("\x00", "\ufffd")
         size = len(message.encode("utf-8", "replace"))
-        if self.dropped or self.size + size > self.cap:
-            self.dropped += size
+        if not self.dropped and self.size + size <= self.cap:
+            self.size += size
+            self.lines.append((datetime.now(UTC), stream, level, message))
             return
-        self.size += size
-        self.lines.append((datetime.now(UTC), stream, level, message))
+        if not self.dropped:  # said at once: a reader following the run sees why lines stop
+            self.lines.append(
+                (
+                    datetime.now(UTC),
+                    "log",
+                    "WARNING",
+                    f"[cyclone-flow] this attempt's logs reached step_log_bytes = {self.cap}: "
+                    "the lines after this one are cut",
+                )
+            )
+        self.dropped += size
+
+    def add(self, stream: str, level: str | None, message: str) -> None:
+        """Keep one line (NUL characters replaced: Postgres text cannot hold them)."""
+        with self._lock:
+            before = len(self.lines) + 1
+            self._keep(stream, level, message)
+            after = len(self.lines)
+        self._notify_at(before, after)
 
     def write(self, stream: str, text: str) -> None:
         """Text written to ``stream`` (``stdout``/``stderr``): one line per newline."""
-        text = self._partial.pop(stream, "") + text
-        *whole, rest = text.split("\n")
-        for line in whole:
-            self.add(stream, None, line)
-        if rest:
-            self._partial[stream] = rest
+        with self._lock:
+            text = self._partial.pop(stream, "") + text
+            *whole, rest = text.split("\n")
+            if rest:
+                self._partial[stream] = rest
+            before = len(self.lines) + 1
+            for line in whole:
+                self._keep(stream, None, line)
+            after = len(self.lines)
+        if after >= before:
+            self._notify_at(before, after)
 
     def record(self, record: logging.LogRecord, text: str) -> None:
         """A logging record (once, though two capture handlers see it)."""
@@ -93,15 +192,17 @@ class AttemptLog:
 
     def flush(self) -> None:
         """Keep the partial lines (written without their newline) as lines."""
-        for stream, rest in sorted(self._partial.items()):
+        with self._lock:
+            partial = sorted(self._partial.items())
+            self._partial.clear()
+        for stream, rest in partial:
             self.add(stream, None, rest)
-        self._partial.clear()
 
     def close(self) -> None:
         """Flush the partial lines, then mark the cut (if any) with a last line."""
         self.flush()
         if self.dropped:
-            self.lines.append(
+            self._append(
                 (
                     datetime.now(UTC),
                     "log",
@@ -110,6 +211,15 @@ class AttemptLog:
                     f"(step_log_bytes = {self.cap})",
                 )
             )
+
+    def take(self) -> tuple[int, list[tuple[datetime, str, str | None, str]]]:
+        """The unwritten lines and the ``seq`` of the first; they count as stored from
+        now on (call with ``flush_lock`` held, and write them before releasing it)."""
+        with self._lock:
+            lines, self.lines = self.lines, []
+            first = self.stored
+            self.stored += len(lines)
+        return first, lines
 
 
 def current() -> AttemptLog | None:
@@ -268,9 +378,12 @@ class _Capture:
         self.log = log
 
     def __enter__(self) -> AttemptLog | None:
-        if self.log is not None:
-            _local.log = self.log
-        return self.log
+        log = self.log
+        if log is not None:
+            _local.log = log
+            with _running_lock:
+                _running[id(log)] = log
+        return log
 
     def __exit__(
         self,
@@ -282,6 +395,9 @@ class _Capture:
         if log is None:
             return
         try:
+            drain = _drain
+            if drain is not None:
+                drain()  # what a child process wrote is this attempt's while it is the one
             if exc is not None:
                 cause = exc.__cause__ or exc
                 text = "".join(traceback.format_exception(cause))[-_TB_LIMIT:]
@@ -294,60 +410,193 @@ class _Capture:
                 )
         finally:
             _local.log = None
+            with _running_lock:
+                _running.pop(id(log), None)
             log.close()
 
 
-class StepLogs:
-    """The step-log capture of one started client: ``cap`` bytes per attempt (0: off)."""
+class Flusher:
+    """Writes the unwritten lines of the running attempts of one started client, all in
+    one statement per pass, on one thread started at the first line marked.
+
+    A pass runs ``interval`` seconds after the first line marked since the last pass, or
+    at once when an attempt has :data:`FLUSH_LINES` unwritten (``mark(log, full=True)``);
+    between passes with nothing marked the thread waits without a timeout (no wakeups).
+    ``on_error(exc, lines)`` reports a failed pass (its lines are dropped)."""
 
     def __init__(
-        self, db: Database, cap: int, logger: logging.Logger, reporter: Reporter | None = None
+        self,
+        db: Database,
+        interval: float,
+        on_error: Callable[[BaseException, int], None],
+    ) -> None:
+        self.db = db
+        self.interval = interval
+        self.on_error = on_error
+        self.passes = 0  # statements sent (tests, benchmarks)
+        self._cond = threading.Condition()
+        self._marked: dict[int, AttemptLog] = {}
+        self._due: float | None = None
+        self._full = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def mark(self, log: AttemptLog, full: bool) -> None:
+        """``log`` has unwritten lines (``full``: :data:`FLUSH_LINES` of them)."""
+        with self._cond:
+            if self._stopping:
+                return  # the worker's own write at the attempt's end stores them
+            self._marked[id(log)] = log
+            first = self._due is None
+            if first:
+                self._due = time.monotonic() + self.interval
+            if full:
+                self._full = True
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="cyclone-step-logs", daemon=True
+                )
+                self._thread.start()
+            elif first or full:
+                self._cond.notify()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Write what is marked, then end the thread (waits up to ``timeout`` s)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._stopping or self._full):
+                    if self._due is None:
+                        self._cond.wait()
+                        continue
+                    left = self._due - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                batch = list(self._marked.values())
+                self._marked.clear()
+                self._due = None
+                self._full = False
+                stopping = self._stopping
+            if batch:
+                self.store(batch)
+            if stopping:
+                return
+
+    def store(self, logs: list[AttemptLog]) -> None:
+        """Write the unwritten lines of ``logs`` (attempts with a ``step``) in one
+        statement, holding each one's ``flush_lock`` until it is written."""
+        held: list[AttemptLog] = []
+        rows: list[step_logs.LogRow] = []
+        try:
+            for log in logs:
+                step = log.step
+                if step is None:
+                    continue
+                log.flush_lock.acquire()
+                held.append(log)
+                first, lines = log.take()
+                rows.extend(
+                    (step.run_id, step.node, step.attempt, step.lease_generation, first + i, *line)
+                    for i, line in enumerate(lines)
+                )
+            if rows:
+                self.passes += 1
+                with self.db.session() as s:
+                    step_logs.step_log_insert_batch(s, rows)
+        except Exception as exc:
+            self.on_error(exc, len(rows))
+        finally:
+            for log in held:
+                log.flush_lock.release()
+
+
+class StepLogs:
+    """The step-log capture of one started client: ``cap`` bytes per attempt (0: off),
+    lines flushed while the attempt runs every ``flush_interval`` seconds at most (see
+    :class:`Flusher`)."""
+
+    def __init__(
+        self,
+        db: Database,
+        cap: int,
+        logger: logging.Logger,
+        reporter: Reporter | None = None,
+        flush_interval: float = 1.0,
     ) -> None:
         self.db = db
         self.cap = cap
         self.log = logger
         self.reporter = reporter or Reporter(logger)
+        self.flush_interval = flush_interval
+        self.flusher: Flusher | None = None
         self._started = False
 
     def start(self) -> None:
         """Install the proxies and the capture handler (a no-op when off)."""
         if self.cap > 0 and not self._started:
             self._started = True
+            self.flusher = Flusher(self.db, self.flush_interval, self._flush_failed)
             install()
 
     def stop(self) -> None:
-        """Undo :meth:`start`."""
+        """Undo :meth:`start` (the flusher writes what it holds first)."""
         if self._started:
             self._started = False
+            if self.flusher is not None:
+                self.flusher.stop()
             uninstall()
 
-    def capture(self) -> _Capture:
+    def capture(self, step: ClaimedStep | None = None) -> _Capture:
         """Capture the calling thread's output and records for the block (one handler
-        call); yields the attempt's buffer (None when off). An exception leaving the block
-        adds ``the handler raised EXCEPTION`` and its traceback (its cause's, when it wraps
-        one) as a last ``log`` line."""
-        return _Capture(AttemptLog(self.cap) if self._started else None)
+        call); yields the attempt's buffer (None when off). With ``step``, its lines are
+        flushed while the block runs. An exception leaving the block adds ``the handler
+        raised EXCEPTION`` and its traceback (its cause's, when it wraps one) as a last
+        ``log`` line."""
+        if not self._started:
+            return _Capture(None)
+        flusher = self.flusher
+        notify = flusher.mark if step is not None and flusher is not None else None
+        return _Capture(AttemptLog(self.cap, step, notify))
 
     def write(self, step: ClaimedStep, log: AttemptLog | None) -> None:
-        """Store the attempt's lines (nothing when there are none). A failure is logged."""
-        if log is None or not log.lines:
+        """Store the attempt's lines not flushed yet (nothing when there are none), after
+        any batch of them the flusher is writing. A failure is logged."""
+        if log is None:
             return
-        try:
-            with self.db.session() as s:
-                step_logs.step_log_insert_many(
-                    s,
-                    run_id=step.run_id,
-                    node=step.node,
-                    attempt=step.attempt,
-                    generation=step.lease_generation,
-                    lines=log.lines,
+        with log.flush_lock:
+            first, lines = log.take()
+            if not lines:
+                return
+            try:
+                with self.db.session() as s:
+                    step_logs.step_log_insert_many(
+                        s,
+                        run_id=step.run_id,
+                        node=step.node,
+                        attempt=step.attempt,
+                        generation=step.lease_generation,
+                        lines=lines,
+                        first_seq=first,
+                    )
+            except Exception as exc:
+                self.reporter.trouble(
+                    "completion",
+                    exc,
+                    "could not store %d log line(s) of step %s of run %s",
+                    len(lines),
+                    step.node,
+                    step.run_id,
                 )
-        except Exception as exc:
-            self.reporter.trouble(
-                "completion",
-                exc,
-                "could not store %d log line(s) of step %s of run %s",
-                len(log.lines),
-                step.node,
-                step.run_id,
-            )
+
+    def _flush_failed(self, exc: BaseException, lines: int) -> None:
+        self.reporter.trouble(
+            "completion", exc, "could not store %d log line(s) of running steps", lines
+        )

@@ -7,10 +7,13 @@ lines. On the old code the print broke the JSON and there was no ``logs`` comman
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
-from helpers.cli import Runner, json_output, no_traceback
+from helpers.cli import WORKER, Runner, json_output, no_traceback
 from helpers.paths import TEST_HANDLERS
+
+from cyclone_flow import Client
 
 FLOW = """name: chatty
 nodes:
@@ -78,3 +81,37 @@ def test_a_print_in_run_json_leaves_stdout_json(cli: Runner, tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stderr
     assert json_output(proc.stdout)["output"] == {"s": None}
     assert "0000xxx" not in proc.stdout + proc.stderr
+
+
+def test_a_child_process_and_os_write_leave_run_json_stdout_json(
+    cli: Runner, tmp_path: Path
+) -> None:
+    """Issue 31.3: output written to descriptor 1 (a child process the handler runs,
+    ``os.write(1, ...)``) went to the CLI's stdout before the document, and not to the
+    step logs; now it is in ``logs`` and stdout is only the JSON."""
+    flow = tmp_path / "child.yaml"
+    flow.write_text("name: child\nnodes:\n  s: {call: cyclone_test_handlers.chatty:child_output}\n")
+    proc = cli("run", flow, "--import-path", TEST_HANDLERS, "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json_output(proc.stdout)
+    assert result["output"] == {"s": {"ok": True}}
+    assert "hello" not in proc.stderr and "to fd 2" not in proc.stderr
+    logs = cli("logs", result["id"])
+    assert " s#1 stdout: hello\n" in logs.stdout
+    assert " s#1 stdout: x\n" in logs.stdout
+    assert " s#1 stderr: to fd 2\n" in logs.stdout
+    assert "submitted" not in logs.stdout  # the CLI's own lines are not a step's
+
+
+def test_a_workers_child_process_output_goes_to_its_step_and_its_own_lines_to_stderr(
+    cli: Runner, make_client: Callable[..., Client]
+) -> None:
+    client = make_client()
+    run_id = client.enqueue("cyclone_test_handlers.chatty:child_output")
+    proc = cli(*WORKER)
+    assert proc.returncode == 0, proc.stderr
+    assert "hello" not in proc.stdout + proc.stderr
+    assert " started: queues default=4" in proc.stderr  # the worker's own log lines
+    assert client.get_run(run_id).state == "completed"
+    messages = {(x.stream, x.message) for x in client.step_logs(run_id)}
+    assert {("stdout", "hello"), ("stdout", "x"), ("stderr", "to fd 2")} <= messages

@@ -11,6 +11,8 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -79,7 +81,13 @@ def test_the_cap_keeps_the_first_bytes_and_marks_the_cut(
     run_id = client.enqueue("cyclone_test_handlers.chatty:loud", {"lines": 50})
     client.wait(run_id, timeout=20)
     lines = wait_until(lambda: client.step_logs(run_id), what="the lines")
-    assert [x.message[:4] for x in lines[:-1]] == [f"{i:04d}" for i in range(10)]
+    assert [x.message[:4] for x in lines[:-2]] == [f"{i:04d}" for i in range(10)]
+    # said where the cut began (stored while the attempt runs) and how much at its end
+    assert (lines[-2].stream, lines[-2].level) == ("log", "WARNING")
+    assert lines[-2].message == (
+        "[cyclone-flow] this attempt's logs reached step_log_bytes = 1000: the lines after "
+        "this one are cut"
+    )
     assert (lines[-1].stream, lines[-1].level) == ("log", "WARNING")
     assert lines[-1].message == (
         "[cyclone-flow] 4000 more bytes of this attempt's logs were cut (step_log_bytes = 1000)"
@@ -169,3 +177,97 @@ def test_a_handler_print_under_the_live_bar_goes_to_its_step_logs(
     lines = wait_until(lambda: client.step_logs(run_id), what="the lines")
     assert [x.message[:4] for x in lines] == ["0000", "0001"]
     assert "0000xxx" not in out.getvalue() + capsys.readouterr().out
+
+
+def test_a_running_steps_lines_are_stored_while_it_runs_in_order(
+    make_client: Callable[..., Client], tmp_path: Path
+) -> None:
+    """Issue 30.4: on the old code the lines were written only when the attempt ended."""
+    client = make_client(step_log_flush_interval=0.1)
+    client.start()
+    release = tmp_path / "release"
+    run_id = client.enqueue(
+        "cyclone_test_handlers.chatty:log_then_wait", {"line": "early", "release": str(release)}
+    )
+    lines = wait_until(lambda: client.step_logs(run_id), what="the running step's lines")
+    assert [x.message for x in lines] == ["early", "cyclone_flow.step: logged: early"]
+    assert client.get_run(run_id).state == "running" and not release.exists()
+    # the dashboard's step page reads the same table: the running step shows its line
+    pytest.importorskip("starlette", reason="the ui extra is not installed")
+    from starlette.testclient import TestClient
+
+    from cyclone_flow.ui import create_app
+
+    page = TestClient(create_app(client)).get(f"/runs/{run_id}/steps/job")
+    assert page.status_code == 200 and "stdout: early" in page.text
+    release.touch()
+    client.wait(run_id, timeout=20)
+    assert [x.seq for x in client.step_logs(run_id)] == [0, 1]  # stored once
+
+
+def test_a_chatty_handler_is_stored_in_few_statements(
+    make_client: Callable[..., Client], tmp_path: Path, db: psycopg.Connection[Any]
+) -> None:
+    """2,000 lines of one attempt: a few multi-row INSERTs (one transaction each: rows of
+    one statement share their xmin), numbered in order across them."""
+    client = make_client(step_log_flush_interval=0.05)
+    client.start()
+    release = tmp_path / "release"
+    release.touch()
+    run_id = client.enqueue(
+        "cyclone_test_handlers.chatty:log_then_wait",
+        {"line": "go", "many": 2000, "release": str(release)},
+    )
+    client.wait(run_id, timeout=20)
+    # the last lines are written just after the completion (group commit: it may be seen first)
+    lines = wait_until(lambda: len(client.step_logs(run_id)) >= 2002 and client.step_logs(run_id))
+    assert len(lines) == 2002 and [x.seq for x in lines] == list(range(2002))
+    assert [x.message for x in lines[2:5]] == ["line 0", "line 1", "line 2"]
+    (statements,) = db.execute(
+        "SELECT count(DISTINCT xmin::text) FROM cyclone_step_logs WHERE run_id = %s",
+        (run_id,),
+    ).fetchone() or (0,)
+    assert 1 <= statements <= 2002 // 500 + 2, statements  # FLUSH_LINES = 500
+
+
+def test_the_flush_interval_is_validated(make_client: Callable[..., Client]) -> None:
+    with pytest.raises(ConfigError, match="step_log_flush_interval must be above 0"):
+        make_client(step_log_flush_interval=0)
+
+
+def test_a_handler_that_logs_nothing_starts_no_flusher(make_client: Callable[..., Client]) -> None:
+    """The no-op path: no statement and no thread (so no wakeups) for step logs."""
+    client = make_client(step_log_flush_interval=0.05)
+    client.start()
+    run_id = client.enqueue("cyclone_test_handlers.chatty:loud", {"lines": 0})
+    client.wait(run_id, timeout=20)
+    assert client.step_logs(run_id) == []
+    assert "cyclone-step-logs" not in {t.name for t in threading.enumerate()}
+
+
+def test_follow_prints_a_line_committed_after_a_higher_id(
+    make_client: Callable[..., Client], db: psycopg.Connection[Any]
+) -> None:
+    """Two worker processes' flushes can commit out of id order: ``logs --follow`` must not
+    skip the lower id that became visible after a higher one was printed (reading from the
+    highest id printed, as before, skipped it)."""
+    from cyclone_flow.cli.inspect_cmds import _LogReader
+
+    client = make_client()
+    run_id = client.enqueue("cyclone_test_handlers.chatty:loud", {"lines": 0})
+
+    def insert(line_id: int) -> None:
+        db.execute(
+            "INSERT INTO cyclone_step_logs (id, run_id, node, attempt, generation, seq, at,"
+            " stream, message) OVERRIDING SYSTEM VALUE"
+            " VALUES (%s, %s, 'job', 1, 1, %s, now(), 'stdout', %s)",
+            (line_id, run_id, line_id, f"line {line_id}"),
+        )
+
+    reader = _LogReader(client, run_id, None, None)
+    insert(1_000_000)
+    insert(1_000_002)
+    assert [x.id for x in reader.new_lines()] == [1_000_000, 1_000_002]
+    insert(1_000_001)  # committed late: its id was taken before 1_000_002's
+    assert [x.id for x in reader.new_lines()] == [1_000_001]
+    assert reader.new_lines() == []

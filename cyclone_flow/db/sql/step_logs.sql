@@ -1,6 +1,6 @@
 -- Table cyclone_step_logs: the lines a handler logged and printed during one attempt,
--- written once at the end of that attempt; deleted with their run (ON DELETE CASCADE).
--- Defined by migration 0006_step_logs.
+-- written while it runs (a worker process's flusher, about every second) and at its end;
+-- deleted with their run (ON DELETE CASCADE). Defined by migration 0006_step_logs.
 
 -- name: step_log_insert_many
 -- The lines of one attempt (a claim's generation), in one statement over arrays.
@@ -10,6 +10,17 @@ SELECT %(run_id)s::uuid, %(node)s, %(attempt)s, %(generation)s, l.seq, l.at, l.s
        l.level, l.message
 FROM unnest(%(seqs)s::int[], %(ats)s::timestamptz[], %(streams)s::text[],
             %(levels)s::text[], %(messages)s::text[]) AS l(seq, at, stream, level, message)
+
+-- name: step_log_insert_batch
+-- The lines of several attempts at once (the flusher's batch), in one statement over
+-- arrays: a row's run, node, attempt and generation are array elements too.
+INSERT INTO {schema}.cyclone_step_logs
+    (run_id, node, attempt, generation, seq, at, stream, level, message)
+SELECT l.run_id, l.node, l.attempt, l.generation, l.seq, l.at, l.stream, l.level, l.message
+FROM unnest(%(run_ids)s::uuid[], %(nodes)s::text[], %(attempts)s::int[],
+            %(generations)s::bigint[], %(seqs)s::int[], %(ats)s::timestamptz[],
+            %(streams)s::text[], %(levels)s::text[], %(messages)s::text[])
+     AS l(run_id, node, attempt, generation, seq, at, stream, level, message)
 
 -- name: step_log_list
 -- A run's lines after id %(after)s in write order, of node %(node)s (NULL: every node; a
