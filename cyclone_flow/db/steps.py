@@ -173,19 +173,46 @@ def step_insert_plan_many(
 
 
 def step_claim_if_available(
-    s: SessionLike, *, queue: str, limit: int, owner: str, ttl_us: int
+    s: SessionLike,
+    *,
+    queue: str,
+    limit: int,
+    owner: str,
+    ttl_us: int,
+    skip_calls: Sequence[str] = (),
 ) -> list[ClaimedStep]:
     """available -> running for up to ``limit`` steps of ``queue`` (SKIP LOCKED, then the
-    CAS that takes the lease for ``ttl_us`` microseconds)."""
-    params = {"queue": queue, "limit": limit, "owner": owner, "ttl_us": ttl_us}
+    CAS that takes the lease for ``ttl_us`` microseconds), none whose call is in
+    ``skip_calls`` (the calls this worker gave back lately)."""
+    params = {
+        "queue": queue,
+        "limit": limit,
+        "owner": owner,
+        "ttl_us": ttl_us,
+        "skip_calls": list(skip_calls),
+    }
     return execute_rows(s, "step_claim_if_available", params, _CLAIMED).fetchall()
 
 
 def step_claim_in_run_if_available(
-    s: SessionLike, *, queue: str, limit: int, owner: str, ttl_us: int, run_id: str
+    s: SessionLike,
+    *,
+    queue: str,
+    limit: int,
+    owner: str,
+    ttl_us: int,
+    run_id: str,
+    skip_calls: Sequence[str] = (),
 ) -> list[ClaimedStep]:
     """:func:`step_claim_if_available` restricted to run ``run_id`` and its child runs."""
-    params = {"queue": queue, "limit": limit, "owner": owner, "ttl_us": ttl_us, "run_id": run_id}
+    params = {
+        "queue": queue,
+        "limit": limit,
+        "owner": owner,
+        "ttl_us": ttl_us,
+        "run_id": run_id,
+        "skip_calls": list(skip_calls),
+    }
     return execute_rows(s, "step_claim_in_run_if_available", params, _CLAIMED).fetchall()
 
 
@@ -309,6 +336,30 @@ def step_release_lease_if_held_many(
     given back."""
     params = {"ids": ids, "generations": generations, "owner": owner}
     return _firsts(execute(s, "step_release_lease_if_held_many", params))
+
+
+def step_give_back_if_leased(
+    s: SessionLike,
+    *,
+    id: int,
+    generation: int,
+    owner: str,
+    reason: str,
+    delay_us: int,
+) -> tuple[str, datetime] | None:
+    """running -> available for a step ``owner`` cannot import or may not run, claimable
+    again in ``delay_us`` microseconds, no attempt charged, ``reason`` recorded
+    (``step_give_back_if_leased``): ``(queue, import_wait_since)``, or None when stale or
+    when the node's ``import_wait`` has passed since the first give-back (then discard it)."""
+    params = {
+        "id": id,
+        "generation": generation,
+        "owner": owner,
+        "reason": reason,
+        "delay_us": delay_us,
+    }
+    row = execute(s, "step_give_back_if_leased", params).fetchone()
+    return None if row is None else (row[0], row[1])
 
 
 def step_disown_if_owner_gone(s: SessionLike, *, now: datetime | None) -> list[DisownedStep]:

@@ -45,6 +45,10 @@ class WaitReason(StrEnum):
     """Available after a failed attempt, claimable at ``claimable_at`` (the retry delay)."""
     DELAYED = "delayed"
     """Available in a run submitted with ``run_at``/``delay``: claimable at ``claimable_at``."""
+    CANNOT_IMPORT = "cannot_import"
+    """Available, given back by a worker that cannot import (or may not run) its call
+    (``text`` has that worker's account, ``since`` the first give-back): it waits for a
+    worker that can, until its node's ``import_wait`` passes (docs/failures.md)."""
     NO_WORKER = "no_worker"
     """Claimable now, but no live worker serves its queue (``queue``)."""
     QUEUED = "queued"
@@ -74,8 +78,8 @@ class Waiting:
     ``deadline``, ``child_run_id``, ``holder_run_id``, ``max_parallel`` and ``active``
     (items available or running; for ``concurrency``, the key's running steps),
     ``items_done``/``items_total``, ``queue``, ``served`` (whether a live worker serves its
-    queue; None where it does not matter), and ``key`` and ``limit`` (the concurrency or
-    rate key at its limit)."""
+    queue; None where it does not matter), ``key`` and ``limit`` (the concurrency or rate
+    key at its limit), and ``since`` (``cannot_import``: the first give-back)."""
 
     node: str
     reason: WaitReason
@@ -94,6 +98,7 @@ class Waiting:
     served: bool | None = None
     key: str | None = None
     limit: int | None = None
+    since: datetime | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form (``status --json``): the code, the text, ISO 8601 instants, and
@@ -116,6 +121,8 @@ class Waiting:
                 out[name] = value
         if self.reason in (WaitReason.SIGNAL, WaitReason.CHILD_RUN):
             out["deadline"] = self.deadline.isoformat() if self.deadline else None
+        if self.since is not None:
+            out["since"] = self.since.isoformat()
         if self.items_total is not None:
             out["items"] = {"done": self.items_done or 0, "total": self.items_total}
         if self.served is not None:
@@ -243,6 +250,19 @@ def _explain_step(snap: Snapshot, step: Step) -> Waiting:
         return _explain_pending(snap, step)
     # available: claimable at scheduled_at
     served = snap.served(queue)
+    if step.import_wait_reason is not None:
+        since = f" since {_when(step.import_wait_since)}" if step.import_wait_since else ""
+        return Waiting(
+            step.node,
+            WaitReason.CANNOT_IMPORT,
+            f"{step.import_wait_reason}; given back{since}, waits for a worker that can "
+            "import it (discarded with import_error once its import_wait has passed)"
+            + _no_worker_note(snap, queue),
+            queue,
+            claimable_at=step.scheduled_at,
+            since=step.import_wait_since,
+            served=served,
+        )
     if step.scheduled_at > snap.now:
         retry = step.attempt > 1 or bool(step.errors)
         reason = WaitReason.BACKOFF if retry else WaitReason.DELAYED

@@ -50,11 +50,13 @@ RETURNING node
 -- mentions run.input), else NULL: a prefetch that spares the worker a separate read
 -- (Output Resolution). traceparent is the submitter's trace context copied onto the step
 -- (migration 0012); only for a traced step the run's flow name is read (its span's name).
+-- %(skip_calls)s: the calls this worker gave back lately (it cannot import them: issue
+-- 30.2, step_give_back_if_leased), left for other workers; usually empty.
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps
     WHERE state = 'available' AND coalesce(claim_owner, '') = '' AND queue = %(queue)s
-      AND scheduled_at <= now()
+      AND scheduled_at <= now() AND coalesce(call, '') <> ALL(%(skip_calls)s::text[])
     ORDER BY priority, scheduled_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -86,13 +88,14 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
 -- step_claim_if_available restricted to one run and its child runs (cyclone-flow run's
 -- %(run_id)s), owned by the claiming process or not: a statement of its own so the generic
 -- plan of step_claim_if_available never carries the run filter. Not the limited steps
--- ('~limits': step_claim_limited_if_available takes them).
+-- ('~limits': step_claim_limited_if_available takes them). %(skip_calls)s as there.
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps
     WHERE state = 'available' AND queue = %(queue)s AND scheduled_at <= now()
       AND coalesce(root_run_id, run_id) = %(run_id)s::uuid
       AND coalesce(claim_owner, '') <> '~limits'
+      AND coalesce(call, '') <> ALL(%(skip_calls)s::text[])
     ORDER BY priority, scheduled_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -701,6 +704,7 @@ SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
     lease_owner = CASE WHEN p.retry THEN NULL ELSE s.lease_owner END,
     lease_expiry = NULL,
     heartbeat_at = CASE WHEN p.retry THEN NULL ELSE s.heartbeat_at END,
+    import_wait_since = NULL, import_wait_reason = NULL,
     error = %(error)s,
     error_kind = %(error_kind)s,
     errors = s.errors || jsonb_build_array(jsonb_build_object(
@@ -757,6 +761,7 @@ SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
     lease_owner = CASE WHEN p.retry THEN NULL ELSE s.lease_owner END,
     lease_expiry = NULL,
     heartbeat_at = CASE WHEN p.retry THEN NULL ELSE s.heartbeat_at END,
+    import_wait_since = NULL, import_wait_reason = NULL,
     error = %(error)s,
     error_kind = %(error_kind)s,
     errors = s.errors || jsonb_build_array(jsonb_build_object(
@@ -828,6 +833,38 @@ LIMIT 1
 -- name: step_get_state
 -- The state of one node of a run, and its fan-out node when it is an item.
 SELECT state, parent_node FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND node = %(node)s
+
+-- name: step_give_back_if_leased
+-- A worker that cannot import a step's call, or may not run it (outside its
+-- --allow-module), gives the step back (issue 30.2, docs/failures.md): running ->
+-- available with the lease cleared, no attempt and no reclaim charged, claimable again
+-- %(delay_us)s microseconds from now; import_wait_since keeps the first give-back's
+-- instant and import_wait_reason the worker's account. Guarded by owner and
+-- lease_generation, and refused (no row) once the node's import_wait (the plan's
+-- import_wait_s, a fan-out item's that of its node; 600 s when the plan has none) has
+-- passed since the first give-back: the caller then discards the step with kind
+-- import_error (step_fail_if_leased, permanent). statement_timestamp() throughout.
+UPDATE {schema}.cyclone_steps s
+SET state = 'available', lease_owner = NULL, lease_expiry = NULL, heartbeat_at = NULL,
+    scheduled_at = statement_timestamp() + %(delay_us)s::bigint * interval '1 microsecond',
+    import_wait_since = coalesce(s.import_wait_since, statement_timestamp()),
+    import_wait_reason = %(reason)s::text
+FROM (
+    SELECT coalesce((
+        SELECT (e.value->>'import_wait_s')::float8
+        FROM {schema}.cyclone_runs r
+        JOIN {schema}.cyclone_workflows w ON w.id = r.workflow_id
+        CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') AS e(value)
+        WHERE r.id = t.run_id AND e.value->>'node' = coalesce(t.parent_node, t.node)
+        LIMIT 1), 600) AS wait_s
+    FROM {schema}.cyclone_steps t
+    WHERE t.id = %(id)s
+) b
+WHERE s.id = %(id)s AND s.state = 'running' AND s.lease_owner = %(owner)s
+  AND s.lease_generation = %(generation)s
+  AND coalesce(s.import_wait_since, statement_timestamp()) + make_interval(secs => b.wait_s)
+      > statement_timestamp()
+RETURNING s.queue, s.import_wait_since
 
 -- name: step_insert_items_if_waiting
 -- One item step per list element, in one INSERT ... SELECT over jsonb_array_elements:
@@ -989,7 +1026,8 @@ SELECT id, node, type, call, state, queue, priority, attempt, max_attempts, recl
        output, error, error_kind, errors, parent_node, item_index, items_total, items_done,
        signal, wait_until, child_run_id, max_parallel, skip_reason, reused_from,
        concurrency_key, concurrency_limit, rate_key, rate_limit,
-       extract(epoch FROM rate_per)::float8 AS rate_per_s
+       extract(epoch FROM rate_per)::float8 AS rate_per_s, import_wait_since,
+       import_wait_reason
 FROM {schema}.cyclone_steps
 WHERE run_id = %(run_id)s AND (%(items)s OR parent_node IS NULL)
 ORDER BY id
@@ -1003,7 +1041,8 @@ SELECT id, node, type, call, state, queue, priority, attempt, max_attempts, recl
        output, error, error_kind, errors, parent_node, item_index, items_total, items_done,
        signal, wait_until, child_run_id, max_parallel, skip_reason, reused_from,
        concurrency_key, concurrency_limit, rate_key, rate_limit,
-       extract(epoch FROM rate_per)::float8 AS rate_per_s
+       extract(epoch FROM rate_per)::float8 AS rate_per_s, import_wait_since,
+       import_wait_reason
 FROM {schema}.cyclone_steps
 WHERE run_id = %(run_id)s AND parent_node = %(node)s AND item_index >= %(start)s
 ORDER BY item_index
@@ -1192,7 +1231,8 @@ UPDATE {schema}.cyclone_steps
 SET state = 'pending', attempt = 1, reclaims = 0, error = NULL, error_kind = NULL,
     finished_at = NULL, lease_owner = NULL, lease_expiry = NULL, heartbeat_at = NULL,
     started_at = NULL, output = NULL, scheduled_at = statement_timestamp(),
-    wait_until = NULL, child_run_id = NULL
+    wait_until = NULL, child_run_id = NULL, import_wait_since = NULL,
+    import_wait_reason = NULL
 WHERE run_id = %(run_id)s
   AND (state = 'cancelled'
        OR (state = 'discarded'
