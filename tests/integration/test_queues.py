@@ -240,9 +240,7 @@ def test_jobs_obey_the_worker_allow_list(make_client: Callable[..., Client]) -> 
     # given back, not failed: a call outside the allow-list is this worker's configuration
     # (docs/failures.md); it waits for a worker that may run it
     step = wait_until(
-        lambda: next(
-            (s for s in client.list_steps(job) if s.import_wait_reason is not None), None
-        ),
+        lambda: next((s for s in client.list_steps(job) if s.import_wait_reason is not None), None),
         what="the step given back",
     )
     assert "not allowed" in step.import_wait_reason and step.attempt == 1, step
