@@ -173,46 +173,34 @@ def step_insert_plan_many(
 
 
 def step_claim_if_available(
-    s: SessionLike,
-    *,
-    queue: str,
-    limit: int,
-    owner: str,
-    ttl_us: int,
-    skip_calls: Sequence[str] = (),
+    s: SessionLike, *, queue: str, limit: int, owner: str, ttl_us: int
 ) -> list[ClaimedStep]:
     """available -> running for up to ``limit`` steps of ``queue`` (SKIP LOCKED, then the
-    CAS that takes the lease for ``ttl_us`` microseconds), none whose call is in
-    ``skip_calls`` (the calls this worker gave back lately)."""
-    params = {
-        "queue": queue,
-        "limit": limit,
-        "owner": owner,
-        "ttl_us": ttl_us,
-        "skip_calls": list(skip_calls),
-    }
+    CAS that takes the lease for ``ttl_us`` microseconds)."""
+    params = {"queue": queue, "limit": limit, "owner": owner, "ttl_us": ttl_us}
     return execute_rows(s, "step_claim_if_available", params, _CLAIMED).fetchall()
 
 
-def step_claim_in_run_if_available(
-    s: SessionLike,
-    *,
-    queue: str,
-    limit: int,
-    owner: str,
-    ttl_us: int,
-    run_id: str,
-    skip_calls: Sequence[str] = (),
+def step_claim_other_calls_if_available(
+    s: SessionLike, *, queue: str, limit: int, owner: str, ttl_us: int, skip_calls: Sequence[str]
 ) -> list[ClaimedStep]:
-    """:func:`step_claim_if_available` restricted to run ``run_id`` and its child runs."""
+    """:func:`step_claim_if_available` without the steps whose call is in ``skip_calls``
+    (those this worker gave back lately: it cannot import them)."""
     params = {
         "queue": queue,
         "limit": limit,
         "owner": owner,
         "ttl_us": ttl_us,
-        "run_id": run_id,
         "skip_calls": list(skip_calls),
     }
+    return execute_rows(s, "step_claim_other_calls_if_available", params, _CLAIMED).fetchall()
+
+
+def step_claim_in_run_if_available(
+    s: SessionLike, *, queue: str, limit: int, owner: str, ttl_us: int, run_id: str
+) -> list[ClaimedStep]:
+    """:func:`step_claim_if_available` restricted to run ``run_id`` and its child runs."""
+    params = {"queue": queue, "limit": limit, "owner": owner, "ttl_us": ttl_us, "run_id": run_id}
     return execute_rows(s, "step_claim_in_run_if_available", params, _CLAIMED).fetchall()
 
 

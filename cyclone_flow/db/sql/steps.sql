@@ -50,13 +50,11 @@ RETURNING node
 -- mentions run.input), else NULL: a prefetch that spares the worker a separate read
 -- (Output Resolution). traceparent is the submitter's trace context copied onto the step
 -- (migration 0012); only for a traced step the run's flow name is read (its span's name).
--- %(skip_calls)s: the calls this worker gave back lately (it cannot import them: issue
--- 30.2, step_give_back_if_leased), left for other workers; usually empty.
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps
     WHERE state = 'available' AND coalesce(claim_owner, '') = '' AND queue = %(queue)s
-      AND scheduled_at <= now() AND coalesce(call, '') <> ALL(%(skip_calls)s::text[])
+      AND scheduled_at <= now()
     ORDER BY priority, scheduled_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -88,14 +86,52 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
 -- step_claim_if_available restricted to one run and its child runs (cyclone-flow run's
 -- %(run_id)s), owned by the claiming process or not: a statement of its own so the generic
 -- plan of step_claim_if_available never carries the run filter. Not the limited steps
--- ('~limits': step_claim_limited_if_available takes them). %(skip_calls)s as there.
+-- ('~limits': step_claim_limited_if_available takes them).
 WITH claimable AS (
     SELECT id
     FROM {schema}.cyclone_steps
     WHERE state = 'available' AND queue = %(queue)s AND scheduled_at <= now()
       AND coalesce(root_run_id, run_id) = %(run_id)s::uuid
       AND coalesce(claim_owner, '') <> '~limits'
-      AND coalesce(call, '') <> ALL(%(skip_calls)s::text[])
+    ORDER BY priority, scheduled_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.cyclone_steps s
+SET state = 'running',
+    lease_owner = %(owner)s,
+    lease_expiry = now() + (%(ttl_us)s::bigint * interval '1 microsecond'),
+    heartbeat_at = now(),
+    started_at = now(),
+    lease_generation = s.lease_generation + 1
+FROM claimable c
+WHERE s.id = c.id AND s.state = 'available'
+RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_attempts,
+          s.reclaims, s.lease_generation, s.input,
+          extract(epoch FROM s.timeout)::float8 AS timeout_s,
+          greatest(extract(epoch FROM now() - s.scheduled_at), 0)::float8 AS wait_s,
+          s.parent_node, s.item_index, s.item,
+          CASE WHEN (s.input IS NULL AND s.parent_node IS NULL)
+                    OR strpos(s.input::text, 'run.input') > 0
+               THEN (SELECT r.input::text FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
+          END AS run_input,
+          s.traceparent,
+          CASE WHEN s.traceparent IS NOT NULL
+               THEN (SELECT r.flow_name FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
+          END AS flow_name
+
+-- name: step_claim_other_calls_if_available
+-- step_claim_if_available without the steps whose call is in %(skip_calls)s: the calls this
+-- worker gave back lately because it cannot import them (issue 30.2,
+-- step_give_back_if_leased), left to other workers. A statement of its own, run only
+-- while the worker has such calls: the filter on a parameter array would change the
+-- generic plan of the usual claim (a bitmap scan and a sort of the queue's backlog
+-- instead of the claim index in order).
+WITH claimable AS (
+    SELECT id
+    FROM {schema}.cyclone_steps
+    WHERE state = 'available' AND coalesce(claim_owner, '') = '' AND queue = %(queue)s
+      AND scheduled_at <= now() AND coalesce(call, '') <> ALL(%(skip_calls)s::text[])
     ORDER BY priority, scheduled_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
