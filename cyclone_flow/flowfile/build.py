@@ -114,8 +114,10 @@ def build_flow(
     nodes: dict[str, Node] = {}
     for name, spec in document["nodes"].items():
         timeout = spec.get("timeout", defaults.get("timeout"))
-        import_wait = spec.get(
-            "import_wait", defaults.get("import_wait", document.get("import_wait"))
+        import_wait = (  # only the nodes whose steps run a handler
+            spec.get("import_wait", defaults.get("import_wait", document.get("import_wait")))
+            if spec.get("type", "action") in ("action", "fan_out")
+            else None
         )
         nodes[name] = Node(
             name=name,

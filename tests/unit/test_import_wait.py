@@ -70,3 +70,14 @@ def test_a_call_is_skipped_for_a_window_that_doubles_until_it_imports() -> None:
     assert backoff.skipped("m:f") is None and backoff.calls() == []
     backoff.imported("m:f")
     assert not backoff.failed_before("m:f") and backoff.note("m:f", "x") == 1.0
+
+
+def test_lint_refuses_import_wait_on_a_node_without_a_handler(tmp_path: Path) -> None:
+    path = tmp_path / "f.yaml"
+    path.write_text("name: f\nnodes:\n  s: {type: wait_signal, signal: go, import_wait: 1m}\n")
+    problems = lint_paths([str(path)])
+    assert any(
+        "import_wait" in p.message
+        and "only allowed on nodes with type: action or fan_out" in p.message
+        for p in problems
+    ), problems
