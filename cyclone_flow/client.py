@@ -617,6 +617,7 @@ class Client:
             producer=self._producer,
             completer=self._completer,
             on_database_error=self._database_error if self._db_observers else None,
+            give_back=run_id is None,  # an isolated run's process fails it at once
         )
         self._worker = Worker(
             self._db,

@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import inspect
 import os
 import threading
 import types
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -370,6 +372,66 @@ def import_path_hint(module_name: str, exc: BaseException) -> str:
         f"; no folder on the import path (sys.path) holds {top!r}: pass --import-path DIR, "
         f"the folder that contains {top}, or set PYTHONPATH=DIR"
     )
+
+
+_SEARCH_DEPTH = 3  # folders below the current one looked into for a handler package
+_SEARCH_FOLDERS = 2_000  # at most this many folders read (a home folder stays cheap)
+_NOT_SEARCHED = frozenset({"__pycache__", "node_modules", "site-packages", "venv", "env"})
+
+
+@functools.lru_cache(maxsize=256)
+def worker_import_path(package: str, cwd: str) -> str | None:
+    """The ``--import-path`` a ``cyclone-flow worker`` started in folder ``cwd`` needs to
+    import the top-level package (or module) ``package``, relative to ``cwd`` (``"."``
+    never: None). None when none is needed (``cwd`` holds it: the worker puts its current
+    folder on ``sys.path``; or it is installed: this process finds it on ``sys.path``)
+    or when it is found nowhere. Else the first folder below ``cwd`` that holds it,
+    breadth first, at most ``_SEARCH_DEPTH`` levels down and ``_SEARCH_FOLDERS`` folders
+    read, hidden folders, virtual environments and ``__pycache__`` skipped (the example
+    flows' handlers: ``examples`` from the project's root). Imports nothing; cached."""
+    root = os.path.abspath(cwd)
+    if _holds(root, package):
+        return None
+    try:
+        if importlib.util.find_spec(package) is not None:
+            return None
+    except (ImportError, ValueError):
+        pass
+    queue: deque[tuple[str, int]] = deque([(root, 0)])
+    read = 0
+    while queue and read < _SEARCH_FOLDERS:
+        folder, depth = queue.popleft()
+        read += 1
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            name = entry.name
+            if name.startswith(".") or name in _NOT_SEARCHED or not _is_dir(entry):
+                continue
+            if os.path.exists(os.path.join(entry.path, "pyvenv.cfg")):
+                continue  # a virtual environment
+            if _holds(entry.path, package):
+                return os.path.relpath(entry.path, root)
+            if depth + 1 < _SEARCH_DEPTH:
+                queue.append((entry.path, depth + 1))
+    return None
+
+
+def _holds(folder: str, package: str) -> bool:
+    """Whether ``folder`` holds package ``package`` (with an ``__init__.py``) or module
+    file ``package.py``."""
+    return os.path.isfile(os.path.join(folder, package, "__init__.py")) or os.path.isfile(
+        os.path.join(folder, f"{package}.py")
+    )
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
 
 
 def _mtime(module: types.ModuleType) -> float | None:

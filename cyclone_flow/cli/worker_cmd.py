@@ -25,7 +25,7 @@ from cyclone_flow.cli.common import (
 )
 from cyclone_flow.cli.output import HandlerOutput
 from cyclone_flow.cli.processes import child_command, run_processes, supervisor_pid
-from cyclone_flow.cli.reload import supervise
+from cyclone_flow.cli.reload import supervise, watch_set
 from cyclone_flow.client import Client, check_schema
 from cyclone_flow.config import MAX_LEASE_TTL_S, RetentionConfig
 from cyclone_flow.errors import ConfigError, SchemaOutdatedError
@@ -170,8 +170,8 @@ release of its leases and its row, each up to 5 s for a pool connection), then S
 @click.option(
     "--reload",
     is_flag=True,
-    help="Restart the worker (gracefully) whenever a .py file under the current folder or "
-    "an --import-path changes: handlers are imported afresh.",
+    help="Restart the worker (gracefully) whenever a .py file of an --allow-module "
+    "package or under an --import-path changes: handlers are imported afresh.",
 )
 @database_options
 @handle_errors
@@ -221,7 +221,8 @@ def worker_cmd(
         command = child_command(sys.orig_argv)
         # a --processes child is a supervisor itself: give it time to wait for its own
         margin = _STOP_MARGIN_S + (5.0 if processes > 1 else 0.0)
-        sys.exit(supervise(command, (os.getcwd(), *import_path), grace + margin))
+        watched = watch_set(allow.prefixes, import_path, os.getcwd())
+        sys.exit(supervise(command, watched, grace + margin))
     if processes > 1:
         code = _supervise_processes(
             processes, grace, client_id, metrics_port, database_url, schema, stop

@@ -168,6 +168,9 @@ class Step:
     of the original run whose output a rerun took over (the step did not run). Limits
     (docs/flow-control.md): ``concurrency_key`` and ``concurrency_limit``, ``rate_key``,
     ``rate_limit`` and ``rate_per_s`` (seconds), None for a step without them.
+    ``import_wait_since`` / ``import_wait_reason``: when a worker first gave the step back
+    because it could not import or may not run its call, and the last such worker's
+    account (docs/failures.md); None for a step nobody gave back.
     """
 
     id: int
@@ -205,6 +208,8 @@ class Step:
     rate_key: str | None = None
     rate_limit: int | None = None
     rate_per_s: float | None = None
+    import_wait_since: datetime | None = None
+    import_wait_reason: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

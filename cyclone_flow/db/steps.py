@@ -183,6 +183,21 @@ def step_claim_if_available(
     return execute_rows(s, "step_claim_if_available", params, _CLAIMED).fetchall()
 
 
+def step_claim_other_calls_if_available(
+    s: SessionLike, *, queue: str, limit: int, owner: str, ttl_us: int, skip_calls: Sequence[str]
+) -> list[ClaimedStep]:
+    """:func:`step_claim_if_available` without the steps whose call is in ``skip_calls``
+    (those this worker gave back lately: it cannot import them)."""
+    params = {
+        "queue": queue,
+        "limit": limit,
+        "owner": owner,
+        "ttl_us": ttl_us,
+        "skip_calls": list(skip_calls),
+    }
+    return execute_rows(s, "step_claim_other_calls_if_available", params, _CLAIMED).fetchall()
+
+
 def step_claim_in_run_if_available(
     s: SessionLike, *, queue: str, limit: int, owner: str, ttl_us: int, run_id: str
 ) -> list[ClaimedStep]:
@@ -311,6 +326,30 @@ def step_release_lease_if_held_many(
     given back."""
     params = {"ids": ids, "generations": generations, "owner": owner}
     return _firsts(execute(s, "step_release_lease_if_held_many", params))
+
+
+def step_give_back_if_leased(
+    s: SessionLike,
+    *,
+    id: int,
+    generation: int,
+    owner: str,
+    reason: str,
+    delay_us: int,
+) -> tuple[str, datetime] | None:
+    """running -> available for a step ``owner`` cannot import or may not run, claimable
+    again in ``delay_us`` microseconds, no attempt charged, ``reason`` recorded
+    (``step_give_back_if_leased``): ``(queue, import_wait_since)``, or None when stale or
+    when the node's ``import_wait`` has passed since the first give-back (then discard it)."""
+    params = {
+        "id": id,
+        "generation": generation,
+        "owner": owner,
+        "reason": reason,
+        "delay_us": delay_us,
+    }
+    row = execute(s, "step_give_back_if_leased", params).fetchone()
+    return None if row is None else (row[0], row[1])
 
 
 def step_disown_if_owner_gone(s: SessionLike, *, now: datetime | None) -> list[DisownedStep]:

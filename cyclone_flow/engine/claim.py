@@ -26,25 +26,32 @@ def claim(
     queues: Sequence[str],
     limit: int,
     run_id: str | None = None,
+    skip_calls: Sequence[str] = (),
 ) -> list[ClaimedStep]:
     """Claim up to ``limit`` available steps of ``queues`` (of run ``run_id`` and its child
-    runs only, when given) for ``owner`` with a lease of ``ttl_s`` seconds. One statement
-    per queue (``queue = $1`` lets Postgres walk the claim index in order), each queue
-    claimed in turn with what the previous left of ``limit`` (the worker's claim loop
-    passes one queue at a time)."""
+    runs only, when given) for ``owner`` with a lease of ``ttl_s`` seconds, none whose
+    ``call`` is in ``skip_calls`` (those this worker gave back lately: it cannot import
+    them, docs/failures.md; a statement of its own, not for ``run_id``). One statement per
+    queue (``queue = $1`` lets Postgres walk the claim index in order), each queue claimed
+    in turn with what the previous left of ``limit`` (the worker's claim loop passes one
+    queue at a time)."""
     ttl_us = int(ttl_s * 1_000_000)
     claimed: list[ClaimedStep] = []
     for queue in queues:
         if len(claimed) >= limit:
             break
         left = limit - len(claimed)
-        if run_id is None:
-            claimed += steps.step_claim_if_available(
-                s, queue=queue, limit=left, owner=owner, ttl_us=ttl_us
-            )
-        else:
+        if run_id is not None:  # its process fails what it cannot import: no skip
             claimed += steps.step_claim_in_run_if_available(
                 s, queue=queue, limit=left, owner=owner, ttl_us=ttl_us, run_id=run_id
+            )
+        elif skip_calls:
+            claimed += steps.step_claim_other_calls_if_available(
+                s, queue=queue, limit=left, owner=owner, ttl_us=ttl_us, skip_calls=skip_calls
+            )
+        else:
+            claimed += steps.step_claim_if_available(
+                s, queue=queue, limit=left, owner=owner, ttl_us=ttl_us
             )
     return claimed
 

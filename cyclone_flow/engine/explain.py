@@ -16,6 +16,8 @@ run that ended (failed or cancelled) with unfinished steps says so
 
 from __future__ import annotations
 
+import os
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -26,6 +28,7 @@ from cyclone_flow.db import deps, misc, rate_windows, runs, steps, workers
 from cyclone_flow.db.conn import SessionLike
 from cyclone_flow.db.rows import RateWindow, Run, Step, WorkerRow
 from cyclone_flow.durations import format_duration
+from cyclone_flow.handlers import worker_import_path
 from cyclone_flow.states import RunState, StepState
 
 __all__ = ["Snapshot", "WaitReason", "Waiting", "explain", "rate_next_token", "read_snapshot"]
@@ -45,6 +48,10 @@ class WaitReason(StrEnum):
     """Available after a failed attempt, claimable at ``claimable_at`` (the retry delay)."""
     DELAYED = "delayed"
     """Available in a run submitted with ``run_at``/``delay``: claimable at ``claimable_at``."""
+    CANNOT_IMPORT = "cannot_import"
+    """Available, given back by a worker that cannot import (or may not run) its call
+    (``text`` has that worker's account, ``since`` the first give-back): it waits for a
+    worker that can, until its node's ``import_wait`` passes (docs/failures.md)."""
     NO_WORKER = "no_worker"
     """Claimable now, but no live worker serves its queue (``queue``)."""
     QUEUED = "queued"
@@ -74,8 +81,8 @@ class Waiting:
     ``deadline``, ``child_run_id``, ``holder_run_id``, ``max_parallel`` and ``active``
     (items available or running; for ``concurrency``, the key's running steps),
     ``items_done``/``items_total``, ``queue``, ``served`` (whether a live worker serves its
-    queue; None where it does not matter), and ``key`` and ``limit`` (the concurrency or
-    rate key at its limit)."""
+    queue; None where it does not matter), ``key`` and ``limit`` (the concurrency or rate
+    key at its limit), and ``since`` (``cannot_import``: the first give-back)."""
 
     node: str
     reason: WaitReason
@@ -94,6 +101,7 @@ class Waiting:
     served: bool | None = None
     key: str | None = None
     limit: int | None = None
+    since: datetime | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON form (``status --json``): the code, the text, ISO 8601 instants, and
@@ -116,6 +124,8 @@ class Waiting:
                 out[name] = value
         if self.reason in (WaitReason.SIGNAL, WaitReason.CHILD_RUN):
             out["deadline"] = self.deadline.isoformat() if self.deadline else None
+        if self.since is not None:
+            out["since"] = self.since.isoformat()
         if self.items_total is not None:
             out["items"] = {"done": self.items_done or 0, "total": self.items_total}
         if self.served is not None:
@@ -131,7 +141,7 @@ class Snapshot:
     ``item_states`` (fan-out node -> item state -> count), the run's ``sequence_held``
     and ``holder_run_id``, every ``workers`` row, the database's ``now``, and for the
     limits of its available steps ``slots`` (concurrency key -> steps running) and
-    ``windows`` (rate key -> its sliding log)."""
+    ``windows`` (rate key -> its sliding log), and ``import_paths`` for the worker hint."""
 
     run: Run
     steps: Sequence[Step]
@@ -143,6 +153,10 @@ class Snapshot:
     holder_run_id: str | None = None
     slots: Mapping[str, int] = field(default_factory=dict)
     windows: Mapping[str, RateWindow] = field(default_factory=dict)
+    import_paths: Mapping[str, str | None] = field(default_factory=dict)
+    """Top-level handler package -> the ``--import-path`` a worker started in this
+    process's folder needs for it (None: none), for the worker hint of a step no live
+    worker serves (:func:`~cyclone_flow.handlers.worker_import_path`)."""
     _by_node: dict[str, Step] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -171,12 +185,18 @@ def read_snapshot(
         available = [r for r in rows if r.state is StepState.AVAILABLE]
         concurrency = sorted({r.concurrency_key for r in available if r.concurrency_key})
         rated = sorted({r.rate_key for r in available if r.rate_key})
+        live = workers.worker_list(s, now=now)
+        unserved = {
+            _package(r.call)
+            for r in available
+            if r.call and not any(w.serves(r.queue, run.id) for w in live)
+        }
         return Snapshot(
             run=run,
             steps=rows,
             needs=deps.dep_list(s, run_id=run_id),
             item_states=steps.step_count_items(s, run_id=run_id),
-            workers=workers.worker_list(s, now=now),
+            workers=live,
             now=misc.pg_now(s, now=now),
             sequence_held=held,
             holder_run_id=runs.run_get_sequence_holder(s, run_id=run_id) if held else None,
@@ -190,6 +210,7 @@ def read_snapshot(
                 if rated
                 else {}
             ),
+            import_paths={p: worker_import_path(p, os.getcwd()) for p in sorted(unserved)},
         )
 
 
@@ -243,6 +264,19 @@ def _explain_step(snap: Snapshot, step: Step) -> Waiting:
         return _explain_pending(snap, step)
     # available: claimable at scheduled_at
     served = snap.served(queue)
+    if step.import_wait_reason is not None:
+        since = f" since {_when(step.import_wait_since)}" if step.import_wait_since else ""
+        return Waiting(
+            step.node,
+            WaitReason.CANNOT_IMPORT,
+            f"{step.import_wait_reason}; given back{since}, waits for a worker that can "
+            "import it (discarded with import_error once its import_wait has passed)"
+            + _no_worker_note(snap, queue),
+            queue,
+            claimable_at=step.scheduled_at,
+            since=step.import_wait_since,
+            served=served,
+        )
     if step.scheduled_at > snap.now:
         retry = step.attempt > 1 or bool(step.errors)
         reason = WaitReason.BACKOFF if retry else WaitReason.DELAYED
@@ -264,7 +298,7 @@ def _explain_step(snap: Snapshot, step: Step) -> Waiting:
             step.node,
             WaitReason.NO_WORKER,
             f"claimable since {_when(step.scheduled_at)}, but no live worker serves queue "
-            f"{queue!r} (start one: {_worker_command(step)})",
+            f"{queue!r} (start one: {_worker_command(snap, step)})",
             queue,
             claimable_at=step.scheduled_at,
             served=False,
@@ -396,11 +430,21 @@ def _explain_pending(snap: Snapshot, step: Step) -> Waiting:
     )
 
 
-def _worker_command(step: Step) -> str:
-    """The command that starts a worker for ``step``: its queue, and the top-level package
-    of its handler as the allow-list a worker needs (``PACKAGE`` when it has none)."""
-    package = step.call.partition(":")[0].split(".")[0] if step.call else "PACKAGE"
-    return f"cyclone-flow worker --queue {step.queue} --allow-module {package}"
+def _package(call: str) -> str:
+    """The top-level package of handler ``call`` (``shop`` of ``shop.handlers:charge``)."""
+    return call.partition(":")[0].split(".")[0]
+
+
+def _worker_command(snap: Snapshot, step: Step) -> str:
+    """The command that starts a worker for ``step``, pasted in the folder this process
+    runs in: its queue, the top-level package of its handler as the allow-list a worker
+    needs (``PACKAGE`` when it has none) and, when that folder does not hold the package
+    and it is not installed, ``--import-path`` the folder below that does
+    (``snap.import_paths``)."""
+    package = _package(step.call) if step.call else "PACKAGE"
+    command = f"cyclone-flow worker --queue {step.queue} --allow-module {package}"
+    folder = snap.import_paths.get(package)
+    return f"{command} --import-path {shlex.quote(folder)}" if folder else command
 
 
 def _explain_waiting(snap: Snapshot, step: Step) -> Waiting:

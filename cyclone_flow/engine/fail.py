@@ -3,8 +3,9 @@ run), and the waits and deadlines that expire (Engine Design: Failure Propagatio
 and Heartbeats; Client Options: WithMaxSignalWait).
 
 Every function runs in the caller's transaction under the run row lock, except
-:func:`fail_step_alone`, which opens its own transactions (through
-:func:`cyclone_flow.engine.tx.transaction`) for the worker and the recovery sweep.
+:func:`fail_step_alone` and :func:`give_back_step_alone`, which open their own
+transactions (through :func:`cyclone_flow.engine.tx.transaction`) for the worker and the
+recovery sweep.
 """
 
 from __future__ import annotations
@@ -135,6 +136,34 @@ def fail_step_alone(
     note = f"{error or ''} [no retry backoff: it could not be computed ({reason})]".lstrip()
     with transaction(db, publish) as tx:
         return attempt(tx, note, False), first
+
+
+def give_back_step_alone(
+    db: Database,
+    *,
+    step_id: int,
+    generation: int,
+    owner: str,
+    reason: str,
+    delay_s: float,
+) -> str | None:
+    """running -> available for a step ``owner`` cannot import or may not run (issue
+    30.2): no attempt and no reclaim charged, claimable again in ``delay_s`` seconds,
+    ``reason`` kept on the step (``import_wait_reason``), in a transaction of its own.
+    Needs no run lock: the run's state does not change. Returns the step's queue, or None
+    when stale or when the node's ``import_wait`` has passed since the first give-back
+    (the caller then discards it: :func:`fail_step_alone`, kind ``import_error``, guarded
+    by the same lease, so a stale step stays untouched)."""
+    with transaction(db) as tx:
+        row = steps.step_give_back_if_leased(
+            tx,
+            id=step_id,
+            generation=generation,
+            owner=owner,
+            reason=printable(reason) or "",
+            delay_us=int(delay_s * 1_000_000),
+        )
+    return None if row is None else row[0]
 
 
 def expire_wait(tx: Tx, run_id: str, node: str, error: str, now: datetime | None = None) -> bool:

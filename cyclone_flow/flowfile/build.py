@@ -114,6 +114,11 @@ def build_flow(
     nodes: dict[str, Node] = {}
     for name, spec in document["nodes"].items():
         timeout = spec.get("timeout", defaults.get("timeout"))
+        import_wait = (  # only the nodes whose steps run a handler
+            spec.get("import_wait", defaults.get("import_wait", document.get("import_wait")))
+            if spec.get("type", "action") in ("action", "fan_out")
+            else None
+        )
         nodes[name] = Node(
             name=name,
             type=cast(NodeType, spec.get("type", "action")),
@@ -137,6 +142,7 @@ def build_flow(
             ),
             concurrency=_limited(document["name"], name, spec, defaults, "concurrency"),
             rate_limit=_limited(document["name"], name, spec, defaults, "rate_limit"),
+            import_wait_s=None if import_wait is None else parse_duration(import_wait),
         )
     children = dict(children or {})
     digest = document_digest(document)

@@ -623,11 +623,11 @@ def _check_durations(doc: Document, nodes: dict[str, dict[str, Any]]) -> list[Pr
     data = doc.data if isinstance(doc.data, dict) else {}
     holders: list[tuple[JsonPath, Any]] = [(("defaults",), data.get("defaults"))]
     holders += [(("nodes", name), node) for name, node in nodes.items()]
-    holders.append(((), {"deadline": data["deadline"]} if "deadline" in data else {}))
+    holders.append(((), {k: data[k] for k in ("deadline", "import_wait") if k in data}))
     for where, holder in holders:
         if not isinstance(holder, dict):
             continue
-        for key in ("timeout", "max_wait", "deadline"):
+        for key in ("timeout", "max_wait", "deadline", "import_wait"):
             if key in holder:
                 if (too_long := _too_long(doc, (*where, key), holder[key])) is not None:
                     out.append(too_long)

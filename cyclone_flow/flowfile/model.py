@@ -104,6 +104,11 @@ class Node:
     """``concurrency:`` (after ``defaults``): at most ``limit`` steps per key running."""
     rate_limit: Limit | None = None
     """``rate_limit:`` (after ``defaults``): at most ``limit`` claims per key per window."""
+    import_wait_s: float | None = None
+    """``import_wait`` (the node's, else ``defaults``', else the flow's), in seconds: how
+    long its step may be given back by workers that cannot import (or may not run) its
+    call before it is discarded with ``import_error``; None: the engine's default (10m,
+    docs/failures.md)."""
 
 
 @dataclass(frozen=True)

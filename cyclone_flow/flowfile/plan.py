@@ -18,9 +18,10 @@ def flow_plan(flow: Flow, child_ids: Mapping[str, int]) -> dict[str, Any]:
 
     Each node's ``queue_own`` / ``priority_own`` say that the node sets its own in the
     file (a submission's ``queue``/``priority`` then do not replace it: Queues and
-    Priority); durations are seconds; ``when`` (the condition text) and ``on_dep_skip``
-    (``run``) are there only when the node sets them. ``child_ids`` maps each child node
-    to the id of its stored child definition. Raises ValueError when a child node has none.
+    Priority); durations are seconds; ``when`` (the condition text), ``on_dep_skip``
+    (``run``) and ``import_wait_s`` are there only when the node sets them. ``child_ids``
+    maps each child node to the id of its stored child definition. Raises ValueError when
+    a child node has none.
     """
     nodes = []
     for n in flow.nodes.values():
@@ -64,6 +65,8 @@ def flow_plan(flow: Flow, child_ids: Mapping[str, int]) -> dict[str, Any]:
             row["when"] = n.when
         if n.on_dep_skip != "skip":
             row["on_dep_skip"] = n.on_dep_skip
+        if n.import_wait_s is not None:  # read by step_give_back_if_leased (600 s if not)
+            row["import_wait_s"] = n.import_wait_s
         nodes.append(row)
     return {"deadline_s": flow.deadline_s, "nodes": nodes}
 

@@ -10,6 +10,7 @@ commits, and a lost lease turns every late write into a stale, rolled-back trans
 from __future__ import annotations
 
 import contextvars
+import importlib
 import inspect
 import threading
 import time
@@ -20,9 +21,10 @@ from typing import Any, NoReturn
 from cyclone_flow import tracing
 from cyclone_flow._json import JSON, Unencodable, encode_payload
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.db.conn import Database
+from cyclone_flow.db.conn import Database, retry_conflicts
 from cyclone_flow.db.errors import database_lost
 from cyclone_flow.db.rows import ClaimedStep
+from cyclone_flow.engine.fail import give_back_step_alone
 from cyclone_flow.errors import (
     HandlerImportError,
     PayloadTooLargeError,
@@ -49,6 +51,13 @@ from cyclone_flow.worker.completion import (
     outcome_name,
 )
 from cyclone_flow.worker.context import Context
+from cyclone_flow.worker.give_back import (
+    GIVE_BACK_DELAY_S,
+    CallBackoff,
+    GiveBack,
+    gives_back,
+    reason_text,
+)
 from cyclone_flow.worker.inputs import Inputs
 from cyclone_flow.worker.step_logs import AttemptLog, StepLogs
 
@@ -65,7 +74,10 @@ class Executor:
     ``completer``: the client's batch sink (group commit), or None to commit every step
     inline. ``reporter`` (built from ``config``'s hooks and ``on_database_error``, called
     with where a connection-level failure happened) reports every event of this client's
-    worker; ``settler`` is the one settle path of both sinks."""
+    worker; ``settler`` is the one settle path of both sinks. ``give_back``: a step whose
+    call this worker cannot import, or may not run, goes back to the queue for another
+    worker (docs/failures.md); False (``cyclone-flow run``'s own run, which no other worker
+    takes): it fails at once with ``import_error``."""
 
     def __init__(
         self,
@@ -78,6 +90,7 @@ class Executor:
         producer: Producer,
         completer: BatchSink | None = None,
         on_database_error: Callable[[str], None] | None = None,
+        give_back: bool = True,
     ) -> None:
         self.db = db
         self.config = config
@@ -105,6 +118,9 @@ class Executor:
         # runs the coroutines of async def handlers (started by the first; stopped by the
         # worker at shutdown)
         self.event_loop = EventLoop()
+        # the calls this worker could not import lately: the claim skips them
+        self.backoff = CallBackoff()
+        self.give_back = give_back
 
     def start(self) -> None:
         """Start the batch sink's completer thread (when there is one)."""
@@ -219,6 +235,9 @@ class Executor:
                 trace.commit()
                 trace.finish("stale")
                 self.settler.stale(step)
+            except GiveBack as back:
+                tx.rollback()
+                self._give_back(step, back, trace)
             except StepFailure as failure:
                 tx.rollback()
                 trace.commit()
@@ -303,15 +322,60 @@ class Executor:
                 permanent=True,
                 tb=None,
             )
+        skipped = self.backoff.skipped(step.call)
+        if skipped is not None:  # failed here lately (a limited claim cannot skip it)
+            raise GiveBack(skipped)
+        if self.backoff.failed_before(step.call):
+            importlib.invalidate_caches()  # a module installed since is found
         try:
             handler = self.resolver.resolve(step.call)
         except HandlerImportError as exc:
+            if self.give_back and gives_back(exc):  # this worker's fault: another may run it
+                reason = reason_text(self.config.client_id, step.call, exc)
+                self.backoff.note(step.call, reason)
+                raise GiveBack(reason) from exc
             raise StepFailure(ErrorKind.IMPORT_ERROR, str(exc), permanent=True, tb=None) from exc
+        self.backoff.imported(step.call)
         try:
             handler_input = self.inputs.resolve_input(step)
         except TemplateError as exc:
             raise StepFailure(ErrorKind.INPUT_ERROR, str(exc), permanent=True, tb=None) from exc
         return handler, handler_input
+
+    def _give_back(self, step: ClaimedStep, back: GiveBack, trace: tracing.Attempt) -> None:
+        """Give ``step`` back (no attempt charged, docs/failures.md), or, once its node's
+        ``import_wait`` has passed since the first give-back, discard it with kind
+        ``import_error``."""
+        with self.tx_slots:
+            queue = retry_conflicts(
+                lambda: give_back_step_alone(
+                    self.db,
+                    step_id=step.id,
+                    generation=step.lease_generation,
+                    owner=self.config.client_id,
+                    reason=back.reason,
+                    delay_s=GIVE_BACK_DELAY_S,
+                )
+            )
+        if queue is not None:
+            self.log.warning(
+                "step %s of run %s given back (no attempt charged): %s",
+                step.node,
+                step.run_id,
+                back.reason,
+                extra=step_extra(step.run_id, step.node, step.attempt),
+            )
+            trace.finish("given_back", error=back.reason)
+            return
+        failure = StepFailure(
+            ErrorKind.IMPORT_ERROR,
+            f"{back.reason} (given back until its import_wait passed)",
+            permanent=True,
+            tb=None,
+        )
+        trace.commit()
+        failed = self.settler.fail(step, self.config.client_id, failure, None)
+        trace.finish(outcome_name(failed), error=str(failure), error_kind=str(failure.kind))
 
     def _call(
         self, handler: Callable[..., Any], ctx: Context, handler_input: JSON, tx: CompletionTx

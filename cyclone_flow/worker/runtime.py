@@ -441,7 +441,13 @@ class Worker:
         """One claim statement (autocommit) for up to ``free`` steps of ``queue_name``."""
         with self._claim_session() as s:
             return claim.claim(
-                s, self.config.client_id, self.config.lease_ttl, [queue_name], free, self.only_run
+                s,
+                self.config.client_id,
+                self.config.lease_ttl,
+                [queue_name],
+                free,
+                self.only_run,
+                skip_calls=self.executor.backoff.calls(),  # given back lately: not ours
             )
 
     def _has_limited(self, queue_name: str) -> bool:

@@ -6,10 +6,13 @@ and ``--json`` a ``waiting`` object with the reason code and an ISO 8601
 
 from __future__ import annotations
 
+import shlex
+import subprocess
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from helpers.cli import Runner, json_output, no_traceback
+from helpers.cli import Runner, clean_env, json_output, no_traceback
+from helpers.paths import CLI, FLOWS, REPO
 
 FLOW = """name: later
 nodes:
@@ -45,3 +48,34 @@ def test_status_explains_a_delayed_step_and_its_dependent(cli: Runner, tmp_path:
         "claimable_at": None,
         "needs": ["first"],
     }
+
+
+def test_the_worker_hint_runs_the_waiting_run_as_printed(
+    cli: Runner, database_url: str, schema: str
+) -> None:
+    # issue 30.3: from the project's root the example handlers import only with
+    # --import-path examples; the printed command must start a worker that completes the run
+    submitted = cli("submit", FLOWS / "hello.yaml", "--input", '{"name": "Ada"}', cwd=REPO)
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = submitted.stdout.strip()
+    status = cli("status", run_id, cwd=REPO)
+    no_traceback(status)
+    line = next(x for x in status.stdout.splitlines() if "start one: " in x)
+    hint = line.split("start one: ", 1)[1].removesuffix(")")
+    assert hint == (
+        "cyclone-flow worker --queue default --allow-module cyclone_examples --import-path examples"
+    ), line
+    words = shlex.split(hint)
+    assert words[0] == "cyclone-flow"
+    worker = subprocess.run(
+        [str(CLI), *words[1:], "--exit-when-idle", "--poll-interval", "20ms,200ms"],
+        cwd=REPO,
+        env=clean_env(CYCLONE_DATABASE_URL=database_url, CYCLONE_SCHEMA=schema),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert worker.returncode == 0, worker.stderr
+    done = json_output(cli("status", run_id, "--json").stdout)
+    assert done["state"] == "completed", done

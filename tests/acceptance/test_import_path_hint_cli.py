@@ -23,7 +23,10 @@ def _package(tmp_path: Path) -> Path:
     (pkg / "broken.py").write_text("import no_such_dependency_w18\n")
     work = tmp_path / "work"
     work.mkdir()
-    (work / "flow.yaml").write_text("name: hinted\nnodes:\n  a: {call: 'hintpkg.steps:hello'}\n")
+    # import_wait 1s: a worker that cannot import it gives it back that long (issue 30.2)
+    (work / "flow.yaml").write_text(
+        "name: hinted\nimport_wait: 1s\nnodes:\n  a: {call: 'hintpkg.steps:hello'}\n"
+    )
     (work / "broken.yaml").write_text("name: broken\nnodes:\n  a: {call: 'hintpkg.broken:f'}\n")
     return work
 

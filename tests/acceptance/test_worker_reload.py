@@ -71,3 +71,46 @@ def test_an_edited_handler_runs_in_the_next_run(
     assert _live(cli) == []  # the child shut down cleanly (its row deleted)
     text = (tmp_path / "worker.log").read_text()
     assert "reload_handlers.py changed; restarting the worker" in text
+
+
+def test_it_watches_only_the_allowed_packages_and_logs_the_changed_path(
+    cli: Runner, database_url: str, schema: str, tmp_path: Path
+) -> None:
+    # issue 30.9: a .py file of the current folder outside the allowed package (a script,
+    # a test) restarts nothing; a file of the package does, and its path is logged
+    project = tmp_path / "project"
+    package = project / "watched_pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    handlers = package / "handlers.py"
+    handlers.write_text(HANDLERS_V1, encoding="utf-8")
+    script = project / "scratch_script.py"
+    script.write_text("print(1)\n", encoding="utf-8")
+    log_path = tmp_path / "worker.log"
+    log = log_path.open("ab")
+    proc = subprocess.Popen(
+        [str(CLI), "worker", "--reload", "--allow-module", "watched_pkg",
+         "--lease-ttl", "1s", "--poll-interval", "20ms,100ms", "--shutdown-timeout", "2s",
+         "--database-url", database_url, "--schema", schema],
+        cwd=project, env=clean_env(), stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        (first,) = wait_until(lambda: _live(cli), timeout=30, what="the first worker")
+        script.write_text("print(2)\n", encoding="utf-8")  # not watched
+        handlers.write_text(HANDLERS_V2, encoding="utf-8")
+        wait_until(
+            lambda: [w for w in _live(cli) if w["client_id"] != first["client_id"]],
+            timeout=60,
+            what="a restarted worker",
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+        log.close()
+    text = log_path.read_text()
+    assert code == 0, text
+    watching = next(line for line in text.splitlines() if "reload: watching" in line)
+    assert watching.endswith("reload: watching .py files under watched_pkg"), watching
+    changed = [line for line in text.splitlines() if "changed; restarting" in line]
+    assert changed and all("scratch_script" not in line for line in changed), changed
+    assert f"{Path('watched_pkg') / 'handlers.py'} changed; restarting the worker" in changed[0]

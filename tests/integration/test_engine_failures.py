@@ -37,6 +37,7 @@ nodes:
 
 FORBIDDEN = """
 name: forbidden
+import_wait: 1s
 nodes:
   x:
     call: cyclone_test_handlers.engine_forbidden:handler
@@ -102,6 +103,9 @@ def test_allow_list_never_imports_module_outside_it(make_client, db) -> None:
     step = step_rows(db, run_id)["x"]
     assert (step["state"], step["error_kind"]) == ("discarded", "import_error")
     assert "not allowed" in step["error"] and "was not imported" in step["error"]
+    # given back (no attempt charged) until its import_wait passed, then discarded once
+    assert "import_wait passed" in step["error"] and step["attempt"] == 1
+    assert len(step["errors"]) == 1
     assert "cyclone_test_handlers.engine_forbidden" not in sys.modules
     assert "CYCLONE_TEST_FORBIDDEN_IMPORTED" not in os.environ
 

@@ -198,7 +198,9 @@ def test_a_running_steps_lines_are_stored_while_it_runs_in_order(
 
     from cyclone_flow.ui import create_app
 
-    page = TestClient(create_app(client)).get(f"/runs/{run_id}/steps/job")
+    page = TestClient(create_app(client), base_url="http://localhost").get(
+        f"/runs/{run_id}/steps/job"
+    )
     assert page.status_code == 200 and "stdout: early" in page.text
     release.touch()
     client.wait(run_id, timeout=20)

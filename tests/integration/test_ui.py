@@ -167,6 +167,30 @@ def test_why_a_delayed_step_waits(make_client: Callable[..., Client]) -> None:
     assert 'data-reason="delayed"' in page.text
 
 
+def test_why_a_step_given_back_waits(make_client: Callable[..., Client]) -> None:
+    # a worker that may not run the call (outside its allow-list) gave it back: the step
+    # page and the run's live view say so (issue 30.2)
+    client = make_client(allow_modules=["cyclone_test_handlers.ui"])
+    run_id = client.submit(load_flow_text(ECHO), {})
+    client.start()
+    wait_until(
+        lambda: any(s.import_wait_reason for s in client.list_steps(run_id)),
+        what="the step given back",
+    )
+    http = _http(client)
+    page = wait_until(
+        lambda: (
+            (p := http.get(f"/runs/{run_id}/steps/only")).status_code == 200
+            and 'data-reason="cannot_import"' in p.text
+            and p
+        ),
+        what="a page of the step available again",
+    )
+    assert "no live worker may run cyclone_test_handlers.basic:echo" in html.unescape(page.text)
+    live = html.unescape(http.get(f"/runs/{run_id}/live").text)
+    assert "no live worker may run cyclone_test_handlers.basic:echo" in live
+
+
 def test_runs_list_filters_search_and_keyset_pages(
     make_client: Callable[..., Client], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -120,6 +120,45 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
                THEN (SELECT r.flow_name FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
           END AS flow_name
 
+-- name: step_claim_other_calls_if_available
+-- step_claim_if_available without the steps whose call is in %(skip_calls)s: the calls this
+-- worker gave back lately because it cannot import them (issue 30.2,
+-- step_give_back_if_leased), left to other workers. A statement of its own, run only
+-- while the worker has such calls: the filter on a parameter array would change the
+-- generic plan of the usual claim (a bitmap scan and a sort of the queue's backlog
+-- instead of the claim index in order).
+WITH claimable AS (
+    SELECT id
+    FROM {schema}.cyclone_steps
+    WHERE state = 'available' AND coalesce(claim_owner, '') = '' AND queue = %(queue)s
+      AND scheduled_at <= now() AND coalesce(call, '') <> ALL(%(skip_calls)s::text[])
+    ORDER BY priority, scheduled_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.cyclone_steps s
+SET state = 'running',
+    lease_owner = %(owner)s,
+    lease_expiry = now() + (%(ttl_us)s::bigint * interval '1 microsecond'),
+    heartbeat_at = now(),
+    started_at = now(),
+    lease_generation = s.lease_generation + 1
+FROM claimable c
+WHERE s.id = c.id AND s.state = 'available'
+RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_attempts,
+          s.reclaims, s.lease_generation, s.input,
+          extract(epoch FROM s.timeout)::float8 AS timeout_s,
+          greatest(extract(epoch FROM now() - s.scheduled_at), 0)::float8 AS wait_s,
+          s.parent_node, s.item_index, s.item,
+          CASE WHEN (s.input IS NULL AND s.parent_node IS NULL)
+                    OR strpos(s.input::text, 'run.input') > 0
+               THEN (SELECT r.input::text FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
+          END AS run_input,
+          s.traceparent,
+          CASE WHEN s.traceparent IS NOT NULL
+               THEN (SELECT r.flow_name FROM {schema}.cyclone_runs r WHERE r.id = s.run_id)
+          END AS flow_name
+
 -- name: step_claim_limited_if_available
 -- available -> running for up to %(limit)s limited steps of one queue (claim_owner
 -- '~limits': nodes with concurrency: or rate_limit:, docs/flow-control.md), each key within
@@ -701,6 +740,7 @@ SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
     lease_owner = CASE WHEN p.retry THEN NULL ELSE s.lease_owner END,
     lease_expiry = NULL,
     heartbeat_at = CASE WHEN p.retry THEN NULL ELSE s.heartbeat_at END,
+    import_wait_since = NULL, import_wait_reason = NULL,
     error = %(error)s,
     error_kind = %(error_kind)s,
     errors = s.errors || jsonb_build_array(jsonb_build_object(
@@ -757,6 +797,7 @@ SET state = CASE WHEN p.retry THEN 'available' ELSE 'discarded' END,
     lease_owner = CASE WHEN p.retry THEN NULL ELSE s.lease_owner END,
     lease_expiry = NULL,
     heartbeat_at = CASE WHEN p.retry THEN NULL ELSE s.heartbeat_at END,
+    import_wait_since = NULL, import_wait_reason = NULL,
     error = %(error)s,
     error_kind = %(error_kind)s,
     errors = s.errors || jsonb_build_array(jsonb_build_object(
@@ -842,6 +883,38 @@ LIMIT 1
 -- name: step_get_state
 -- The state of one node of a run, and its fan-out node when it is an item.
 SELECT state, parent_node FROM {schema}.cyclone_steps WHERE run_id = %(run_id)s AND node = %(node)s
+
+-- name: step_give_back_if_leased
+-- A worker that cannot import a step's call, or may not run it (outside its
+-- --allow-module), gives the step back (issue 30.2, docs/failures.md): running ->
+-- available with the lease cleared, no attempt and no reclaim charged, claimable again
+-- %(delay_us)s microseconds from now; import_wait_since keeps the first give-back's
+-- instant and import_wait_reason the worker's account. Guarded by owner and
+-- lease_generation, and refused (no row) once the node's import_wait (the plan's
+-- import_wait_s, a fan-out item's that of its node; 600 s when the plan has none) has
+-- passed since the first give-back: the caller then discards the step with kind
+-- import_error (step_fail_if_leased, permanent). statement_timestamp() throughout.
+UPDATE {schema}.cyclone_steps s
+SET state = 'available', lease_owner = NULL, lease_expiry = NULL, heartbeat_at = NULL,
+    scheduled_at = statement_timestamp() + %(delay_us)s::bigint * interval '1 microsecond',
+    import_wait_since = coalesce(s.import_wait_since, statement_timestamp()),
+    import_wait_reason = %(reason)s::text
+FROM (
+    SELECT coalesce((
+        SELECT (e.value->>'import_wait_s')::float8
+        FROM {schema}.cyclone_runs r
+        JOIN {schema}.cyclone_workflows w ON w.id = r.workflow_id
+        CROSS JOIN LATERAL jsonb_array_elements(w.plan->'nodes') AS e(value)
+        WHERE r.id = t.run_id AND e.value->>'node' = coalesce(t.parent_node, t.node)
+        LIMIT 1), 600) AS wait_s
+    FROM {schema}.cyclone_steps t
+    WHERE t.id = %(id)s
+) b
+WHERE s.id = %(id)s AND s.state = 'running' AND s.lease_owner = %(owner)s
+  AND s.lease_generation = %(generation)s
+  AND coalesce(s.import_wait_since, statement_timestamp()) + make_interval(secs => b.wait_s)
+      > statement_timestamp()
+RETURNING s.queue, s.import_wait_since
 
 -- name: step_insert_items_if_waiting
 -- One item step per list element, in one INSERT ... SELECT over jsonb_array_elements:
@@ -1003,7 +1076,8 @@ SELECT id, node, type, call, state, queue, priority, attempt, max_attempts, recl
        output, error, error_kind, errors, parent_node, item_index, items_total, items_done,
        signal, wait_until, child_run_id, max_parallel, skip_reason, reused_from,
        concurrency_key, concurrency_limit, rate_key, rate_limit,
-       extract(epoch FROM rate_per)::float8 AS rate_per_s
+       extract(epoch FROM rate_per)::float8 AS rate_per_s, import_wait_since,
+       import_wait_reason
 FROM {schema}.cyclone_steps
 WHERE run_id = %(run_id)s AND (%(items)s OR parent_node IS NULL)
 ORDER BY id
@@ -1017,7 +1091,8 @@ SELECT id, node, type, call, state, queue, priority, attempt, max_attempts, recl
        output, error, error_kind, errors, parent_node, item_index, items_total, items_done,
        signal, wait_until, child_run_id, max_parallel, skip_reason, reused_from,
        concurrency_key, concurrency_limit, rate_key, rate_limit,
-       extract(epoch FROM rate_per)::float8 AS rate_per_s
+       extract(epoch FROM rate_per)::float8 AS rate_per_s, import_wait_since,
+       import_wait_reason
 FROM {schema}.cyclone_steps
 WHERE run_id = %(run_id)s AND parent_node = %(node)s AND item_index >= %(start)s
 ORDER BY item_index
@@ -1206,7 +1281,8 @@ UPDATE {schema}.cyclone_steps
 SET state = 'pending', attempt = 1, reclaims = 0, error = NULL, error_kind = NULL,
     finished_at = NULL, lease_owner = NULL, lease_expiry = NULL, heartbeat_at = NULL,
     started_at = NULL, output = NULL, scheduled_at = statement_timestamp(),
-    wait_until = NULL, child_run_id = NULL
+    wait_until = NULL, child_run_id = NULL, import_wait_since = NULL,
+    import_wait_reason = NULL
 WHERE run_id = %(run_id)s
   AND (state = 'cancelled'
        OR (state = 'discarded'
