@@ -7,13 +7,12 @@ repository's ``cyclone-flow-lint`` hook."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
 from pathlib import Path
 
 import yaml
-import os
-import subprocess
-
 from helpers.cli import Runner, clean_env, json_output, no_traceback, run_cli
 from helpers.paths import CLI, REPO
 
