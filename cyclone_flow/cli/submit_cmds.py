@@ -16,6 +16,7 @@ from rich.text import Text
 
 from cyclone_flow.cli.common import (
     add_import_paths,
+    compact_table,
     database_options,
     duration_option,
     echo_json,
@@ -23,7 +24,6 @@ from cyclone_flow.cli.common import (
     input_options,
     notify_option,
     out_console,
-    out_table,
     prepare_enabled,
     read_input,
     resolve_database,
@@ -318,10 +318,9 @@ def _show_plan(plan: RunPlan, as_json: bool) -> None:
         console.print(Text(f"input: {json.dumps(plan.input, ensure_ascii=False)}"))
         if options := plan_dict(plan)["options"]:
             console.print(Text(f"options: {json.dumps(options, ensure_ascii=False)}"))
-        table = out_table("#", "node", "type", "queue", "priority", "needs", "state", "runs")
-        for row in plan_table_rows(plan):
-            table.add_row(*(Text(cell) for cell in row))
-        console.print(table)
+        headers = ("#", "node", "type", "queue", "priority", "needs", "state", "runs", "limits")
+        rows = [[Text(cell) for cell in row] for row in plan_table_rows(plan)]
+        console.print(compact_table(headers, rows))  # no limits column without limits
         if plan.child_flows:
             console.print(Text(f"child flows stored with it: {', '.join(plan.child_flows)}"))
     notes = ["dry run: flow, input and options are valid; nothing was written"]
