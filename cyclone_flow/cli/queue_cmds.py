@@ -32,7 +32,7 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
-from cyclone_flow.cli.progress import count_progress
+from cyclone_flow.cli.progress import count_progress, wait_for_end
 from cyclone_flow.client import DEFAULT_CHUNK_SIZE, Client, RunId
 from cyclone_flow.config import PayloadLimits
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
@@ -378,6 +378,11 @@ def print_bulk(out: BulkOutcome, what: str, as_json: bool) -> None:
 )
 @click.option("--timeout", default=None, help="Timeout of one attempt, e.g. 30s.")
 @click.option("--wait", is_flag=True, help="Wait until the job's run ends; print its output.")
+@click.option(
+    "--wait-timeout",
+    default=None,
+    help="With --wait: give up after this long, e.g. 30s or 5m (exit 1; the job goes on).",
+)
 @notify_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @database_options
@@ -390,6 +395,7 @@ def enqueue_cmd(
     max_attempts: int | None,
     timeout: str | None,
     wait: bool,
+    wait_timeout: str | None,
     notify: bool,
     as_json: bool,
     database_url: str | None,
@@ -400,10 +406,14 @@ def enqueue_cmd(
     executed by a worker allowed to import it. Prints the run id. With --args-file, one
     job per line of a JSON Lines file (streamed, --chunk jobs per transaction); prints
     how many were enqueued, or the failing FILE:LINE and how many were written before it.
+    With --wait, waits as `submit --wait` does (--wait-timeout: exit 1; Ctrl-C: 130).
     """
     setup_logging()
     if args_file is not None and (args_json is not None or wait):
         raise click.UsageError("--args-file goes without --args and --wait")
+    if wait_timeout is not None and not wait:
+        raise click.UsageError("--wait-timeout goes with --wait")
+    wait_s = _duration(wait_timeout, "--wait-timeout", allow_zero=True)
     if chunk is not None and args_file is None:
         raise click.UsageError("--chunk goes with --args-file")
     args = _json_arg(args_json, "--args")
@@ -428,9 +438,16 @@ def enqueue_cmd(
             )
         print_bulk(out, "job(s) enqueued", as_json)
         return
-    with Client(url, schema=schema, prepare=prepare_enabled(), notify=notify) as client:
+    client = Client(url, schema=schema, prepare=prepare_enabled(), notify=notify)
+    try:
         run_id = client.enqueue(callable_path, args, **options)
-        status = client.wait(run_id) if wait else None
+        status = None
+        if wait:
+            status = wait_for_end(client, run_id, as_json=as_json, timeout=wait_s, quiet=True)
+    except KeyboardInterrupt:  # before the wait (which says more): no click "Aborted!"
+        sys.exit(130)
+    finally:
+        client.shutdown()
     if as_json:
         data: dict[str, Any] = {"run_id": str(run_id), "duplicate": run_id.duplicate}
         if status is not None:

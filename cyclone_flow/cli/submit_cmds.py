@@ -29,7 +29,14 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
-from cyclone_flow.cli.progress import end_line, follow_run, logs_above, reported_by_display
+from cyclone_flow.cli.progress import (
+    end_line,
+    follow_run,
+    logs_above,
+    print_ended,
+    reported_by_display,
+    wait_for_end,
+)
 from cyclone_flow.cli.queue_cmds import (
     chunk_option,
     print_bulk,
@@ -43,7 +50,6 @@ from cyclone_flow.config import MAX_LEASE_TTL_S
 from cyclone_flow.db.errors import Outage, database_lost
 from cyclone_flow.db.rows import Step
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
-from cyclone_flow.errors import WaitTimeoutError
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.handlers import AllowList
 
@@ -161,34 +167,12 @@ def submit_cmd(
         if not as_json:
             click.echo(run_id)
             click.echo(f"waiting for run {run_id} of flow {flow.name} ...", err=True)
-        try:
-            status = follow_run(client, run_id, quiet=as_json, timeout=wait_s)
-        except WaitTimeoutError as exc:
-            if as_json:
-                echo_json({"run_id": run_id, "state": exc.state, "timed_out": True})
-            click.echo(f"error: {exc}; it goes on (see `cyclone-flow status {run_id}`)", err=True)
-            sys.exit(1)
-        except KeyboardInterrupt:
-            click.echo(f"\ninterrupted: run {run_id} goes on", err=True)
-            sys.exit(130)
-        except Exception as exc:
-            if not database_lost(exc):
-                raise
-            click.echo(
-                f"error: cannot use the database: {_first_line(exc)}; run {run_id} goes on "
-                f"(see `cyclone-flow status {run_id}`)",
-                err=True,
-            )
-            sys.exit(1)
+        status = wait_for_end(client, run_id, as_json=as_json, timeout=wait_s)
+    except KeyboardInterrupt:  # before the wait (which says more): no click "Aborted!"
+        sys.exit(130)
     finally:
         client.shutdown()
-    if as_json:
-        echo_json(run_dict(status))
-    else:
-        click.echo(end_line(status), err=True)
-        if status.state == "completed":
-            echo_json(status.output)  # after the run id: the result, as `run` prints it
-    sys.exit(0 if status.state == "completed" else 1)
+    print_ended(status, as_json)
 
 
 @click.command("run")
