@@ -6,6 +6,7 @@ sequence and schedule."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import asdict
 from datetime import datetime
@@ -19,12 +20,14 @@ from cyclone_flow.states import describe_reuse, describe_skip
 
 __all__ = [
     "limits_text",
+    "name_width",
     "plan_dict",
     "plan_table_rows",
     "queue_info_lines",
     "run_dict",
     "step_detail",
     "step_fields",
+    "wrap_name",
 ]
 
 
@@ -217,6 +220,31 @@ def _planned_dict(step: PlannedStep) -> dict[str, Any]:
         "timeout_s": step.timeout_s,
         **step.detail,
     }
+
+
+_NAME_BREAK = re.compile(r"(?<=[_.\-/])")
+
+
+def wrap_name(name: str, width: int) -> str:
+    """``name`` (a node name: letters, digits, ``_``, ``-``) in lines of at most ``width``
+    characters, broken only after a ``_``, ``-``, ``.`` or ``/`` where it can be (a part
+    longer than ``width`` is a line of its own): ``fetch_customer_`` / ``records``."""
+    lines: list[str] = []
+    for part in _NAME_BREAK.split(name):
+        if lines and len(lines[-1]) + len(part) <= width:
+            lines[-1] += part
+        else:
+            lines.append(part)
+    return "\n".join(lines)
+
+
+def name_width(names: list[str], terminal_width: int) -> int:
+    """How wide a table's node column is on a terminal of ``terminal_width`` columns: the
+    longest name when it takes at most a fifth of it (at least 12), else that fifth, but
+    never narrower than the longest unbreakable part of a name (:func:`wrap_name`)."""
+    longest = max((len(n) for n in names), default=0)
+    parts = max((len(p) for n in names for p in _NAME_BREAK.split(n)), default=0)
+    return max(parts, min(longest, max(12, terminal_width // 5)))
 
 
 def limits_text(concurrency: Any, rate_limit: Any) -> str:
