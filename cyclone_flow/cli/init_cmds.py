@@ -1,8 +1,8 @@
 """``cyclone-flow init [DIR]``: the files a new project starts from: one example flow, a
 handler package with its handlers, the flow JSON Schema with the editor association
 (VS Code's ``yaml.schemas``, and the ``yaml-language-server`` comment every editor with
-the YAML language server reads) and a pre-commit hook config. It writes nothing when a
-file exists already, unless ``--force``."""
+the YAML language server reads), a pre-commit hook config and ``.cyclone/`` in the
+``.gitignore``. It writes nothing when a file exists already, unless ``--force``."""
 
 from __future__ import annotations
 
@@ -213,8 +213,10 @@ def init_cmd(directory: str, force: bool) -> None:
     """Start a project in DIRECTORY (default: the current folder): flows/example.yaml,
     the handler package handlers/ with its handlers, schemas/flow.schema.json with the
     editor association (.vscode/settings.json) and a .pre-commit-config.yaml running
-    `cyclone-flow lint`. Exit 1, writing nothing, when one of these files exists (unless
-    --force). Prints what it wrote and the command to run next."""
+    `cyclone-flow lint`, and .cyclone/ in .gitignore (appended to one that lacks it).
+    Exit 1, writing nothing, when one of these files exists (unless --force). Prints what
+    it wrote and the command to run next (this script by its path when `cyclone-flow` on
+    PATH is another or none)."""
     root = Path(directory)
     files = project_files()
     existing = [rel for rel in files if (root / rel).exists() or (root / rel).is_symlink()]
