@@ -11,6 +11,7 @@ caller-owned transaction: workers then find the run within one poll interval).
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from cyclone_flow.errors import FlowError, InputValidationError, Problem, Templa
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.flowfile.condition import ConditionSyntaxError, parse_condition
 from cyclone_flow.flowfile.inputs import InputValidator, validate_input
-from cyclone_flow.flowfile.model import Flow, Node
+from cyclone_flow.flowfile.model import Flow, Limit, Node
 from cyclone_flow.notify import Wakeups
 from cyclone_flow.options import RunOptions
 
@@ -173,6 +174,10 @@ def plan_run(flow: FlowLike, run_input: JSON, options: RunOptions, input_limit: 
             detail = {"flow": child.name if child else None, "max_wait_s": n.max_wait_s}
         elif n.type == "wait_signal":
             detail = {"signal": n.options.get("signal"), "max_wait_s": n.max_wait_s}
+        if n.concurrency is not None:
+            detail["concurrency"] = _planned_limit(n.concurrency, value)
+        if n.rate_limit is not None:
+            detail["rate_limit"] = _planned_limit(n.rate_limit, value)
         planned.append(
             PlannedStep(
                 node=n.name,
@@ -201,6 +206,36 @@ def plan_run(flow: FlowLike, run_input: JSON, options: RunOptions, input_limit: 
             name for name, _ in dict.fromkeys((p.name, p.digest) for p in spec.tree()[1:])
         ),
     )
+
+
+def _planned_limit(limit: Limit, run_input: JSON) -> dict[str, JSON]:
+    """A dry run's view of a limit, as ``status --json`` shows a step's: ``key`` (as
+    submit renders it, ``cyclone_limit_key``: ``GROUP``, ``GROUP/VALUE``, ``GROUP/null``
+    for a missing value; a key from an ancestor's output, rendered at the first claim, as
+    ``GROUP/${{ nodes.NODE.output.PATH }}``), ``limit`` and, for a rate limit,
+    ``per_s``."""
+    key = limit.group
+    if limit.key_node is not None:
+        path = "".join(f".{part}" for part in limit.key_path or ())
+        key += f"/${{{{ nodes.{limit.key_node}.output{path} }}}}"
+    elif limit.key_path is not None:
+        value: JSON = run_input
+        for part in limit.key_path:
+            if isinstance(value, dict):
+                value = value.get(part)
+            elif isinstance(value, list) and part.lstrip("-").isdigit():
+                index = int(part)
+                value = value[index] if -len(value) <= index < len(value) else None
+            else:
+                value = None
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        key += f"/{shown}"
+    elif limit.key_value is not None:
+        key += f"/{limit.key_value}"
+    out: dict[str, JSON] = {"key": key, "limit": limit.limit}
+    if limit.per_s is not None:
+        out["per_s"] = limit.per_s
+    return out
 
 
 def _planned_state(

@@ -12,7 +12,7 @@ import os
 import shlex
 import sys
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,7 +20,7 @@ import click
 import psycopg
 import psycopg_pool
 from click.core import ParameterSource
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.table import Table
 
 from cyclone_flow.config import PayloadLimits
@@ -347,4 +347,16 @@ def out_table(*headers: str) -> Table:
     table = Table()
     for header in headers:
         table.add_column(header, overflow="fold")
+    return table
+
+
+def compact_table(headers: Sequence[str], rows: Sequence[Sequence[RenderableType]]) -> Table:
+    """:func:`out_table` of ``rows`` without the columns whose cells are empty in every
+    row (``""``, ``"-"`` counts as a value), so a table stays as narrow as its content."""
+    keep = [i for i in range(len(headers)) if any(str(row[i]).strip() for row in rows)] or list(
+        range(len(headers))
+    )
+    table = out_table(*(headers[i] for i in keep))
+    for row in rows:
+        table.add_row(*(row[i] for i in keep))
     return table

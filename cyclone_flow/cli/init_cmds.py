@@ -1,8 +1,8 @@
 """``cyclone-flow init [DIR]``: the files a new project starts from: one example flow, a
 handler package with its handlers, the flow JSON Schema with the editor association
 (VS Code's ``yaml.schemas``, and the ``yaml-language-server`` comment every editor with
-the YAML language server reads) and a pre-commit hook config. It writes nothing when a
-file exists already, unless ``--force``."""
+the YAML language server reads), a pre-commit hook config and ``.cyclone/`` in the
+``.gitignore``. It writes nothing when a file exists already, unless ``--force``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -126,6 +127,11 @@ repos:
 """
 
 
+GITIGNORE_LINE = ".cyclone/"
+"""The line ``init`` makes sure the project's ``.gitignore`` has: the embedded Postgres of
+``cyclone-flow run`` lives in ``.cyclone/``."""
+
+
 def project_files() -> dict[str, str]:
     """The files ``init`` writes, relative path (``/``-separated) -> text, in the order
     written; the schema is the installed ``flow.schema.json``."""
@@ -138,6 +144,37 @@ def project_files() -> dict[str, str]:
         ".vscode/settings.json": VSCODE_SETTINGS,
         ".pre-commit-config.yaml": PRE_COMMIT_CONFIG,
     }
+
+
+def _gitignore(root: Path) -> str | None:
+    """The text of ``root/.gitignore`` with :data:`GITIGNORE_LINE` (the file's own text
+    with the line appended when it lacks it), or None when it has it already. Raises
+    OSError."""
+    path = root / ".gitignore"
+    if not path.exists():
+        return GITIGNORE_LINE + "\n"
+    text = path.read_text("utf-8", errors="replace")
+    if any(line.strip().strip("/") == ".cyclone" for line in text.splitlines()):
+        return None
+    return text + ("" if not text or text.endswith("\n") else "\n") + GITIGNORE_LINE + "\n"
+
+
+def own_command() -> str:
+    """How to run this very ``cyclone-flow`` from a shell: ``cyclone-flow`` when that name
+    on PATH is this script (or none is found), else the script's path, quoted for a shell
+    (a virtual environment that is not activated)."""
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    candidates = [script] if script is not None and script.name == "cyclone-flow" else []
+    candidates.append(Path(sys.executable).parent / "cyclone-flow")
+    found = shutil.which("cyclone-flow")
+    for candidate in candidates:
+        if not candidate.is_file():
+            continue
+        mine = candidate.resolve()
+        if found is not None and Path(found).resolve() == mine:
+            return "cyclone-flow"
+        return shlex.quote(str(candidate.absolute()))
+    return "cyclone-flow"
 
 
 def _write_all(root: Path, files: dict[str, str]) -> None:
@@ -176,8 +213,10 @@ def init_cmd(directory: str, force: bool) -> None:
     """Start a project in DIRECTORY (default: the current folder): flows/example.yaml,
     the handler package handlers/ with its handlers, schemas/flow.schema.json with the
     editor association (.vscode/settings.json) and a .pre-commit-config.yaml running
-    `cyclone-flow lint`. Exit 1, writing nothing, when one of these files exists (unless
-    --force). Prints what it wrote and the command to run next."""
+    `cyclone-flow lint`, and .cyclone/ in .gitignore (appended to one that lacks it).
+    Exit 1, writing nothing, when one of these files exists (unless --force). Prints what
+    it wrote and the command to run next (this script by its path when `cyclone-flow` on
+    PATH is another or none)."""
     root = Path(directory)
     files = project_files()
     existing = [rel for rel in files if (root / rel).exists() or (root / rel).is_symlink()]
@@ -189,13 +228,19 @@ def init_cmd(directory: str, force: bool) -> None:
         )
         sys.exit(1)
     try:
-        _write_all(root, files)
+        ignore = _gitignore(root)
+        had_ignore = (root / ".gitignore").exists()
+        _write_all(root, {**files, **({".gitignore": ignore} if ignore is not None else {})})
     except OSError as exc:
         click.echo(f"error: cannot write the project files in {root}: {exc}", err=True)
         sys.exit(1)
     click.echo(f"wrote a cyclone-flow project in {root}:")
     for rel in files:
         click.echo(f"  {rel}{' (overwritten)' if rel in existing else ''}")
+    if ignore is not None:
+        said = f"{GITIGNORE_LINE} appended" if had_ignore else GITIGNORE_LINE
+        click.echo(f"  .gitignore ({said})")
     cd = "" if root.resolve() == Path.cwd().resolve() else f"cd {shlex.quote(directory)} && "
-    click.echo("next, run the example flow (`cyclone-flow lint --check-imports flows/` checks it):")
-    click.echo(f"  {cd}cyclone-flow run flows/example.yaml")
+    me = own_command()
+    click.echo(f"next, run the example flow (`{me} lint --check-imports flows/` checks it):")
+    click.echo(f"  {cd}{me} run flows/example.yaml")

@@ -15,6 +15,7 @@ import click
 from rich.text import Text
 
 from cyclone_flow.cli.common import (
+    compact_table,
     database_options,
     duration_option,
     echo_json,
@@ -26,7 +27,14 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
-from cyclone_flow.cli.render import queue_info_lines, run_dict, step_detail, step_duration
+from cyclone_flow.cli.render import (
+    name_width,
+    queue_info_lines,
+    run_dict,
+    step_detail,
+    step_duration,
+    wrap_name,
+)
 from cyclone_flow.cli.watch import watch_run
 from cyclone_flow.client import Client
 from cyclone_flow.db.rows import StepLogLine, WorkerRow
@@ -135,20 +143,31 @@ def status_cmd(
         console.print(Text(f"deadline: {run.deadline_at.isoformat(timespec='seconds')}"))
     if run.error:
         console.print(Text(f"error: {run.error}"))
-    table = out_table("node", "state", "attempt", "reclaims", "queue", "took", "detail", "error")
+    headers = ("node", "state", "attempt", "reclaims", "queue", "took", "detail", "error")
     now = datetime.now(UTC)
+    # on a narrow terminal a long node name wraps after its _ or - (rich would fold it
+    # anywhere); a pipe has no width: the names stay whole
+    width = name_width([s.node for s in steps], console.width) if console.is_terminal else 0
+    rows = []
     for s in steps:
         # a completed step may keep the error of an earlier attempt: --json shows them all
-        table.add_row(  # Text cells: error messages are never read as rich markup
-            Text(s.node),
-            Text(str(s.state)),
-            describe_attempt(s.attempt, s.max_attempts, s.lease_generation),
-            str(s.reclaims),
-            Text(s.queue),
-            step_duration(s, now),
-            Text(step_detail(s, progress, run.rerun_of)),
-            Text(f"[{s.error_kind}] {s.error}" if s.error and s.state != "completed" else ""),
+        rows.append(  # Text cells: error messages are never read as rich markup
+            (
+                Text(wrap_name(s.node, width) if width else s.node),
+                Text(str(s.state)),
+                describe_attempt(s.attempt, s.max_attempts, s.lease_generation),
+                str(s.reclaims),
+                Text(s.queue),
+                step_duration(s, now),
+                Text(step_detail(s, progress, run.rerun_of)),
+                Text(f"[{s.error_kind}] {s.error}" if s.error and s.state != "completed" else ""),
+            )
         )
+    table = compact_table(headers, rows)  # no took, detail or error column none uses
+    if width:
+        table.columns[0].min_width = width
+        table.columns[0].no_wrap = True
+        table.columns[1].min_width = max((len(str(s.state)) for s in steps), default=0)
     console.print(table)
     for node, why in waiting.items():
         text = why.text.removeprefix("waiting: ")

@@ -11,9 +11,11 @@ import click
 
 from cyclone_flow.cli.common import (
     database_options,
+    duration_option,
     echo_json,
     handle_errors,
     input_options,
+    notify_option,
     parse_age,
     parse_json,
     prepare_enabled,
@@ -22,8 +24,10 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
+from cyclone_flow.cli.progress import print_ended, wait_for_end
 from cyclone_flow.client import Client
 from cyclone_flow.config import RETENTION_BATCH_SIZE, PayloadLimits
+from cyclone_flow.durations import MAX_FLOW_DURATION_S
 from cyclone_flow.errors import RunNotFoundError
 from cyclone_flow.names import SIGNAL_NAME_RULE, is_signal_name
 
@@ -73,7 +77,24 @@ def cancel_cmd(run_id: str, database_url: str | None, schema: str) -> None:
     is_flag=True,
     help="Also rerun the nodes to reuse whose input the new input changes.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the new run id as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the new run id as JSON (with --wait: the finished run).",
+)
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Wait until the new run ends (workers elsewhere run it), as submit --wait: exit 0 "
+    "when it completed, 1 when it failed or was cancelled.",
+)
+@click.option(
+    "--timeout",
+    default=None,
+    help="With --wait: give up after this long, e.g. 30s or 5m (exit 1; the run goes on).",
+)
+@notify_option
 @database_options
 @handle_errors
 def rerun_cmd(
@@ -85,15 +106,25 @@ def rerun_cmd(
     input_patch: str | None,
     force: bool,
     as_json: bool,
+    wait: bool,
+    timeout: str | None,
+    notify: bool,
     database_url: str | None,
     schema: str,
 ) -> None:
     """Rerun a finished run from chosen nodes as a new run linked to it (rerun_of): the
     nodes upstream of them take the original's outputs without running, they and
     everything downstream run again. Exit 1 when the rerun is refused (a node to reuse
-    did not complete, or the new input changes what it read: --force reruns it too)."""
+    did not complete, or the new input changes what it read: --force reruns it too).
+    With --wait, then wait for the new run as `submit --wait` does (same output and exit
+    codes; Ctrl-C: 130, the run goes on)."""
     if not from_nodes and not failed:
         raise click.UsageError("give --from NODE (one or more), --failed, or both")
+    if timeout is not None and not wait:
+        raise click.UsageError("--timeout goes with --wait")
+    wait_s = None
+    if timeout is not None:
+        wait_s = duration_option(timeout, "--timeout", max_s=MAX_FLOW_DURATION_S, allow_zero=True)
     run_input = read_input(input_json, input_file)
     given = input_json is not None or input_file is not None
     if given and input_patch is not None:
@@ -105,7 +136,8 @@ def rerun_cmd(
         raise click.UsageError("a rerun keeps the original input unless given one: null is not")
     setup_logging()
     url = resolve_database(database_url, existing=True)
-    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
+    client = Client(url, schema=schema, prepare=prepare_enabled(), notify=notify)
+    try:
         source = client.resolve_run_id(run_id)
         new_id = client.rerun(
             source,
@@ -116,14 +148,30 @@ def rerun_cmd(
             force=force,
         )
         steps = client.list_steps(new_id, items=False)
-    reused = [s.node for s in steps if s.reused_from is not None]
-    again = [s.node for s in steps if s.reused_from is None]
-    if as_json:
-        echo_json({"run_id": new_id, "rerun_of": source, "rerun": again, "reused": reused})
-        return
-    click.echo(f"run {new_id}: rerun of run {source}")
-    click.echo(f"  reused: {', '.join(reused) or 'nothing'}")
-    click.echo(f"  runs again: {', '.join(again)}")
+        reused = [s.node for s in steps if s.reused_from is not None]
+        again = [s.node for s in steps if s.reused_from is None]
+        if as_json and not wait:
+            echo_json({"run_id": new_id, "rerun_of": source, "rerun": again, "reused": reused})
+            return
+        if not as_json:
+            click.echo(f"run {new_id}: rerun of run {source}")
+            click.echo(f"  reused: {', '.join(reused) or 'nothing'}")
+            click.echo(f"  runs again: {', '.join(again)}")
+        if not wait:
+            return
+        if not as_json:
+            click.echo(f"waiting for run {new_id} ...", err=True)
+        progress: dict[str, dict[str, int]] | None = None
+        status = wait_for_end(client, new_id, as_json=as_json, timeout=wait_s)
+        if as_json:  # the finished run's steps with their outputs, as `run --json` lists
+            steps = client.list_steps(new_id, items=False)
+            progress = client.item_progress(new_id)
+    except KeyboardInterrupt:  # before the wait (which says more): no click "Aborted!"
+        sys.exit(130)
+    finally:
+        client.shutdown()
+    # with --json: the finished run (its rerun_of), and what the rerun reused and reran
+    print_ended(status, as_json, steps, progress, rerun=again, reused=reused)
 
 
 RETRY_PREVIEW_RUNS = 10

@@ -17,19 +17,24 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from cyclone_flow.db.errors import Outage
+from cyclone_flow.cli.common import echo_json
+from cyclone_flow.cli.render import run_dict
+from cyclone_flow.db.errors import Outage, database_lost
 from cyclone_flow.db.rows import Run, Step
+from cyclone_flow.engine.explain import WaitReason
 from cyclone_flow.errors import WaitTimeoutError
 from cyclone_flow.logs import EVENT_FIELD
 from cyclone_flow.states import StepState
@@ -204,6 +209,45 @@ def _summary(node: Step, items: list[Step]) -> str:
     return line
 
 
+UNSERVED_NOTICE_S = 3.0
+"""Seconds a wait for a run (``submit --wait``, ``rerun --wait``, ``enqueue --wait``)
+goes before it looks, and then how often it looks again, for steps that no live worker
+serves (:class:`UnservedNotice`)."""
+
+
+class UnservedNotice:
+    """Says, once per step, which steps of run ``run_id`` no live worker serves: from
+    ``after_s`` seconds on, every ``after_s`` seconds, a :meth:`check` reads
+    :meth:`Client.explain` and hands ``say`` the line ``status`` prints for each new
+    ``no_worker`` reason (``waiting: NODE: claimable since ..., but no live worker serves
+    queue 'q' (start one: ...)``) with ``; still waiting``."""
+
+    def __init__(
+        self,
+        client: Client,
+        run_id: str,
+        say: Callable[[str], None],
+        after_s: float = UNSERVED_NOTICE_S,
+    ) -> None:
+        self.client, self.run_id, self.say, self.after_s = client, run_id, say, after_s
+        self.at = time.monotonic() + after_s
+        self.told: set[str] = set()
+
+    def due_in(self) -> float:
+        """Seconds until the next look (0: now)."""
+        return max(0.0, self.at - time.monotonic())
+
+    def check(self) -> None:
+        """Look when it is due; raises what :meth:`Client.explain` raises."""
+        if time.monotonic() < self.at:
+            return
+        self.at = time.monotonic() + self.after_s
+        for node, why in self.client.explain(self.run_id).items():
+            if why.reason == WaitReason.NO_WORKER and node not in self.told:
+                self.told.add(node)
+                self.say(f"waiting: {node}: {why.text}; still waiting")
+
+
 def follow_run(
     client: Client,
     run_id: str,
@@ -213,6 +257,7 @@ def follow_run(
     interval: float = 0.25,
     timeout: float | None = None,
     outage: Outage | None = None,
+    tell_unserved: bool = False,
 ) -> Run:
     """Block until run ``run_id`` is terminal and return its final status, showing
     progress on ``console`` (default: stderr) unless ``quiet``: a live bar when the
@@ -227,9 +272,16 @@ def follow_run(
     While it shows progress, the log records of this process go through the display (on
     a terminal: printed on ``console`` above the bar, which stays whole), except those
     that tell what the display tells itself: a failed attempt and the end of this run
-    (:func:`reported_by_display`), so each failure is told once."""
+    (:func:`reported_by_display`), so each failure is told once. With
+    ``tell_unserved``, steps that no live worker serves are told on ``console`` after a
+    few seconds, quiet or not (:class:`UnservedNotice`), and the wait goes on."""
     console = console if console is not None else Console(stderr=True, highlight=False)
-    waiter = Waiter(client, run_id, interval, timeout, outage)
+    notice = None
+    if tell_unserved:
+        notice = UnservedNotice(
+            client, run_id, lambda line: console.print(Text(line), soft_wrap=True)
+        )
+    waiter = Waiter(client, run_id, interval, timeout, outage, notice)
     if quiet:
         return waiter.until_terminal()
     drop = functools.partial(reported_by_display, run_id)
@@ -319,7 +371,7 @@ class Waiter:
     it is terminal or ``interval`` seconds passed, and raises WaitTimeoutError past
     ``timeout`` seconds (None: no limit); :meth:`ride` rides a read out through database
     outages through ``outage`` (one spell for all its reads; None: one of its own), up to
-    that deadline."""
+    that deadline. With ``notice``, each look also checks it (:class:`UnservedNotice`)."""
 
     def __init__(
         self,
@@ -328,8 +380,10 @@ class Waiter:
         interval: float,
         timeout: float | None,
         outage: Outage | None = None,
+        notice: UnservedNotice | None = None,
     ) -> None:
         self.client, self.run_id, self.interval, self.timeout = client, run_id, interval, timeout
+        self.notice = notice
         self.deadline = None if timeout is None else time.monotonic() + timeout
         outage = outage if outage is not None else Outage()
         self.outage = outage
@@ -338,21 +392,34 @@ class Waiter:
             outage.deadline = self.deadline if given is None else min(given, self.deadline)
 
     def next(self) -> Run:
-        return self.ride(self._next)
+        run = self.ride(self._next)
+        if self.notice is not None and not run.state.terminal:
+            self.ride(self.notice.check)
+        return run
 
     def until_terminal(self) -> Run:
-        """The run's status once it is terminal: one :meth:`Client.wait` (woken by the
-        run's notification, polling at the client's ``poll_interval``), no display."""
+        """The run's status once it is terminal: :meth:`Client.wait` (woken by the run's
+        notification, polling at the client's ``poll_interval``; interrupted only for
+        the notice's looks), no display."""
 
-        def wait() -> Run:
+        def wait() -> Run | None:
             left = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+            look = None if self.notice is None else self.notice.due_in()
+            for_look = look is not None and (left is None or look < left)
             try:
-                return self.client.wait(self.run_id, timeout=left)
+                return self.client.wait(self.run_id, timeout=look if for_look else left)
             except WaitTimeoutError as exc:
+                if for_look:
+                    return None  # time to look for unserved steps
                 assert self.timeout is not None
                 raise WaitTimeoutError(self.run_id, self.timeout, exc.state) from None
 
-        return self.ride(wait)
+        while True:
+            run = self.ride(wait)
+            if run is not None:
+                return run
+            assert self.notice is not None
+            self.ride(self.notice.check)
 
     def ride(self, call: Callable[[], T]) -> T:
         """``call()``, through database outages (:meth:`Outage.ride`)."""
@@ -440,3 +507,60 @@ def count_progress(
             progress.update(task, completed=done, runs=runs)
 
         yield update
+
+
+def wait_for_end(
+    client: Client,
+    run_id: str,
+    *,
+    as_json: bool,
+    timeout: float | None,
+    quiet: bool | None = None,
+) -> Run:
+    """The wait of ``submit --wait``, ``rerun --wait`` and ``enqueue --wait``: follow run
+    ``run_id`` (progress on stderr unless ``quiet``, default ``as_json``; steps no live
+    worker serves told after a few seconds either way) and return it once it ended.
+    Exits instead, the run going on: 1 when ``timeout`` seconds passed (with ``as_json``,
+    ``{"run_id", "state", "timed_out": true}`` on stdout) or the database stayed away, 130
+    on Ctrl-C (one line, no traceback)."""
+    try:
+        quiet = as_json if quiet is None else quiet
+        return follow_run(client, run_id, quiet=quiet, timeout=timeout, tell_unserved=True)
+    except WaitTimeoutError as exc:
+        if as_json:
+            echo_json({"run_id": run_id, "state": exc.state, "timed_out": True})
+        click.echo(f"error: {exc}; it goes on (see `cyclone-flow status {run_id}`)", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted: run {run_id} goes on", err=True)
+        sys.exit(130)
+    except Exception as exc:
+        if not database_lost(exc):
+            raise
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        click.echo(
+            f"error: cannot use the database: {first}; run {run_id} goes on "
+            f"(see `cyclone-flow status {run_id}`)",
+            err=True,
+        )
+        sys.exit(1)
+
+
+def print_ended(
+    status: Run,
+    as_json: bool,
+    steps: list[Step] | None = None,
+    progress: dict[str, dict[str, int]] | None = None,
+    **extra: Any,
+) -> NoReturn:
+    """The end of ``submit --wait`` / ``rerun --wait``: the run as ``--json`` (``run_dict``
+    of the run, its ``steps`` and fan-out ``progress``, with ``extra``), or its end line on
+    stderr and, when it completed, its output; exit 0 when it completed, 1 when not."""
+    if as_json:
+        echo_json({**run_dict(status, steps, progress), **extra})
+    else:
+        click.echo(end_line(status), err=True)
+        if status.state == "completed":
+            echo_json(status.output)  # after the run id: the result, as `run` prints it
+    sys.exit(0 if status.state == "completed" else 1)

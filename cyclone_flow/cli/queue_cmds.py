@@ -32,7 +32,7 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
-from cyclone_flow.cli.progress import count_progress
+from cyclone_flow.cli.progress import count_progress, wait_for_end
 from cyclone_flow.client import DEFAULT_CHUNK_SIZE, Client, RunId
 from cyclone_flow.config import PayloadLimits
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
@@ -185,10 +185,13 @@ class BulkOutcome:
         return f"{len(self.ids)} run(s) were written before it (lines 1-{self.last_line})"
 
     def to_json(self, failed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """``{"count", "duplicates", "run_ids", "failed"}`` (``failed``: the items that
-        stopped it, each ``{"index", "line", "error"}``; ``[]`` when all were written)."""
+        """``{"count", "new", "duplicates", "run_ids", "failed"}`` (``count``: the ids,
+        duplicates included; ``new``: the runs written; ``failed``: the items that stopped
+        it, each ``{"index", "line", "error"}``, with ``column`` for a line that is not
+        JSON; ``[]`` when all were written)."""
         return {
             "count": len(self.ids),
+            "new": len(self.ids) - self.duplicates,
             "duplicates": self.duplicates,
             "run_ids": [str(r) for r in self.ids],
             "failed": failed or [],
@@ -197,13 +200,21 @@ class BulkOutcome:
 
 class _LineError(Exception):
     """A line that stops a bulk submission: its number, its index among the items (0-based,
-    blank lines not counted), what is wrong and the exit code."""
+    blank lines not counted), what is wrong and the exit code; ``column`` (1-based, in
+    characters) where in the line a JSON decoder stopped."""
 
-    def __init__(self, line: int, message: str, exit_code: int, index: int) -> None:
+    def __init__(
+        self, line: int, message: str, exit_code: int, index: int, column: int | None = None
+    ) -> None:
         super().__init__(message)
         self.line = line
         self.exit_code = exit_code
         self.index = index
+        self.column = column
+
+    def where(self) -> str:
+        """``LINE`` or ``LINE:COLUMN``."""
+        return f"{self.line}" if self.column is None else f"{self.line}:{self.column}"
 
 
 def _open_lines(path: str, option: str) -> tuple[IO[bytes], int | None]:
@@ -248,6 +259,12 @@ def _json_lines(fh: IO[bytes], consumed: list[int]) -> Iterator[tuple[int, JSON]
             continue
         try:
             value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            # one position, in the file: the decoder's own "line 2 column 1" counts within
+            # this line (its newline is a line of its own to it)
+            body = text.rstrip("\r\n")
+            column = min(exc.pos, len(body)) + 1
+            raise _LineError(number, f"not valid JSON: {exc.msg}", 2, items, column) from None
         except ValueError as exc:
             raise _LineError(number, f"not valid JSON: {exc}", 2, items) from None
         except RecursionError:
@@ -309,8 +326,10 @@ def submit_lines(
             if values:
                 flush(update)
     except _LineError as exc:
-        failed = [{"index": exc.index, "line": exc.line, "error": str(exc)}]
-        fail(f"{shown}:{exc.line}: {exc}; {out.written()}", exc.exit_code, failed)
+        item: dict[str, Any] = {"index": exc.index, "line": exc.line, "error": str(exc)}
+        if exc.column is not None:
+            item["column"] = exc.column
+        fail(f"{shown}:{exc.where()}: {exc}; {out.written()}", exc.exit_code, [item])
     except (CycloneError, psycopg.Error) as exc:
         line = f":{lines[0]}" if lines else ""
         fail(f"{shown}{line}: {exc}; {out.written()}", getattr(exc, "exit_code", 1), [])
@@ -321,18 +340,20 @@ def submit_lines(
 
 
 def print_bulk(out: BulkOutcome, what: str, as_json: bool) -> None:
-    """The summary of a bulk submission: the count (and duplicates) on stdout, or with
-    ``--json`` ``{"count", "duplicates", "run_ids", "failed": []}``."""
+    """The summary of a bulk submission on stdout: ``N WHAT`` (``5 run(s) submitted``),
+    or when some were duplicates ``N new, M duplicates (...)``; with ``--json``
+    :meth:`BulkOutcome.to_json`."""
     if as_json:
         echo_json(out.to_json())
         return
-    dup = (
-        f" ({out.duplicates} of them duplicate(s) of a unique key held by an earlier line or "
-        "an existing run: that run's id, nothing written)"
-        if out.duplicates
-        else ""
+    if not out.duplicates:
+        click.echo(f"{len(out.ids)} {what}")
+        return
+    new = len(out.ids) - out.duplicates
+    click.echo(
+        f"{new} new, {out.duplicates} duplicates ({new} {what}; a duplicate's unique key is "
+        "held by an earlier line or an existing run: that run's id, nothing written)"
     )
-    click.echo(f"{len(out.ids)} {what}{dup}")
 
 
 @click.command("enqueue")
@@ -357,6 +378,11 @@ def print_bulk(out: BulkOutcome, what: str, as_json: bool) -> None:
 )
 @click.option("--timeout", default=None, help="Timeout of one attempt, e.g. 30s.")
 @click.option("--wait", is_flag=True, help="Wait until the job's run ends; print its output.")
+@click.option(
+    "--wait-timeout",
+    default=None,
+    help="With --wait: give up after this long, e.g. 30s or 5m (exit 1; the job goes on).",
+)
 @notify_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @database_options
@@ -369,6 +395,7 @@ def enqueue_cmd(
     max_attempts: int | None,
     timeout: str | None,
     wait: bool,
+    wait_timeout: str | None,
     notify: bool,
     as_json: bool,
     database_url: str | None,
@@ -379,10 +406,14 @@ def enqueue_cmd(
     executed by a worker allowed to import it. Prints the run id. With --args-file, one
     job per line of a JSON Lines file (streamed, --chunk jobs per transaction); prints
     how many were enqueued, or the failing FILE:LINE and how many were written before it.
+    With --wait, waits as `submit --wait` does (--wait-timeout: exit 1; Ctrl-C: 130).
     """
     setup_logging()
     if args_file is not None and (args_json is not None or wait):
         raise click.UsageError("--args-file goes without --args and --wait")
+    if wait_timeout is not None and not wait:
+        raise click.UsageError("--wait-timeout goes with --wait")
+    wait_s = _duration(wait_timeout, "--wait-timeout", allow_zero=True)
     if chunk is not None and args_file is None:
         raise click.UsageError("--chunk goes with --args-file")
     args = _json_arg(args_json, "--args")
@@ -407,9 +438,16 @@ def enqueue_cmd(
             )
         print_bulk(out, "job(s) enqueued", as_json)
         return
-    with Client(url, schema=schema, prepare=prepare_enabled(), notify=notify) as client:
+    client = Client(url, schema=schema, prepare=prepare_enabled(), notify=notify)
+    try:
         run_id = client.enqueue(callable_path, args, **options)
-        status = client.wait(run_id) if wait else None
+        status = None
+        if wait:
+            status = wait_for_end(client, run_id, as_json=as_json, timeout=wait_s, quiet=True)
+    except KeyboardInterrupt:  # before the wait (which says more): no click "Aborted!"
+        sys.exit(130)
+    finally:
+        client.shutdown()
     if as_json:
         data: dict[str, Any] = {"run_id": str(run_id), "duplicate": run_id.duplicate}
         if status is not None:

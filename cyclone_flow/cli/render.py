@@ -6,6 +6,7 @@ sequence and schedule."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import asdict
 from datetime import datetime
@@ -19,12 +20,15 @@ from cyclone_flow.producer import PlannedStep, RunPlan
 from cyclone_flow.states import describe_reuse, describe_skip
 
 __all__ = [
+    "limits_text",
+    "name_width",
     "plan_dict",
     "plan_table_rows",
     "queue_info_lines",
     "run_dict",
     "step_detail",
     "step_fields",
+    "wrap_name",
 ]
 
 
@@ -193,7 +197,8 @@ def plan_dict(plan: RunPlan) -> dict[str, Any]:
     ``path``, ``input`` (defaults filled), ``input_bytes``, ``options`` (the submission
     options given, durations in seconds, ``run_at`` ISO 8601), ``steps`` in run order
     (``node``, ``type``, ``call``, ``queue``, ``priority``, ``needs``, ``state``,
-    ``max_attempts``, ``timeout_s``, the node type's fields and, for a node with one, its
+    ``max_attempts``, ``timeout_s``, the node type's fields, ``concurrency`` / ``rate_limit``
+    with their rendered ``key`` for a node with limits and, for a node with one, its
     ``when`` and what submit decides: ``skip_reason`` or ``error``) and ``child_flows``."""
     opts = plan.options
     options = {
@@ -233,10 +238,49 @@ def _planned_dict(step: PlannedStep) -> dict[str, Any]:
     }
 
 
+_NAME_BREAK = re.compile(r"(?<=[_.\-/])")
+
+
+def wrap_name(name: str, width: int) -> str:
+    """``name`` (a node name: letters, digits, ``_``, ``-``) in lines of at most ``width``
+    characters, broken only after a ``_``, ``-``, ``.`` or ``/`` where it can be (a part
+    longer than ``width`` is a line of its own): ``fetch_customer_`` / ``records``."""
+    lines: list[str] = []
+    for part in _NAME_BREAK.split(name):
+        if lines and len(lines[-1]) + len(part) <= width:
+            lines[-1] += part
+        else:
+            lines.append(part)
+    return "\n".join(lines)
+
+
+def name_width(names: list[str], terminal_width: int) -> int:
+    """How wide a table's node column is on a terminal of ``terminal_width`` columns: the
+    longest name when it takes at most a fifth of it (at least 12), else that fifth, but
+    never narrower than the longest unbreakable part of a name (:func:`wrap_name`)."""
+    longest = max((len(n) for n in names), default=0)
+    parts = max((len(p) for n in names for p in _NAME_BREAK.split(n)), default=0)
+    return max(parts, min(longest, max(12, terminal_width // 5)))
+
+
+def limits_text(concurrency: Any, rate_limit: Any) -> str:
+    """A step's limits in one cell: ``concurrency KEY <= N``, ``rate KEY <= N per S s``
+    (``; ``-joined), from the ``{"key", "limit"[, "per_s"]}`` objects of ``--json``
+    (None: no such limit); "" without limits."""
+    parts = []
+    if isinstance(concurrency, Mapping):
+        parts.append(f"concurrency {concurrency.get('key')} <= {concurrency.get('limit')}")
+    if isinstance(rate_limit, Mapping):
+        per = format_elapsed(float(rate_limit.get("per_s") or 0))
+        parts.append(f"rate {rate_limit.get('key')} <= {rate_limit.get('limit')} per {per}")
+    return "; ".join(parts)
+
+
 def plan_table_rows(plan: RunPlan) -> list[tuple[str, ...]]:
     """The rows of ``submit --dry-run``'s table: position, node, type, queue, priority,
-    needs, state (with what decides it: :func:`_planned_state_text`) and what it runs
-    (its call; a child flow, an awaited signal, a fan-out's list)."""
+    needs, state (with what decides it: :func:`_planned_state_text`), what it runs
+    (its call; a child flow, an awaited signal, a fan-out's list) and its limits with
+    their rendered keys (:func:`limits_text`)."""
     rows: list[tuple[str, ...]] = []
     for i, step in enumerate(plan.steps, 1):
         runs = step.call or ""
@@ -256,6 +300,7 @@ def plan_table_rows(plan: RunPlan) -> list[tuple[str, ...]]:
                 ", ".join(step.needs) or "-",
                 _planned_state_text(step),
                 runs,
+                limits_text(step.detail.get("concurrency"), step.detail.get("rate_limit")),
             )
         )
     return rows

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from cyclone_flow.cli.common import (
     add_import_paths,
+    compact_table,
     database_options,
     duration_option,
     echo_json,
@@ -23,14 +24,20 @@ from cyclone_flow.cli.common import (
     input_options,
     notify_option,
     out_console,
-    out_table,
     prepare_enabled,
     read_input,
     resolve_database,
     setup_logging,
 )
 from cyclone_flow.cli.output import HandlerOutput
-from cyclone_flow.cli.progress import end_line, follow_run, logs_above, reported_by_display
+from cyclone_flow.cli.progress import (
+    end_line,
+    follow_run,
+    logs_above,
+    print_ended,
+    reported_by_display,
+    wait_for_end,
+)
 from cyclone_flow.cli.queue_cmds import (
     chunk_option,
     print_bulk,
@@ -44,7 +51,6 @@ from cyclone_flow.config import MAX_LEASE_TTL_S
 from cyclone_flow.db.errors import Outage, database_lost
 from cyclone_flow.db.rows import Step
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
-from cyclone_flow.errors import WaitTimeoutError
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.handlers import AllowList
 
@@ -164,37 +170,15 @@ def submit_cmd(
             click.echo(f"waiting for run {run_id} of flow {flow.name} ...", err=True)
         steps: list[Step] | None = None
         progress: dict[str, dict[str, int]] | None = None
-        try:
-            status = follow_run(client, run_id, quiet=as_json, timeout=wait_s)
-            if as_json:  # the run's document lists its steps, as `run --json` does
-                steps = client.list_steps(run_id, items=False)
-                progress = client.item_progress(run_id)
-        except WaitTimeoutError as exc:
-            if as_json:
-                echo_json({"run_id": run_id, "state": exc.state, "timed_out": True})
-            click.echo(f"error: {exc}; it goes on (see `cyclone-flow status {run_id}`)", err=True)
-            sys.exit(1)
-        except KeyboardInterrupt:
-            click.echo(f"\ninterrupted: run {run_id} goes on", err=True)
-            sys.exit(130)
-        except Exception as exc:
-            if not database_lost(exc):
-                raise
-            click.echo(
-                f"error: cannot use the database: {_first_line(exc)}; run {run_id} goes on "
-                f"(see `cyclone-flow status {run_id}`)",
-                err=True,
-            )
-            sys.exit(1)
+        status = wait_for_end(client, run_id, as_json=as_json, timeout=wait_s)
+        if as_json:  # the run's document lists its steps, as `run --json` does
+            steps = client.list_steps(run_id, items=False)
+            progress = client.item_progress(run_id)
+    except KeyboardInterrupt:  # before the wait (which says more): no click "Aborted!"
+        sys.exit(130)
     finally:
         client.shutdown()
-    if as_json:
-        echo_json(run_dict(status, steps, progress))
-    else:
-        click.echo(end_line(status), err=True)
-        if status.state == "completed":
-            echo_json(status.output)  # after the run id: the result, as `run` prints it
-    sys.exit(0 if status.state == "completed" else 1)
+    print_ended(status, as_json, steps, progress)
 
 
 @click.command("run")
@@ -331,10 +315,9 @@ def _show_plan(plan: RunPlan, as_json: bool) -> None:
         console.print(Text(f"input: {json.dumps(plan.input, ensure_ascii=False)}"))
         if options := plan_dict(plan)["options"]:
             console.print(Text(f"options: {json.dumps(options, ensure_ascii=False)}"))
-        table = out_table("#", "node", "type", "queue", "priority", "needs", "state", "runs")
-        for row in plan_table_rows(plan):
-            table.add_row(*(Text(cell) for cell in row))
-        console.print(table)
+        headers = ("#", "node", "type", "queue", "priority", "needs", "state", "runs", "limits")
+        rows = [[Text(cell) for cell in row] for row in plan_table_rows(plan)]
+        console.print(compact_table(headers, rows))  # no limits column without limits
         if plan.child_flows:
             console.print(Text(f"child flows stored with it: {', '.join(plan.child_flows)}"))
     notes = ["dry run: flow, input and options are valid; nothing was written"]

@@ -6,7 +6,8 @@ been running), its node-type detail (a fan-out node's item summary, the child ru
 awaited signal) and, for a step that is neither running nor finished, why it waits
 (:meth:`Client.explain <cyclone_flow.Client.explain>`, as ``status`` says it). With
 ``items``, a fan-out node's item steps hang below it. Elsewhere (stdout a pipe or a file)
-it prints the plain lines of :class:`~cyclone_flow.cli.progress.PlainLines` as things
+it prints first each waiting step and why (``waiting: NODE: REASON``, as ``status``
+does), then the plain lines of :class:`~cyclone_flow.cli.progress.PlainLines` as things
 change, in the order they happened, so a CI log gets no redraws. Either way it returns
 the final run.
 """
@@ -53,10 +54,17 @@ def watch_run(
     waiter = Waiter(client, run_id, interval, None)
     if console.is_terminal:
         return _watch_live(client, run_id, console, waiter, items)
-    return _watch_plain(client, run_id, console, waiter)
+    return _watch_plain(client, run_id, console, waiter, items)
 
 
-def _watch_plain(client: Client, run_id: str, console: Console, waiter: Waiter) -> Run:
+def _watch_plain(client: Client, run_id: str, console: Console, waiter: Waiter, items: bool) -> Run:
+    # first where it stands: each waiting step and why, as `status` says it (the lines
+    # of changes follow; a run that has ended gets only those)
+    if not waiter.ride(lambda: client.get_run(run_id)).state.terminal:
+        waiting = waiter.ride(lambda: client.explain(run_id, items=items))
+        for node, why in waiting.items():
+            text = f"waiting: {node}: {why.text.removeprefix('waiting: ')}"
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
     run = follow_plain(client, run_id, console, waiter)
     console.print(end_line(run), markup=False, highlight=False, soft_wrap=True)
     return run

@@ -63,7 +63,7 @@ def test_a_malformed_line_exits_2_naming_it_and_what_was_written(
     done = cli("submit", _flow(tmp_path), "--inputs-file", lines, "--chunk", "2")
     no_traceback(done)
     assert done.returncode == 2, done.stderr
-    assert f"{lines}:4: not valid JSON" in done.stderr
+    assert f"{lines}:4:8: not valid JSON" in done.stderr
     assert "2 run(s) were written before it (lines 1-2)" in done.stderr
     assert _inputs(db) == [{"n": 1}, {"n": 2}]  # line 3's chunk was not written
 
@@ -106,7 +106,7 @@ def test_enqueue_args_file_from_stdin(database_url: str, schema: str, cli: Runne
         timeout=120,
         check=False,
     )  # fmt: skip
-    assert bad.returncode == 2 and "<stdin>:3: not valid JSON" in bad.stderr, bad.stderr
+    assert bad.returncode == 2 and "<stdin>:3:1: not valid JSON" in bad.stderr, bad.stderr
     assert "no run was written" in bad.stderr  # one chunk of 1,000: lines 1-2 not written
     plain = subprocess.run(
         [str(CLI), "enqueue", NOOP, "--args-file", "-", "--database-url", database_url,
@@ -159,3 +159,33 @@ def test_a_bom_is_skipped_and_a_huge_line_refused_before_it_is_read(
     assert "1 run(s) were written before it (lines 1-1)" in refused.stderr
     assert len(refused.stderr) < 2_000
     assert db.execute("SELECT count(*) FROM cyclone_runs").fetchone() == (3,)
+
+
+def test_a_line_that_is_not_json_has_one_position_in_the_file(cli: Runner, tmp_path: Path) -> None:
+    lines = tmp_path / "in.jsonl"
+    lines.write_text('{"n": 1}\n{"n": 2\n')  # the decoder says "line 2 column 1" of its text
+    done = cli("submit", _flow(tmp_path), "--inputs-file", lines)
+    no_traceback(done)
+    assert done.returncode == 2, done.stderr
+    assert f"error: {lines}:2:8: not valid JSON: Expecting ',' delimiter; " in done.stderr
+    assert "column" not in done.stderr, done.stderr
+    as_json = cli("submit", _flow(tmp_path), "--inputs-file", lines, "--json")
+    [failed] = json_output(as_json.stdout)["failed"]
+    assert (failed["line"], failed["column"]) == (2, 8), failed
+
+
+def test_duplicates_are_counted_apart_from_the_new_runs(
+    cli: Runner, tmp_path: Path, db: Any
+) -> None:
+    lines = tmp_path / "in.jsonl"
+    lines.write_text("".join(f'{{"n": {n}}}\n' for n in range(5)))
+    args = ("submit", _flow(tmp_path), "--inputs-file", lines, "--unique-key", "once")
+    first = cli(*args)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("1 new, 4 duplicates (1 run(s) submitted; "), first.stdout
+    again = cli(*args)  # every line a duplicate: nothing written
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("0 new, 5 duplicates (0 run(s) submitted; "), again.stdout
+    assert db.execute("SELECT count(*) FROM cyclone_runs").fetchone() == (1,)
+    out = json_output(cli(*args, "--json").stdout)
+    assert (out["count"], out["new"], out["duplicates"]) == (5, 0, 5), out

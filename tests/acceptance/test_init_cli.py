@@ -7,11 +7,13 @@ repository's ``cyclone-flow-lint`` hook."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
 from pathlib import Path
 
 import yaml
-from helpers.cli import Runner, json_output, no_traceback, run_cli
+from helpers.cli import Runner, clean_env, json_output, no_traceback, run_cli
 from helpers.paths import CLI, REPO
 
 FILES = [
@@ -24,8 +26,20 @@ FILES = [
 ]
 
 
+def _on_path() -> dict[str, str]:
+    """The environment of an activated virtual environment: this ``cyclone-flow`` first
+    on PATH."""
+    return clean_env(PATH=os.pathsep.join([str(CLI.parent), os.environ.get("PATH", "")]))
+
+
+def _without_venv() -> dict[str, str]:
+    """PATH without the folder of this ``cyclone-flow`` (a virtual environment that was
+    not activated) and without any other ``cyclone-flow``."""
+    return clean_env(PATH="/usr/bin:/bin")
+
+
 def test_init_writes_a_project_that_lints_and_runs(cli: Runner, tmp_path: Path) -> None:
-    proc = run_cli("init", "proj", cwd=tmp_path)
+    proc = run_cli("init", "proj", cwd=tmp_path, env=_on_path())
     no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
     project = tmp_path / "proj"
@@ -52,10 +66,53 @@ def test_init_writes_a_project_that_lints_and_runs(cli: Runner, tmp_path: Path) 
 
 
 def test_init_in_the_current_folder_says_the_command_to_run(tmp_path: Path) -> None:
-    proc = run_cli("init", cwd=tmp_path)
+    proc = run_cli("init", cwd=tmp_path, env=_on_path())
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-1] == "  cyclone-flow run flows/example.yaml"
     assert (tmp_path / "flows" / "example.yaml").is_file()
+
+
+def test_init_without_an_activated_venv_prints_commands_that_work(tmp_path: Path) -> None:
+    proc = run_cli("init", "proj", cwd=tmp_path, env=_without_venv())
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    *_, hint, command = proc.stdout.splitlines()
+    assert command == f"  cd proj && {CLI} run flows/example.yaml", proc.stdout
+    lint = shlex.split(hint.split("`")[1])
+    assert lint == [str(CLI), "lint", "--check-imports", "flows/"], hint
+    # the printed commands, as a shell without the venv on PATH runs them
+    done = subprocess.run(
+        " ".join(lint),
+        shell=True,
+        cwd=tmp_path / "proj",
+        env=_without_venv(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no problems found" in done.stderr
+
+
+def test_init_writes_or_completes_the_gitignore(tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh"
+    assert run_cli("init", str(fresh), cwd=tmp_path).returncode == 0
+    assert (fresh / ".gitignore").read_text(encoding="utf-8") == ".cyclone/\n"
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / ".gitignore").write_text("node_modules/\n*.pyc", encoding="utf-8")
+    proc = run_cli("init", str(mine), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "  .gitignore (.cyclone/ appended)" in proc.stdout
+    text = (mine / ".gitignore").read_text(encoding="utf-8")
+    assert text == "node_modules/\n*.pyc\n.cyclone/\n"
+
+    again = run_cli("init", "--force", str(mine), cwd=tmp_path)  # it has the line: kept as is
+    assert again.returncode == 0, again.stderr
+    assert ".gitignore" not in again.stdout
+    assert (mine / ".gitignore").read_text(encoding="utf-8") == text
 
 
 def test_init_refuses_existing_files_unless_force(tmp_path: Path) -> None:
@@ -103,7 +160,7 @@ def test_init_that_cannot_write_a_file_leaves_no_folder_behind(tmp_path: Path) -
     assert proc.returncode == 1
     assert f"error: cannot write the project files in {project}" in proc.stderr
     # flows/ was made before handlers/ failed: it is gone again, nothing else was written
-    assert sorted(p.name for p in project.iterdir()) == ["handlers"]
+    assert sorted(p.name for p in project.iterdir()) == ["handlers"]  # no .gitignore either
 
 
 def test_init_associates_the_flows_with_the_shipped_schema(tmp_path: Path) -> None:

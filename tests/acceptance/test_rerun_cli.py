@@ -33,13 +33,17 @@ nodes:
 )
 
 
-def _rows(table: str) -> dict[str, list[str]]:
-    """The cells of each row of ``status``'s steps table, by node."""
+def _rows(table: str) -> dict[str, dict[str, str]]:
+    """The cells of each row of ``status``'s steps table by column name, by node (the
+    columns empty in every row are not shown)."""
     out = {}
+    header: list[str] = []
     for line in table.splitlines():
+        if line.startswith("┃") and not header:
+            header = [c.strip() for c in line.split("┃")[1:-1]]
         cells = [c.strip() for c in line.split("│")[1:-1]]
         if len(cells) > 2 and cells[0] and cells[0] != "node":
-            out[cells[0]] = cells
+            out[cells[0]] = dict(zip(header, cells, strict=True))
     return out
 
 
@@ -70,12 +74,12 @@ def test_rerun_and_status(cli: Runner, make_client: Callable[..., Client], db: A
     rows = _rows(shown.stdout)
     # a reused step is named by the run it comes from and its node, not by a row id; a
     # reused skipped step says both; neither was claimed in this run: no attempt
-    assert f"reused from run {original[:8]} (node a)" in rows["a"][-2]
-    assert rows["b"][-2] == (
+    assert f"reused from run {original[:8]} (node a)" in rows["a"]["detail"]
+    assert rows["b"]["detail"] == (
         "skipped: when 'nodes.a.output.n > 1' was false (nodes.a.output.n = 1); "
         f"reused from run {original[:8]} (node b)"
     )
-    assert (rows["a"][2], rows["b"][2], rows["c"][2]) == ("–", "–", "1/1")
+    assert (rows["a"]["attempt"], rows["b"]["attempt"], rows["c"]["attempt"]) == ("–", "–", "1/1")
     graph = cli("graph", "--run", new_id)
     assert graph.returncode == 0, graph.stderr
     assert f"reused from run {original[:8]} (node a)" in graph.stdout

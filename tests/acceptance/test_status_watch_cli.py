@@ -5,9 +5,11 @@ their state, attempt, duration and why a step waits; Ctrl-C exits 130 quietly.""
 
 from __future__ import annotations
 
+import queue
 import re
 import signal
 import subprocess
+import threading
 from pathlib import Path
 
 import helpers.cli as cli_helpers
@@ -70,16 +72,35 @@ def test_in_a_pipe_it_prints_a_line_per_change_until_the_run_ends(
         text=True,
         env=clean_env(),
     )
+    got: queue.Queue[str] = queue.Queue()
+    assert watch.stdout is not None
+    reader = threading.Thread(target=lambda: [got.put(line) for line in watch.stdout], daemon=True)
+    reader.start()
     try:
+        first = [got.get(timeout=30), got.get(timeout=30)]  # printed before the worker starts
         worker = cli(*WORKER)
         assert worker.returncode == 0, worker.stderr
-        out, err = watch.communicate(timeout=60)
+        watch.wait(timeout=60)
+        reader.join(timeout=10)
+        assert watch.stderr is not None
+        err = watch.stderr.read()
     finally:
         watch.kill()
+        watch.wait()
+        for stream in (watch.stdout, watch.stderr):
+            stream.close()
+    out = "".join(first + [got.get() for _ in range(got.qsize())])
     assert watch.returncode == 0, (out, err)
     assert "Traceback" not in out + err
     assert "\x1b[" not in out, "no terminal escapes in a pipe"
-    lines = out.splitlines()
+    waits, lines = [], out.splitlines()
+    while lines and lines[0].startswith("waiting: "):
+        waits.append(lines.pop(0))
+    # where it stood when the watch started: why each step waited, as `status` says it
+    assert len(waits) == 2, out
+    assert waits[0].startswith("waiting: a: claimable since "), out
+    assert "no live worker serves queue 'default'" in waits[0], out
+    assert waits[1].startswith("waiting: b: "), out
     assert lines == [
         "  step a completed",
         "  step b attempt 1 failed: RuntimeError: flaky attempt 1",

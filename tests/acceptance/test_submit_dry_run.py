@@ -189,3 +189,59 @@ def test_dry_run_decides_a_conditional_root_as_submit_does(tmp_path: Path) -> No
     gift = next(s for s in data["steps"] if s["node"] == "gift")
     assert gift["state"] == "skipped" and gift["when"] == "run.input.gift"
     assert gift["skip_reason"] == {"when": "run.input.gift", "values": {"run.input.gift": False}}
+
+
+LIMITED = """\
+name: dry-limits
+input_schema: {type: object, properties: {symbol: {type: string}, ids: {type: array}}}
+nodes:
+  fetch:
+    call: pkg.mod:fetch
+    concurrency: {group: quote, key: "${{ run.input.symbol }}", limit: 2}
+    rate_limit: {key: api, limit: 10, per: 1s}
+  pick:
+    call: pkg.mod:pick
+    concurrency: {key: "${{ run.input.ids.1 }}", limit: 1}
+  later:
+    call: pkg.mod:later
+    needs: [fetch]
+    concurrency: {key: "${{ nodes.fetch.output.region }}", limit: 1}
+  plain:
+    call: pkg.mod:plain
+"""
+
+
+def test_dry_run_shows_each_steps_limits_with_the_keys_submit_renders(
+    cli: Runner, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    flow = tmp_path / "limits.yaml"
+    flow.write_text(LIMITED, encoding="utf-8")
+    given = '{"symbol": "MSFT", "ids": [7, {"a": 1}]}'
+    table = run_cli("submit", flow, "--dry-run", "--input", given)
+    no_traceback(table)
+    assert table.returncode == 0, table.stderr
+    fetch = next(line for line in table.stdout.splitlines() if " fetch " in line)
+    assert "concurrency quote/MSFT <= 2; rate dry-limits.fetch/api <= 10 per 1.0s" in fetch
+    plan = json_output(run_cli("submit", flow, "--dry-run", "--input", given, "--json").stdout)
+    shown = {s["node"]: (s.get("concurrency"), s.get("rate_limit")) for s in plan["steps"]}
+    assert shown["fetch"] == (
+        {"key": "quote/MSFT", "limit": 2},
+        {"key": "dry-limits.fetch/api", "limit": 10, "per_s": 1.0},
+    )
+    assert shown["later"] == (
+        {"key": "dry-limits.later/${{ nodes.fetch.output.region }}", "limit": 1},
+        None,
+    )
+    assert shown["plain"] == (None, None)
+    # the keys a real submit writes (cyclone_limit_key) are those the dry run showed
+    done = cli("submit", flow, "--input", given)
+    assert done.returncode == 0, done.stderr
+    rows = dict(
+        db.execute(
+            "SELECT node, concurrency_key FROM cyclone_steps WHERE node IN ('fetch', 'pick')"
+        ).fetchall()
+    )
+    assert rows == {"fetch": shown["fetch"][0]["key"], "pick": shown["pick"][0]["key"]}
+    assert rows["pick"] == 'dry-limits.pick/{"a": 1}'
+    no_limits = run_cli("submit", HELLO, "--dry-run")  # no limits: no empty column either
+    assert "limits" not in no_limits.stdout.splitlines()[2], no_limits.stdout

@@ -5,9 +5,16 @@ wait timed out, with a clear message and no traceback."""
 from __future__ import annotations
 
 import json
+import queue
+import signal
+import subprocess
+import threading
+import time
 from pathlib import Path
 
-from helpers.cli import Runner, no_traceback
+import pytest
+from helpers.cli import Runner, clean_env, no_traceback
+from helpers.paths import CLI
 
 FLOW = """\
 name: {name}
@@ -71,3 +78,159 @@ def test_submit_timeout_needs_wait(cli: Runner, tmp_path) -> None:
     bad = cli("submit", _flow_file(tmp_path, "echo"), "--wait", "--timeout", "soon")
     assert bad.returncode == 2
     assert "--timeout" in bad.stderr
+
+
+class _Waiting:
+    """A ``cyclone-flow`` command started in the background (stderr read line by line
+    by a thread, so a test can wait for a line with a bound)."""
+
+    def __init__(self, *args: str | Path) -> None:
+        self.proc = subprocess.Popen(
+            [str(CLI), *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(),
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.err: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.put(line)
+
+    def wait_for(self, needle: str, timeout: float = 60) -> str:
+        """The first stderr line with ``needle``; fails past ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                break
+            self.err.append(line)
+            if needle in line:
+                return line
+        pytest.fail(f"no line with {needle!r} in {timeout} s: {''.join(self.err)!r}")
+
+    def interrupt(self) -> tuple[int, str, str]:
+        """Ctrl-C: its exit code, stdout and the rest of stderr."""
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=60)
+        assert self.proc.stdout is not None
+        out = self.proc.stdout.read()  # (not communicate: the thread reads stderr)
+        self.reader.join(timeout=10)  # stderr read to its end
+        while not self.lines.empty():
+            self.err.append(self.lines.get())
+        return self.proc.returncode, out, "".join(self.err)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(timeout=10)
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _db(database_url: str, schema: str) -> tuple[str, ...]:
+    return ("--database-url", database_url, "--schema", schema)
+
+
+def test_submit_wait_says_when_no_live_worker_serves_the_queue_and_keeps_waiting(
+    tmp_path: Path, database_url: str, schema: str
+) -> None:
+    flow = _flow_file(tmp_path, "echo", "unserved")
+    waiting = _Waiting("submit", flow, "--wait", *_db(database_url, schema))
+    try:
+        line = waiting.wait_for("no live worker")
+        # the reason `status` gives, word for word
+        assert line.startswith("waiting: only: claimable since "), line
+        assert "but no live worker serves queue 'unserved' (start one: " in line, line
+        assert waiting.proc.poll() is None, "it keeps waiting"
+        code, out, err = waiting.interrupt()
+    finally:
+        waiting.kill()
+    assert code == 130, err
+    run_id = out.splitlines()[0]
+    assert f"interrupted: run {run_id} goes on" in err
+    assert "Aborted!" not in err and "Traceback" not in err, err
+
+
+def test_enqueue_wait_timeout_bounds_the_wait(cli: Runner) -> None:
+    proc = cli(
+        "enqueue", "cyclone_test_handlers.basic:echo", "--queue", "unserved", "--wait",
+        "--wait-timeout", "300ms", "--timeout", "1h", "--json",
+    )  # fmt: skip
+    no_traceback(proc)
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert (data["state"], data["timed_out"]) == ("running", True)
+    assert f"run {data['run_id']} is still running after waiting 0.3 s" in proc.stderr
+    alone = cli("enqueue", "cyclone_test_handlers.basic:echo", "--wait-timeout", "1s")
+    assert alone.returncode == 2 and "--wait-timeout goes with --wait" in alone.stderr
+
+
+def test_enqueue_wait_says_the_queue_is_unserved_and_ctrl_c_exits_130_quietly(
+    database_url: str, schema: str
+) -> None:
+    waiting = _Waiting(
+        "enqueue", "cyclone_test_handlers.basic:echo", "--queue", "unserved", "--wait",
+        *_db(database_url, schema),
+    )  # fmt: skip
+    try:
+        waiting.wait_for("but no live worker serves queue 'unserved'")
+        code, _out, err = waiting.interrupt()
+    finally:
+        waiting.kill()
+    assert code == 130, err
+    assert "interrupted: run " in err
+    assert "Aborted!" not in err and "Traceback" not in err, err
+
+
+def test_rerun_wait_waits_for_the_new_run_as_submit_wait_does(
+    cli: Runner, make_client, tmp_path: Path
+) -> None:
+    make_client(workers=1).start()
+    first = cli("submit", _flow_file(tmp_path, "echo"), "--input", '{"a": 3}', "--wait")
+    assert first.returncode == 0, first.stderr
+    source = first.stdout.splitlines()[0]
+    plain = cli("rerun", source, "--from", "only", "--wait")
+    no_traceback(plain)
+    assert plain.returncode == 0, plain.stderr
+    head, _reused, _again, *rest = plain.stdout.splitlines()
+    new_id = head.split()[1].rstrip(":")
+    assert head == f"run {new_id}: rerun of run {source}"
+    assert json.loads("\n".join(rest)) == {"only": {"a": 3}}, plain.stdout
+    assert f"run {new_id} completed" in plain.stderr
+    as_json = cli("rerun", source, "--from", "only", "--wait", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    data = json.loads(as_json.stdout)
+    assert (data["state"], data["rerun_of"], data["output"]) == (
+        "completed",
+        source,
+        {"only": {"a": 3}},
+    )
+    assert (data["rerun"], data["reused"]) == (["only"], [])
+    bad = cli("rerun", source, "--from", "only", "--timeout", "5s")
+    assert bad.returncode == 2 and "--timeout goes with --wait" in bad.stderr
+
+
+def test_rerun_wait_timeout_exits_1_and_leaves_the_run(
+    cli: Runner, make_client, tmp_path: Path
+) -> None:
+    client = make_client(workers=1)
+    client.start()
+    flow = _flow_file(tmp_path, "echo")
+    first = cli("submit", flow, "--wait", "--json")
+    assert first.returncode == 0, first.stderr
+    client.shutdown()  # no worker any more: the rerun waits
+    source = json.loads(first.stdout)["id"]
+    proc = cli("rerun", source, "--from", "only", "--wait", "--timeout", "300ms", "--json")
+    no_traceback(proc)
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(proc.stdout)
+    assert (data["state"], data["timed_out"]) == ("running", True)

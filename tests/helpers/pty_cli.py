@@ -38,21 +38,23 @@ def _as_a_foreground_job() -> None:
 
 
 class PtyProcess:
-    """``cyclone-flow ARGS`` with a pty of ``COLUMNS`` columns as stdin/stdout/stderr."""
+    """``cyclone-flow ARGS`` with a pty of ``columns`` (default ``COLUMNS``) columns as
+    stdin/stdout/stderr."""
 
     def __init__(
         self,
         *args: str | Path,
         cwd: str | Path | None = None,
         env: dict[str, str] | None = None,
+        columns: int = COLUMNS,
     ) -> None:
         master, slave = pty.openpty()
-        ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, COLUMNS, 0, 0))
+        ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
         base = env if env is not None else clean_env()
         self.proc = subprocess.Popen(
             [str(CLI), *map(str, args)],
             cwd=cwd,
-            env={**base, "TERM": "xterm-256color", "COLUMNS": str(COLUMNS)},
+            env={**base, "TERM": "xterm-256color", "COLUMNS": str(columns)},
             stdin=slave,
             stdout=slave,
             stderr=slave,
