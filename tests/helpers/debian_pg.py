@@ -189,3 +189,28 @@ class DebianCluster:
             with contextlib.suppress(AssertionError):
                 self._pg_ctl("-m", "immediate", "-w", "stop")
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main() -> None:
+    """``PYTHONPATH=tests python -m helpers.debian_pg``: start a cluster with durability
+    on (fsync on, for the benchmarks: ``python -m benchmarks --database-url URL``), print
+    its URL, stop it at Ctrl-C or SIGTERM."""
+    import signal
+
+    cluster = DebianCluster({"fsync": "on"})
+    try:
+        print(f"{cluster.url}  ({cluster.version}, JIT available: {cluster.jit_available})")
+        print("Ctrl-C stops it", flush=True)
+        signal.signal(signal.SIGTERM, _interrupt)
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.pause()
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    main()
