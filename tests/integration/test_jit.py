@@ -178,9 +178,16 @@ def test_the_hot_statements_are_never_jit_compiled(
         client,
         plans,
         {
+            "run_insert",
+            "run_insert_many",
+            "step_insert_plan_many",
             "step_claim_if_available",
             "step_extend_lease_if_held_many",
             "step_complete_if_leased",
+            "step_complete_if_leased_many",
+            "step_release_dependents_if_ready",
+            "run_complete_if_done",
+            "step_fail_if_leased",
             "step_rescue_if_lease_expired",
         },
     )
