@@ -2,7 +2,9 @@
 ``CYCLONE_TEST_DATABASE_URL``), a migrated schema per test from a pool of reused schemas
 (``helpers.schema_pool``: emptied and checked between tests), and clients that are shut
 down after the test. Also the markers: ``db`` on every test that uses the database,
-``chaos`` on every test under ``tests/chaos``."""
+``chaos`` on every test under ``tests/chaos``, and ``jit_pg``: such a test runs twice,
+on the session's server and on a cluster of Debian's packaged PostgreSQL with JIT on
+(``helpers.debian_pg``; the embedded server has no JIT), ``pg_server`` telling which."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from helpers.debian_pg import REQUIRE_ENV as REQUIRE_DEBIAN_PG
+from helpers.debian_pg import DebianCluster, debian_bin
 from helpers.schema_pool import SchemaPool
 
 from cyclone_flow import Client
@@ -24,6 +28,7 @@ from cyclone_flow import Client
 TESTS = Path(__file__).resolve().parent
 
 _pool: SchemaPool | None = None
+_jit_pool: SchemaPool | None = None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -39,6 +44,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.chaos)
         if "slow" in item.keywords and not config.getoption("--soak"):
             item.add_marker(skip)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test marked ``jit_pg`` runs on the session's server and on Debian's with JIT."""
+    if metafunc.definition.get_closest_marker("jit_pg") is not None:
+        metafunc.parametrize("pg_server", ["default", "debian_jit"])
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -93,49 +104,37 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None and _pool is not None and _pool.counts:
         workeroutput["schema_pool"] = _pool.summary()
+    if workeroutput is not None and _jit_pool is not None and _jit_pool.counts:
+        workeroutput["jit_schema_pool"] = "Debian JIT server: " + _jit_pool.summary()
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     """In the xdist controller: keep the line a worker handed over (pytest_sessionfinish)."""
-    line = getattr(node, "workeroutput", {}).get("schema_pool")
-    if line:
-        _worker_summaries.append(f"{node.gateway.id}: {line}")
+    for key in ("schema_pool", "jit_schema_pool"):
+        line = getattr(node, "workeroutput", {}).get(key)
+        if line:
+            _worker_summaries.append(f"{node.gateway.id}: {line}")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _pool is not None and _pool.counts:
         terminalreporter.write_line(_pool.summary())
+    if _jit_pool is not None and _jit_pool.counts:
+        terminalreporter.write_line("Debian JIT server: " + _jit_pool.summary())
     for line in sorted(_worker_summaries):
         terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
-def database_url() -> Iterator[str]:
-    """A URL of a real Postgres: ``CYCLONE_TEST_DATABASE_URL`` or an embedded server.
-
-    Every session the suite opens from here on (in this process and in the worker and CLI
-    processes it starts) carries one ``application_name`` (``PGAPPNAME``), by which the
+def app_name() -> Iterator[str]:
+    """The ``application_name`` (``PGAPPNAME``) of every session the suite opens from here
+    on (in this process and in the worker and CLI processes it starts), by which the
     schema pool sees the sessions a test left open."""
     previous = os.environ.get("PGAPPNAME")
     os.environ["PGAPPNAME"] = f"cyclone-tests-{uuid.uuid4().hex[:8]}"
     try:
-        url = os.environ.get("CYCLONE_TEST_DATABASE_URL")
-        if url:
-            yield url
-            return
-        import pgserver
-
-        with tempfile.TemporaryDirectory(prefix="cyclone-test-pg-") as tmp:
-            server = pgserver.get_server(Path(tmp) / "pgdata", cleanup_mode="stop")
-            try:
-                uri = server.get_uri()
-                with psycopg.connect(uri, autocommit=True) as conn:
-                    max_conn = conn.execute("SHOW max_connections").fetchone()
-                assert max_conn is not None
-                yield uri
-            finally:
-                server.cleanup()
+        yield os.environ["PGAPPNAME"]
     finally:
         if previous is None:
             os.environ.pop("PGAPPNAME", None)
@@ -144,12 +143,89 @@ def database_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def schema_pool(database_url: str) -> Iterator[SchemaPool]:
+def session_database_url(app_name: str) -> Iterator[str]:
+    """A URL of the session's Postgres: ``CYCLONE_TEST_DATABASE_URL`` or an embedded server."""
+    url = os.environ.get("CYCLONE_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    import pgserver
+
+    with tempfile.TemporaryDirectory(prefix="cyclone-test-pg-") as tmp:
+        server = pgserver.get_server(Path(tmp) / "pgdata", cleanup_mode="stop")
+        try:
+            uri = server.get_uri()
+            with psycopg.connect(uri, autocommit=True) as conn:
+                max_conn = conn.execute("SHOW max_connections").fetchone()
+            assert max_conn is not None
+            yield uri
+        finally:
+            server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def debian_jit_cluster(app_name: str) -> Iterator[DebianCluster]:
+    """A cluster of Debian's packaged PostgreSQL with JIT on (``helpers.debian_pg``),
+    started when a test first asks for it. Skips the test when the server is not
+    installed, unless ``CYCLONE_REQUIRE_DEBIAN_PG`` is set (``.ci/run``): then it fails."""
+    if debian_bin() is None:
+        why = "Debian's postgresql (with llvmjit.so) is not installed: apt-get install postgresql"
+        if os.environ.get(REQUIRE_DEBIAN_PG):
+            pytest.fail(f"{why}, and {REQUIRE_DEBIAN_PG} is set (.ci/run)")
+        pytest.skip(why)
+    cluster = DebianCluster()
+    try:
+        assert cluster.jit_available, f"no JIT on {cluster.version}"
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pg_server() -> str:
+    """The server of this test: ``default`` (the session's, ``session_database_url``), or
+    ``debian_jit`` (``debian_jit_cluster``: tests marked ``jit_pg`` run on both)."""
+    return "default"
+
+
+@pytest.fixture
+def database_url(pg_server: str, request: pytest.FixtureRequest) -> str:
+    """A URL of a real Postgres: the session's (``CYCLONE_TEST_DATABASE_URL`` or an
+    embedded server), or Debian's with JIT on in the ``debian_jit`` run of a ``jit_pg``
+    test."""
+    if pg_server == "debian_jit":
+        cluster: DebianCluster = request.getfixturevalue("debian_jit_cluster")
+        return cluster.url
+    url: str = request.getfixturevalue("session_database_url")
+    return url
+
+
+@pytest.fixture(scope="session")
+def session_schema_pool(session_database_url: str, app_name: str) -> Iterator[SchemaPool]:
     """The session's pool of migrated schemas (see ``helpers.schema_pool``)."""
     global _pool
-    _pool = SchemaPool(database_url, app_name=os.environ["PGAPPNAME"])
+    _pool = SchemaPool(session_database_url, app_name=app_name)
     yield _pool
     _pool.close()
+
+
+@pytest.fixture(scope="session")
+def debian_jit_schema_pool(
+    debian_jit_cluster: DebianCluster, app_name: str
+) -> Iterator[SchemaPool]:
+    """The pool of migrated schemas on the Debian JIT cluster."""
+    global _jit_pool
+    _jit_pool = SchemaPool(debian_jit_cluster.url, app_name=app_name)
+    yield _jit_pool
+    _jit_pool.close()
+
+
+@pytest.fixture
+def schema_pool(pg_server: str, request: pytest.FixtureRequest) -> SchemaPool:
+    """The pool of migrated schemas of this test's server (see ``helpers.schema_pool``)."""
+    name = "debian_jit_schema_pool" if pg_server == "debian_jit" else "session_schema_pool"
+    pool: SchemaPool = request.getfixturevalue(name)
+    return pool
 
 
 @pytest.fixture

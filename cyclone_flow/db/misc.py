@@ -57,14 +57,14 @@ def session_begin(s: SessionLike) -> None:
 
 
 def send_session_read_in_index_order(s: SessionLike) -> Pending[None]:
-    """Send sequential scans and sorts off for the rest of the transaction begun by
+    """Send sequential scans, sorts and JIT off for the rest of the transaction begun by
     :func:`send_session_begin`: its reads walk an index in order whatever the statistics
-    say."""
+    say, and are never JIT-compiled for the disable cost that puts in their plans."""
     return Pending(execute(s, "session_read_in_index_order"), nothing)
 
 
 def session_read_in_index_order(s: SessionLike) -> None:
-    """Sequential scans and sorts off for the rest of the transaction (see
+    """Sequential scans, sorts and JIT off for the rest of the transaction (see
     :func:`send_session_read_in_index_order`)."""
     send_session_read_in_index_order(s).result()
 

@@ -215,7 +215,7 @@ def step_count_running_by_concurrency_key(s: SessionLike, *, keys: Sequence[str]
 
 def send_step_lock_limited_claims(s: SessionLike) -> Pending[None]:
     """Send the limited claim's settings (generic plans, an asynchronous commit, reads in
-    index order) and the advisory lock (this schema's) that serializes limited claims,
+    index order, no JIT) and the advisory lock (this schema's) that serializes limited claims,
     each held to the end of the caller's transaction (``step_lock_limited_claims``)."""
     return Pending(execute(s, "step_lock_limited_claims"), nothing)
 

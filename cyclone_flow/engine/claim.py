@@ -86,10 +86,10 @@ class LimitedProbe:
 def has_limited(s: SessionLike, queue: str) -> bool:
     """Whether ``queue`` has available limited steps (claimable now or later), on an
     autocommit session: one index probe, in a transaction sent whole in one round trip
-    (BEGIN, reads in index order, the probe, COMMIT), so that it reads an index whatever
-    the statistics say; it takes no lock, so it never waits for a limited claim. The
-    worker runs it at most once per poll interval while the queue has none. Raises what
-    the database raised (the transaction is rolled back)."""
+    (BEGIN, reads in index order without JIT, the probe, COMMIT), so that it reads an
+    index whatever the statistics say; it takes no lock, so it never waits for a limited
+    claim. The worker runs it at most once per poll interval while the queue has none.
+    Raises what the database raised (the transaction is rolled back)."""
     return _probe(s, queue, rate=False).more
 
 
@@ -124,13 +124,13 @@ def claim_limited(
     session (as :func:`claim`), in one transaction sent whole in one round trip: BEGIN,
     the transaction's settings and this schema's limited-claim lock in one statement
     (``step_lock_limited_claims``: generic plans, an asynchronous commit, reads in index
-    order; the lock held to the COMMIT, so the claim's snapshot counts every limited claim
-    committed before it), the rendering of keys that refer to an upstream output, the
-    claim, COMMIT. When it claimed nothing, :func:`probe_limited` tells whether the queue
-    still has limited steps and when a rate key gets a claim back (one more round trip,
-    only then). Keys are walked round robin from the first after ``cursor``; ``run_id``:
-    only that run and its child runs. Raises what the database raised (the transaction is
-    then rolled back)."""
+    order, no JIT; the lock held to the COMMIT, so the claim's snapshot counts every
+    limited claim committed before it), the rendering of keys that refer to an upstream
+    output, the claim, COMMIT. When it claimed nothing, :func:`probe_limited` tells
+    whether the queue still has limited steps and when a rate key gets a claim back (one
+    more round trip, only then). Keys are walked round robin from the first after
+    ``cursor``; ``run_id``: only that run and its child runs. Raises what the database
+    raised (the transaction is then rolled back)."""
     with _one_round_trip(s):
         steps.send_step_lock_limited_claims(s)
         steps.send_step_render_limits_if_available(s, queue=queue)

@@ -35,8 +35,10 @@ SET LOCAL plan_cache_mode = force_generic_plan
 -- it. The probes for limited steps (step_exists_limited, step_get_next_rate_token) then
 -- read cyclone_steps_limited_idx in its order whatever the statistics say, never the
 -- completed steps first in the heap; they take no lock (step_lock_limited_claims sets this
--- and more for the claim itself).
-SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true)
+-- and more for the claim itself). And no JIT: the disable cost those settings add to a plan
+-- is past every jit_*_above_cost (step_lock_limited_claims).
+SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true),
+       set_config('jit', 'off', true)
 
 -- name: session_begin
 -- First of a transaction sent whole in one pipeline on an autocommit connection (the

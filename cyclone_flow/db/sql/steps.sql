@@ -378,11 +378,15 @@ WHERE s.id = k.id
 --   order (cyclone_steps_limited_idx for the keys and their heads). Whatever the statistics
 --   say: on a table not analyzed since a large submit, the planner estimated one row and
 --   sorted the queue's whole backlog (read through cyclone_steps_claim_idx) once per key
---   probe, tens of milliseconds per claim.
+--   probe, tens of milliseconds per claim;
+-- * jit = off: the disable cost (1e10) that enable_* = off adds to any plan still holding a
+--   sort or a sequential scan is past every jit_*_above_cost, so a server with JIT (Debian's
+--   packages: jit = on) compiled the claim each time: 1.7 s per claim (issue 31.1).
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('synchronous_commit', 'off', true),
        set_config('enable_sort', 'off', true),
        set_config('enable_seqscan', 'off', true),
+       set_config('jit', 'off', true),
        pg_advisory_xact_lock(1130066762, hashtext('{schema}'))
 
 -- name: step_exists_limited
