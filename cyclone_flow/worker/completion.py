@@ -549,7 +549,7 @@ class BatchSink:
         except Exception as exc:
             if len(batch) == 1:
                 return [exc]  # its own error settles a lone step
-            if database_lost(exc):
+            if database_lost(exc) or prepared_statement_lost(exc):  # no traceback: not a bug
                 settler.reporter.trouble(
                     "completion",
                     exc,

@@ -237,6 +237,7 @@ def test_reload_restarts_every_process_and_sigterm_stops_them(
         proc = subprocess.Popen(
             [str(CLI), "worker", "--reload", "--processes", "2",
              "--allow-module", "cyclone_test_handlers", "--import-path", str(TEST_HANDLERS),
+             "--import-path", str(project),  # watched: --reload watches import paths
              "--lease-ttl", "1s", "--shutdown-timeout", "1s", *FAST,
              "--database-url", database_url, "--schema", schema],
             cwd=project, env=clean_env(), stdout=log, stderr=subprocess.STDOUT,
