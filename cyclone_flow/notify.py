@@ -37,7 +37,12 @@ import psycopg
 from cyclone_flow._json import dumps
 from cyclone_flow.db import misc
 from cyclone_flow.db.conn import Conn, Database, Session, autocommit
-from cyclone_flow.db.errors import database_lost, ride_out
+from cyclone_flow.db.errors import (
+    database_lost,
+    prepared_statement_lost,
+    ride_out,
+    warn_prepared_statements,
+)
 from cyclone_flow.db.pool import close_and_return
 from cyclone_flow.db.rows import Run
 from cyclone_flow.errors import TransactionOpenError, WaitTimeoutError
@@ -253,7 +258,10 @@ class Publisher:
         except Exception as exc:
             with self._cond:
                 self.failures += 1
-            lost = database_lost(exc)  # a restart or an outage: one line, no traceback
+            # a restart, an outage or a misconfigured pooler: one line, no traceback
+            lost = database_lost(exc) or prepared_statement_lost(exc)
+            if prepared_statement_lost(exc):
+                warn_prepared_statements(self._log, exc)  # once per process, naming the fix
             self._log.log(
                 logging.WARNING if lost else logging.ERROR,
                 "could not publish wakeups (queues %s, %d finished run(s)); polling finds "

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from cyclone_flow.config import ClientConfig
 from cyclone_flow.db.conn import Conn, Database, Session, retry_conflicts
-from cyclone_flow.db.errors import BRIEF_POOL_WAIT_S, database_lost
+from cyclone_flow.db.errors import BRIEF_POOL_WAIT_S, database_lost, prepared_statement_lost
 from cyclone_flow.db.rows import ClaimedStep, LimitedClaim
 from cyclone_flow.engine import claim
 from cyclone_flow.events import StepEvent
@@ -373,12 +373,16 @@ class Worker:
                     steps += retry_conflicts(
                         functools.partial(self._claim, queue_name, free - len(steps))
                     )
-                except Exception:
+                except Exception as exc:
                     if not steps:
                         raise
                     # the limited steps in hand are run (or released) all the same
                     if not self._stop.is_set():
-                        self.log.warning("claim of queue %r failed", queue_name, exc_info=True)
+                        self.log.warning(
+                            "claim of queue %r failed",
+                            queue_name,
+                            exc_info=not (database_lost(exc) or prepared_statement_lost(exc)),
+                        )
             with self._lock:
                 stopping = self._stop.is_set()  # the shutdown's lease list is taken later
                 if not stopping:
