@@ -6,6 +6,7 @@ alive)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from datetime import UTC, datetime
@@ -38,7 +39,7 @@ from cyclone_flow.cli.render import (
 from cyclone_flow.cli.watch import watch_run
 from cyclone_flow.client import Client
 from cyclone_flow.db.rows import StepLogLine, WorkerRow
-from cyclone_flow.errors import RunNotFoundError
+from cyclone_flow.errors import NodeNotFoundError, shown
 from cyclone_flow.states import describe_attempt
 
 STATUS_LOG_LINES = 5
@@ -318,6 +319,8 @@ def logs_cmd(
     url = resolve_database(database_url, existing=True)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         run = client.get_run(client.resolve_run_id(run_id))
+        if node is not None:
+            check_node(client, run.id, node)
         reader = _LogReader(client, run.id, node, attempt)
         printed = 0
         ended_at: float | None = None
@@ -336,10 +339,40 @@ def logs_cmd(
                 break
             time.sleep(FOLLOW_POLL_S)
         if not printed:
-            which = "".join(
-                [f" of node {node}" if node else "", f" attempt {attempt}" if attempt else ""]
-            )
-            click.echo(f"run {run.id} has no log lines{which}", err=True)
+            which = [f"node {node}"] if node else []
+            which += [f"attempt {attempt}"] if attempt else []
+            of = f" of {', '.join(which)}" if which else ""
+            click.echo(f"run {run.id} has no log lines{of}", err=True)
+
+
+def check_node(client: Client, run_id: str, node: str) -> None:
+    """Raise NodeNotFoundError (exit 2) unless run ``run_id`` has top-level node ``node``
+    or, for ``NODE[i]``, fan-out node ``NODE`` may have item ``i`` (its items not made
+    yet, or ``i`` below their count); the messages of :meth:`Client.get_step_output`."""
+    base, item = split_item(node)
+    top = {s.node: s for s in client.list_steps(run_id, items=False)}
+    step = top.get(base)
+    if step is None:
+        known = ", ".join(top)
+        raise NodeNotFoundError(
+            run_id, base, f"run {run_id} has no node {shown(base)} (its nodes: {known})"
+        )
+    if item is None:
+        return
+    if step.type != "fan_out":
+        raise NodeNotFoundError(
+            run_id, base, f"node {shown(base)} is no fan-out node ({step.type}): it has no items"
+        )
+    total = step.items_total
+    if total is not None and item >= total:
+        raise NodeNotFoundError(
+            run_id,
+            base,
+            f"node {shown(base)} has no item {item} (items 0 to {total - 1})"
+            if total
+            else f"node {shown(base)} has no item {item} (it has no items)",
+            item,
+        )
 
 
 FOLLOW_LAG_S = 5.0
@@ -387,7 +420,20 @@ class _LogReader:
 EXIT_NO_OUTPUT = 1
 """``output``'s exit code when the node (or run) has no output yet."""
 EXIT_UNKNOWN = 2
-"""``output``'s exit code for an unknown run, node or item."""
+"""``output``'s exit code for an unknown node or item of a run it found (an unknown run
+exits 1, as for every command: docs/cli.md)."""
+
+ITEM_NODE = re.compile(r"(?P<node>[^\[\]]+)\[(?P<item>[0-9]+)\]")
+"""``NODE[i]``: item ``i`` of fan-out node ``NODE``, as errors and ``logs --node`` name it
+(node names have no brackets)."""
+
+
+def split_item(node: str) -> tuple[str, int | None]:
+    """``("each", 1)`` for ``each[1]``, ``(node, None)`` for any other name."""
+    match = ITEM_NODE.fullmatch(node)
+    if match is None:
+        return node, None
+    return match["node"], int(match["item"])
 
 
 @click.command("output")
@@ -405,34 +451,37 @@ def output_cmd(
     run_id: str, node: str | None, item: int | None, database_url: str | None, schema: str
 ) -> None:
     """Print the output of NODE of run RUN_ID as JSON on stdout (whole, uncut); a fan-out
-    node: the list of its item outputs, with --item N the output of item N; without NODE:
-    the run's output. Exit 1 when it has none yet (its state on stderr), 2 for an unknown
-    run, node or item."""
+    node: the list of its item outputs, with --item N (or NODE[N]) the output of item N;
+    without NODE: the run's output. Exit 1 when it has none yet (its state on stderr) and
+    for an unknown run, 2 for an unknown node or item."""
     if item is not None and node is None:
         raise click.UsageError("--item goes with NODE (a fan-out node)")
+    if node is not None:
+        base, index = split_item(node)
+        if index is not None:
+            if item is not None and item != index:
+                raise click.UsageError(f"{node} and --item {item} name different items")
+            node, item = base, index
     setup_logging()
     url = resolve_database(database_url, existing=True)
     value: Any
-    try:
-        with Client(url, schema=schema, prepare=prepare_enabled()) as client:
-            full = client.resolve_run_id(run_id)
-            if node is None:
-                run = client.get_run(full)
-                if run.state != "completed":
-                    click.echo(f"error: run {run.id} has no output: it is {run.state}", err=True)
-                    sys.exit(EXIT_NO_OUTPUT)
-                value = run.output
-            else:
-                found = client.get_step_output(full, node, item)
-                if not found.has_output:
-                    click.echo(
-                        f"error: node {found.node} of run {full} has no output: it is "
-                        f"{found.state}",
-                        err=True,
-                    )
-                    sys.exit(EXIT_NO_OUTPUT)
-                value = found.output
-    except RunNotFoundError as exc:  # a name that does not exist: a usage mistake
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_UNKNOWN)
+    # an unknown (or too short, or ambiguous) run id: exit 1 by handle_errors, as for
+    # every command; an unknown node or item: NodeNotFoundError's EXIT_UNKNOWN
+    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
+        full = client.resolve_run_id(run_id)
+        if node is None:
+            run = client.get_run(full)
+            if run.state != "completed":
+                click.echo(f"error: run {run.id} has no output: it is {run.state}", err=True)
+                sys.exit(EXIT_NO_OUTPUT)
+            value = run.output
+        else:
+            found = client.get_step_output(full, node, item)
+            if not found.has_output:
+                click.echo(
+                    f"error: node {found.node} of run {full} has no output: it is {found.state}",
+                    err=True,
+                )
+                sys.exit(EXIT_NO_OUTPUT)
+            value = found.output
     echo_json(value)

@@ -39,13 +39,19 @@ def run_dict(
     waiting: Mapping[str, Waiting] | None = None,
 ) -> dict[str, Any]:
     """The ``--json`` form of a run (``submit --wait``, ``run``, ``status``, ``runs``):
-    its row, and with ``steps`` each step's fields, node-type fields (``progress``: the
-    item counts of its fan-out nodes, :meth:`Client.item_progress`) and ``output`` (null
-    until it completed; null with ``output_truncated`` true when its JSON text is over
-    :data:`~cyclone_flow._json.OUTPUT_SHOWN_BYTES`: ``cyclone-flow output`` prints it);
-    with ``waiting`` (:meth:`Client.explain`) each step's ``waiting`` object, null for a
-    step that is running or finished. Every step has the same keys (docs/cli.md)."""
-    data = asdict(run)
+    its row, its ``output`` null with ``output_truncated`` true when the JSON text of the
+    whole run output is over :data:`~cyclone_flow._json.OUTPUT_SHOWN_BYTES` (``cyclone-flow
+    output RUN`` prints it); with ``steps`` each step's fields, node-type fields
+    (``progress``: the item counts of its fan-out nodes, :meth:`Client.item_progress`) and
+    ``output`` (null until it completed; null with ``output_truncated`` true when its JSON
+    text is over the same cap: ``cyclone-flow output`` prints it); with ``waiting``
+    (:meth:`Client.explain`) each step's ``waiting`` object, null for a step that is
+    running or finished. Every step has the same keys (docs/cli.md)."""
+    data: dict[str, Any] = {}
+    for key, value in asdict(run).items():
+        data[key] = value
+        if key == "output":  # capped as a step's output is (docs/cli.md)
+            data["output"], data["output_truncated"] = shown_json(value)
     data["state"] = str(run.state)
     if steps is not None:
         data["steps"] = [

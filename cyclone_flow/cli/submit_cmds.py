@@ -3,7 +3,6 @@ work in-process until the run ends)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import signal
@@ -260,13 +259,9 @@ def run_cmd(
             click.echo(f"run {run_id} of flow {flow.name} submitted", err=True)
         client.start(run_id=run_id)
         # the worker may log a failed attempt or the run's end just after the display saw
-        # it: such lines stay left out until the worker stopped (each failure told once)
-        told = (
-            logs_above(None, functools.partial(reported_by_display, run_id))
-            if not as_json
-            else contextlib.nullcontext()
-        )
-        with told:
+        # it: such lines stay left out until the worker stopped (each failure told once);
+        # with --json too, whose document tells them (its steps' errors, the run's state)
+        with logs_above(None, functools.partial(reported_by_display, run_id)):
             try:
                 outage = Outage()  # one spell for all its looks (OUTAGE_GRACE_S in all)
                 status = follow_run(client, run_id, console=console, quiet=as_json, outage=outage)

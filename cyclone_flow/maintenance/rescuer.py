@@ -194,8 +194,13 @@ class Rescuer:
             )
         if outcome is None:
             return False
+        # a failed attempt: a run's progress display tells it itself (EVENT_FIELD)
         self.log.warning(
-            "step %s of run %s: %s", node, run_id, message, extra=step_extra(run_id, node)
+            "step %s of run %s: %s",
+            node,
+            run_id,
+            message,
+            extra=step_extra(run_id, node, event="attempt_failed"),
         )
         event = StepEvent(
             (

@@ -12,7 +12,9 @@ Each coroutine runs as a task in a copy of the worker thread's ``contextvars`` c
 (given by the caller), so what a task logs and prints finds its attempt's step logs
 (:data:`cyclone_flow.worker.step_logs.attempt_log_var`) and its trace span. When the
 step's cancel event is set (timeout, lost lease, shutdown) the task is cancelled and the
-caller waits until it has ended (its ``finally`` blocks ran) before it goes on.
+caller waits until it has ended (its ``finally`` blocks ran) before it goes on. A task
+that ignores its cancellation is abandoned when the loop stops: one warning names its
+step, instead of asyncio's ``Task was destroyed but it is pending!``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import logging
 import threading
 import time
 from collections.abc import Coroutine
@@ -40,11 +43,14 @@ class HandlerCancelled(Exception):
 class _Call:
     """One coroutine on the loop: its task (set on the loop thread) and its outcome."""
 
-    __slots__ = ("context", "coro", "done", "error", "ok", "task", "value")
+    __slots__ = ("context", "coro", "done", "error", "label", "ok", "task", "value")
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], context: contextvars.Context) -> None:
+    def __init__(
+        self, coro: Coroutine[Any, Any, Any], context: contextvars.Context, label: str
+    ) -> None:
         self.coro = coro
         self.context = context
+        self.label = label
         self.task: asyncio.Task[Any] | None = None
         self.done = threading.Event()
         self.ok = False
@@ -71,10 +77,12 @@ class _Call:
 
 
 class EventLoop:
-    """The lazily started loop thread of one started client; thread-safe."""
+    """The lazily started loop thread of one started client; thread-safe. ``log``: where
+    an abandoned task is told (default: the ``cyclone_flow`` logger)."""
 
-    def __init__(self, name: str = "cyclone-asyncio") -> None:
+    def __init__(self, name: str = "cyclone-asyncio", log: logging.Logger | None = None) -> None:
         self.name = name
+        self.log = log if log is not None else logging.getLogger("cyclone_flow")
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -91,13 +99,16 @@ class EventLoop:
         coro: Coroutine[Any, Any, Any],
         cancel: threading.Event,
         context: contextvars.Context | None = None,
+        label: str = "a handler",
     ) -> Any:
         """Run ``coro`` on the loop (starting it first when needed) in ``context`` (default:
         a copy of the caller's) and block the calling thread until it ends; return its
         result or raise its exception. Once ``cancel`` is set the task is cancelled and,
         when it ends with ``CancelledError``, :class:`HandlerCancelled` is raised (a
-        coroutine that catches the cancellation and returns or raises ends as it chose)."""
-        call = _Call(coro, context if context is not None else contextvars.copy_context())
+        coroutine that catches the cancellation and returns or raises ends as it chose).
+        ``label`` names it in the warning of :meth:`stop` (``step NODE of run ID``)."""
+        context = context if context is not None else contextvars.copy_context()
+        call = _Call(coro, context, label)
         try:
             with self._lock:
                 loop = self._start()
@@ -163,19 +174,20 @@ class EventLoop:
         if self._stopped:
             raise RuntimeError("stopped")
         loop = asyncio.new_event_loop()
-        thread = threading.Thread(target=self._serve, args=(loop,), name=self.name)
+        thread = threading.Thread(target=self._serve, args=(loop, self.log), name=self.name)
         thread.daemon = True
         self._loop, self._thread = loop, thread
         thread.start()
         return loop
 
     @staticmethod
-    def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    def _serve(loop: asyncio.AbstractEventLoop, log: logging.Logger) -> None:
         asyncio.set_event_loop(loop)
         try:
             loop.run_forever()
         finally:
             try:
+                _abandon(loop, log)
                 loop.run_until_complete(loop.shutdown_asyncgens())
             finally:
                 loop.close()
@@ -183,7 +195,8 @@ class EventLoop:
     @staticmethod
     def _begin(call: _Call) -> None:
         loop = asyncio.get_running_loop()
-        task = loop.create_task(call.guarded(), context=call.context)
+        task = loop.create_task(call.guarded(), name=call.label, context=call.context)
+        task.cyclone_handler = True  # type: ignore[attr-defined]  # _abandon tells it
         call.task = task
         task.add_done_callback(call.finished)
 
@@ -197,3 +210,16 @@ class EventLoop:
             calls = list(self._calls)
         for call in calls:
             self._cancel(call)
+
+
+def _abandon(loop: asyncio.AbstractEventLoop, log: logging.Logger) -> None:
+    """The loop stopped with tasks still pending (a handler that ignored its
+    cancellation, and the tasks it made): one warning per handler's task, naming its step,
+    and none of asyncio's ``Task was destroyed but it is pending!`` when they are
+    collected (the loop thread, at ``close``)."""
+    for task in asyncio.all_tasks(loop):
+        if task.done():
+            continue
+        task._log_destroy_pending = False  # type: ignore[attr-defined]  # told here
+        if getattr(task, "cyclone_handler", False):
+            log.warning("abandoned an async handler that ignored cancellation: %s", task.get_name())

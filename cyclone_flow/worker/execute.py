@@ -117,7 +117,7 @@ class Executor:
         )
         # runs the coroutines of async def handlers (started by the first; stopped by the
         # worker at shutdown)
-        self.event_loop = EventLoop()
+        self.event_loop = EventLoop(log=self.log)
         # the calls this worker could not import lately: the claim skips them
         self.backoff = CallBackoff()
         self.give_back = give_back
@@ -402,7 +402,8 @@ class Executor:
         coroutine raises, or HandlerCancelled when the step's cancel event cancelled it."""
         context = contextvars.copy_context()
         context.run(step_logs.attempt_log_var.set, step_logs.current())
-        return self.event_loop.run(coro, ctx._cancel_event, context)
+        label = f"step {ctx.node} of run {ctx.run_id}"
+        return self.event_loop.run(coro, ctx._cancel_event, context, label)
 
     def _failed(self, exc: BaseException) -> NoReturn:
         """Raise the StepFailure of the handler's own exception ``exc`` (SystemExit & co.

@@ -77,4 +77,4 @@ def test_logs_of_a_run_without_lines_says_so_on_stderr(
     assert proc.stderr.splitlines()[-1] == f"run {run_id} has no log lines"
     node = cli("logs", run_id, "--node", "job", "--attempt", "1", "--json")
     assert node.returncode == 0 and node.stdout == ""
-    assert node.stderr.splitlines()[-1] == f"run {run_id} has no log lines of node job attempt 1"
+    assert node.stderr.splitlines()[-1] == f"run {run_id} has no log lines of node job, attempt 1"

@@ -3,7 +3,11 @@ script: every step of the ``--json`` documents of ``run``, ``status`` and ``subm
 --wait`` carries its ``output`` (cut past the dashboard's cap, ``output_truncated``
 true), every step has the same keys whatever its node type, and ``cyclone-flow output
 RUN [NODE] [--item N]`` prints one node's (or item's, or the run's) output: exit 1 with
-its state when it has none yet, 2 for an unknown run, node or item."""
+its state when it has none yet and for an unknown run (as every command), 2 for an unknown
+node or item. The run's own ``output`` is capped the same way (run-level
+``output_truncated``; on the old code the whole 65 KB leaf was in it); ``NODE[i]`` is
+``NODE --item i`` for ``output`` (the old code: no node 'each[1]'), and ``logs --node``
+exits 2 for a node the run does not have (the old code: exit 0, "no log lines")."""
 
 from __future__ import annotations
 
@@ -98,6 +102,7 @@ RUN_KEYS = {
     "parent_node",
     "deadline_at",
     "rerun_of",
+    "output_truncated",
     "steps",
 }
 """The keys of a run's ``--json`` document with its steps (``status`` adds
@@ -154,7 +159,9 @@ def test_run_json_lists_each_steps_output_capped_and_output_prints_it(
     assert output("each", "--item", "2") == 4  # one item
     assert output("kid") == {"c": {"v": 7}}  # a child node: the child run's output
     assert output("big") == "x" * BIG  # whole, not cut
-    assert output() == document["output"]  # the run's
+    # the run's, whole: in the --json documents it is over the cap (its leaf big)
+    assert output() == {"each": [0, 1, 4], "big": "x" * BIG, "kid": {"c": {"v": 7}}}
+    assert (document["output"], document["output_truncated"]) == (None, True)
 
     for args, says in (
         (("nope",), "run {run} has no node 'nope' (its nodes: make, each, big, kid)"),
@@ -168,7 +175,7 @@ def test_run_json_lists_each_steps_output_capped_and_output_prints_it(
         assert says.format(run=run_id) in unknown.stderr, unknown.stderr
     missing = cli("output", str(uuid.uuid4()), "make")
     no_traceback(missing)
-    assert missing.returncode == 2 and "not found" in missing.stderr, missing.stderr
+    assert missing.returncode == 1 and "not found" in missing.stderr, missing.stderr
     usage = cli("output", run_id, "--item", "1")
     assert usage.returncode == 2 and "--item goes with NODE" in usage.stderr, usage.stderr
 
@@ -205,6 +212,7 @@ def test_submit_wait_json_lists_each_steps_output(
     assert document["state"] == "completed"
     _check_outputs(document)
     assert set(document) == RUN_KEYS
+    assert (document["output"], document["output_truncated"]) == (None, True)
 
 
 def test_every_step_of_status_json_has_the_same_keys_for_each_node_type(
@@ -241,3 +249,101 @@ def test_every_step_of_status_json_has_the_same_keys_for_each_node_type(
     make = next(s for s in by_type["action"] if s["node"] == "make")
     assert (make["parent_node"], make["item_index"], make["wait_until"]) == (None, None, None)
     assert (make["concurrency"], make["rate_limit"], make["skip_reason"]) == (None, None, None)
+
+
+SMALL = """\
+name: small-outputs
+nodes:
+  a:
+    call: cyclone_test_handlers.basic:echo
+    input: "${{ run.input }}"
+"""
+
+
+def test_the_runs_output_in_json_documents_is_capped_as_a_steps(
+    cli: Runner, tmp_path: Path
+) -> None:
+    flow = tmp_path / "small.yaml"
+    flow.write_text(SMALL, encoding="utf-8")
+    big = "y" * BIG
+    document = json_output(
+        _ok(
+            cli("run", flow, "--import-path", TEST_HANDLERS, "--input", json.dumps(big), "--json")
+        ).stdout
+    )
+    run_id = document["id"]
+    status = json_output(_ok(cli("status", run_id, "--json")).stdout)
+    (listed,) = json_output(_ok(cli("runs", "--json")).stdout)
+    for doc in (document, status, listed):
+        assert (doc["output"], doc["output_truncated"]) == (None, True)
+    assert json_output(_ok(cli("output", run_id)).stdout) == {"a": big}  # whole
+    # under the cap: shown, not cut
+    small = json_output(
+        _ok(cli("run", flow, "--import-path", TEST_HANDLERS, "--input", '"z"', "--json")).stdout
+    )
+    assert (small["output"], small["output_truncated"]) == ({"a": "z"}, False)
+
+
+def _small_run(cli: Runner, tmp_path: Path) -> str:
+    """The id of a completed run of FLOW with a small ``big`` output."""
+    proc = cli(
+        "run",
+        _flows(tmp_path),
+        "--import-path",
+        TEST_HANDLERS,
+        "--input",
+        json.dumps({"blob": "b"}),
+        "--json",
+    )
+    return str(json_output(_ok(proc).stdout)["id"])
+
+
+def test_run_id_errors_of_output_exit_1_as_for_every_command(cli: Runner) -> None:
+    for args, says in (
+        (("b69",), "run id 'b69' is too short"),
+        (("b69", "make"), "run id 'b69' is too short"),
+        (("0000",), "not found"),
+        ((str(uuid.uuid4()), "make"), "not found"),
+    ):
+        proc = cli("output", *args)
+        no_traceback(proc)
+        assert proc.returncode == 1, (args, proc.stdout, proc.stderr)
+        assert says in proc.stderr and proc.stdout == "", (args, proc.stderr)
+        assert cli("logs", args[0]).returncode == 1  # the rule output now follows
+
+
+def test_output_takes_node_i_as_node_item_i(cli: Runner, tmp_path: Path) -> None:
+    run_id = _small_run(cli, tmp_path)
+    assert json_output(_ok(cli("output", run_id, "each[1]")).stdout) == 1
+    assert json_output(_ok(cli("output", run_id, "each[2]", "--item", "2")).stdout) == 4
+    for args, says in (
+        (("each[3]",), "node 'each' has no item 3 (items 0 to 2)"),
+        (("make[0]",), "node 'make' is no fan-out node (action): it has no items"),
+        (("each[1]", "--item", "2"), "each[1] and --item 2 name different items"),
+    ):
+        proc = cli("output", run_id, *args)
+        no_traceback(proc)
+        assert proc.returncode == 2 and says in proc.stderr, (args, proc.stderr)
+
+
+def test_logs_of_a_node_the_run_does_not_have_exits_2_naming_it(
+    cli: Runner, tmp_path: Path
+) -> None:
+    run_id = _small_run(cli, tmp_path)
+    for node, says in (
+        ("nosuch", f"run {run_id} has no node 'nosuch' (its nodes: make, each, big, kid)"),
+        ("each[3]", "node 'each' has no item 3 (items 0 to 2)"),
+        ("make[0]", "node 'make' is no fan-out node (action): it has no items"),
+    ):
+        proc = cli("logs", run_id, "--node", node)
+        no_traceback(proc)
+        assert proc.returncode == 2, (node, proc.stdout, proc.stderr)
+        assert says in proc.stderr and proc.stdout == "", (node, proc.stderr)
+    for args, says in (
+        (("--node", "each[1]"), "has no log lines of node each[1]"),
+        (("--attempt", "5"), "has no log lines of attempt 5"),
+        (("--node", "make", "--attempt", "5"), "has no log lines of node make, attempt 5"),
+    ):
+        proc = cli("logs", run_id, *args)
+        assert proc.returncode == 0, (args, proc.stderr)
+        assert f"run {run_id} {says}\n" in proc.stderr, (args, proc.stderr)

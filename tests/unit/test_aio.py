@@ -1,11 +1,15 @@
 """The event loop of async handlers (:mod:`cyclone_flow.worker.aio`, issue 30.6), without a
 database: results and exceptions reach the waiting thread, a set cancel event cancels the
 task and ``run`` returns only after the coroutine's ``finally`` ran, SystemExit does not
-stop the shared loop, and ``stop`` ends the calls still waiting."""
+stop the shared loop, ``stop`` ends the calls still waiting, and a task that ignores its
+cancellation is abandoned with one warning naming its step."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
+import logging
 import threading
 from collections.abc import Iterator
 
@@ -110,3 +114,39 @@ def test_stop_ends_a_waiting_call_and_refuses_later_ones() -> None:
 
     with pytest.raises(HandlerCancelled, match="stopped"):
         loop.run(later(), threading.Event())
+
+
+def test_stop_abandons_a_task_that_ignores_cancellation_with_one_line_naming_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The old code left asyncio's ``Task was destroyed but it is pending!`` (an ERROR of
+    the ``asyncio`` logger) when such a task was collected after the loop closed."""
+    log = logging.getLogger("test_aio.abandon")
+    loop = EventLoop(log=log)
+    entered = threading.Event()
+
+    async def stubborn() -> None:
+        entered.set()
+        while True:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(3600)
+
+    def waiter() -> None:
+        with contextlib.suppress(HandlerCancelled):
+            loop.run(stubborn(), threading.Event(), label="step s of run r")
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    assert entered.wait(10)
+    loop_thread = loop._thread
+    assert loop_thread is not None
+    with caplog.at_level(logging.WARNING):
+        loop.stop(timeout=0.2)
+        loop_thread.join(10)  # it closed the loop
+        thread.join(10)
+        gc.collect()  # the abandoned task (a cycle with its call) is collected now
+    assert not loop_thread.is_alive() and not thread.is_alive()
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+    assert [r.getMessage() for r in caplog.records if r.name == log.name] == [
+        "abandoned an async handler that ignored cancellation: step s of run r"
+    ]

@@ -5,8 +5,10 @@ by a test-chosen ``key``; writes go to ``<schema>.ledger`` through ``ctx.complet
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
+import time
 from typing import Any
 
 from cyclone_test_handlers.engine import _record, event, write_ledger
@@ -66,3 +68,13 @@ async def crash(ctx: Any, input: Any) -> Any:
 async def system_exit(ctx: Any, input: Any) -> Any:
     """Raise SystemExit (it must fail the attempt, not stop the shared loop)."""
     raise SystemExit(3)
+
+
+async def stubborn(ctx: Any, input: Any) -> Any:
+    """Sleep ``seconds`` in small steps, swallowing every cancellation of its task (a
+    handler that ignores its timeout): the loop must abandon it at shutdown."""
+    end = time.monotonic() + float(input["seconds"])
+    while time.monotonic() < end:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0.05)
+    return {"late": True}
