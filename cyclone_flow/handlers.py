@@ -474,7 +474,9 @@ class HandlerResolver:
             )
         try:
             module = importlib.import_module(module_name)
-        except Exception as exc:  # any failure of the import is the step's error
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # any failure of the import, SystemExit too
             raise HandlerImportError(
                 f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
                 + import_path_hint(module_name, exc)

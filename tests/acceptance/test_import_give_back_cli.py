@@ -214,3 +214,47 @@ def test_reload_with_a_syntax_error_fails_no_run_and_claims_once_fixed(
         worker.terminate()
     state, attempt, reclaims, _, errors, _, _ = _step(db, run_id)
     assert (state, attempt, reclaims, errors) == ("completed", 1, 0, [])
+
+
+def _exiting_project(tmp_path: Path) -> tuple[Path, Path]:
+    """``shopgb/sx.py`` calls ``sys.exit(0)`` at import (a script turned into a module):
+    ``(src, flow file)``."""
+    src, _ = _project(tmp_path)
+    (src / "shopgb" / "sx.py").write_text(
+        "import sys\nsys.exit(0)\ndef fn(ctx, input):\n    return 1\n"
+    )
+    flow = tmp_path / "work" / "sx.yaml"
+    flow.write_text("name: sx\nnodes:\n  a: {call: 'shopgb.sx:fn'}\n")
+    return src, flow
+
+
+def test_run_fails_a_handler_module_that_exits_at_import_at_once(
+    cli: Runner, db: Any, tmp_path: Path
+) -> None:
+    """SystemExit while importing is an import failure: ``run`` fails the step with
+    import_error, it does not leave the step to its lease for ever."""
+    src, flow = _exiting_project(tmp_path)
+    ran = cli("run", flow, "--import-path", src, "--lease-ttl", "1s", timeout=60)
+    no_traceback(ran)
+    assert ran.returncode == 1, (ran.stdout, ran.stderr)
+    assert "cannot import module 'shopgb.sx': SystemExit: 0" in ran.stderr, ran.stderr
+    assert "could not record the result" not in ran.stderr, ran.stderr
+    row = db.execute("SELECT state, attempt, error_kind FROM cyclone_steps").fetchone()
+    assert tuple(row) == ("discarded", 1, "import_error")
+
+
+def test_a_worker_gives_back_a_handler_module_that_exits_at_import(
+    cli: Runner, db: Any, database_url: str, schema: str, tmp_path: Path
+) -> None:
+    src, flow = _exiting_project(tmp_path)
+    run_id = _submit(cli, flow)
+    worker = _worker(
+        database_url, schema, tmp_path / "w.log", "--import-path", str(src), "--client-id", "w1"
+    )
+    try:
+        _, attempt, reclaims, kind, errors, reason, _ = _given_back(db, run_id)
+    finally:
+        worker.terminate()
+    assert (attempt, reclaims, kind, errors) == (1, 0, None, []), reason
+    assert "cannot import module 'shopgb.sx': SystemExit: 0" in reason, reason
+    assert "could not record the result" not in worker.log(), worker.log()
