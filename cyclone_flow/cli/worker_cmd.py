@@ -66,6 +66,15 @@ def _allow_list(allow_module: tuple[str, ...]) -> AllowList:
     return AllowList(prefixes=prefixes)
 
 
+def _check_import_paths(paths: tuple[str, ...]) -> None:
+    """Refuse (a usage error, exit 2) an ``--import-path`` that is not a folder: a typo
+    would leave every handler unimportable (and ``--reload`` could not watch it)."""
+    for path in paths:
+        if not os.path.isdir(path):
+            what = "is not a folder" if os.path.exists(path) else "does not exist"
+            raise click.BadParameter(f"{path!r} {what}", param_hint="--import-path")
+
+
 _STOP_MARGIN_S = 15.0
 """Seconds a supervisor waits for a worker child past its --shutdown-timeout (the
 release of its leases and its row, each up to 5 s for a pool connection), then SIGKILL."""
@@ -210,6 +219,7 @@ def worker_cmd(
             "give at least one --allow-module PREFIX (or CYCLONE_ALLOW_MODULES): a worker "
             "imports handlers only from the modules it is allowed"
         )
+    _check_import_paths(import_path)
     worker_queues = _parse_queues(queues, workers)
     if metrics_port and metrics_port + processes - 1 > 65535:
         raise click.BadParameter(
