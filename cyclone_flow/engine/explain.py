@@ -28,7 +28,7 @@ from cyclone_flow.db import deps, misc, rate_windows, runs, steps, workers
 from cyclone_flow.db.conn import SessionLike
 from cyclone_flow.db.rows import RateWindow, Run, Step, WorkerRow
 from cyclone_flow.durations import format_duration
-from cyclone_flow.handlers import worker_import_path
+from cyclone_flow.handlers import own_command, worker_import_path
 from cyclone_flow.states import RunState, StepState
 
 __all__ = ["Snapshot", "WaitReason", "Waiting", "explain", "rate_next_token", "read_snapshot"]
@@ -244,8 +244,13 @@ def _seconds(s: float) -> str:
     return f"{s / 86400:.1f}d"
 
 
-def _no_worker_note(snap: Snapshot, queue: str) -> str:
-    return "" if snap.served(queue) else f"; no live worker serves queue {queue!r}"
+def _no_worker_note(snap: Snapshot, step: Step) -> str:
+    """``; no live worker serves queue 'q' (start one: ...)`` when none serves
+    ``step``'s queue, else ""."""
+    queue = step.queue
+    if snap.served(queue):
+        return ""
+    return f"; no live worker serves queue {queue!r} (start one: {_worker_command(snap, step)})"
 
 
 def _explain_step(snap: Snapshot, step: Step) -> Waiting:
@@ -271,7 +276,7 @@ def _explain_step(snap: Snapshot, step: Step) -> Waiting:
             WaitReason.CANNOT_IMPORT,
             f"{step.import_wait_reason}; given back{since}, waits for a worker that can "
             "import it (discarded with import_error once its import_wait has passed)"
-            + _no_worker_note(snap, queue),
+            + _no_worker_note(snap, step),
             queue,
             claimable_at=step.scheduled_at,
             since=step.import_wait_since,
@@ -288,7 +293,7 @@ def _explain_step(snap: Snapshot, step: Step) -> Waiting:
         return Waiting(
             step.node,
             reason,
-            f"{what}; claimable at {_in(snap, step.scheduled_at)}" + _no_worker_note(snap, queue),
+            f"{what}; claimable at {_in(snap, step.scheduled_at)}" + _no_worker_note(snap, step),
             queue,
             claimable_at=step.scheduled_at,
             served=served,
@@ -437,12 +442,13 @@ def _package(call: str) -> str:
 
 def _worker_command(snap: Snapshot, step: Step) -> str:
     """The command that starts a worker for ``step``, pasted in the folder this process
-    runs in: its queue, the top-level package of its handler as the allow-list a worker
-    needs (``PACKAGE`` when it has none) and, when that folder does not hold the package
-    and it is not installed, ``--import-path`` the folder below that does
-    (``snap.import_paths``)."""
+    runs in: this script (by its path when ``cyclone-flow`` on PATH is another one or
+    none, :func:`~cyclone_flow.handlers.own_command`), its queue, the top-level package
+    of its handler as the allow-list a worker needs (``PACKAGE`` when it has none) and,
+    when that folder does not hold the package and it is not installed, ``--import-path``
+    the folder below that does (``snap.import_paths``)."""
     package = _package(step.call) if step.call else "PACKAGE"
-    command = f"cyclone-flow worker --queue {step.queue} --allow-module {package}"
+    command = f"{own_command()} worker --queue {step.queue} --allow-module {package}"
     folder = snap.import_paths.get(package)
     return f"{command} --import-path {shlex.quote(folder)}" if folder else command
 

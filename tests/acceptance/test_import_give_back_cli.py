@@ -142,6 +142,14 @@ def test_a_call_outside_allow_module_is_given_back_not_failed(
     assert "is not allowed on this worker" in reason, reason
     state = db.execute("SELECT state FROM cyclone_runs WHERE id = %s", (run_id,)).fetchone()
     assert state == ("running",)
+    # that worker stopped: the waiting line says how to start one that may run it
+    text = cli("status", run_id, cwd=tmp_path, env=clean_env(PATH="/usr/bin:/bin"))
+    line = next(x for x in text.stdout.splitlines() if x.startswith("waiting: a: "))
+    assert "no live worker may run shopgb.handlers:charge" in line, line
+    assert line.endswith(
+        "; no live worker serves queue 'default' (start one: "
+        f"{CLI} worker --queue default --allow-module shopgb --import-path src)"
+    ), line
 
 
 def test_after_import_wait_the_step_is_discarded_with_import_error(
