@@ -895,6 +895,19 @@ def step_count_active(s: SessionLike, *, queues: Sequence[str]) -> int:
     return int(row[0]) if row else 0
 
 
+def step_count_active_other_calls(
+    s: SessionLike, *, queues: Sequence[str], skip_calls: Sequence[str]
+) -> int:
+    """:func:`step_count_active` without the available steps whose call is in
+    ``skip_calls`` (the calls a worker gives back: it cannot import them)."""
+    row = execute(
+        s,
+        "step_count_active_other_calls",
+        {"queues": list(queues), "skip_calls": list(skip_calls)},
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def step_count_by_queue(s: SessionLike) -> list[QueueStats]:
     """Per queue with available or running steps: depth, delayed, running, oldest age."""
     return execute_rows(s, "step_count_by_queue", None, _QUEUE_STATS).fetchall()

@@ -266,3 +266,34 @@ def test_a_worker_gives_back_a_handler_module_that_exits_at_import(
     assert (attempt, reclaims, kind, errors) == (1, 0, None, []), reason
     assert "cannot import module 'shopgb.sx': SystemExit: 0" in reason, reason
     assert "could not record the result" not in worker.log(), worker.log()
+
+
+def test_exit_when_idle_exits_leaving_the_steps_it_cannot_import(
+    cli: Runner, db: Any, database_url: str, schema: str, tmp_path: Path
+) -> None:
+    """``worker --exit-when-idle`` runs what it can, then exits 0 although a step of a call
+    it cannot import is still available (it used to give it back every 1-8 s until the
+    node's import_wait), saying which call it left and why."""
+    _, flow = _project(tmp_path)  # shopgb is on no --import-path of this worker
+    stuck = _submit(cli, flow)
+    other = tmp_path / "work" / "other.yaml"
+    other.write_text("name: other\nnodes:\n  b: {call: 'cyclone_test_handlers.queueing:noop'}\n")
+    done = _submit(cli, other)
+    worker = WorkerProcess(
+        database_url,
+        schema,
+        tmp_path / "w.log",
+        allow=["shopgb", "cyclone_test_handlers"],
+        extra_args=["--poll-interval", "20ms,200ms", "--exit-when-idle", "--client-id", "w1"],
+    )
+    try:
+        code = worker.proc.wait(timeout=60)
+    finally:
+        worker.terminate()
+    log = worker.log()
+    assert code == 0, log
+    assert _step(db, done)[0] == "completed", log
+    state, attempt, _, kind, errors, reason, _ = _step(db, stuck)
+    assert (state, attempt, kind, errors) == ("available", 1, None, []), reason
+    assert "idle: leaving the steps of shopgb.handlers:charge to other workers: " in log, log
+    assert "no live worker can import shopgb.handlers:charge: worker w1" in log, log

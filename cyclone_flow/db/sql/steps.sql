@@ -529,6 +529,14 @@ RETURNING queue
 SELECT count(*) FROM {schema}.cyclone_steps
 WHERE state IN ('available', 'running') AND queue = ANY(%(queues)s::text[])
 
+-- name: step_count_active_other_calls
+-- step_count_active without the available steps whose call is in %(skip_calls)s: the calls
+-- this worker gives back because it cannot import them (issue 30.2), which it will never
+-- run; zero means it has nothing left that it can do (worker --exit-when-idle).
+SELECT count(*) FROM {schema}.cyclone_steps
+WHERE state IN ('available', 'running') AND queue = ANY(%(queues)s::text[])
+  AND NOT (state = 'available' AND coalesce(call, '') = ANY(%(skip_calls)s::text[]))
+
 -- name: step_count_by_queue
 -- Observability (worker --metrics-port, the dashboard): per queue, the steps claimable now
 -- (the depth), those available later (backoff), those running, and the age in seconds of
