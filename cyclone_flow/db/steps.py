@@ -884,6 +884,20 @@ def step_list_items_page(
     return execute_rows(s, "step_list_items_page", params, _STEP).fetchall()
 
 
+def step_list_given_back_calls(
+    s: SessionLike, *, queues: Sequence[str], calls: Sequence[str], recent_s: float
+) -> dict[tuple[str, str], tuple[str, datetime]]:
+    """``(queue, call)`` -> ``(reason, scheduled_at)`` of the latest available step of
+    that call and queue given back in the last ``recent_s`` seconds (its
+    ``import_wait_reason``); pairs with none are left out."""
+    rows = execute(
+        s,
+        "step_list_given_back_calls",
+        {"queues": list(queues), "calls": list(calls), "recent_s": recent_s},
+    ).fetchall()
+    return {(queue, call): (reason, at) for queue, call, reason, at in rows}
+
+
 def step_list_discarded(s: SessionLike, *, run_id: str) -> list[str]:
     """The discarded nodes of a run."""
     return _firsts(execute(s, "step_list_discarded", {"run_id": run_id}))

@@ -31,7 +31,15 @@ from cyclone_flow.durations import format_duration
 from cyclone_flow.handlers import own_command, worker_import_path
 from cyclone_flow.states import RunState, StepState
 
-__all__ = ["Snapshot", "WaitReason", "Waiting", "explain", "rate_next_token", "read_snapshot"]
+__all__ = [
+    "GIVEN_BACK_RECENT_S",
+    "Snapshot",
+    "WaitReason",
+    "Waiting",
+    "explain",
+    "rate_next_token",
+    "read_snapshot",
+]
 
 
 class WaitReason(StrEnum):
@@ -153,6 +161,10 @@ class Snapshot:
     holder_run_id: str | None = None
     slots: Mapping[str, int] = field(default_factory=dict)
     windows: Mapping[str, RateWindow] = field(default_factory=dict)
+    given_back: Mapping[tuple[str, str], tuple[str, datetime]] = field(default_factory=dict)
+    """``(queue, call)`` -> ``(reason, scheduled_at)`` of a step of that call and queue (of
+    any run) given back lately by a worker that cannot import it
+    (:data:`GIVEN_BACK_RECENT_S`): why a never-claimed step of the same call waits."""
     import_paths: Mapping[str, str | None] = field(default_factory=dict)
     """Top-level handler package -> the ``--import-path`` a worker started in this
     process's folder needs for it (None: none), for the worker hint of a step no live
@@ -165,6 +177,11 @@ class Snapshot:
     def served(self, queue: str) -> bool:
         """Whether a live worker claims steps of ``queue`` for this run."""
         return any(w.serves(queue, self.run.id) for w in self.workers)
+
+
+GIVEN_BACK_RECENT_S = 60.0
+"""Seconds a give-back of one step of a call explains why its other never-claimed steps
+wait: twice a worker's longest skip window (30 s), after which it tries that call again."""
 
 
 def read_snapshot(
@@ -191,6 +208,25 @@ def read_snapshot(
             for r in available
             if r.call and not any(w.serves(r.queue, run.id) for w in live)
         }
+        # claimable steps never given back in a served queue: a live worker may be
+        # skipping their call (it gave back another step of it lately)
+        maybe_skipped = [
+            r
+            for r in available
+            if r.call
+            and r.import_wait_reason is None
+            and any(w.serves(r.queue, run.id) for w in live)
+        ]
+        given_back = (
+            steps.step_list_given_back_calls(
+                s,
+                queues=sorted({r.queue for r in maybe_skipped}),
+                calls=sorted({r.call for r in maybe_skipped if r.call}),
+                recent_s=GIVEN_BACK_RECENT_S,
+            )
+            if maybe_skipped
+            else {}
+        )
         return Snapshot(
             run=run,
             steps=rows,
@@ -211,6 +247,7 @@ def read_snapshot(
                 else {}
             ),
             import_paths={p: worker_import_path(p, os.getcwd()) for p in sorted(unserved)},
+            given_back=given_back,
         )
 
 
@@ -311,6 +348,19 @@ def _explain_step(snap: Snapshot, step: Step) -> Waiting:
     limited = _explain_limits(snap, step)
     if limited is not None:
         return limited
+    sibling = snap.given_back.get((queue, step.call or ""))
+    if sibling is not None:  # the live workers skip its call: one gave another step back
+        given, at = sibling
+        return Waiting(
+            step.node,
+            WaitReason.CANNOT_IMPORT,
+            f"{given} (another step of {step.call} was given back, claimable again at "
+            f"{_when(at)}); claimable since {_when(step.scheduled_at)}, waits for a worker "
+            "that can import it",
+            queue,
+            claimable_at=step.scheduled_at,
+            served=True,
+        )
     return Waiting(
         step.node,
         WaitReason.QUEUED,
