@@ -932,6 +932,19 @@ class Client:
         with self._db.session() as s:
             return steps.step_count_active(s, queues=queues)
 
+    def count_active_other_calls(self, queues: Sequence[str]) -> tuple[int, dict[str, str]]:
+        """:meth:`count_active` without the available steps of the calls this client's
+        worker gives back (it cannot import them, or may not run them: docs/failures.md):
+        ``(count, {call: the reason of its last give-back})``. ``(0, ...)``: nothing is
+        left that this worker can run (``worker --exit-when-idle``)."""
+        worker = self._worker
+        failed = worker.executor.backoff.failed() if worker is not None else {}
+        with self._db.session() as s:
+            if not failed:
+                return steps.step_count_active(s, queues=queues), failed
+            count = steps.step_count_active_other_calls(s, queues=queues, skip_calls=sorted(failed))
+        return count, failed
+
     def queue_stats(self) -> list[QueueStats]:
         """Per queue with available or running steps (any worker of this schema): steps
         ``available`` now (the depth), ``scheduled`` later (e.g. retries in backoff),

@@ -34,10 +34,14 @@ import importlib
 import importlib.util
 import inspect
 import os
+import shlex
+import shutil
+import sys
 import threading
 import types
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from cyclone_flow.errors import HandlerImportError as HandlerImportError
@@ -419,6 +423,25 @@ def worker_import_path(package: str, cwd: str) -> str | None:
     return None
 
 
+def own_command() -> str:
+    """How to run this very ``cyclone-flow`` from a shell: ``cyclone-flow`` when that name
+    on PATH is this script (or none is found), else the script's path, quoted for a shell
+    (a virtual environment that is not activated). For the commands ``init`` and the
+    waiting steps' worker hint (``status``, the dashboard) print."""
+    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    candidates = [script] if script is not None and script.name == "cyclone-flow" else []
+    candidates.append(Path(sys.executable).parent / "cyclone-flow")
+    found = shutil.which("cyclone-flow")
+    for candidate in candidates:
+        if not candidate.is_file():
+            continue
+        mine = candidate.resolve()
+        if found is not None and Path(found).resolve() == mine:
+            return "cyclone-flow"
+        return shlex.quote(str(candidate.absolute()))
+    return "cyclone-flow"
+
+
 def _holds(folder: str, package: str) -> bool:
     """Whether ``folder`` holds package ``package`` (with an ``__init__.py``) or module
     file ``package.py``."""
@@ -474,7 +497,9 @@ class HandlerResolver:
             )
         try:
             module = importlib.import_module(module_name)
-        except Exception as exc:  # any failure of the import is the step's error
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # any failure of the import, SystemExit too
             raise HandlerImportError(
                 f"cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
                 + import_path_hint(module_name, exc)

@@ -10,13 +10,13 @@ import contextlib
 import json
 import os
 import shlex
-import shutil
 import sys
 from pathlib import Path
 
 import click
 
 from cyclone_flow.cli.common import handle_errors
+from cyclone_flow.handlers import own_command
 from cyclone_flow.resources import schemas_dir
 
 __all__ = ["HOOK", "init_cmd", "project_files"]
@@ -157,24 +157,6 @@ def _gitignore(root: Path) -> str | None:
     if any(line.strip().strip("/") == ".cyclone" for line in text.splitlines()):
         return None
     return text + ("" if not text or text.endswith("\n") else "\n") + GITIGNORE_LINE + "\n"
-
-
-def own_command() -> str:
-    """How to run this very ``cyclone-flow`` from a shell: ``cyclone-flow`` when that name
-    on PATH is this script (or none is found), else the script's path, quoted for a shell
-    (a virtual environment that is not activated)."""
-    script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
-    candidates = [script] if script is not None and script.name == "cyclone-flow" else []
-    candidates.append(Path(sys.executable).parent / "cyclone-flow")
-    found = shutil.which("cyclone-flow")
-    for candidate in candidates:
-        if not candidate.is_file():
-            continue
-        mine = candidate.resolve()
-        if found is not None and Path(found).resolve() == mine:
-            return "cyclone-flow"
-        return shlex.quote(str(candidate.absolute()))
-    return "cyclone-flow"
 
 
 def _write_all(root: Path, files: dict[str, str]) -> None:

@@ -66,6 +66,15 @@ def _allow_list(allow_module: tuple[str, ...]) -> AllowList:
     return AllowList(prefixes=prefixes)
 
 
+def _check_import_paths(paths: tuple[str, ...]) -> None:
+    """Refuse (a usage error, exit 2) an ``--import-path`` that is not a folder: a typo
+    would leave every handler unimportable (and ``--reload`` could not watch it)."""
+    for path in paths:
+        if not os.path.isdir(path):
+            what = "is not a folder" if os.path.exists(path) else "does not exist"
+            raise click.BadParameter(f"{path!r} {what}", param_hint="--import-path")
+
+
 _STOP_MARGIN_S = 15.0
 """Seconds a supervisor waits for a worker child past its --shutdown-timeout (the
 release of its leases and its row, each up to 5 s for a pool connection), then SIGKILL."""
@@ -126,7 +135,8 @@ release of its leases and its row, each up to 5 s for a pool connection), then S
 @click.option(
     "--exit-when-idle",
     is_flag=True,
-    help="Exit once no step of the served queues is available or running.",
+    help="Exit once no step of the served queues is available or running, but those "
+    "of calls this worker gave back (it cannot import them, or may not run them).",
 )
 @click.option(
     "--tx-slots",
@@ -210,6 +220,7 @@ def worker_cmd(
             "give at least one --allow-module PREFIX (or CYCLONE_ALLOW_MODULES): a worker "
             "imports handlers only from the modules it is allowed"
         )
+    _check_import_paths(import_path)
     worker_queues = _parse_queues(queues, workers)
     if metrics_port and metrics_port + processes - 1 > 65535:
         raise click.BadParameter(
@@ -279,7 +290,7 @@ def worker_cmd(
     idle_check = max(client.config.poll_interval[1], 0.2)
     try:
         while not stop.wait(idle_check):
-            if exit_when_idle and client.in_flight() == 0 and client.count_active(served) == 0:
+            if exit_when_idle and client.in_flight() == 0 and _idle(client, served):
                 break
             if supervisor is not None and os.getppid() != supervisor:
                 logging.getLogger("cyclone_flow").warning(
@@ -292,6 +303,19 @@ def worker_cmd(
         if metrics is not None:
             metrics[1].close()
     sys.exit(0)
+
+
+def _idle(client: Client, served: list[str]) -> bool:
+    """Whether nothing of the ``served`` queues is left that this worker can run: no step
+    available or running but the available ones of the calls it gives back (it cannot
+    import them, or may not run them); those are logged, once, when it exits."""
+    count, failed = client.count_active_other_calls(served)
+    if count:
+        return False
+    log = logging.getLogger("cyclone_flow")
+    for call, reason in sorted(failed.items()):
+        log.warning("idle: leaving the steps of %s to other workers: %s", call, reason)
+    return True
 
 
 def _not_migrated(exc: SchemaOutdatedError, database_url: str | None) -> SchemaOutdatedError:

@@ -884,6 +884,20 @@ def step_list_items_page(
     return execute_rows(s, "step_list_items_page", params, _STEP).fetchall()
 
 
+def step_list_given_back_calls(
+    s: SessionLike, *, queues: Sequence[str], calls: Sequence[str], recent_s: float
+) -> dict[tuple[str, str], tuple[str, datetime]]:
+    """``(queue, call)`` -> ``(reason, scheduled_at)`` of the latest available step of
+    that call and queue given back in the last ``recent_s`` seconds (its
+    ``import_wait_reason``); pairs with none are left out."""
+    rows = execute(
+        s,
+        "step_list_given_back_calls",
+        {"queues": list(queues), "calls": list(calls), "recent_s": recent_s},
+    ).fetchall()
+    return {(queue, call): (reason, at) for queue, call, reason, at in rows}
+
+
 def step_list_discarded(s: SessionLike, *, run_id: str) -> list[str]:
     """The discarded nodes of a run."""
     return _firsts(execute(s, "step_list_discarded", {"run_id": run_id}))
@@ -892,6 +906,19 @@ def step_list_discarded(s: SessionLike, *, run_id: str) -> list[str]:
 def step_count_active(s: SessionLike, *, queues: Sequence[str]) -> int:
     """Steps of ``queues`` that are available (at any time) or running."""
     row = execute(s, "step_count_active", {"queues": list(queues)}).fetchone()
+    return int(row[0]) if row else 0
+
+
+def step_count_active_other_calls(
+    s: SessionLike, *, queues: Sequence[str], skip_calls: Sequence[str]
+) -> int:
+    """:func:`step_count_active` without the available steps whose call is in
+    ``skip_calls`` (the calls a worker gives back: it cannot import them)."""
+    row = execute(
+        s,
+        "step_count_active_other_calls",
+        {"queues": list(queues), "skip_calls": list(skip_calls)},
+    ).fetchone()
     return int(row[0]) if row else 0
 
 

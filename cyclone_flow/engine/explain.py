@@ -28,10 +28,18 @@ from cyclone_flow.db import deps, misc, rate_windows, runs, steps, workers
 from cyclone_flow.db.conn import SessionLike
 from cyclone_flow.db.rows import RateWindow, Run, Step, WorkerRow
 from cyclone_flow.durations import format_duration
-from cyclone_flow.handlers import worker_import_path
+from cyclone_flow.handlers import own_command, worker_import_path
 from cyclone_flow.states import RunState, StepState
 
-__all__ = ["Snapshot", "WaitReason", "Waiting", "explain", "rate_next_token", "read_snapshot"]
+__all__ = [
+    "GIVEN_BACK_RECENT_S",
+    "Snapshot",
+    "WaitReason",
+    "Waiting",
+    "explain",
+    "rate_next_token",
+    "read_snapshot",
+]
 
 
 class WaitReason(StrEnum):
@@ -153,6 +161,10 @@ class Snapshot:
     holder_run_id: str | None = None
     slots: Mapping[str, int] = field(default_factory=dict)
     windows: Mapping[str, RateWindow] = field(default_factory=dict)
+    given_back: Mapping[tuple[str, str], tuple[str, datetime]] = field(default_factory=dict)
+    """``(queue, call)`` -> ``(reason, scheduled_at)`` of a step of that call and queue (of
+    any run) given back lately by a worker that cannot import it
+    (:data:`GIVEN_BACK_RECENT_S`): why a never-claimed step of the same call waits."""
     import_paths: Mapping[str, str | None] = field(default_factory=dict)
     """Top-level handler package -> the ``--import-path`` a worker started in this
     process's folder needs for it (None: none), for the worker hint of a step no live
@@ -165,6 +177,11 @@ class Snapshot:
     def served(self, queue: str) -> bool:
         """Whether a live worker claims steps of ``queue`` for this run."""
         return any(w.serves(queue, self.run.id) for w in self.workers)
+
+
+GIVEN_BACK_RECENT_S = 60.0
+"""Seconds a give-back of one step of a call explains why its other never-claimed steps
+wait: twice a worker's longest skip window (30 s), after which it tries that call again."""
 
 
 def read_snapshot(
@@ -191,6 +208,25 @@ def read_snapshot(
             for r in available
             if r.call and not any(w.serves(r.queue, run.id) for w in live)
         }
+        # claimable steps never given back in a served queue: a live worker may be
+        # skipping their call (it gave back another step of it lately)
+        maybe_skipped = [
+            r
+            for r in available
+            if r.call
+            and r.import_wait_reason is None
+            and any(w.serves(r.queue, run.id) for w in live)
+        ]
+        given_back = (
+            steps.step_list_given_back_calls(
+                s,
+                queues=sorted({r.queue for r in maybe_skipped}),
+                calls=sorted({r.call for r in maybe_skipped if r.call}),
+                recent_s=GIVEN_BACK_RECENT_S,
+            )
+            if maybe_skipped
+            else {}
+        )
         return Snapshot(
             run=run,
             steps=rows,
@@ -211,6 +247,7 @@ def read_snapshot(
                 else {}
             ),
             import_paths={p: worker_import_path(p, os.getcwd()) for p in sorted(unserved)},
+            given_back=given_back,
         )
 
 
@@ -244,8 +281,13 @@ def _seconds(s: float) -> str:
     return f"{s / 86400:.1f}d"
 
 
-def _no_worker_note(snap: Snapshot, queue: str) -> str:
-    return "" if snap.served(queue) else f"; no live worker serves queue {queue!r}"
+def _no_worker_note(snap: Snapshot, step: Step) -> str:
+    """``; no live worker serves queue 'q' (start one: ...)`` when none serves
+    ``step``'s queue, else ""."""
+    queue = step.queue
+    if snap.served(queue):
+        return ""
+    return f"; no live worker serves queue {queue!r} (start one: {_worker_command(snap, step)})"
 
 
 def _explain_step(snap: Snapshot, step: Step) -> Waiting:
@@ -271,7 +313,7 @@ def _explain_step(snap: Snapshot, step: Step) -> Waiting:
             WaitReason.CANNOT_IMPORT,
             f"{step.import_wait_reason}; given back{since}, waits for a worker that can "
             "import it (discarded with import_error once its import_wait has passed)"
-            + _no_worker_note(snap, queue),
+            + _no_worker_note(snap, step),
             queue,
             claimable_at=step.scheduled_at,
             since=step.import_wait_since,
@@ -288,7 +330,7 @@ def _explain_step(snap: Snapshot, step: Step) -> Waiting:
         return Waiting(
             step.node,
             reason,
-            f"{what}; claimable at {_in(snap, step.scheduled_at)}" + _no_worker_note(snap, queue),
+            f"{what}; claimable at {_in(snap, step.scheduled_at)}" + _no_worker_note(snap, step),
             queue,
             claimable_at=step.scheduled_at,
             served=served,
@@ -306,6 +348,19 @@ def _explain_step(snap: Snapshot, step: Step) -> Waiting:
     limited = _explain_limits(snap, step)
     if limited is not None:
         return limited
+    sibling = snap.given_back.get((queue, step.call or ""))
+    if sibling is not None:  # the live workers skip its call: one gave another step back
+        given, at = sibling
+        return Waiting(
+            step.node,
+            WaitReason.CANNOT_IMPORT,
+            f"{given} (another step of {step.call} was given back, claimable again at "
+            f"{_when(at)}); claimable since {_when(step.scheduled_at)}, waits for a worker "
+            "that can import it",
+            queue,
+            claimable_at=step.scheduled_at,
+            served=True,
+        )
     return Waiting(
         step.node,
         WaitReason.QUEUED,
@@ -437,12 +492,13 @@ def _package(call: str) -> str:
 
 def _worker_command(snap: Snapshot, step: Step) -> str:
     """The command that starts a worker for ``step``, pasted in the folder this process
-    runs in: its queue, the top-level package of its handler as the allow-list a worker
-    needs (``PACKAGE`` when it has none) and, when that folder does not hold the package
-    and it is not installed, ``--import-path`` the folder below that does
-    (``snap.import_paths``)."""
+    runs in: this script (by its path when ``cyclone-flow`` on PATH is another one or
+    none, :func:`~cyclone_flow.handlers.own_command`), its queue, the top-level package
+    of its handler as the allow-list a worker needs (``PACKAGE`` when it has none) and,
+    when that folder does not hold the package and it is not installed, ``--import-path``
+    the folder below that does (``snap.import_paths``)."""
     package = _package(step.call) if step.call else "PACKAGE"
-    command = f"cyclone-flow worker --queue {step.queue} --allow-module {package}"
+    command = f"{own_command()} worker --queue {step.queue} --allow-module {package}"
     folder = snap.import_paths.get(package)
     return f"{command} --import-path {shlex.quote(folder)}" if folder else command
 

@@ -92,6 +92,12 @@ class CallBackoff:
         with self._lock:
             self._calls.pop(call, None)
 
+    def failed(self) -> dict[str, str]:
+        """Every call that failed to import here and has not imported since (skipped now
+        or not) -> the reason of its last failure."""
+        with self._lock:
+            return {call: reason for call, (_, _, reason) in self._calls.items()}
+
     def calls(self) -> list[str]:
         """The calls skipped now (what the claim leaves to other workers), sorted."""
         now = self._now()

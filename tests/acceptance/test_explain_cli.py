@@ -6,13 +6,24 @@ and ``--json`` a ``waiting`` object with the reason code and an ISO 8601
 
 from __future__ import annotations
 
-import shlex
+import os
 import subprocess
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from helpers.cli import Runner, clean_env, json_output, no_traceback
 from helpers.paths import CLI, FLOWS, REPO
+
+
+def _on_path() -> dict[str, str]:
+    """An activated virtual environment: this ``cyclone-flow`` first on PATH."""
+    return clean_env(PATH=os.pathsep.join([str(CLI.parent), os.environ.get("PATH", "")]))
+
+
+def _without_venv(**extra: str) -> dict[str, str]:
+    """No activated virtual environment: no ``cyclone-flow`` on PATH."""
+    return clean_env(PATH="/usr/bin:/bin", **extra)
+
 
 FLOW = """name: later
 nodes:
@@ -33,7 +44,7 @@ def test_status_explains_a_delayed_step_and_its_dependent(cli: Runner, tmp_path:
     lines = [line for line in text.stdout.splitlines() if line.startswith("waiting: ")]
     assert len(lines) == 2, text.stdout
     assert lines[0].startswith("waiting: first: delayed run: not before its start; claimable at ")
-    assert lines[0].endswith("no live worker serves queue 'default'")
+    assert "no live worker serves queue 'default' (start one: " in lines[0], lines[0]
     assert lines[1] == "waiting: then: waits for first (available)"
     data = json_output(cli("status", run_id, "--json").stdout)
     first, then = data["steps"]
@@ -50,6 +61,12 @@ def test_status_explains_a_delayed_step_and_its_dependent(cli: Runner, tmp_path:
     }
 
 
+def _hint(status: subprocess.CompletedProcess[str]) -> str:
+    no_traceback(status)
+    line = next(x for x in status.stdout.splitlines() if "start one: " in x)
+    return line.split("start one: ", 1)[1].removesuffix(")")
+
+
 def test_the_worker_hint_runs_the_waiting_run_as_printed(
     cli: Runner, database_url: str, schema: str
 ) -> None:
@@ -58,19 +75,21 @@ def test_the_worker_hint_runs_the_waiting_run_as_printed(
     submitted = cli("submit", FLOWS / "hello.yaml", "--input", '{"name": "Ada"}', cwd=REPO)
     assert submitted.returncode == 0, submitted.stderr
     run_id = submitted.stdout.strip()
-    status = cli("status", run_id, cwd=REPO)
-    no_traceback(status)
-    line = next(x for x in status.stdout.splitlines() if "start one: " in x)
-    hint = line.split("start one: ", 1)[1].removesuffix(")")
+    # an activated virtual environment: this cyclone-flow first on PATH, named as such
+    hint = _hint(cli("status", run_id, cwd=REPO, env=_on_path()))
     assert hint == (
         "cyclone-flow worker --queue default --allow-module cyclone_examples --import-path examples"
-    ), line
-    words = shlex.split(hint)
-    assert words[0] == "cyclone-flow"
+    ), hint
+    # none activated (the README's install): the script by its path, as a shell runs it
+    hint = _hint(cli("status", run_id, cwd=REPO, env=_without_venv()))
+    assert hint == (
+        f"{CLI} worker --queue default --allow-module cyclone_examples --import-path examples"
+    ), hint
     worker = subprocess.run(
-        [str(CLI), *words[1:], "--exit-when-idle", "--poll-interval", "20ms,200ms"],
+        f"{hint} --exit-when-idle --poll-interval 20ms,200ms",
+        shell=True,
         cwd=REPO,
-        env=clean_env(CYCLONE_DATABASE_URL=database_url, CYCLONE_SCHEMA=schema),
+        env=_without_venv(CYCLONE_DATABASE_URL=database_url, CYCLONE_SCHEMA=schema),
         capture_output=True,
         text=True,
         timeout=120,

@@ -142,6 +142,14 @@ def test_a_call_outside_allow_module_is_given_back_not_failed(
     assert "is not allowed on this worker" in reason, reason
     state = db.execute("SELECT state FROM cyclone_runs WHERE id = %s", (run_id,)).fetchone()
     assert state == ("running",)
+    # that worker stopped: the waiting line says how to start one that may run it
+    text = cli("status", run_id, cwd=tmp_path, env=clean_env(PATH="/usr/bin:/bin"))
+    line = next(x for x in text.stdout.splitlines() if x.startswith("waiting: a: "))
+    assert "no live worker may run shopgb.handlers:charge" in line, line
+    assert line.endswith(
+        "; no live worker serves queue 'default' (start one: "
+        f"{CLI} worker --queue default --allow-module shopgb --import-path src)"
+    ), line
 
 
 def test_after_import_wait_the_step_is_discarded_with_import_error(
@@ -214,3 +222,78 @@ def test_reload_with_a_syntax_error_fails_no_run_and_claims_once_fixed(
         worker.terminate()
     state, attempt, reclaims, _, errors, _, _ = _step(db, run_id)
     assert (state, attempt, reclaims, errors) == ("completed", 1, 0, [])
+
+
+def _exiting_project(tmp_path: Path) -> tuple[Path, Path]:
+    """``shopgb/sx.py`` calls ``sys.exit(0)`` at import (a script turned into a module):
+    ``(src, flow file)``."""
+    src, _ = _project(tmp_path)
+    (src / "shopgb" / "sx.py").write_text(
+        "import sys\nsys.exit(0)\ndef fn(ctx, input):\n    return 1\n"
+    )
+    flow = tmp_path / "work" / "sx.yaml"
+    flow.write_text("name: sx\nnodes:\n  a: {call: 'shopgb.sx:fn'}\n")
+    return src, flow
+
+
+def test_run_fails_a_handler_module_that_exits_at_import_at_once(
+    cli: Runner, db: Any, tmp_path: Path
+) -> None:
+    """SystemExit while importing is an import failure: ``run`` fails the step with
+    import_error, it does not leave the step to its lease for ever."""
+    src, flow = _exiting_project(tmp_path)
+    ran = cli("run", flow, "--import-path", src, "--lease-ttl", "1s", timeout=60)
+    no_traceback(ran)
+    assert ran.returncode == 1, (ran.stdout, ran.stderr)
+    assert "cannot import module 'shopgb.sx': SystemExit: 0" in ran.stderr, ran.stderr
+    assert "could not record the result" not in ran.stderr, ran.stderr
+    row = db.execute("SELECT state, attempt, error_kind FROM cyclone_steps").fetchone()
+    assert tuple(row) == ("discarded", 1, "import_error")
+
+
+def test_a_worker_gives_back_a_handler_module_that_exits_at_import(
+    cli: Runner, db: Any, database_url: str, schema: str, tmp_path: Path
+) -> None:
+    src, flow = _exiting_project(tmp_path)
+    run_id = _submit(cli, flow)
+    worker = _worker(
+        database_url, schema, tmp_path / "w.log", "--import-path", str(src), "--client-id", "w1"
+    )
+    try:
+        _, attempt, reclaims, kind, errors, reason, _ = _given_back(db, run_id)
+    finally:
+        worker.terminate()
+    assert (attempt, reclaims, kind, errors) == (1, 0, None, []), reason
+    assert "cannot import module 'shopgb.sx': SystemExit: 0" in reason, reason
+    assert "could not record the result" not in worker.log(), worker.log()
+
+
+def test_exit_when_idle_exits_leaving_the_steps_it_cannot_import(
+    cli: Runner, db: Any, database_url: str, schema: str, tmp_path: Path
+) -> None:
+    """``worker --exit-when-idle`` runs what it can, then exits 0 although a step of a call
+    it cannot import is still available (it used to give it back every 1-8 s until the
+    node's import_wait), saying which call it left and why."""
+    _, flow = _project(tmp_path)  # shopgb is on no --import-path of this worker
+    stuck = _submit(cli, flow)
+    other = tmp_path / "work" / "other.yaml"
+    other.write_text("name: other\nnodes:\n  b: {call: 'cyclone_test_handlers.queueing:noop'}\n")
+    done = _submit(cli, other)
+    worker = WorkerProcess(
+        database_url,
+        schema,
+        tmp_path / "w.log",
+        allow=["shopgb", "cyclone_test_handlers"],
+        extra_args=["--poll-interval", "20ms,200ms", "--exit-when-idle", "--client-id", "w1"],
+    )
+    try:
+        code = worker.proc.wait(timeout=60)
+    finally:
+        worker.terminate()
+    log = worker.log()
+    assert code == 0, log
+    assert _step(db, done)[0] == "completed", log
+    state, attempt, _, kind, errors, reason, _ = _step(db, stuck)
+    assert (state, attempt, kind, errors) == ("available", 1, None, []), reason
+    assert "idle: leaving the steps of shopgb.handlers:charge to other workers: " in log, log
+    assert "no live worker can import shopgb.handlers:charge: worker w1" in log, log

@@ -66,6 +66,9 @@ def test_run_and_worker_hint_at_import_path(cli: Runner, tmp_path: Path) -> None
     )
     assert worker.returncode == 0, worker.stderr
     assert HINT in worker.stderr, worker.stderr  # the worker's log line of the failure
+    # it gave the step back and exited when only that was left (issue 30.2): the
+    # waiting reason carries the hint
     status = json.loads(cli("status", run_id, "--json").stdout)
     (step,) = status["steps"]
-    assert step["error_kind"] == "import_error" and HINT in step["error"], step
+    assert step["state"] == "available", step
+    assert step["waiting"]["reason"] == "cannot_import" and HINT in step["waiting"]["text"], step

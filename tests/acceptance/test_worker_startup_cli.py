@@ -91,3 +91,32 @@ def test_only_the_supervisor_says_which_database_is_used(database_url: str, sche
     assert proc.returncode == 0, proc.stderr
     assert "processes: every worker process exited" in proc.stderr, proc.stderr
     assert proc.stderr.count("cyclone-flow: using database") == 1, proc.stderr
+
+
+@pytest.mark.parametrize("reload", [False, True])
+def test_a_missing_import_path_exits_2_naming_it(
+    database_url: str, schema: str, tmp_path: Any, reload: bool
+) -> None:
+    """A typo in --import-path is a usage error, with and without --reload (whose file
+    watcher used to die with a traceback: "No path was found")."""
+    missing = str(tmp_path / "nonexistent")
+    args = ["--reload"] if reload else []
+    proc = run_cli(
+        "worker",
+        *args,
+        "--allow-module",
+        "nosuchpkg",
+        "--import-path",
+        missing,
+        "--exit-when-idle",
+        "--database-url",
+        database_url,
+        "--schema",
+        schema,
+        timeout=60,
+    )
+    no_traceback(proc)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert _errors(proc.stderr) == [
+        f"error: invalid value for --import-path: {missing!r} does not exist"
+    ], proc.stderr

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers.procs import wait_until
@@ -198,3 +199,27 @@ def test_unfinished_steps_of_an_ended_run_and_a_release_in_progress(
     assert starting["c"].reason is WaitReason.STARTING
     ended = dataclasses.replace(snap, run=dataclasses.replace(snap.run, state=RunState.FAILED))
     assert {w.reason for w in explain(ended).values()} == {WaitReason.RUN_ENDED}
+
+
+def test_a_never_claimed_step_of_a_call_given_back_elsewhere_cannot_import(
+    make_client: Callable[..., Client], db: Any
+) -> None:
+    """The live worker skips a call it gave back (it cannot import it): a step of that
+    call it never claimed waits for the same reason, not for "a free worker"."""
+    client = make_client()
+    first, second = client.submit(ONE), client.submit(ONE)
+    _fake_worker(client, "parked")
+    reason = f"no live worker can import {NOOP}: worker fake-worker: cannot import module"
+    given_back = (
+        "UPDATE cyclone_steps SET import_wait_reason = %s, import_wait_since = now(),"
+        " scheduled_at = now() + %s * interval '1 second' WHERE run_id = %s"
+    )
+    db.execute(given_back, (reason, 1, first))  # as step_give_back_if_leased leaves it
+    why = client.explain(second)["s"]
+    assert why.reason is WaitReason.CANNOT_IMPORT, why
+    assert why.text.startswith(f"{reason} (another step of {NOOP} was given back"), why.text
+    assert why.served is True and why.since is None
+    assert client.explain(first)["s"].reason is WaitReason.CANNOT_IMPORT  # its own reason
+    # a give-back long ago (no live worker tries that call any more) explains nothing
+    db.execute(given_back, (reason, -120, first))
+    assert client.explain(second)["s"].reason is WaitReason.QUEUED

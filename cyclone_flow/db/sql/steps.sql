@@ -529,6 +529,14 @@ RETURNING queue
 SELECT count(*) FROM {schema}.cyclone_steps
 WHERE state IN ('available', 'running') AND queue = ANY(%(queues)s::text[])
 
+-- name: step_count_active_other_calls
+-- step_count_active without the available steps whose call is in %(skip_calls)s: the calls
+-- this worker gives back because it cannot import them (issue 30.2), which it will never
+-- run; zero means it has nothing left that it can do (worker --exit-when-idle).
+SELECT count(*) FROM {schema}.cyclone_steps
+WHERE state IN ('available', 'running') AND queue = ANY(%(queues)s::text[])
+  AND NOT (state = 'available' AND coalesce(call, '') = ANY(%(skip_calls)s::text[]))
+
 -- name: step_count_by_queue
 -- Observability (worker --metrics-port, the dashboard): per queue, the steps claimable now
 -- (the depth), those available later (backoff), those running, and the age in seconds of
@@ -1101,6 +1109,20 @@ FROM {schema}.cyclone_steps
 WHERE run_id = %(run_id)s AND parent_node = %(node)s AND item_index >= %(start)s
 ORDER BY item_index
 LIMIT %(limit)s
+
+-- name: step_list_given_back_calls
+-- Per (queue, call) of %(queues)s x %(calls)s, the latest available step given back by a
+-- worker that cannot import it (issue 30.2) within the last %(recent_s)s seconds (a give-back
+-- sets scheduled_at to its instant + 1 s; a worker that keeps failing tries again at least
+-- every 30 s): its reason and that scheduled_at. Why a never-claimed step of the same call
+-- waits (engine/explain.py). Reads the available rows of those queues
+-- (cyclone_steps_claim_idx); status only, never the claim path.
+SELECT DISTINCT ON (queue, call) queue, call, import_wait_reason, scheduled_at
+FROM {schema}.cyclone_steps
+WHERE state = 'available' AND queue = ANY(%(queues)s::text[]) AND call = ANY(%(calls)s::text[])
+  AND import_wait_reason IS NOT NULL
+  AND scheduled_at > now() - %(recent_s)s::float8 * interval '1 second'
+ORDER BY queue, call, scheduled_at DESC
 
 -- name: step_list_discarded
 -- The discarded nodes of a run.
