@@ -11,3 +11,10 @@
 
 ALTER TABLE cyclone_steps ADD COLUMN IF NOT EXISTS import_wait_since timestamptz;
 ALTER TABLE cyclone_steps ADD COLUMN IF NOT EXISTS import_wait_reason text;
+
+-- Why a never-claimed step of a call that was given back elsewhere waits
+-- (step_list_given_back_calls, status only): a partial index of the given-back steps
+-- alone (few rows; empty while every worker can import its calls), so that read never
+-- walks a queue's backlog.
+CREATE INDEX IF NOT EXISTS cyclone_steps_given_back_idx
+    ON cyclone_steps (call, queue, scheduled_at) WHERE import_wait_reason IS NOT NULL;
