@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cyclone_flow.config import ClientConfig
+from cyclone_flow.db import misc
 from cyclone_flow.db.conn import Conn, Database, Session, retry_conflicts
 from cyclone_flow.db.errors import (
     BRIEF_POOL_WAIT_S,
@@ -32,7 +33,6 @@ from cyclone_flow.db.errors import (
     prepared_statement_lost,
     wait_bound_passed,
 )
-from cyclone_flow.db import misc
 from cyclone_flow.db.rows import ClaimedStep, LimitedClaim
 from cyclone_flow.engine import claim
 from cyclone_flow.events import StepEvent
@@ -278,9 +278,7 @@ class Worker:
             thread.join(timeout=max(0.0, min(limit, give_up - time.monotonic())))
         if reachable:  # after the heartbeat thread: no beat writes the row again
             reachable = self._bounded(
-                functools.partial(
-                    self.heartbeat.unregister, wait=bound, statement_timeout_s=bound
-                ),
+                functools.partial(self.heartbeat.unregister, wait=bound, statement_timeout_s=bound),
                 bound,
                 "the delete of the heartbeat row",
             )
