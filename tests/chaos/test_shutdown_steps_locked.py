@@ -55,11 +55,15 @@ def test_sigterm_while_the_steps_table_is_locked_tells_the_handler_and_exits(
         with psycopg.connect(database_url) as locker:  # its transaction holds the lock
             locker.execute(f'LOCK TABLE "{schema}".cyclone_steps IN EXCLUSIVE MODE')
             worker.proc.send_signal(signal.SIGTERM)
-            signalled = time.monotonic()
+            signalled, signalled_at = time.monotonic(), time.time()
             wait_until(lambda: "shutting down" in worker.log(), timeout=10, what="the SIGTERM")
             code = worker.proc.wait(timeout=SHUTDOWN_TIMEOUT_S + 10)
             took = time.monotonic() - signalled
             assert told.exists(), worker.log()  # the handler saw ctx.cancelled()
+            # told by the shutdown timeout plus the write bound (2 s) and the group commit's
+            # 1 s, not when the lock goes away
+            told_after = told.stat().st_mtime - signalled_at
+            assert told_after < SHUTDOWN_TIMEOUT_S + 4, (told_after, worker.log())
             assert code == 0, worker.log()
             assert took < SHUTDOWN_TIMEOUT_S + 10, (took, worker.log())
             # not released (the lock): left to its lease, as after a crash
