@@ -74,6 +74,14 @@ def prepared_statement_lost(exc: BaseException) -> bool:
     )
 
 
+def wait_bound_passed(exc: BaseException) -> bool:
+    """Whether ``exc`` says a statement gave up at a bound set on it: ``lock_timeout``
+    (55P03, :class:`psycopg.errors.LockNotAvailable`) or ``statement_timeout`` / a cancel
+    of the backend (57014, :class:`psycopg.errors.QueryCanceled`), as the statements of a
+    worker's shutdown do when another session holds a lock they need. Not a bug."""
+    return isinstance(exc, psycopg.errors.LockNotAvailable | psycopg.errors.QueryCanceled)
+
+
 def warn_prepared_statements(log: logging.Logger, exc: BaseException) -> None:
     """Log :data:`PREPARE_HINT` (naming the fix) for ``exc``, once per process."""
     if _prepare_warned.is_set():

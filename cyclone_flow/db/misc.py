@@ -86,6 +86,14 @@ def session_set_read_snapshot(s: SessionLike) -> None:
     execute(s, "session_set_read_snapshot")
 
 
+def session_bound_waits(s: SessionLike, *, seconds: float) -> None:
+    """Bound every later statement of the transaction on ``s`` (begun: ``SET LOCAL``) to
+    ``seconds`` of lock wait and of run time (``lock_timeout`` and ``statement_timeout``;
+    at least 1 ms): past it the statement raises ``LockNotAvailable`` or ``QueryCanceled``
+    (a worker's shutdown, docs/deployment.md: Graceful shutdown)."""
+    execute(s, "session_bound_waits", {"ms": str(max(1, round(seconds * 1000)))})
+
+
 def session_set_read_committed(s: SessionLike) -> None:
     """Make the session's default isolation READ COMMITTED (``SET SESSION
     CHARACTERISTICS``; run in autocommit). :func:`cyclone_flow.db.conn.pin_read_committed`

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
 
-from cyclone_flow.db import workers
+from cyclone_flow.db import misc, workers
 from cyclone_flow.db.conn import Database, retry_conflicts
-from cyclone_flow.db.errors import database_lost
+from cyclone_flow.db.errors import database_lost, wait_bound_passed
 from cyclone_flow.engine import claim
 from cyclone_flow.events import Reporter
 
@@ -167,17 +167,31 @@ class Heartbeat:
             return False
         return True
 
-    def unregister(self, *, wait: float | None = None) -> bool:
+    def unregister(
+        self, *, wait: float | None = None, statement_timeout_s: float | None = None
+    ) -> bool:
         """Delete this client's ``cyclone_workers`` row (clean shutdown); a failure is
         logged (the worker reaper deletes the row later). ``wait``: seconds to wait for a
-        pool connection (None: the pool's timeout). Returns False when the database was
-        out of reach (:func:`~cyclone_flow.db.errors.database_lost`), else True."""
+        pool connection (None: the pool's timeout); ``statement_timeout_s``: seconds the
+        delete may wait for a lock or run (None: no bound). Returns False when the
+        database was out of reach (:func:`~cyclone_flow.db.errors.database_lost`), else
+        True."""
         if self.identity is None:
             return True
         try:
             with self.db.session(wait=wait) as s:
+                if statement_timeout_s is not None:
+                    misc.session_bound_waits(s, seconds=statement_timeout_s)
                 workers.worker_delete(s, client_id=self.owner)
         except Exception as exc:
+            if statement_timeout_s is not None and wait_bound_passed(exc):
+                self.log.warning(
+                    "could not delete the heartbeat row of worker %s within %.1fs; the "
+                    "worker reaper deletes it",
+                    self.owner,
+                    statement_timeout_s,
+                )
+                return True
             self.reporter.trouble(
                 "heartbeat", exc, "could not delete the heartbeat row of worker %s", self.owner
             )

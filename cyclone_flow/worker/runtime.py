@@ -25,8 +25,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cyclone_flow.config import ClientConfig
+from cyclone_flow.db import misc
 from cyclone_flow.db.conn import Conn, Database, Session, retry_conflicts
-from cyclone_flow.db.errors import BRIEF_POOL_WAIT_S, database_lost, prepared_statement_lost
+from cyclone_flow.db.errors import (
+    BRIEF_POOL_WAIT_S,
+    database_lost,
+    prepared_statement_lost,
+    wait_bound_passed,
+)
 from cyclone_flow.db.rows import ClaimedStep, LimitedClaim
 from cyclone_flow.engine import claim
 from cyclone_flow.events import StepEvent
@@ -48,6 +54,14 @@ from cyclone_flow.worker.heartbeat import Heartbeat, HeldLease, WorkerIdentity
 _RATE_RETRY_FLOOR_S = 0.005
 """The shortest wait before claiming again for a rate token (a token due now, or already
 back: the claim loop never spins on the database clock's edge)."""
+
+
+def shutdown_write_bound(timeout: float) -> float:
+    """Seconds each statement of a worker's shutdown may wait for a lock or run (and wait
+    for a pool connection), for a shutdown timeout of ``timeout`` seconds: the timeout,
+    within [0.5, 2] s. Past it the write is left undone (docs/deployment.md: Graceful
+    shutdown)."""
+    return min(max(timeout, 0.5), 2.0)
 
 
 class _Stopped(Exception):
@@ -123,6 +137,8 @@ class Worker:
         # shutdown cancels; set and cleared under _claim_guard, which the cancel holds
         self._claim_guard = threading.Lock()
         self._claim_conn: Conn | None = None
+        # seconds each statement of the shutdown may wait (set when it begins)
+        self._write_bound = shutdown_write_bound(BRIEF_POOL_WAIT_S)
         self.heartbeat = Heartbeat(
             db,
             config.client_id,
@@ -215,7 +231,14 @@ class Worker:
         tell the rest to stop and release their leases so another worker can claim them
         at once (not after the TTL). A claim in flight is cancelled; the steps a claim
         still returns are released by the claim loop (:meth:`_claim_once`) before this
-        returns."""
+        returns.
+
+        Bounded whatever the database does (e.g. another session holds ``LOCK TABLE`` on
+        the steps): every statement the shutdown sends waits at most
+        :func:`shutdown_write_bound` ``(timeout)`` seconds for a lock or to run, the
+        handlers are told by then, and what could not be written is left undone (the
+        leases lapse and the recovery sweep reclaims the steps, as after a crash)."""
+        bound = self._write_bound = shutdown_write_bound(timeout)
         self._stop.set()
         self._wake.set()
         deadline = time.monotonic() + max(0.0, timeout)
@@ -237,33 +260,90 @@ class Worker:
         # the worker reaper deletes the heartbeat row, other workers release the run).
         reachable = True
         if leases:
-            try:
-                with self.db.session(wait=BRIEF_POOL_WAIT_S) as s:
-                    released = claim.release_leases(s, self.config.client_id, leases)
-                self.publish(released)
-            except Exception as exc:
-                reachable = not database_lost(exc)
-                self.reporter.trouble(
-                    "shutdown", exc, "could not release %d leases at shutdown", len(leases)
-                )
+            reachable = self._bounded(
+                functools.partial(self._release_leases, leases, bound),
+                bound,
+                f"the release of {len(leases)} lease(s)",
+            )
         self._stop_heartbeat.set()
         for cancel in cancels:
             cancel.set()
         for _ in range(self.config.workers):
             self._tasks.put(None)
+        # one budget for every thread, not one each: a thread still in a statement (one
+        # that waits for a lock) is left behind, a daemon; its transaction is rolled back
+        give_up = time.monotonic() + bound
         for thread in self._threads:
-            thread.join(timeout=0.5 if thread.name.startswith("cyclone-worker") else 5.0)
+            limit = 0.5 if thread.name.startswith("cyclone-worker") else bound
+            thread.join(timeout=max(0.0, min(limit, give_up - time.monotonic())))
         if reachable:  # after the heartbeat thread: no beat writes the row again
-            reachable = self.heartbeat.unregister(wait=BRIEF_POOL_WAIT_S)
+            reachable = self._bounded(
+                functools.partial(self.heartbeat.unregister, wait=bound, statement_timeout_s=bound),
+                bound,
+                "the delete of the heartbeat row",
+            )
         if reachable and self.only_run is not None:  # an isolated run: to the workers now
-            try:
-                self.owner_release.run_once()
-            except Exception as exc:
-                self.reporter.trouble(
-                    "shutdown", exc, "could not release the isolated run %s", self.only_run
-                )
+            self._bounded(self._release_isolated_run, bound, "the release of the isolated run")
         self.executor.event_loop.stop()  # cancels async handlers still running
-        self.executor.step_logs.stop()
+        self.executor.step_logs.stop(timeout=bound)
+
+    def _bounded(self, write: Callable[[], bool], bound: float, what: str) -> bool:
+        """Run ``write`` (one of the shutdown's writes, its statements bounded to ``bound``
+        seconds server-side) on a thread of its own and wait for it at most ``bound`` + 1
+        s (a database that does not answer at all: it is left behind, a daemon). Returns
+        what ``write`` returned (whether the database is still within reach), False when
+        it did not end in time."""
+        done: list[bool] = []
+        thread = threading.Thread(
+            target=lambda: done.append(write()), name="cyclone-shutdown-write", daemon=True
+        )
+        thread.start()
+        thread.join(bound + 1.0)
+        if not done:
+            self.log.warning(
+                "shutdown: %s did not end within %.1fs; left undone (leases lapse)", what, bound
+            )
+            return False
+        return done[0]
+
+    def _release_leases(self, leases: list[tuple[int, int]], bound: float) -> bool:
+        """Give back ``leases`` at shutdown, each statement bounded to ``bound`` seconds;
+        a failure is reported and leaves them to lapse. Whether the database is within
+        reach."""
+        try:
+            with self.db.session(wait=min(BRIEF_POOL_WAIT_S, bound)) as s:
+                misc.session_bound_waits(s, seconds=bound)
+                released = claim.release_leases(s, self.config.client_id, leases)
+            self.publish(released)
+        except Exception as exc:
+            if wait_bound_passed(exc):  # e.g. the steps table locked by another session
+                self.log.warning(
+                    "shutdown: could not release %d lease(s) within %.1fs (%s); they are "
+                    "left to lapse and the recovery sweep reclaims them",
+                    len(leases),
+                    bound,
+                    str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+                )
+                return True
+            self.reporter.trouble(
+                "shutdown",
+                exc,
+                "could not release %d leases at shutdown; they are left to lapse",
+                len(leases),
+            )
+            return not database_lost(exc)
+        return True
+
+    def _release_isolated_run(self) -> bool:
+        """Hand this isolated run's steps to the other workers now (reported on failure);
+        True."""
+        try:
+            self.owner_release.run_once()
+        except Exception as exc:
+            self.reporter.trouble(
+                "shutdown", exc, "could not release the isolated run %s", self.only_run
+            )
+        return True
 
     def _end_claims(self) -> None:
         """Cancel the claim statement in flight (it may be waiting for a lock: nothing it
@@ -432,6 +512,7 @@ class Worker:
         leases = [(step.id, step.lease_generation) for step in steps]
         try:
             with self.db.session(wait=BRIEF_POOL_WAIT_S) as s:
+                misc.session_bound_waits(s, seconds=self._write_bound)
                 released = claim.release_leases(s, self.config.client_id, leases)
             self.publish(released)
         except Exception as exc:

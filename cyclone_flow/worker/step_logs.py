@@ -546,12 +546,13 @@ class StepLogs:
             self.flusher = Flusher(self.db, self.flush_interval, self._flush_failed)
             install()
 
-    def stop(self) -> None:
-        """Undo :meth:`start` (the flusher writes what it holds first)."""
+    def stop(self, timeout: float = 5.0) -> None:
+        """Undo :meth:`start` (the flusher writes what it holds first, waited for up to
+        ``timeout`` seconds)."""
         if self._started:
             self._started = False
             if self.flusher is not None:
-                self.flusher.stop()
+                self.flusher.stop(timeout)
             uninstall()
 
     def capture(self, step: ClaimedStep | None = None) -> _Capture:

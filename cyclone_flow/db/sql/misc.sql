@@ -54,6 +54,13 @@ COMMIT
 -- waiting", which reads a run, its steps, deps and the workers): one snapshot for all.
 SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
 
+-- name: session_bound_waits
+-- First in a transaction of a worker's shutdown: no statement after it in the transaction
+-- waits for a lock longer than, or runs longer than, the milliseconds given (a session that
+-- holds LOCK TABLE on the steps would otherwise hold the shutdown with it: the statement
+-- fails with lock_not_available / query_canceled and what it would write is left undone).
+SELECT set_config('lock_timeout', %(ms)s, true), set_config('statement_timeout', %(ms)s, true)
+
 -- name: session_set_read_committed
 -- Run once per connection, in autocommit, at its first checkout: the session's default
 -- isolation becomes READ COMMITTED whatever the database's or the role's default, so that

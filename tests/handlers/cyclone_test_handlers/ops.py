@@ -16,12 +16,15 @@ def sized_output(ctx: Any, input: Any) -> Any:
 def cooperative_once(ctx: Any, input: Any) -> Any:
     """The first call (no ``marker`` file yet) creates the marker and runs until told to
     stop (``ctx.cancelled()``, at most ``max_wait`` seconds), like a long cooperative
-    handler; later calls return at once. Returns the pid and whether it was told."""
+    handler; later calls return at once. Returns the pid and whether it was told; when
+    told, also creates the ``told`` file (if given), whatever becomes of the completion."""
     marker = Path(input["marker"])
     told = False
     if not marker.exists():
         marker.write_text(str(os.getpid()), encoding="utf-8")
         told = ctx.wait_cancelled(float(input.get("max_wait", 120)))
+        if told and input.get("told"):
+            Path(input["told"]).write_text(str(os.getpid()), encoding="utf-8")
     return {"pid": os.getpid(), "cancelled": told}
 
 
