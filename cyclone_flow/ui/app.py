@@ -64,6 +64,8 @@ PAGE_SIZE = 50
 """Runs per page of the runs list."""
 ITEMS_PAGE_SIZE = 50
 """Fan-out items per page (a fan-out node's step page, its box expanded on the run page)."""
+STEP_LOG_LINES = 200
+"""Log lines on a step page: the last ones (a note says how many earlier ones are not)."""
 JSON_SHOWN_BYTES = OUTPUT_SHOWN_BYTES
 """Pretty JSON shown on a page, at most (the rest: the download link); the cap of a
 step's ``output`` in the CLI's ``--json`` documents too."""
@@ -491,7 +493,7 @@ class _Dashboard:
         why = None
         if run.state == "running" and step.state in ("pending", "available", "waiting"):
             why = self.client.explain(run.id, items=item is not None).get(step.node)
-        logs = self.client.step_logs(run.id, node=node, limit=200)
+        logs, logs_total = self.client.step_log_node_tail(run.id, node, STEP_LOG_LINES)
         return self.page(
             request,
             "step.html",
@@ -505,6 +507,7 @@ class _Dashboard:
             page_size=ITEMS_PAGE_SIZE,
             why=why,
             logs=logs,
+            logs_hidden=logs_total - len(logs),
         )
 
     def step_items(self, request: Request) -> HTMLResponse:
