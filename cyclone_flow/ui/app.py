@@ -778,5 +778,7 @@ def create_app(
     app.state.dashboard = board
     if trusted_hosts is None:
         trusted_hosts = ("*",) if auth_token is not None else LOOPBACK_HOSTS
-    guarded = _Guard(BodyLimit(app, MAX_BODY_BYTES), token=auth_token, read_only=read_only)
-    return TrustedHosts(guarded, trusted_hosts)
+    guarded = _Guard(app, token=auth_token, read_only=read_only)
+    # the body limit first: it holds for a refused request too, and closes the connection
+    # of a refusal sent before the body is read
+    return BodyLimit(TrustedHosts(guarded, trusted_hosts), MAX_BODY_BYTES)

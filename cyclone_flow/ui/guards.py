@@ -113,7 +113,8 @@ class TrustedHosts:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
-        await _text(send, 400, b"invalid Host header: not a host this server answers\n")
+        # closed: the body (if any) is not read, the server does not read it to go on
+        await _text(send, 400, b"invalid Host header: not a host this server answers\n", close=True)
 
 
 class _TooLarge(Exception):
@@ -124,7 +125,12 @@ class BodyLimit:
     """Answer 413 to a request whose body is over ``max_bytes``: at once when its
     ``Content-Length`` says so (or is not a number), else as soon as the bytes read
     (``http.request`` messages, chunked or not) pass it; the app never gets them and
-    what it would send is dropped. Bytes not read yet are not read."""
+    what it would send is dropped. Bytes not read yet are not read.
+
+    Put it outermost (before the ``Host`` check, authentication, routing): a response
+    started while the request's body is not read to its end (a refusal: 400, 401, 404,
+    405, ...) gets ``Connection: close``, so the server stops reading the connection
+    instead of reading and dropping the rest of the body to keep it alive."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -139,12 +145,18 @@ class BodyLimit:
         if any(not v.isdigit() or int(v) > self.max_bytes for v in lengths):
             await _text(send, 413, message, close=True)
             return
-        state = {"read": 0, "started": False, "refused": False}
+        headers = scope.get("headers") or []
+        has_body = any(k == b"transfer-encoding" for k, _ in headers) or any(
+            int(v) > 0 for v in lengths
+        )
+        state = {"read": 0, "started": False, "refused": False, "done": not has_body}
 
         async def counted_receive() -> Message:
             got = await receive()
             if got["type"] == "http.request":
                 state["read"] += len(got.get("body", b""))
+                if not got.get("more_body", False):
+                    state["done"] = True
                 if state["read"] > self.max_bytes:
                     if not state["started"]:
                         state["refused"] = True
@@ -157,6 +169,9 @@ class BodyLimit:
                 return  # the 413 went out instead
             if out["type"] == "http.response.start":
                 state["started"] = True
+                given = list(out.get("headers") or [])
+                if not state["done"] and not any(k.lower() == b"connection" for k, _ in given):
+                    out = {**out, "headers": [*given, (b"connection", b"close")]}
             await send(out)
 
         try:
