@@ -152,8 +152,8 @@ def _is_hex_prefix(text: str) -> bool:
 
 
 class _Guard:
-    """Authentication (HTTP basic with the token as password, or ``Bearer``), security
-    headers on every response, and 405 for every method but GET/HEAD when read-only."""
+    """Authentication (HTTP basic with the token as password, or ``Bearer``) and 405 for
+    every method but GET/HEAD when read-only."""
 
     def __init__(self, app: ASGIApp, *, token: str | None, read_only: bool) -> None:
         self.app = app
@@ -193,6 +193,20 @@ class _Guard:
             )
         if response is not None:
             await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+class _SecurityHeaders:
+    """The security headers (CSP, framing, sniffing, referrer) on every response, the
+    guards' refusals (413, 400, 401, 405) included: the outermost layer."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
             return
 
         async def send_with_headers(message: Message) -> None:
@@ -781,4 +795,4 @@ def create_app(
     guarded = _Guard(app, token=auth_token, read_only=read_only)
     # the body limit first: it holds for a refused request too, and closes the connection
     # of a refusal sent before the body is read
-    return BodyLimit(TrustedHosts(guarded, trusted_hosts), MAX_BODY_BYTES)
+    return _SecurityHeaders(BodyLimit(TrustedHosts(guarded, trusted_hosts), MAX_BODY_BYTES))
