@@ -619,6 +619,10 @@ def test_cli_checks_trusted_hosts() -> None:
     assert bad.returncode == 2 and "trusted host 'a/b'" in bad.stderr, bad.stderr
     port = run_cli("ui", "--trusted-host", "flows.example:99999", *url)
     assert port.returncode == 2 and "port must be a number" in port.stderr, port.stderr
+    for malformed in ("[::1", "x:80:80"):  # the old check kept one, bracketed the other
+        proc = run_cli("ui", "--trusted-host", malformed, *url)
+        assert proc.returncode == 2 and f"trusted host '{malformed}'" in proc.stderr, proc.stderr
+        no_traceback(proc)
     # any host without a token: a page that rebinds its name to 127.0.0.1 could act
     anyone = run_cli("ui", *url, env=clean_env(CYCLONE_UI_TRUSTED_HOSTS="flows.example, *"))
     assert anyone.returncode == 2 and "needs CYCLONE_UI_TOKEN" in anyone.stderr, anyone.stderr
