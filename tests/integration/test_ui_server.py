@@ -5,6 +5,7 @@ command's exit on SIGTERM / SIGINT (deregistered from the embedded Postgres)."""
 
 from __future__ import annotations
 
+import functools
 import http.client
 import os
 import re
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -348,3 +350,66 @@ def _stop_the_cli(tmp_path: Path, signum: int) -> None:
     info = embedded_info(home)
     assert proc.pid not in info.users + info.stale_users
     assert not info.running  # it was the only user: the server stopped with it
+
+
+def _runs_python_code(pid: int) -> bool:
+    """Whether process ``pid`` got past the interpreter's own start-up: it catches SIGTERM
+    (``SigCgt``: the entry point's handler) or has psycopg loaded (the package's imports
+    are under way)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1))) or "psycopg" in maps
+
+
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT with its default action, as a terminal's
+    foreground job has it (a suite started in the background ignores it, and an ignored
+    signal stays ignored across exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_cli_starts_is_a_quiet_stop(
+    database_url: str, schema: str, tmp_path: Path, signum: signal.Signals
+) -> None:
+    """Ctrl-C while ``cyclone-flow ui`` imports (about 0.5 s) or opens its client (1.5 s)
+    exits 0, as a stop while serving does, with no traceback and no "Aborted!" (before
+    the fix: a KeyboardInterrupt traceback from the imports, or click's "Aborted!" and
+    exit 1). The signal goes ``delay`` seconds after the entry point runs Python code of
+    its own; whatever phase it lands in, the exit is the same."""
+    for i, delay in enumerate((0.0, 0.2, 0.5, 1.0, 1.5)):
+        log = tmp_path / f"ui{i}.log"
+        with log.open("wb") as err:
+            proc = subprocess.Popen(
+                [
+                    str(CLI),
+                    "ui",
+                    "--port",
+                    str(_free_port()),
+                    "--database-url",
+                    database_url,
+                    "--schema",
+                    schema,
+                ],
+                env=clean_env(),
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                preexec_fn=_default_sigint,
+            )
+        try:
+            wait_until(functools.partial(_runs_python_code, proc.pid), 10, 0.002, "the entry point")
+            time.sleep(delay)
+            proc.send_signal(signum)
+            code = proc.wait(timeout=30)
+            text = log.read_text()
+            assert code == 0, f"{signum.name} {delay}s after the entry point: exit {code}\n{text}"
+            assert "Traceback" not in text and "Aborted" not in text, text
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
