@@ -905,6 +905,20 @@ class Client:
                 raise RunNotFoundError(rid)
         return lines
 
+    def step_log_node_tail(
+        self, run_id: str, node: str, limit: int = 200
+    ) -> tuple[list[StepLogLine], int]:
+        """The last ``limit`` log lines of ``node`` (a fan-out node: its items too) in
+        write order, and how many lines it has in all (the step page shows the tail of a
+        running step). Raises RunNotFoundError."""
+        rid = parse_run_id(run_id)
+        with self._db.session() as s:
+            lines = step_logs.step_log_list_node_tail(s, run_id=rid, node=node, limit=limit)
+            total = step_logs.step_log_count_node(s, run_id=rid, node=node) if lines else 0
+            if not lines and runs.run_get(s, run_id=rid) is None:
+                raise RunNotFoundError(rid)
+        return lines, total
+
     def step_log_tail(self, run_id: str, limit: int = 5) -> list[StepLogLine]:
         """The last ``limit`` log lines of the run (any node), oldest first."""
         with self._db.session() as s:

@@ -5,7 +5,8 @@ It binds 127.0.0.1 by default; any other host needs ``CYCLONE_UI_TOKEN`` (HTTP b
 auth: any user name, the token as password) or ``--no-auth``, which prints a warning.
 Without a token only the ``Host`` values of the bound address (and ``--trusted-host``) are
 answered (DNS rebinding). SIGTERM stops it as Ctrl-C does: exit 0, the embedded Postgres
-left as every command leaves it."""
+left as every command leaves it; while it is still starting too (no traceback, no
+"Aborted!")."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import ipaddress
 import os
 import re
 import signal
+import sys
 import threading
 import webbrowser
 from types import FrameType
@@ -42,6 +44,24 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGTERM or SIGINT from now on until the server takes them over, or
+    already set when one came while the process was starting (caught by the console
+    script's entry point, ``_cyclone_flow_boot``, before the package's imports): a stop
+    while starting exits 0 quietly, as a stop while serving does."""
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    boot = sys.modules.get("_cyclone_flow_boot")
+    if boot is not None and getattr(boot, "EARLY_SIGNALS", None):
+        stopping.set()
+    return stopping
 
 
 @click.command("ui")
@@ -79,6 +99,7 @@ def ui_cmd(
 ) -> None:
     """Serve the web dashboard: runs, their live DAG, why a step waits, and actions
     (cancel, retry, signal, schedules) unless --read-only."""
+    stopping = _stop_on_signals()
     token = os.environ.get(TOKEN_ENV) or None
     if not is_loopback(host) and token is None and not no_auth:
         raise click.UsageError(
@@ -123,8 +144,12 @@ def ui_cmd(
                 err=True,
             )
     setup_logging()
+    if stopping.is_set():
+        return  # stopped while starting: as a stop while serving, exit 0
     url = resolve_database(database_url)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
+        if stopping.is_set():
+            return
         app = create_app(client, read_only=read_only, auth_token=token, trusted_hosts=hosts)
         shown = f"[{host}]" if ":" in host else host
         address = f"http://{shown}:{port}/"
@@ -147,7 +172,8 @@ def ui_cmd(
         # first; SIGINT's would print "Aborted!")
         previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
-            server.run()
+            if not stopping.is_set():  # a signal just before this handler took over
+                server.run()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -78,3 +78,18 @@ def step_log_list_tail(s: SessionLike, *, run_id: str, limit: int) -> list[StepL
     """The last ``limit`` lines of a run, oldest first."""
     rows = execute_rows(s, "step_log_list_tail", {"run_id": run_id, "limit": limit}, _LINE)
     return rows.fetchall()[::-1]
+
+
+def step_log_list_node_tail(
+    s: SessionLike, *, run_id: str, node: str, limit: int
+) -> list[StepLogLine]:
+    """The last ``limit`` lines of ``node`` (and its fan-out items) in a run, in write
+    order (read newest first by id, then reversed)."""
+    params = {"run_id": run_id, "node": node, "limit": limit}
+    return execute_rows(s, "step_log_list_node_tail", params, _LINE).fetchall()[::-1]
+
+
+def step_log_count_node(s: SessionLike, *, run_id: str, node: str) -> int:
+    """How many lines ``node`` (and its fan-out items) has in a run."""
+    row = execute(s, "step_log_count_node", {"run_id": run_id, "node": node}).fetchone()
+    return int(row[0]) if row else 0

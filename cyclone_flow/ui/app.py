@@ -64,6 +64,8 @@ PAGE_SIZE = 50
 """Runs per page of the runs list."""
 ITEMS_PAGE_SIZE = 50
 """Fan-out items per page (a fan-out node's step page, its box expanded on the run page)."""
+STEP_LOG_LINES = 200
+"""Log lines on a step page: the last ones (a note says how many earlier ones are not)."""
 JSON_SHOWN_BYTES = OUTPUT_SHOWN_BYTES
 """Pretty JSON shown on a page, at most (the rest: the download link); the cap of a
 step's ``output`` in the CLI's ``--json`` documents too."""
@@ -150,8 +152,8 @@ def _is_hex_prefix(text: str) -> bool:
 
 
 class _Guard:
-    """Authentication (HTTP basic with the token as password, or ``Bearer``), security
-    headers on every response, and 405 for every method but GET/HEAD when read-only."""
+    """Authentication (HTTP basic with the token as password, or ``Bearer``) and 405 for
+    every method but GET/HEAD when read-only."""
 
     def __init__(self, app: ASGIApp, *, token: str | None, read_only: bool) -> None:
         self.app = app
@@ -191,6 +193,20 @@ class _Guard:
             )
         if response is not None:
             await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+class _SecurityHeaders:
+    """The security headers (CSP, framing, sniffing, referrer) on every response, the
+    guards' refusals (413, 400, 401, 405) included: the outermost layer."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
             return
 
         async def send_with_headers(message: Message) -> None:
@@ -491,7 +507,7 @@ class _Dashboard:
         why = None
         if run.state == "running" and step.state in ("pending", "available", "waiting"):
             why = self.client.explain(run.id, items=item is not None).get(step.node)
-        logs = self.client.step_logs(run.id, node=node, limit=200)
+        logs, logs_total = self.client.step_log_node_tail(run.id, node, STEP_LOG_LINES)
         return self.page(
             request,
             "step.html",
@@ -505,6 +521,7 @@ class _Dashboard:
             page_size=ITEMS_PAGE_SIZE,
             why=why,
             logs=logs,
+            logs_hidden=logs_total - len(logs),
         )
 
     def step_items(self, request: Request) -> HTMLResponse:
@@ -775,5 +792,7 @@ def create_app(
     app.state.dashboard = board
     if trusted_hosts is None:
         trusted_hosts = ("*",) if auth_token is not None else LOOPBACK_HOSTS
-    guarded = _Guard(BodyLimit(app, MAX_BODY_BYTES), token=auth_token, read_only=read_only)
-    return TrustedHosts(guarded, trusted_hosts)
+    guarded = _Guard(app, token=auth_token, read_only=read_only)
+    # the body limit first: it holds for a refused request too, and closes the connection
+    # of a refusal sent before the body is read
+    return _SecurityHeaders(BodyLimit(TrustedHosts(guarded, trusted_hosts), MAX_BODY_BYTES))

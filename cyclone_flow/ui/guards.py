@@ -9,6 +9,8 @@ authentication token the server must answer only the names it is really reached 
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Iterable, Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -19,37 +21,59 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 """The names of this machine a browser sends as ``Host`` for a loopback server."""
 
 
-def _split(value: str) -> tuple[str, str | None]:
-    """``host[:port]`` (``[v6]:port`` for IPv6) as ``(host, port or None)``, lower case."""
-    value = value.strip().lower()
-    if value.startswith("["):
-        end = value.find("]")
-        if end < 0:
-            return value, None
-        host, rest = value[: end + 1], value[end + 1 :]
-        return host, rest[1:] if rest.startswith(":") else None
-    if value.count(":") == 1:
-        host, _, port = value.partition(":")
-        return host, port
-    if ":" in value:  # a bare IPv6 address
-        return f"[{value}]", None
-    return value, None
+_HOST = re.compile(r"(?P<host>\[[0-9a-f:.]+\]|[a-z0-9-]+(?:\.[a-z0-9-]+)*)(?::(?P<port>[^:]*))?")
+"""``host[:port]``, lower case: a DNS name of ``[a-z0-9-]`` labels (an IPv4 address is
+one), or a bracketed IPv6 literal (checked by :mod:`ipaddress` after the match); the
+port is any text without ``:`` here, checked by the caller."""
+_NAME = re.compile(r"[a-z0-9-]+(?:\.[a-z0-9-]+)*")
+
+
+def _split(value: str) -> tuple[str, str | None] | None:
+    """A ``Host`` value ``host[:port]`` (``[v6]:port`` for IPv6) as ``(host, port or
+    None)``, lower case; None when it is none (``evil.com/.example.com``, ``[::1]x``,
+    ``[::1``, a bad IPv6 literal)."""
+    match = _HOST.fullmatch(value.strip().lower())
+    if match is None:
+        return None
+    host = match["host"]
+    if host.startswith("["):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return None
+    return host, match["port"]
 
 
 def check_host_pattern(pattern: str) -> str:
     """``pattern`` checked and normalised (lower case): ``*`` (any host), ``*.example.com``
-    (its subdomains), a name or an address (any port) or ``name:port`` (that port only;
-    ``[::1]:8080`` for IPv6). Raises ValueError naming what is wrong."""
+    (its subdomains, any port), a name or an address (any port) or ``name:port`` (that
+    port only; ``[::1]:8080`` for IPv6, ``::1`` is taken as ``[::1]``). A name is made of
+    ``[A-Za-z0-9-]`` labels. Raises ValueError naming what is wrong."""
     text = pattern.strip().lower()
     if text == "*":
         return text
-    name = text[2:] if text.startswith("*.") else text
-    host, port = _split(name)
-    if not host or "*" in host or "/" in host or " " in host:
-        raise ValueError(f"trusted host {pattern!r}: a name, an address, name:port, *.domain or *")
+    if text.startswith("*."):
+        if not _NAME.fullmatch(text[2:]):
+            raise ValueError(
+                f"trusted host {pattern!r}: *.domain takes a DNS name ([A-Za-z0-9-] "
+                "labels separated by dots) and no port"
+            )
+        return text
+    if text.count(":") > 1 and not text.startswith("["):  # a bare IPv6 address
+        try:
+            return f"[{ipaddress.IPv6Address(text).compressed}]"
+        except ValueError:
+            pass
+    parts = _split(text)
+    if parts is None:
+        raise ValueError(
+            f"trusted host {pattern!r}: a name, an address, name:port, *.domain or * "
+            "(a name of [A-Za-z0-9-] labels separated by dots, IPv6 in brackets)"
+        )
+    host, port = parts
     if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
         raise ValueError(f"trusted host {pattern!r}: the port must be a number from 1 to 65535")
-    return ("*." if text.startswith("*.") else "") + host + (f":{port}" if port else "")
+    return host + (f":{port}" if port else "")
 
 
 def bound_hosts(host: str, port: int) -> list[str]:
@@ -84,7 +108,7 @@ class TrustedHosts:
                 self.any = True
             elif text.startswith("*."):
                 self.suffixes.append(text[1:])
-            elif _split(text)[1] is None:
+            elif ":" not in text.rpartition("]")[2]:
                 self.names.add(text)
             else:
                 self.exact.add(text)
@@ -93,9 +117,10 @@ class TrustedHosts:
         """Whether a ``Host`` header value is one of the trusted hosts."""
         if self.any:
             return True
-        host, port = _split(value)
-        if not host:
-            return False
+        parts = _split(value)
+        if parts is None:
+            return False  # not a host[:port] at all
+        host, port = parts
         if port is not None and not port.isdigit():
             return False
         if host in self.names or f"{host}:{port}" in self.exact:
@@ -113,7 +138,8 @@ class TrustedHosts:
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
-        await _text(send, 400, b"invalid Host header: not a host this server answers\n")
+        # closed: the body (if any) is not read, the server does not read it to go on
+        await _text(send, 400, b"invalid Host header: not a host this server answers\n", close=True)
 
 
 class _TooLarge(Exception):
@@ -124,7 +150,12 @@ class BodyLimit:
     """Answer 413 to a request whose body is over ``max_bytes``: at once when its
     ``Content-Length`` says so (or is not a number), else as soon as the bytes read
     (``http.request`` messages, chunked or not) pass it; the app never gets them and
-    what it would send is dropped. Bytes not read yet are not read."""
+    what it would send is dropped. Bytes not read yet are not read.
+
+    Put it outermost (before the ``Host`` check, authentication, routing): a response
+    started while the request's body is not read to its end (a refusal: 400, 401, 404,
+    405, ...) gets ``Connection: close``, so the server stops reading the connection
+    instead of reading and dropping the rest of the body to keep it alive."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -139,12 +170,18 @@ class BodyLimit:
         if any(not v.isdigit() or int(v) > self.max_bytes for v in lengths):
             await _text(send, 413, message, close=True)
             return
-        state = {"read": 0, "started": False, "refused": False}
+        headers = scope.get("headers") or []
+        has_body = any(k == b"transfer-encoding" for k, _ in headers) or any(
+            int(v) > 0 for v in lengths
+        )
+        state = {"read": 0, "started": False, "refused": False, "done": not has_body}
 
         async def counted_receive() -> Message:
             got = await receive()
             if got["type"] == "http.request":
                 state["read"] += len(got.get("body", b""))
+                if not got.get("more_body", False):
+                    state["done"] = True
                 if state["read"] > self.max_bytes:
                     if not state["started"]:
                         state["refused"] = True
@@ -157,6 +194,9 @@ class BodyLimit:
                 return  # the 413 went out instead
             if out["type"] == "http.response.start":
                 state["started"] = True
+                given = list(out.get("headers") or [])
+                if not state["done"] and not any(k.lower() == b"connection" for k, _ in given):
+                    out = {**out, "headers": [*given, (b"connection", b"close")]}
             await send(out)
 
         try:

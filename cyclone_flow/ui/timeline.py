@@ -16,7 +16,7 @@ from datetime import datetime
 from markupsafe import Markup, escape
 
 from cyclone_flow.db.rows import Run, Step
-from cyclone_flow.durations import format_elapsed
+from cyclone_flow.durations import format_span
 
 __all__ = ["MAX_ROWS", "TimelineRow", "render_timeline", "timeline_rows"]
 
@@ -93,7 +93,7 @@ def render_timeline(
             f'<line class="tick" x1="{tick}" y1="{AXIS_H - 4}" x2="{tick}" y2="{height}"/>'
             f'<text class="axis" x="{tick}" y="{AXIS_H - 8}" '
             f'text-anchor="{("start", "middle", "middle", "middle", "end")[i]}">'
-            f"{escape(format_elapsed(span * i / 4))}</text>"
+            f"{escape(format_span(span * i / 4))}</text>"
         )
     for i, row in enumerate(shown):
         y = AXIS_H + i * ROW_H
@@ -108,7 +108,7 @@ def render_timeline(
         stop = row.started_at or (now if row.state == "available" else None)
         if row.claimable_at is not None and stop is not None and stop > row.claimable_at:
             left = x(row.claimable_at)
-            waited = format_elapsed((stop - row.claimable_at).total_seconds())
+            waited = format_span((stop - row.claimable_at).total_seconds())
             parts.append(
                 f'<rect class="wait" x="{left}" y="{y + 5}" width="{max(x(stop) - left, 1)}" '
                 f'height="{ROW_H - 10}"><title>{name}: waited claimable '
@@ -117,7 +117,7 @@ def render_timeline(
         if row.started_at is not None:
             done = row.finished_at or now
             left = x(row.started_at)
-            took = format_elapsed((done - row.started_at).total_seconds())
+            took = format_span((done - row.started_at).total_seconds())
             parts.append(
                 f'<rect class="bar state-{state}" x="{left}" y="{y + 3}" '
                 f'width="{max(x(done) - left, 2)}" height="{ROW_H - 6}" rx="2">'

@@ -159,6 +159,35 @@ def test_every_page_renders_a_run_in_flight(make_client: Callable[..., Client]) 
     assert http.get("/static/htmx.min.js").status_code == 200
 
 
+def test_the_step_page_shows_the_last_log_lines_and_says_how_many_are_not(
+    make_client: Callable[..., Client], db: Any
+) -> None:
+    # a running step's newest lines are the ones to see: the old page showed the first
+    # 200 lines of 250, and no note of the rest
+    client = make_client()
+    run_id = client.submit(load_flow_text(ECHO), {}, delay="1h")
+    db.execute(
+        "INSERT INTO cyclone_step_logs (run_id, node, attempt, generation, seq, at, stream,"
+        " level, message) SELECT %s, 'only', 1, 1, i, now(), 'stdout', NULL, 'line ' || i"
+        " FROM generate_series(0, 249) AS i ORDER BY i",
+        (run_id,),
+    )
+    page = _http(client).get(f"/runs/{run_id}/steps/only").text
+    shown = re.findall(r"stdout: line (\d+)\n", page)
+    assert shown == [str(i) for i in range(50, 250)]  # the last 200, oldest first
+    assert 'data-log-hidden="50"' in page
+    assert (
+        f"50 earlier lines not shown; <code>cyclone-flow logs {run_id} --node only</code>"
+        " prints them all"
+    ) in page
+    assert '<div class="log-box"><pre class="log">' in page  # opens scrolled to its end
+    # all of them fit: no note
+    db.execute("DELETE FROM cyclone_step_logs WHERE run_id = %s AND seq < 100", (run_id,))
+    page = _http(client).get(f"/runs/{run_id}/steps/only").text
+    assert len(re.findall(r"stdout: line (\d+)\n", page)) == 150
+    assert "earlier lines not shown" not in page
+
+
 def test_why_a_delayed_step_waits(make_client: Callable[..., Client]) -> None:
     client = make_client()
     run_id = client.submit(load_flow_text(ECHO), {}, delay="1h")
@@ -590,6 +619,10 @@ def test_cli_checks_trusted_hosts() -> None:
     assert bad.returncode == 2 and "trusted host 'a/b'" in bad.stderr, bad.stderr
     port = run_cli("ui", "--trusted-host", "flows.example:99999", *url)
     assert port.returncode == 2 and "port must be a number" in port.stderr, port.stderr
+    for malformed in ("[::1", "x:80:80"):  # the old check kept one, bracketed the other
+        proc = run_cli("ui", "--trusted-host", malformed, *url)
+        assert proc.returncode == 2 and f"trusted host '{malformed}'" in proc.stderr, proc.stderr
+        no_traceback(proc)
     # any host without a token: a page that rebinds its name to 127.0.0.1 could act
     anyone = run_cli("ui", *url, env=clean_env(CYCLONE_UI_TRUSTED_HOSTS="flows.example, *"))
     assert anyone.returncode == 2 and "needs CYCLONE_UI_TOKEN" in anyone.stderr, anyone.stderr

@@ -5,6 +5,7 @@ command's exit on SIGTERM / SIGINT (deregistered from the embedded Postgres)."""
 
 from __future__ import annotations
 
+import functools
 import http.client
 import os
 import re
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -187,6 +189,93 @@ def test_a_chunked_body_over_the_limit_is_refused_while_it_is_sent(
     assert client.get_run(run_id).state == "running"
 
 
+def _stream_chunks(sock: socket.socket, head: str, total: int) -> int:
+    """Send ``head`` then a chunked body of up to ``total`` bytes in 64 KiB chunks,
+    stopping as soon as the server answers or closes; the bytes of body sent."""
+    chunk = b"a=" + b"x" * (64 * 1024 - 2)
+    sock.sendall(head.encode())
+    sent = 0
+    while sent < total:
+        if select.select([sock], [], [], 0)[0]:
+            break  # the server answers while the body is still coming
+        try:
+            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            break  # it has answered and closed the connection
+        sent += len(chunk)
+    return sent
+
+
+def _closed(sock: socket.socket, timeout: float = 5.0) -> bool:
+    """Whether the server closes ``sock`` (after its reply) within ``timeout`` seconds,
+    while this side sends nothing more."""
+    sock.settimeout(timeout)
+    try:
+        while True:
+            if not sock.recv(65536):
+                return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+@pytest.mark.parametrize(
+    ("what", "path", "host", "status", "options"),
+    [
+        ("refused Host", "/runs", "attacker.example", 400, {}),
+        ("no credentials", "/runs", None, 401, {"auth_token": "t0ken"}),
+        ("no such path", "/no/such/page", None, 404, {}),
+        ("no such method", "/runs", None, 405, {}),
+    ],
+)
+def test_a_refusal_before_the_body_closes_the_connection(
+    make_client: Callable[..., Client],
+    what: str,
+    path: str,
+    host: str | None,
+    status: int,
+    options: dict[str, Any],
+) -> None:
+    """A refusal sent before the body is read says ``Connection: close`` and the server
+    closes: before the fix it kept the connection alive and read (and dropped) a chunked
+    body of any size, with no 413."""
+    client = make_client()
+    with serve(client, **options) as port, socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * 1024)
+        sock.connect(("127.0.0.1", port))
+        sock.settimeout(10)
+        sent = _stream_chunks(
+            sock,
+            f"POST {path} HTTP/1.1\r\nHost: {host or f'127.0.0.1:{port}'}\r\n"
+            "Content-Type: application/x-www-form-urlencoded\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n",
+            36 * 1024 * 1024,
+        )
+        reply = _read_reply(sock)
+        assert reply.startswith(b"HTTP/1.1 %d " % status), (what, reply[:200])
+        head = reply.partition(b"\r\n\r\n")[0]
+        assert re.search(rb"(?im)^connection: *close\r?$", head), (what, head)
+        assert _closed(sock), f"{what}: the connection is kept alive, the body read on"
+    assert sent < 2 * MAX_BODY_BYTES, (what, sent)
+
+
+def test_the_body_limit_comes_before_the_host_check(make_client: Callable[..., Client]) -> None:
+    """A body announced over the limit is answered 413 whatever else is wrong (a refused
+    Host): the limit is the outermost check (before the fix: 400, the body read on)."""
+    client = make_client()
+    with serve(client) as port, socket.socket() as sock:
+        sock.connect(("127.0.0.1", port))
+        sock.settimeout(10)
+        sock.sendall(
+            b"POST /runs HTTP/1.1\r\nHost: attacker.example\r\n"
+            b"Content-Length: 300000000\r\n\r\n" + b"x" * 65536
+        )
+        reply = _read_reply(sock)
+        assert reply.startswith(b"HTTP/1.1 413 "), reply[:200]
+        assert _closed(sock)
+
+
 def _read_reply(sock: socket.socket) -> bytes:
     """The response on ``sock``: its head and its body (by its Content-Length)."""
     reply = b""
@@ -261,3 +350,66 @@ def _stop_the_cli(tmp_path: Path, signum: int) -> None:
     info = embedded_info(home)
     assert proc.pid not in info.users + info.stale_users
     assert not info.running  # it was the only user: the server stopped with it
+
+
+def _runs_python_code(pid: int) -> bool:
+    """Whether process ``pid`` got past the interpreter's own start-up: it catches SIGTERM
+    (``SigCgt``: the entry point's handler) or has psycopg loaded (the package's imports
+    are under way)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+    caught = next(line for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1))) or "psycopg" in maps
+
+
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT with its default action, as a terminal's
+    foreground job has it (a suite started in the background ignores it, and an ignored
+    signal stays ignored across exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_the_cli_starts_is_a_quiet_stop(
+    database_url: str, schema: str, tmp_path: Path, signum: signal.Signals
+) -> None:
+    """Ctrl-C while ``cyclone-flow ui`` imports (about 0.5 s) or opens its client (1.5 s)
+    exits 0, as a stop while serving does, with no traceback and no "Aborted!" (before
+    the fix: a KeyboardInterrupt traceback from the imports, or click's "Aborted!" and
+    exit 1). The signal goes ``delay`` seconds after the entry point runs Python code of
+    its own; whatever phase it lands in, the exit is the same."""
+    for i, delay in enumerate((0.0, 0.2, 0.5, 1.0, 1.5)):
+        log = tmp_path / f"ui{i}.log"
+        with log.open("wb") as err:
+            proc = subprocess.Popen(
+                [
+                    str(CLI),
+                    "ui",
+                    "--port",
+                    str(_free_port()),
+                    "--database-url",
+                    database_url,
+                    "--schema",
+                    schema,
+                ],
+                env=clean_env(),
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                preexec_fn=_default_sigint,
+            )
+        try:
+            wait_until(functools.partial(_runs_python_code, proc.pid), 10, 0.002, "the entry point")
+            time.sleep(delay)
+            proc.send_signal(signum)
+            code = proc.wait(timeout=30)
+            text = log.read_text()
+            assert code == 0, f"{signum.name} {delay}s after the entry point: exit {code}\n{text}"
+            assert "Traceback" not in text and "Aborted" not in text, text
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -75,7 +75,7 @@ def test_each_node_has_its_wait_and_its_run_on_one_axis() -> None:
     }
     assert _bars(svg, "b")["bar"] == (LABEL_W + 5 * per_s, 5 * per_s)
     assert _bars(svg, "c") == {}  # pending: nothing yet
-    assert 'href="/s/a"' in svg and "10.0s" in svg  # the axis ends at the run's end
+    assert 'href="/s/a"' in svg and ">10.0 s</text>" in svg  # the axis ends at the run's end
 
 
 def test_a_running_step_runs_until_now_and_an_available_one_waits_until_now() -> None:
@@ -84,7 +84,7 @@ def test_a_running_step_runs_until_now_and_an_available_one_waits_until_now() ->
     per_s = CHART_W / 8
     assert _bars(svg, "a")["bar"] == (LABEL_W + 2 * per_s, 6 * per_s)
     assert _bars(svg, "b") == {"wait": (LABEL_W + 4 * per_s, 4 * per_s)}
-    assert "running for 6.0s" in svg
+    assert "running for 6.0 s" in svg
 
 
 def test_names_are_escaped_and_rows_capped() -> None:
@@ -96,3 +96,12 @@ def test_names_are_escaped_and_rows_capped() -> None:
     assert "<img" not in svg and "&lt;img" in svg
     assert svg.count('<g class="row"') == MAX_ROWS
     assert "… and 6 more nodes" in svg
+
+
+def test_the_axis_labels_use_the_dashboard_s_one_duration_format() -> None:
+    # format_span, as every duration of the dashboard (they mixed 0ms, 56.1s and 1m52s)
+    steps = [_step("a", StepState.COMPLETED, 0, 1, 224.4)]
+    svg = str(render_timeline(_run(224.4), timeline_rows(steps), _at(300), lambda n: n))
+    labels = re.findall(r'<text class="axis"[^>]*>([^<]*)</text>', svg)
+    assert labels == ["0 ms", "56.1 s", "1 min 52 s", "2 min 48 s", "3 min 44 s"]
+    assert "ran 3 min 43 s" in svg

@@ -43,3 +43,20 @@ FROM {schema}.cyclone_step_logs
 WHERE run_id = %(run_id)s
 ORDER BY at DESC, id DESC
 LIMIT %(limit)s
+
+-- name: step_log_list_node_tail
+-- The last %(limit)s lines of node %(node)s of a run (a fan-out node's name also matches
+-- its items; the step page), newest first by id (write order): the caller reverses them.
+SELECT id, node, attempt, generation, seq, at, stream, level, message
+FROM {schema}.cyclone_step_logs
+WHERE run_id = %(run_id)s
+  AND (node = %(node)s OR left(node, length(%(node)s) + 1) = %(node)s || '[')
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- name: step_log_count_node
+-- How many lines node %(node)s of a run has (its fan-out items' too).
+SELECT count(*)::bigint AS lines
+FROM {schema}.cyclone_step_logs
+WHERE run_id = %(run_id)s
+  AND (node = %(node)s OR left(node, length(%(node)s) + 1) = %(node)s || '[')
