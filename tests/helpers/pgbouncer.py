@@ -10,9 +10,12 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
+import pytest
 
 REQUIRE_ENV = "CYCLONE_REQUIRE_PGBOUNCER"
 """Set (to 1) by ``.ci/run``, which installs pgbouncer: then a missing pgbouncer fails
@@ -134,3 +137,20 @@ def _user_exists(name: str) -> bool:
     except KeyError:
         return False
     return True
+
+
+@contextmanager
+def transaction_pooler(database_url: str, pool_size: int = 3) -> Iterator[PgBouncer]:
+    """PgBouncer in transaction mode in front of ``database_url`` with ``pool_size`` server
+    connections, stopped on leaving (before the test's schema goes back to the pool, so no
+    server connection outlives it). Skips the test when pgbouncer is not installed, fails it
+    instead when :data:`REQUIRE_ENV` is set (.ci/run)."""
+    if pgbouncer_binary() is None:
+        if os.environ.get(REQUIRE_ENV):
+            pytest.fail(f"pgbouncer is not installed and {REQUIRE_ENV} is set (.ci/run)")
+        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer); .ci/run has it")
+    bouncer = PgBouncer(database_url, pool_mode="transaction", pool_size=pool_size)
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()

@@ -9,13 +9,12 @@ to turn them off)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.pgbouncer import REQUIRE_ENV, PgBouncer, pgbouncer_binary
+from helpers.pgbouncer import PgBouncer, transaction_pooler
 from helpers.procs import WorkerProcess, wait_until
 
 from cyclone_flow import Client, load_flow
@@ -39,15 +38,8 @@ nodes:
 def pgbouncer(database_url: str, schema: str) -> Iterator[PgBouncer]:
     """PgBouncer in transaction mode in front of the session's Postgres (stopped before
     the test's schema goes back to the pool, so no server connection outlives it)."""
-    if pgbouncer_binary() is None:
-        if os.environ.get(REQUIRE_ENV):
-            pytest.fail(f"pgbouncer is not installed and {REQUIRE_ENV} is set (.ci/run)")
-        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer); .ci/run has it")
-    bouncer = PgBouncer(database_url, pool_mode="transaction", pool_size=3)
-    try:
+    with transaction_pooler(database_url) as bouncer:
         yield bouncer
-    finally:
-        bouncer.stop()
 
 
 def test_200_runs_through_pgbouncer_in_transaction_mode(

@@ -7,13 +7,12 @@ to their lease, and the worker logs once the warning that names the fix."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.pgbouncer import REQUIRE_ENV, PgBouncer, pgbouncer_binary
+from helpers.pgbouncer import PgBouncer, transaction_pooler
 from helpers.procs import WorkerProcess, wait_until
 
 from cyclone_flow import Client
@@ -37,15 +36,8 @@ nodes:
 @pytest.fixture
 def pgbouncer(database_url: str, schema: str) -> Iterator[PgBouncer]:
     """PgBouncer in transaction mode, fewer server connections than the worker's."""
-    if pgbouncer_binary() is None:
-        if os.environ.get(REQUIRE_ENV):
-            pytest.fail(f"pgbouncer is not installed and {REQUIRE_ENV} is set (.ci/run)")
-        pytest.skip("pgbouncer is not installed (apt-get install pgbouncer); .ci/run has it")
-    bouncer = PgBouncer(database_url, pool_mode="transaction", pool_size=3)
-    try:
+    with transaction_pooler(database_url) as bouncer:
         yield bouncer
-    finally:
-        bouncer.stop()
 
 
 def _count(db: Any, sql: str) -> int:
