@@ -58,7 +58,8 @@ class GiveBack(Exception):
 
 class CallBackoff:
     """The calls this worker gave back, each skipped (not claimed, given back at once
-    when a claim that cannot filter them took one) until its window ends; thread-safe."""
+    when a claim that cannot filter them took one) until its window ends; thread-safe
+    (the reads of every step and claim take no lock while no call failed here)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -78,17 +79,23 @@ class CallBackoff:
     def skipped(self, call: str) -> str | None:
         """The reason ``call`` is skipped now, or None (not skipped, or its window ended:
         try to import it again)."""
+        if not self._calls:  # the usual case, every step: no lock
+            return None
         with self._lock:
             entry = self._calls.get(call)
         return entry[2] if entry is not None and entry[0] > self._now() else None
 
     def failed_before(self, call: str) -> bool:
         """Whether ``call`` failed to import on this worker and has not imported since."""
+        if not self._calls:
+            return False
         with self._lock:
             return call in self._calls
 
     def imported(self, call: str) -> None:
         """``call`` imported: forget it."""
+        if not self._calls:
+            return
         with self._lock:
             self._calls.pop(call, None)
 
@@ -100,6 +107,8 @@ class CallBackoff:
 
     def calls(self) -> list[str]:
         """The calls skipped now (what the claim leaves to other workers), sorted."""
+        if not self._calls:  # every claim: no lock, no clock read
+            return []
         now = self._now()
         with self._lock:
             return sorted(c for c, (end, _, _) in self._calls.items() if end > now)
