@@ -77,6 +77,7 @@ def test_processes_below_1_are_refused(capsys: pytest.CaptureFixture[str]) -> No
     assert "--processes: each count must be a whole number >= 1" in capsys.readouterr().err
 
 
+@pytest.mark.jit_pg  # also on Debian's server with JIT on: a JIT-compiled claim took seconds
 def test_limits_benchmark_gives_the_four_figures_and_their_ratios(
     database_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
