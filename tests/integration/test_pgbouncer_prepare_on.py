@@ -80,4 +80,7 @@ def test_prepared_statement_errors_through_pgbouncer_charge_no_attempt(
     print(f"prepared-statement errors met by the worker: {met}")
     if met:  # the pooler's pairing decides whether any came up
         assert log.count(HINT) == 1, log
-    assert "Traceback" not in log, log
+    # no assertion on tracebacks: with prepare on, the pooler can also run a statement as
+    # another one prepared under the same name on that server connection, whose rows the
+    # typed rows refuse (TypeError "no column for ..."): an anomaly logged with its
+    # traceback, and still no attempt charged (asserted above); only --no-prepare avoids it
