@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 from cyclone_test_handlers import engine
-from helpers.engine import claim, complete_step, fail_step, heartbeat, rescue_expired
+from helpers.engine import claim, complete_step, database, fail_step, heartbeat, rescue_expired
 from helpers.procs import wait_until
 from helpers.rows import create_ledger, ledger_rows, step_row
 
@@ -76,7 +76,7 @@ def test_two_clients_race_for_one_step_exactly_one_wins(make_client, db) -> None
 
 def test_cas_guard_second_update_changes_zero_rows(make_client, db, database_url) -> None:
     client = make_client(client_id="cas")
-    q = client._db.q
+    q = database(client).q
     flow = load_flow_text(ONE)
 
     # The claim CAS: while one transaction holds the claimed row (uncommitted), a second

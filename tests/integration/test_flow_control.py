@@ -1,4 +1,4 @@
-"""Concurrency limits per key and rate limits (issue 20, docs/flow-control.md): the claim
+"""Concurrency limits per key and rate limits (docs/flow-control.md): the claim
 of limited steps, driven directly (deterministic) and through a started client (fairness
 under a hot key, a rate limit over ten seconds of database timestamps)."""
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers.engine import claim, claim_limited, complete_step, fail_step
+from helpers.engine import claim, claim_limited, complete_step, database, fail_step
 from helpers.procs import wait_until
 from psycopg import pq
 from rich.console import Console
@@ -90,7 +90,7 @@ nodes:
 
 OWNER = "test-owner"
 
-# every test also on Debian's PostgreSQL with JIT on (issue 31.1: a JIT-compiled claim)
+# every test also on Debian's PostgreSQL with JIT on (no statement may be JIT-compiled)
 pytestmark = pytest.mark.jit_pg
 
 
@@ -147,7 +147,7 @@ def test_a_limited_claim_commits_without_waiting_for_the_wal_flush(
     ):
         conn.pgconn.trace(out.fileno())
         conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
-        got = claiming.claim_limited(Session(conn, client._db.q), OWNER, 30, "default", 10)
+        got = claiming.claim_limited(Session(conn, database(client).q), OWNER, 30, "default", 10)
         conn.pgconn.untrace()
     assert [s.node for s in got.steps] == ["limited"]
     # one protocol message per entry (a statement's text may span lines)
@@ -214,18 +214,18 @@ def test_the_limited_claim_reads_its_indexes_whatever_the_statistics(
     db.execute("ANALYZE cyclone_steps")  # the statistics of an empty table
     client.submit_many(load_flow_text(GLOBAL_40), [{} for _ in range(2000)])
     with client._pool.connection() as conn:
-        session = Session(conn, client._db.q)
+        session = Session(conn, database(client).q)
         step_rows.step_lock_limited_claims(session)
         plans = {
-            name: _generic_plan_in(conn, client._db.q[name])
+            name: _generic_plan_in(conn, database(client).q[name])
             for name in ("step_render_limits_if_available", "step_claim_limited_if_available")
         }
         conn.rollback()
         # the probe for more runs in a transaction of its own, without the lock
         with conn.transaction():
-            conn.execute(client._db.q["session_read_in_index_order"])
+            conn.execute(database(client).q["session_read_in_index_order"])
             plans["step_exists_limited"] = _generic_plan_in(
-                conn, client._db.q["step_exists_limited"]
+                conn, database(client).q["step_exists_limited"]
             )
     for name, plan in plans.items():
         assert "Seq Scan" not in plan, (name, plan)
@@ -253,9 +253,9 @@ def test_the_probe_for_limited_steps_never_waits_for_the_limited_claims_lock(
         psycopg.connect(database_url) as holder,
         psycopg.connect(database_url, autocommit=True, options="-c lock_timeout=2s") as conn,
     ):
-        holder.execute(client._db.q["step_lock_limited_claims"])  # held to its rollback
-        assert claiming.has_limited(Session(conn, client._db.q), "default") is True
-        assert claiming.has_limited(Session(conn, client._db.q), "other") is False
+        holder.execute(database(client).q["step_lock_limited_claims"])  # held to its rollback
+        assert claiming.has_limited(Session(conn, database(client).q), "default") is True
+        assert claiming.has_limited(Session(conn, database(client).q), "other") is False
         holder.rollback()
 
 
@@ -264,7 +264,7 @@ def test_the_owner_release_leaves_limited_steps_to_the_limited_claim(
 ) -> None:
     client = make_client()
     client.submit(load_flow_text(MIXED), {})
-    released = OwnerRelease(client._db, OwnerReleaseConfig(interval_s=1.0), client._publish)
+    released = OwnerRelease(database(client), OwnerReleaseConfig(interval_s=1.0), client._publish)
     released.run_once()  # '~limits' is no client: the release must not take it for a dead one
     owners = db.execute("SELECT node, claim_owner FROM cyclone_steps ORDER BY node").fetchall()
     assert owners == [("free", None), ("limited", "~limits")]
@@ -765,7 +765,7 @@ def test_the_pruner_deletes_the_rows_of_rate_keys_idle_for_their_window(
         " WHERE rate_key = 'rated.call_api'"
     ).fetchone() or (None,)
     assert last is not None
-    pruner = RateWindowPruner(client._db, RateWindowPrunerConfig())
+    pruner = RateWindowPruner(database(client), RateWindowPrunerConfig())
     # the last claim still counts until its bucket's end plus the window: kept
     assert (
         pruner.run_once(now=last + timedelta(seconds=10) - timedelta(microseconds=1)).deleted == ()

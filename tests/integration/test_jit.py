@@ -1,4 +1,4 @@
-"""No statement of the engine is JIT-compiled on a Postgres with JIT on (issue 31.1).
+"""No statement of the engine is JIT-compiled on a Postgres with JIT on.
 
 Debian's packaged PostgreSQL ships with ``jit = on``; the embedded server has no JIT. The
 limited claim's transaction turns sequential scans and sorts off, which adds the
@@ -22,6 +22,7 @@ from helpers.engine import (
     claim_limited,
     complete_step,
     complete_steps,
+    database,
     fail_step,
     heartbeat,
     rescue_expired,
@@ -91,7 +92,7 @@ def _wire(text: str) -> str:
 
 def _names(client: Client) -> dict[str, str]:
     """Statement text as sent -> its name."""
-    return {_wire(text): name for name, text in client._db.q.items()}
+    return {_wire(text): name for name, text in database(client).q.items()}
 
 
 def _named(client: Client, plans: list[LoggedPlan]) -> dict[str, list[LoggedPlan]]:
