@@ -1,4 +1,4 @@
-"""``async def`` handlers through the real CLI (issue 30.6): ``cyclone-flow lint
+"""``async def`` handlers through the real CLI: ``cyclone-flow lint
 --check-imports`` accepts a flow whose nodes are ``async def`` (on the old code: E025),
 ``cyclone-flow run`` runs it end to end (a ``def`` node after an ``async def`` one gets
 its output), and ``cyclone-flow logs`` shows what the coroutine printed. On the old code

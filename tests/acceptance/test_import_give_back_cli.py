@@ -1,5 +1,5 @@
 """A worker that cannot import a step's call, or may not run it, gives the step back
-instead of failing the run (issue 30.2, docs/failures.md), through the real script: the
+instead of failing the run (docs/failures.md), through the real script: the
 step goes back to available with no attempt charged and the worker's reason on it, which
 ``status`` (text, ``--json``) and ``status --watch`` show; a worker that can import it
 runs it (a rolling deploy); once the node's ``import_wait`` passes since the first

@@ -1,4 +1,4 @@
-"""Step outputs on the command line (issues 30.1, 31.8) through the real ``cyclone-flow``
+"""Step outputs on the command line through the real ``cyclone-flow``
 script: every step of the ``--json`` documents of ``run``, ``status`` and ``submit
 --wait`` carries its ``output`` (cut past the dashboard's cap, ``output_truncated``
 true), every step has the same keys whatever its node type, and ``cyclone-flow output

@@ -1,4 +1,4 @@
-"""``async def`` handlers (issue 30.6): their coroutine runs on the worker's event loop
+"""``async def`` handlers: their coroutine runs on the worker's event loop
 thread while the claiming worker thread waits (the step keeps its slot); the output is
 stored as for a ``def`` handler, ``ctx.completion_tx()`` works from the coroutine with the
 same exactly-once rule, a timeout cancels the task and fails the attempt with kind

@@ -1,4 +1,4 @@
-"""Retry backoff computed by the database (issue 3, point 1): the exact delay of each
+"""Retry backoff computed by the database: the exact delay of each
 failed attempt, its bounds (no overflow, jitter never past ``max``) and the edge values the
 flow schema accepts (``initial: 0``, ``max: 0``, ``initial`` above ``max``)."""
 

@@ -1,6 +1,6 @@
-"""A failed attempt is always recorded, whatever backoff the step carries (issue 13,
-item 3): ``initial: 1.0e-320`` used to overflow float8 in ``step_fail_if_leased``, so the
-attempt was never written and the step was reclaimed and re-run for ever.
+"""A failed attempt is always recorded, whatever backoff the step carries: an
+``initial: 1.0e-320`` must not overflow float8 in ``step_fail_if_leased`` (the attempt
+would never be written and the step would be reclaimed and re-run for ever).
 
 Lint and the job options now refuse such values (tests/unit: E007, SubmitOptionError); these
 tests store them anyway (a definition built without lint, or written by an older version)

@@ -1,4 +1,4 @@
-"""The group-commit completer under faults (issue 8; ``BatchSink`` in
+"""The group-commit completer under faults (``BatchSink`` in
 cyclone_flow/worker/completion.py): handlers that do not open ``ctx.completion_tx()`` hand
 their completion to the client's completer thread, which commits a batch in one
 transaction.

@@ -1,4 +1,4 @@
-"""Hostile strings and numbers given to the Python API (issue 13, items 3 and 4): each is
+"""Hostile strings and numbers given to the Python API: each is
 refused with a typed error before anything is written, instead of a psycopg, Unicode or
 OS error (or a run that can never be stored or claimed)."""
 

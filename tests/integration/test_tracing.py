@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (issue 21): the submitter's trace context is stored with the run
+"""OpenTelemetry traces: the submitter's trace context is stored with the run
 and its steps, so one run is one trace across processes; one span per step attempt
 (claim -> handler -> commit) with its handler and commit as children; child runs, fan-out
 items and ``ctx.submit_completion`` continue the trace. In-memory exporter in this

@@ -1,4 +1,4 @@
-"""The event loop of async handlers (:mod:`cyclone_flow.worker.aio`, issue 30.6), without a
+"""The event loop of async handlers (:mod:`cyclone_flow.worker.aio`), without a
 database: results and exceptions reach the waiting thread, a set cancel event cancels the
 task and ``run`` returns only after the coroutine's ``finally`` ran, SystemExit does not
 stop the shared loop, ``stop`` ends the calls still waiting, and a task that ignores its

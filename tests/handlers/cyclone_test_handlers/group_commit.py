@@ -1,4 +1,4 @@
-"""Handlers and worker process for the group-commit tests (issue 8:
+"""Handlers and worker process for the group-commit tests (used by
 tests/chaos/test_chaos_group_commit.py, tests/integration/test_group_commit.py).
 
 The handlers never open ``ctx.completion_tx()``, so their completions go through the
