@@ -1,8 +1,7 @@
 """``cyclone-flow status`` says why each step waits, through the real CLI: a
-run submitted with ``--delay 1h`` showed only ``available`` on the old code; now its text
-output has a ``waiting:`` line with the time it becomes claimable and the missing worker,
-and ``--json`` a ``waiting`` object with the reason code and an ISO 8601
-``claimable_at``."""
+run submitted with ``--delay 1h`` shows more than ``available``: its text output has a
+``waiting:`` line with the time it becomes claimable and the missing worker, and
+``--json`` a ``waiting`` object with the reason code and an ISO 8601 ``claimable_at``."""
 
 from __future__ import annotations
 

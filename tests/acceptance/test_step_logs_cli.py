@@ -2,7 +2,7 @@
 flow.yaml --json`` no longer lands on stdout (which carries only the JSON result, so
 ``| jq`` works); ``cyclone-flow logs`` shows the print, the logging records and the
 traceback per attempt, filtered by ``--node`` / ``--attempt``; ``status`` shows the last
-lines. On the old code the print broke the JSON and there was no ``logs`` command."""
+lines."""
 
 from __future__ import annotations
 

@@ -108,8 +108,8 @@ def test_zero_initial_backoff_retries_at_once_end_to_end(
     make_client: Callable[..., Client],
 ) -> None:
     """``backoff: {initial: 0}`` passes lint; its failed attempts must be recorded and
-    retried at once (a division by zero here used to leave the step to its lease, to be
-    reclaimed and failed again forever)."""
+    retried at once (no division by zero leaving the step to its lease, to be reclaimed
+    and failed again forever)."""
     client = make_client(lease_ttl=1.0)
     run_id = client.submit(
         step_flow(BOOM, name="backoff", node="a", retry="{max_attempts: 3, backoff: {initial: 0}}"),

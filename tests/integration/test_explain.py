@@ -1,8 +1,8 @@
 """Why a step waits: ``Client.explain`` against a real Postgres, one test per
 reason, each with the fields ``status`` shows (claimable_at, needs, signal and deadline,
-the holder of a sequence, the max_parallel bound, the queue without a live worker). On
-the old code there was no such answer at all (``status`` showed ``available`` for a
-delayed run and ``available 2/5`` for a retry in backoff)."""
+the holder of a sequence, the max_parallel bound, the queue without a live worker), so
+that ``status`` says more than ``available`` for a delayed run and ``available 2/5``
+for a retry in backoff."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Step logs: what a handler prints (stdout, stderr), logs (``logging`` in its
 thread, ``ctx.log``) and raises is kept per attempt in ``cyclone_step_logs``, bounded by
 ``step_log_bytes``, and deleted with its run; the process's stdout does not see the
-handler's prints (on the old code they went there and nothing was kept)."""
+handler's prints."""
 
 from __future__ import annotations
 

@@ -119,8 +119,8 @@ def test_stop_ends_a_waiting_call_and_refuses_later_ones() -> None:
 def test_stop_abandons_a_task_that_ignores_cancellation_with_one_line_naming_it(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The old code left asyncio's ``Task was destroyed but it is pending!`` (an ERROR of
-    the ``asyncio`` logger) when such a task was collected after the loop closed."""
+    """No asyncio ``Task was destroyed but it is pending!`` (an ERROR of the ``asyncio``
+    logger) when such a task is collected after the loop closed."""
     log = logging.getLogger("test_aio.abandon")
     loop = EventLoop(log=log)
     entered = threading.Event()
