@@ -40,8 +40,8 @@ def database(client: Client) -> Database:
     The public API hides it on purpose; tests need it to drive one transition or one
     maintenance pass directly (a claim, a sweep, a service's ``run_once``) on the very
     pool and schema the client uses, and to read the rendered statements
-    (``database(client).q[name]``). This is the one place tests reach into the client
-    for it."""
+    (``database(client).q[name]``) or use its pool (``database(client).pool``). This is
+    the one place tests reach into the client for it."""
     return client._db
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from helpers.engine import claim, fail_step
+from helpers.engine import claim, database, fail_step
 from helpers.flows import step_flow
 
 from cyclone_flow import Client
@@ -35,7 +35,7 @@ def _delays(client: Client, db: Any, backoff: str, attempt: int, samples: int = 
             " lease_generation = lease_generation + 1 WHERE id = %s RETURNING lease_generation",
             (attempt, attempt + 1, step.id),
         ).fetchone()
-        with client._pool.connection() as conn, conn.transaction():
+        with database(client).pool.connection() as conn, conn.transaction():
             outcome = fail_step(
                 client,
                 conn,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from helpers.engine import claim, fail_step, sweep_once
+from helpers.engine import claim, database, fail_step, sweep_once
 
 from cyclone_flow import Client
 from cyclone_flow.flowfile.build import build_flow
@@ -41,7 +41,7 @@ def _fail_once(client: Client, db: Any, stored_backoff: str, attempt: int) -> fl
         " WHERE id = %s RETURNING lease_generation",
         (stored_backoff, attempt, attempt + 1, step.id),
     ).fetchone()
-    with client._pool.connection() as conn, conn.transaction():
+    with database(client).pool.connection() as conn, conn.transaction():
         outcome = fail_step(
             client,
             conn,

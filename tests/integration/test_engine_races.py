@@ -147,12 +147,12 @@ def test_stale_lease_generation_changes_zero_rows(make_client, db) -> None:
     assert (old.id, old.lease_generation, new.lease_generation) == (new.id, 1, 2)
 
     assert heartbeat(client, "w-old", 30.0, [(old.id, 1)]) == set()
-    with client._pool.connection() as conn, conn.transaction():
+    with database(client).pool.connection() as conn, conn.transaction():
         assert complete_step(client, conn, old, "w-old", '{"stale": true}') is None
     # same owner name, old generation: still stale
-    with client._pool.connection() as conn, conn.transaction():
+    with database(client).pool.connection() as conn, conn.transaction():
         assert complete_step(client, conn, old, "w-new", '{"stale": true}') is None
-    with client._pool.connection() as conn, conn.transaction():
+    with database(client).pool.connection() as conn, conn.transaction():
         assert (
             fail_step(
                 client,
@@ -173,7 +173,7 @@ def test_stale_lease_generation_changes_zero_rows(make_client, db) -> None:
         1,
         1,
     )
-    with client._pool.connection() as conn, conn.transaction():
+    with database(client).pool.connection() as conn, conn.transaction():
         outcome = complete_step(client, conn, new, "w-new", '{"fresh": true}')
     assert outcome is not None and outcome.run_state == "completed"
     assert client.get_run(run_id).output == {"only": {"fresh": True}}

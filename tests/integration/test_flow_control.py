@@ -213,7 +213,7 @@ def test_the_limited_claim_reads_its_indexes_whatever_the_statistics(
     client = make_client()
     db.execute("ANALYZE cyclone_steps")  # the statistics of an empty table
     client.submit_many(load_flow_text(GLOBAL_40), [{} for _ in range(2000)])
-    with client._pool.connection() as conn:
+    with database(client).pool.connection() as conn:
         session = Session(conn, database(client).q)
         step_rows.step_lock_limited_claims(session)
         plans = {
@@ -285,7 +285,7 @@ def test_a_key_at_its_limit_does_not_block_other_keys(
     assert any(s.run_id == late for s in first.steps)
     assert claim_limited(client, OWNER, 30, "default", 10).steps == []  # all keys full
     # a finished step frees its slot in the completing transaction
-    with client._pool.connection() as conn:
+    with database(client).pool.connection() as conn:
         done = next(s for s in first.steps if s.limit_key.endswith("/hot"))
         assert complete_step(client, conn, done, OWNER, "{}") is not None
     again = claim_limited(client, OWNER, 30, "default", 10)
@@ -307,7 +307,7 @@ def test_a_cancel_and_a_failed_attempt_free_their_slots_in_their_transaction(
     assert [s.run_id for s in first] == ids[:2]
     assert client.cancel(ids[0])  # running -> cancelled: one slot free
     assert [s.run_id for s in claim_limited(client, OWNER, 30, "default", 10).steps] == [ids[2]]
-    with client._pool.connection() as conn:  # a failed attempt: discarded, slot free
+    with database(client).pool.connection() as conn:  # a failed attempt: discarded, slot free
         outcome = fail_step(
             client,
             conn,
@@ -349,7 +349,7 @@ def test_a_key_from_an_upstream_output_is_rendered_once_the_step_is_available(
     ids = client.submit_many(flow, [{"region": "eu"}, {"region": "eu"}, {"region": "us"}])
     lookups = claim(client, OWNER, 30, ["default"], 10)
     assert sorted(s.node for s in lookups) == ["lookup"] * 3
-    with client._pool.connection() as conn:
+    with database(client).pool.connection() as conn:
         for step, customer in zip(lookups, ["c-1", "c-1", "c-2"], strict=True):
             done = complete_step(client, conn, step, OWNER, f'{{"customer": "{customer}"}}')
             assert done is not None
@@ -415,7 +415,7 @@ def test_every_kind_of_key_renders_to_its_group_and_value(
         load_flow_text(KINDS), {"customer": {"id": "c-7"}, "n": 42, "list": ["a", "b"]}
     )
     (lookup,) = claim(client, OWNER, 30, ["default"], 10)
-    with client._pool.connection() as conn:
+    with database(client).pool.connection() as conn:
         done = complete_step(client, conn, lookup, OWNER, '{"customer": {"id": "u-9"}}')
         assert done is not None
     claim_limited(client, OWNER, 30, "default", 100)  # renders the upstream node's keys

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers.engine import database
 
 from cyclone_flow import (
     Client,
@@ -51,7 +52,7 @@ def test_unstorable_input_and_args_are_refused(
     with pytest.raises(InputValidationError, match=re.escape(needle)):
         client.enqueue(NOOP, value)
     with (
-        client._pool.connection() as conn,
+        database(client).pool.connection() as conn,
         pytest.raises(InputValidationError, match=re.escape(needle)),
     ):
         client.submit_tx(conn, FLOW, value)

@@ -66,7 +66,7 @@ def test_claim_walks_the_claim_index_in_order_without_sorting(
 ) -> None:
     client = make_client()
     flow = load_flow_text(ONE)
-    with client._pool.connection() as conn:
+    with database(client).pool.connection() as conn:
         for i in range(300):
             client.submit_tx(conn, flow, {"i": i})
     db.execute("ANALYZE cyclone_steps")

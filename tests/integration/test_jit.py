@@ -154,12 +154,12 @@ def test_the_hot_statements_are_never_jit_compiled(
         got = claim(client, OWNER, 30, ["default"], 20)
         assert len(got) == 20
         assert heartbeat(client, OWNER, 30, [(s.id, s.lease_generation) for s in got])
-        with client._pool.connection() as conn:
+        with database(client).pool.connection() as conn:
             assert complete_step(client, conn, got[0], OWNER, "{}") is not None
-        with client._pool.connection() as conn:
+        with database(client).pool.connection() as conn:
             outcomes = complete_steps(client, conn, OWNER, [(s, "{}") for s in got[1:15]])
             assert all(o is not None for o in outcomes)
-        with client._pool.connection() as conn:
+        with database(client).pool.connection() as conn:
             failed = got[15]
             assert fail_step(
                 client,

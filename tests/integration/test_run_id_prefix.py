@@ -76,7 +76,7 @@ def test_the_prefix_lookup_is_a_primary_key_range_scan(
     make_client: Callable[..., Client], db: Any
 ) -> None:
     client = make_client()
-    with client._pool.connection() as conn:
+    with database(client).pool.connection() as conn:
         for i in range(300):
             client.submit_tx(conn, FLOW, {"i": i})
     db.execute("ANALYZE cyclone_runs")
