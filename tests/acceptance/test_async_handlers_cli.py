@@ -1,8 +1,8 @@
-"""``async def`` handlers through the real CLI (issue 30.6): ``cyclone-flow lint
---check-imports`` accepts a flow whose nodes are ``async def`` (on the old code: E025),
+"""``async def`` handlers through the real CLI: ``cyclone-flow lint
+--check-imports`` accepts a flow whose nodes are ``async def`` (no E025),
 ``cyclone-flow run`` runs it end to end (a ``def`` node after an ``async def`` one gets
-its output), and ``cyclone-flow logs`` shows what the coroutine printed. On the old code
-the run failed with ``import_error``."""
+its output), and ``cyclone-flow logs`` shows what the coroutine printed; the run does
+not fail with ``import_error``."""
 
 from __future__ import annotations
 

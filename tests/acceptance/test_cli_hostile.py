@@ -1,6 +1,6 @@
-"""Hostile flow text and arguments through the real `cyclone-flow` script (issue 13, items 3
-and 4): a lint problem with its position, or an `error:` line with exit 1 or 2, never a
-traceback nor a database error for a string the database cannot take."""
+"""Hostile flow text and arguments through the real `cyclone-flow` script: a lint
+problem with its position, or an `error:` line with exit 1 or 2, never a traceback
+nor a database error for a string the database cannot take."""
 
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ def test_signal_refuses_an_unstorable_payload(cli: Runner, tmp_path: Path) -> No
     for payload, needle in (('"\\ud800"', "lone surrogate"), ('{"k\\u0000": 1}', "NUL")):
         stderr = _error(cli("signal", run_id, "go", "--payload", payload), 1)
         assert needle in stderr and "error: payload of signal 'go': contains" in stderr, stderr
-        assert "input of flow" not in stderr  # issue 13, second round: about the signal
+        assert "input of flow" not in stderr  # about the signal, not the input
 
 
 @pytest.mark.parametrize(
@@ -160,7 +160,7 @@ def test_lookups_by_an_unencodable_name_find_nothing(
     assert needle in proc.stdout + proc.stderr
 
 
-# -- issue 13, second round -------------------------------------------------------------
+# -- remote refs, payload files, scalar positions, long run ids --------------------------
 
 
 def test_lint_and_submit_fetch_no_remote_ref_of_an_input_schema(
@@ -240,7 +240,7 @@ def test_a_long_run_id_is_shortened_in_not_found(cli: Runner) -> None:
 
 @pytest.mark.parametrize("spec", ["q=abc", "q=1.5", "q=", "q=0"])
 def test_worker_queue_count_that_is_no_whole_number_names_what_is_wanted(spec: str) -> None:
-    # finding (tester of issue 14): 'q=abc': invalid literal for int() with base 10: 'abc'
+    # not Python's "invalid literal for int() with base 10: 'abc'" for 'q=abc'
     proc = run_cli("worker", "--queue", spec, "--allow-module", "x", "--database-url", "x")
     stderr = _error(proc, 2)
     assert "whole number >= 1" in stderr, stderr

@@ -1,4 +1,4 @@
-"""The command line reads well everywhere (issue 18, "CLI output"): durations written as a
+"""The command line reads well everywhere ("CLI output"): durations written as a
 bare number of seconds, full values and ISO 8601 timestamps in a pipe, short run ids, one
 ``error:`` prefix, ``--version``, empty lists and plain progress. Every test runs the real
 ``cyclone-flow`` script in a subprocess (stdout a pipe, not a terminal)."""
@@ -226,7 +226,7 @@ def test_plain_progress_is_causal_reports_every_failed_attempt_and_sums_up_items
 def test_status_shows_durations_the_output_and_a_discarded_steps_traceback(
     cli: Runner, tmp_path: Path
 ) -> None:
-    """Issue 18, item 13: `status` shows how long each step took, the run's output, and
+    """`status` shows how long each step took, the run's output, and
     the traceback of a step that failed for good (not only its first line)."""
     good = tmp_path / "good.yaml"
     good.write_text(

@@ -1,9 +1,8 @@
 """``submit --wait`` and ``cyclone-flow run`` (real CLI processes) ride out a Postgres
 restart: a server of the test's own is restarted with ``pg_ctl restart -m fast`` while
 they wait, every session it had is terminated (57P01), and they still exit 0 with the
-run completed (issue 15: they used to exit 1 with "cannot use the database:
-terminating connection due to administrator command", ``run`` leaving its run
-unserved)."""
+run completed (not exit 1 with "cannot use the database: terminating connection due
+to administrator command", nor ``run`` leaving its run unserved)."""
 
 from __future__ import annotations
 

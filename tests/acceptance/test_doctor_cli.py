@@ -1,4 +1,4 @@
-"""``cyclone-flow doctor`` (issue 21) through the real CLI against a real Postgres: a
+"""``cyclone-flow doctor`` through the real CLI against a real Postgres: a
 healthy schema exits 0; a session idle in transaction past the threshold is reported with
 its pid, and a hot table with autovacuum disabled is reported, each with its fix (exit 1);
 bad thresholds are usage errors (exit 2)."""
@@ -118,7 +118,7 @@ def test_a_scan_of_a_small_table_is_said_to_be_no_problem(cli: Runner) -> None:
 def test_the_oldest_xmin_holder_is_reported_below_the_threshold_and_warned_above(
     cli: Runner, idle_in_transaction: int, db: psycopg.Connection[Any]
 ) -> None:
-    """Issue 30.8: the transaction holding the xmin horizon is reported with its pid
+    """The transaction holding the xmin horizon is reported with its pid
     whatever its age; a warning comes only past --xact-age."""
     pid = idle_in_transaction
     young = cli("doctor", "--json")  # under the default threshold (5 minutes)
@@ -155,7 +155,7 @@ def test_the_oldest_xmin_holder_is_reported_below_the_threshold_and_warned_above
 
 
 def test_one_live_worker_is_counted_in_the_singular(cli: Runner, make_client: Any) -> None:
-    """Issue 30.9: "1 live worker", "2 live workers"."""
+    """The count of live workers agrees with its noun: "1 live worker", "2 live workers"."""
     make_client(workers=1, worker_queues={"doctor-one": 1}).start()
     wait_until(
         lambda: json_output(cli("workers", "--json").stdout), timeout=30, what="a worker row"

@@ -1,4 +1,4 @@
-"""Acceptance test of the flow-control example (examples/flows/quotes.yaml, issue 20):
+"""Acceptance test of the flow-control example (examples/flows/quotes.yaml, docs/flow-control.md):
 ``cyclone-flow run`` claims its limited step through the limited claim (concurrency per
 symbol, the feed's rate limit) and completes with the symbol's latest price; ``status
 --json`` shows the step's keys."""

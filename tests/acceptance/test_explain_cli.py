@@ -1,8 +1,7 @@
-"""``cyclone-flow status`` says why each step waits (issue 18), through the real CLI: a
-run submitted with ``--delay 1h`` showed only ``available`` on the old code; now its text
-output has a ``waiting:`` line with the time it becomes claimable and the missing worker,
-and ``--json`` a ``waiting`` object with the reason code and an ISO 8601
-``claimable_at``."""
+"""``cyclone-flow status`` says why each step waits, through the real CLI: a
+run submitted with ``--delay 1h`` shows more than ``available``: its text output has a
+``waiting:`` line with the time it becomes claimable and the missing worker, and
+``--json`` a ``waiting`` object with the reason code and an ISO 8601 ``claimable_at``."""
 
 from __future__ import annotations
 
@@ -70,7 +69,7 @@ def _hint(status: subprocess.CompletedProcess[str]) -> str:
 def test_the_worker_hint_runs_the_waiting_run_as_printed(
     cli: Runner, database_url: str, schema: str
 ) -> None:
-    # issue 30.3: from the project's root the example handlers import only with
+    # from the project's root the example handlers import only with
     # --import-path examples; the printed command must start a worker that completes the run
     submitted = cli("submit", FLOWS / "hello.yaml", "--input", '{"name": "Ada"}', cwd=REPO)
     assert submitted.returncode == 0, submitted.stderr

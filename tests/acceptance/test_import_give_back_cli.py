@@ -1,5 +1,5 @@
 """A worker that cannot import a step's call, or may not run it, gives the step back
-instead of failing the run (issue 30.2, docs/failures.md), through the real script: the
+instead of failing the run (docs/failures.md), through the real script: the
 step goes back to available with no attempt charged and the worker's reason on it, which
 ``status`` (text, ``--json``) and ``status --watch`` show; a worker that can import it
 runs it (a rolling deploy); once the node's ``import_wait`` passes since the first
@@ -272,8 +272,8 @@ def test_exit_when_idle_exits_leaving_the_steps_it_cannot_import(
     cli: Runner, db: Any, database_url: str, schema: str, tmp_path: Path
 ) -> None:
     """``worker --exit-when-idle`` runs what it can, then exits 0 although a step of a call
-    it cannot import is still available (it used to give it back every 1-8 s until the
-    node's import_wait), saying which call it left and why."""
+    it cannot import is still available (rather than giving it back every 1-8 s until
+    the node's import_wait), saying which call it left and why."""
     _, flow = _project(tmp_path)  # shopgb is on no --import-path of this worker
     stuck = _submit(cli, flow)
     other = tmp_path / "work" / "other.yaml"

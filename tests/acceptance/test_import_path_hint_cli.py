@@ -1,4 +1,4 @@
-"""A handler module that no folder on sys.path holds (issue 18, item 13): ``lint
+"""A handler module that no folder on sys.path holds: ``lint
 --check-imports``, ``run`` and ``worker`` say to pass ``--import-path DIR`` (or set
 PYTHONPATH); a module that is found but fails on an import of its own gets no such hint.
 The real script in a subprocess."""
@@ -23,7 +23,7 @@ def _package(tmp_path: Path) -> Path:
     (pkg / "broken.py").write_text("import no_such_dependency_w18\n")
     work = tmp_path / "work"
     work.mkdir()
-    # import_wait 1s: a worker that cannot import it gives it back that long (issue 30.2)
+    # import_wait 1s: a worker that cannot import it gives it back that long
     (work / "flow.yaml").write_text(
         "name: hinted\nimport_wait: 1s\nnodes:\n  a: {call: 'hintpkg.steps:hello'}\n"
     )
@@ -66,7 +66,7 @@ def test_run_and_worker_hint_at_import_path(cli: Runner, tmp_path: Path) -> None
     )
     assert worker.returncode == 0, worker.stderr
     assert HINT in worker.stderr, worker.stderr  # the worker's log line of the failure
-    # it gave the step back and exited when only that was left (issue 30.2): the
+    # it gave the step back and exited when only that was left: the
     # waiting reason carries the hint
     status = json.loads(cli("status", run_id, "--json").stdout)
     (step,) = status["steps"]

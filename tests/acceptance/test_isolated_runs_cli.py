@@ -1,4 +1,4 @@
-"""Isolated runs through the real CLI (issue 18): with a ``cyclone-flow worker`` serving the
+"""Isolated runs through the real CLI: with a ``cyclone-flow worker`` serving the
 queue, the steps of a run submitted by ``cyclone-flow run`` (its fan-out items too) are
 executed by that process only; after it is SIGKILLed, its run is released to the worker
 and completes there; ``run --shared`` lets the worker take steps as before."""

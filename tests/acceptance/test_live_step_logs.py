@@ -1,8 +1,7 @@
-"""Live step logs through the real CLI (issue 30.4, 30.9): a running step's lines are in
+"""Live step logs through the real CLI: a running step's lines are in
 ``cyclone-flow logs RUN`` and streamed by ``logs --follow`` while it runs (a worker process
 flushes them about every second), and they stay when the worker is killed with SIGKILL
-mid-attempt; ``logs`` of a run without lines says so on stderr. On the old code a running
-step had no lines, a killed attempt lost them all, and an empty ``logs`` printed nothing."""
+mid-attempt; ``logs`` of a run without lines says so on stderr."""
 
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
-"""Step outputs on the command line (issues 30.1, 31.8) through the real ``cyclone-flow``
+"""Step outputs on the command line through the real ``cyclone-flow``
 script: every step of the ``--json`` documents of ``run``, ``status`` and ``submit
 --wait`` carries its ``output`` (cut past the dashboard's cap, ``output_truncated``
 true), every step has the same keys whatever its node type, and ``cyclone-flow output
 RUN [NODE] [--item N]`` prints one node's (or item's, or the run's) output: exit 1 with
 its state when it has none yet and for an unknown run (as every command), 2 for an unknown
 node or item. The run's own ``output`` is capped the same way (run-level
-``output_truncated``; on the old code the whole 65 KB leaf was in it); ``NODE[i]`` is
-``NODE --item i`` for ``output`` (the old code: no node 'each[1]'), and ``logs --node``
-exits 2 for a node the run does not have (the old code: exit 0, "no log lines")."""
+``output_truncated``, not the whole 65 KB leaf); ``NODE[i]`` is ``NODE --item i`` for
+``output`` (not "no node 'each[1]'"), and ``logs --node`` exits 2 for a node the run
+does not have (not exit 0, "no log lines")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``cyclone-flow rerun`` and how ``status`` shows reused and skipped steps (issue 19):
+"""``cyclone-flow rerun`` and how ``status`` shows reused and skipped steps:
 exit 0 with the new run, 1 (no traceback, nothing written) when refused, 2 for usage."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``retry --all-failed`` previews what it would retry and asks (issue 18, item 13): the
+"""``retry --all-failed`` previews what it would retry and asks: the
 count and the first runs on stderr, then a question on a terminal (a pty: "n" retries
 nothing, "y" retries them); without a terminal it refuses without ``--yes`` (exit 2,
 nothing retried). The real script in a subprocess."""

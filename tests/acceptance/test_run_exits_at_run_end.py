@@ -1,4 +1,4 @@
-"""``cyclone-flow run`` exits as soon as its run is terminal (issue 30.5): a step with
+"""``cyclone-flow run`` exits as soon as its run is terminal: a step with
 ``timeout: 1s`` whose handler sleeps 40 s (and never looks at ctx.cancelled) fails the
 run at about 2 s; ``run`` then prints the result and exits with the run's exit code at
 once, abandoning the handler thread still running the timed-out attempt (its late

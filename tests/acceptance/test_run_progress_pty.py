@@ -1,4 +1,4 @@
-"""``cyclone-flow run`` on a terminal (issue 18, item 9): a log line written while the
+"""``cyclone-flow run`` on a terminal: a log line written while the
 progress bar is drawn comes out above the bar instead of through it, and each failed
 attempt is told once (the worker's own log lines about it and about the run's end are
 left out: the display tells them). The real script on a pty."""

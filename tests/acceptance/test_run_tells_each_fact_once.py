@@ -1,11 +1,11 @@
 """``cyclone-flow run`` tells each fact once, through the real CLI: a step whose attempts
-time out is told by its progress lines only (plain mode; on the old code the rescuer's
-``WARNING cyclone_flow: step slow of run ...: step timed out`` line came between
-``attempt 1 failed`` and ``discarded``), and with ``--json`` by its document only (the old
-code printed the worker's ``attempt 1 failed (timeout)`` and ``run ... failed`` WARNING
-lines on stderr). An ``async def`` handler that swallows its cancellation is abandoned at
-exit with one line at most naming its step, not asyncio's ``Task was destroyed but it is
-pending!`` (the old code's last line on stderr)."""
+time out is told by its progress lines only (plain mode; no rescuer's ``WARNING
+cyclone_flow: step slow of run ...: step timed out`` line between ``attempt 1 failed``
+and ``discarded``), and with ``--json`` by its document only (none of the worker's
+``attempt 1 failed (timeout)`` and ``run ... failed`` WARNING lines on stderr). An
+``async def`` handler that swallows its cancellation is abandoned at exit with
+one line at most naming its step, not asyncio's ``Task was destroyed but it is
+pending!``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Unnamed schedules keep their identity through `schedule sync` (issue 18, item 5): a
+"""Unnamed schedules keep their identity through `schedule sync`: a
 paused schedule stays paused and does not run when another schedule is added before it;
 `schedule list` shows state and source apart, and no next tick while paused."""
 

@@ -1,4 +1,4 @@
-"""``cyclone-flow status RUN --watch`` (issue 18): follows a run until it ends, through the
+"""``cyclone-flow status RUN --watch``: follows a run until it ends, through the
 real script in a subprocess. In a pipe it prints a line per change (no redraws) and exits
 like ``run`` (0 completed, 1 not); on a terminal (a pty) it draws a tree of the nodes with
 their state, attempt, duration and why a step waits; Ctrl-C exits 130 quietly."""

@@ -1,8 +1,8 @@
-"""Step logs through the real CLI (issue 18): a handler's ``print`` in ``cyclone-flow run
+"""Step logs through the real CLI: a handler's ``print`` in ``cyclone-flow run
 flow.yaml --json`` no longer lands on stdout (which carries only the JSON result, so
 ``| jq`` works); ``cyclone-flow logs`` shows the print, the logging records and the
 traceback per attempt, filtered by ``--node`` / ``--attempt``; ``status`` shows the last
-lines. On the old code the print broke the JSON and there was no ``logs`` command."""
+lines."""
 
 from __future__ import annotations
 
@@ -71,8 +71,8 @@ def test_run_json_stays_json_and_logs_show_what_the_handler_printed(
 
 
 def test_a_print_in_run_json_leaves_stdout_json(cli: Runner, tmp_path: Path) -> None:
-    """Issue 18 item 4 on its own: one print, then ``run --json`` (on the old code stdout
-    began with the printed line and was no JSON)."""
+    """One print, then ``run --json``: stdout is only the JSON document (the printed line
+    goes to the step's logs, not before the document)."""
     flow = tmp_path / "loud.yaml"
     flow.write_text(
         "name: loud\nnodes:\n  s: {call: cyclone_test_handlers.chatty:loud, input: {lines: 1}}\n"
@@ -86,9 +86,9 @@ def test_a_print_in_run_json_leaves_stdout_json(cli: Runner, tmp_path: Path) -> 
 def test_a_child_process_and_os_write_leave_run_json_stdout_json(
     cli: Runner, tmp_path: Path
 ) -> None:
-    """Issue 31.3: output written to descriptor 1 (a child process the handler runs,
-    ``os.write(1, ...)``) went to the CLI's stdout before the document, and not to the
-    step logs; now it is in ``logs`` and stdout is only the JSON."""
+    """Output written to descriptor 1 (a child process the handler runs,
+    ``os.write(1, ...)``) is in the step's ``logs``, and stdout is only the JSON (nothing
+    before the document)."""
     flow = tmp_path / "child.yaml"
     flow.write_text("name: child\nnodes:\n  s: {call: cyclone_test_handlers.chatty:child_output}\n")
     proc = cli("run", flow, "--import-path", TEST_HANDLERS, "--json")

@@ -1,4 +1,4 @@
-"""``cyclone-flow worker --processes N`` through the real CLI (issue 17, item 4): a
+"""``cyclone-flow worker --processes N`` through the real CLI: a
 supervisor runs N worker processes, each its own client (its own ``cyclone_workers``
 row); a SIGKILLed child is restarted and its step reclaimed; SIGTERM to the supervisor
 stops every child gracefully (their steps released, not left running) and it exits 0;

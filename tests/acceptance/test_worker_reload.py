@@ -1,4 +1,4 @@
-"""``cyclone-flow worker --reload`` through the real CLI (issue 18): a handler file edited
+"""``cyclone-flow worker --reload`` through the real CLI: a handler file edited
 while the worker runs is picked up by the next run (the worker restarts gracefully in a
 new child process), a function added to it resolves, and SIGTERM stops the supervisor
 and its worker cleanly."""
@@ -76,7 +76,7 @@ def test_an_edited_handler_runs_in_the_next_run(
 def test_it_watches_only_the_allowed_packages_and_logs_the_changed_path(
     cli: Runner, database_url: str, schema: str, tmp_path: Path
 ) -> None:
-    # issue 30.9: a .py file of the current folder outside the allowed package (a script,
+    # a .py file of the current folder outside the allowed package (a script,
     # a test) restarts nothing; a file of the package does, and its path is logged
     project = tmp_path / "project"
     package = project / "watched_pkg"

@@ -19,7 +19,7 @@ BYPASSES = (
     "send",  # a bound method of a foreign object
     "evil_partial",  # a functools.partial of a foreign function
     "fn.__globals__.__setitem__",  # writes into the allowed module's globals
-    # issue 13, second round
+    # code inherited, run while walking, or behind a decorator
     "inst_call",  # an allowed class inheriting a foreign __call__
     "SubInit",  # ... a foreign __init__
     "WithMeta",  # ... a foreign metaclass

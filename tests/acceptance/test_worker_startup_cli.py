@@ -1,7 +1,7 @@
 """``cyclone-flow worker`` at start-up through the real CLI (breaker findings, task cli27):
 on a schema that is not migrated (none, or older than the code) it exits 2 with one
 error naming the schema, its version, the code's and the migrate command to run; under
-``--processes N`` the supervisor says so once and starts no worker (it used to restart
+``--processes N`` the supervisor says so once and starts no worker (rather than restart
 each child forever, one error per restart); and only the supervisor says which database
 is used, not each child."""
 
@@ -98,7 +98,7 @@ def test_a_missing_import_path_exits_2_naming_it(
     database_url: str, schema: str, tmp_path: Any, reload: bool
 ) -> None:
     """A typo in --import-path is a usage error, with and without --reload (whose file
-    watcher used to die with a traceback: "No path was found")."""
+    watcher must not die with a traceback: "No path was found")."""
     missing = str(tmp_path / "nonexistent")
     args = ["--reload"] if reload else []
     proc = run_cli(

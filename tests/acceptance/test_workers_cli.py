@@ -1,4 +1,4 @@
-"""``cyclone-flow workers`` through the real CLI (issue 18): a running ``cyclone-flow
+"""``cyclone-flow workers`` through the real CLI: a running ``cyclone-flow
 worker`` process is listed live with its queues and pid, and its clean shutdown removes
 it."""
 

@@ -1,4 +1,4 @@
-"""Flow control across real worker processes (issue 20, docs/flow-control.md): a
+"""Flow control across real worker processes (docs/flow-control.md): a
 concurrency limit holds across 8 workers in 2 processes (sampled from the database every
 few milliseconds, and checked exactly on the steps' own timestamps), and the slots of a
 SIGKILLed worker are freed by the recovery sweep after its leases expire, while the other

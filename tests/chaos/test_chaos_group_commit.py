@@ -1,4 +1,4 @@
-"""Chaos of the group-commit completer (issue 8): many runs of a diamond + fan-out + join
+"""Chaos of the group-commit completer: many runs of a diamond + fan-out + join
 flow (:data:`cyclone_test_handlers.group_commit.FLOW`) whose handlers never open
 ``ctx.completion_tx()``, so every completion goes through a completer batch, executed by
 several real worker processes of 4 workers each while

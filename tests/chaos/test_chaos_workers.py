@@ -1,4 +1,4 @@
-"""Chaos (issue 3, Proof): hundreds of runs of a diamond flow whose every step writes one
+"""Chaos: hundreds of runs of a diamond flow whose every step writes one
 row into ``chaos_ledger`` (``UNIQUE (run_id, node)``, plain ``INSERT``) through
 ``ctx.completion_tx()``, executed by several real worker processes while
 

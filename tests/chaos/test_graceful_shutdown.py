@@ -144,8 +144,8 @@ def test_a_signal_while_the_worker_starts_is_a_graceful_stop(
 ) -> None:
     """From the first instant the worker's own code runs (the console script's entry
     point, before the package's imports, the pool and the schema check) a stop signal is
-    the graceful stop: exit 0, no traceback (issue 15: SIGTERM in the first ~0.5 s used
-    to exit 143). The interpreter's own start-up (``site``) comes first: the signal is
+    the graceful stop: exit 0 (not 143), no traceback, even for a SIGTERM in the first
+    half second. The interpreter's own start-up (``site``) comes first: the signal is
     sent ``delay`` seconds after the spawn, or as soon as the process runs Python code of
     its own when the interpreter takes longer to start (a loaded machine)."""
     for i, delay in enumerate((0.1, 0.1, 0.3, 0.6)):
@@ -183,9 +183,9 @@ def test_a_step_released_at_shutdown_logs_its_stale_result_once(
     handler: str,
     line: str,
 ) -> None:
-    """Issue 18: the handler of a step whose lease the shutdown released ends after the
-    release; its result is stale, and the worker says so in one line (it used to log a
-    second "stale failure ignored" for the timeout check of a step with a timeout)."""
+    """The handler of a step whose lease the shutdown released ends after the release;
+    its result is stale, and the worker says so in one line (no second "stale failure
+    ignored" from the timeout check of a step with a timeout)."""
     submitter = make_client()
     worker = WorkerProcess(
         database_url,

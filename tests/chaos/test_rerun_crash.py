@@ -1,4 +1,4 @@
-"""A SIGKILL during a rerun (issue 19): the rerun's downstream step writes its business
+"""A SIGKILL during a rerun: the rerun's downstream step writes its business
 row through ``ctx.completion_tx()`` in a real worker process that is killed before the
 commit; another worker reclaims the step after its lease expires. The new run ends with
 exactly one row for that step, the reused upstream step wrote nothing for the new run,

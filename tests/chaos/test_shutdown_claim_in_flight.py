@@ -1,7 +1,7 @@
-"""A shutdown that begins while a claim is in flight (issue 31.2): the worker used to wait
-for the claim statement, then exit 0 without running or releasing the steps it had just
-claimed, which stayed ``running`` under the exited worker's lease until it lapsed and a
-sweep reclaimed them. Now the shutdown cancels the claim in flight, and whatever a claim
+"""A shutdown that begins while a claim is in flight: the worker must not exit 0
+without running or releasing the steps it had just claimed (they would stay ``running``
+under the exited worker's lease until it lapsed and a sweep reclaimed them). The
+shutdown cancels the claim in flight, and whatever a claim
 still returns after the shutdown began is released at once, before the process exits:
 nothing is left ``running`` and the steps are claimable again. Both the ordinary claim
 (blocked by a table lock) and the limited claim (blocked by its advisory lock)."""

@@ -1,8 +1,8 @@
-"""A SIGTERM while another session locks the steps table (issue: shutdown ignored
---shutdown-timeout): the worker's release of its leases waited for the lock with no bound,
-before the handlers were told, so a running handler was never told and the process
-exited only when the lock went away. Now the handlers are told at the shutdown timeout
-whatever the database does, every statement of the shutdown is bounded, the process
+"""A SIGTERM while another session locks the steps table: the shutdown keeps its
+--shutdown-timeout. The worker's release of its leases must not wait for the lock with no
+bound before the handlers are told (a running handler would never be told, and the
+process would exit only when the lock went away): the handlers are told at the shutdown
+timeout whatever the database does, every statement of the shutdown is bounded, the process
 exits soon after, and the steps it could not release are left to their lease (the
 recovery sweep of another worker reclaims them, as after a crash)."""
 

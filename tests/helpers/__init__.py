@@ -5,7 +5,7 @@ option puts ``tests/`` on ``sys.path``):
 - :mod:`helpers.flows`: flow builders.
 - :mod:`helpers.rows`: reading engine rows; the ``ledger`` business table.
 - :mod:`helpers.engine`: driving a step's claim, completion and failure directly; losing
-  a client's wakeups.
+  a client's wakeups; ``database(client)``, the client's database handle.
 - :mod:`helpers.procs`: real worker processes, polling until a condition holds.
 - :mod:`helpers.cli`: the CLI in a subprocess, its JSON output.
 - :mod:`helpers.doc_tables`: the pipe tables of the docs.

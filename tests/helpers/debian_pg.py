@@ -1,7 +1,7 @@
 """A throwaway cluster of the system's packaged PostgreSQL (Debian's ``postgresql``, in
 ``/usr/lib/postgresql/<major>/bin``), with JIT on as the distribution ships it: the
 embedded server (pgserver) is built without LLVM, so a statement that a JIT-enabled
-server compiles (issue 31.1: 1.7 s of JIT per limited claim) is seen only here.
+server compiles (a JIT-compiled limited claim can spend seconds in JIT) is seen only here.
 
 :class:`DebianCluster` initdb's a cluster in a temp folder, starts it on a Unix socket in
 that folder (a free port number, no TCP), as the ``postgres`` system user when the suite

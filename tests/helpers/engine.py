@@ -18,6 +18,7 @@ import psycopg
 
 from cyclone_flow import Client
 from cyclone_flow.db import steps
+from cyclone_flow.db.conn import Database
 from cyclone_flow.db.rows import ClaimedStep
 from cyclone_flow.engine import claim as claiming
 from cyclone_flow.engine import complete, fail
@@ -32,6 +33,18 @@ from cyclone_flow.states import StepState
 Conn = psycopg.Connection[Any]
 
 
+def database(client: Client) -> Database:
+    """The :class:`~cyclone_flow.db.conn.Database` ``client`` runs its statements with
+    (its pool and the statements rendered for its schema).
+
+    The public API hides it on purpose; tests need it to drive one transition or one
+    maintenance pass directly (a claim, a sweep, a service's ``run_once``) on the very
+    pool and schema the client uses, and to read the rendered statements
+    (``database(client).q[name]``) or use its pool (``database(client).pool``). This is
+    the one place tests reach into the client for it."""
+    return client._db
+
+
 def claim(
     client: Client,
     owner: str,
@@ -42,7 +55,7 @@ def claim(
 ) -> list[ClaimedStep]:
     """Claim up to ``limit`` steps of ``queues`` for ``owner`` (a lease of ``ttl_s``
     seconds), in autocommit, as the worker's claim loop does."""
-    with client._db.autocommit_session() as s:
+    with database(client).autocommit_session() as s:
         return claiming.claim(s, owner, ttl_s, queues, limit, run_id)
 
 
@@ -58,7 +71,7 @@ def claim_limited(
     """The limited claim (steps with ``concurrency:`` / ``rate_limit:``) of up to
     ``limit`` steps of ``queue`` for ``owner``, a transaction in one round trip on an
     autocommit session, as the worker's claim loop runs it."""
-    with client._db.autocommit_session() as s:
+    with database(client).autocommit_session() as s:
         return claiming.claim_limited(s, owner, ttl_s, queue, limit, cursor, run_id)
 
 
@@ -66,7 +79,7 @@ def heartbeat(
     client: Client, owner: str, ttl_s: float, leases: Sequence[tuple[int, int]]
 ) -> set[tuple[int, int]]:
     """Renew ``leases`` (``(step id, generation)``) of ``owner``; the leases renewed."""
-    with client._db.session() as s:
+    with database(client).session() as s:
         return claiming.extend_leases(s, owner, ttl_s, leases)
 
 
@@ -74,20 +87,20 @@ def complete_step(
     client: Client, conn: Conn, step: ClaimedStep, owner: str, output_json: str
 ) -> Outcome | None:
     """Complete ``step`` in the caller's transaction on ``conn``; None when stale."""
-    return complete.complete_step(Tx(conn, client._db.q), step, owner, output_json)
+    return complete.complete_step(Tx(conn, database(client).q), step, owner, output_json)
 
 
 def complete_steps(
     client: Client, conn: Conn, owner: str, batch: Sequence[tuple[ClaimedStep, str]]
 ) -> list[Outcome | None]:
     """The group commit of ``batch`` in the caller's transaction on ``conn``."""
-    return complete.complete_steps(Tx(conn, client._db.q), owner, batch)
+    return complete.complete_steps(Tx(conn, database(client).q), owner, batch)
 
 
 def fail_step(client: Client, conn: Conn, **attempt: Any) -> Outcome | None:
     """A failed attempt (keywords of :func:`cyclone_flow.engine.fail.fail_step`) in the
     caller's transaction on ``conn``; None when stale."""
-    return fail.fail_step(Tx(conn, client._db.q), **attempt)
+    return fail.fail_step(Tx(conn, database(client).q), **attempt)
 
 
 def rescue_expired(
@@ -95,7 +108,7 @@ def rescue_expired(
 ) -> list[tuple[str, str, str, int]]:
     """The sweep's rescue of expired leases: ``(run_id, node, queue, reclaims)`` per
     step put back."""
-    with client._db.session() as s:
+    with database(client).session() as s:
         rescued = steps.step_rescue_if_lease_expired(s, max_reclaims=max_reclaims, batch=batch)
     return [(r.run_id, r.node, r.queue, r.reclaims) for r in rescued]
 
@@ -109,7 +122,7 @@ def release_stalled_sequences(client: Client) -> tuple[int, Wakeups]:
         published.merge(wakeups)
         client._publish(wakeups, conn)
 
-    released = SequenceScanner(client._db, publish=publish).run_once().released
+    released = SequenceScanner(database(client), publish=publish).run_once().released
     return released, published
 
 
@@ -130,21 +143,27 @@ def _reporter(client: Client) -> Reporter:
 def wait_scanner(client: Client) -> WaitScanner:
     """A wait scanner on ``client``'s database, with its publisher and hooks."""
     return WaitScanner(
-        client._db, publish=client._publish, logger=client.config.logger, reporter=_reporter(client)
+        database(client),
+        publish=client._publish,
+        logger=client.config.logger,
+        reporter=_reporter(client),
     )
 
 
 def deadline_scanner(client: Client) -> DeadlineScanner:
     """A deadline scanner on ``client``'s database, with its publisher and hooks."""
     return DeadlineScanner(
-        client._db, publish=client._publish, logger=client.config.logger, reporter=_reporter(client)
+        database(client),
+        publish=client._publish,
+        logger=client.config.logger,
+        reporter=_reporter(client),
     )
 
 
 def get_step_output_text(client: Client, run_id: str, node: str) -> str | None:
     """The output of ``(run_id, node)`` as JSON text when that node completed, else None
     (what a worker reads when its output cache misses)."""
-    with client._db.autocommit_session() as s:
+    with database(client).autocommit_session() as s:
         row = steps.step_get_output(s, run_id=run_id, node=node)
     return row.output if row is not None and row.state == StepState.COMPLETED else None
 

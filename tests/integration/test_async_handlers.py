@@ -1,4 +1,4 @@
-"""``async def`` handlers (issue 30.6): their coroutine runs on the worker's event loop
+"""``async def`` handlers: their coroutine runs on the worker's event loop
 thread while the claiming worker thread waits (the step keeps its slot); the output is
 stored as for a ``def`` handler, ``ctx.completion_tx()`` works from the coroutine with the
 same exactly-once rule, a timeout cancels the task and fails the attempt with kind
@@ -32,7 +32,7 @@ def test_an_async_handler_runs_on_the_loop_thread_and_returns_its_output(
         status = client.wait(run_id, timeout=20)
         assert status.state == "completed", client.list_steps(run_id)
         assert status.output == {"s": {"doubled": 2 * n, "thread": "cyclone-asyncio"}}
-    assert client._worker is not None and client._worker.executor.event_loop.running
+    assert client.worker is not None and client.worker.executor.event_loop.running
     # what the coroutine printed and logged is in its own step's logs (not another's)
     wait_until(lambda: client.step_logs(runs[3]), what="the step's log lines")
     lines = [(x.stream, x.level, x.message) for x in client.step_logs(runs[3])]
@@ -42,7 +42,7 @@ def test_an_async_handler_runs_on_the_loop_thread_and_returns_its_output(
         ("log", "WARNING", "cyclone_test_handlers.asyncio_handlers: async logging 3"),
     ]
     client.shutdown()
-    assert not client._worker or not client._worker.executor.event_loop.running
+    assert not client.worker or not client.worker.executor.event_loop.running
 
 
 def test_writes_through_completion_tx_commit_with_the_step(

@@ -1,4 +1,4 @@
-"""Retry backoff computed by the database (issue 3, point 1): the exact delay of each
+"""Retry backoff computed by the database: the exact delay of each
 failed attempt, its bounds (no overflow, jitter never past ``max``) and the edge values the
 flow schema accepts (``initial: 0``, ``max: 0``, ``initial`` above ``max``)."""
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from helpers.engine import claim, fail_step
+from helpers.engine import claim, database, fail_step
 from helpers.flows import step_flow
 
 from cyclone_flow import Client
@@ -35,7 +35,7 @@ def _delays(client: Client, db: Any, backoff: str, attempt: int, samples: int = 
             " lease_generation = lease_generation + 1 WHERE id = %s RETURNING lease_generation",
             (attempt, attempt + 1, step.id),
         ).fetchone()
-        with client._pool.connection() as conn, conn.transaction():
+        with database(client).pool.connection() as conn, conn.transaction():
             outcome = fail_step(
                 client,
                 conn,
@@ -108,8 +108,8 @@ def test_zero_initial_backoff_retries_at_once_end_to_end(
     make_client: Callable[..., Client],
 ) -> None:
     """``backoff: {initial: 0}`` passes lint; its failed attempts must be recorded and
-    retried at once (a division by zero here used to leave the step to its lease, to be
-    reclaimed and failed again forever)."""
+    retried at once (no division by zero leaving the step to its lease, to be reclaimed
+    and failed again forever)."""
     client = make_client(lease_ttl=1.0)
     run_id = client.submit(
         step_flow(BOOM, name="backoff", node="a", retry="{max_attempts: 3, backoff: {initial: 0}}"),

@@ -1,6 +1,6 @@
-"""A failed attempt is always recorded, whatever backoff the step carries (issue 13,
-item 3): ``initial: 1.0e-320`` used to overflow float8 in ``step_fail_if_leased``, so the
-attempt was never written and the step was reclaimed and re-run for ever.
+"""A failed attempt is always recorded, whatever backoff the step carries: an
+``initial: 1.0e-320`` must not overflow float8 in ``step_fail_if_leased`` (the attempt
+would never be written and the step would be reclaimed and re-run for ever).
 
 Lint and the job options now refuse such values (tests/unit: E007, SubmitOptionError); these
 tests store them anyway (a definition built without lint, or written by an older version)
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from helpers.engine import claim, fail_step, sweep_once
+from helpers.engine import claim, database, fail_step, sweep_once
 
 from cyclone_flow import Client
 from cyclone_flow.flowfile.build import build_flow
@@ -41,7 +41,7 @@ def _fail_once(client: Client, db: Any, stored_backoff: str, attempt: int) -> fl
         " WHERE id = %s RETURNING lease_generation",
         (stored_backoff, attempt, attempt + 1, step.id),
     ).fetchone()
-    with client._pool.connection() as conn, conn.transaction():
+    with database(client).pool.connection() as conn, conn.transaction():
         outcome = fail_step(
             client,
             conn,

@@ -1,6 +1,6 @@
 """A zero backoff (``initial: 0s`` or ``max: 0s``, which the schema allows) retries at
 once instead of breaking the failure transition (ln(0) / division by zero in SQL), which
-used to leave the step to its lease and re-run it forever."""
+would leave the step to its lease and re-run it forever."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ def test_quick_suite_runs_every_benchmark(
         assert result["peak_rss_mib"] > 0
         assert set(result["ratios"]) == {"1/tx", "batch50", "1/tx idx", "batch50 idx"}
         assert result["extra"]["commits_per_step"] > 0
-    assert by_name["no-op async steps"]["value"] > 0  # an async def handler (issue 30.6)
+    assert by_name["no-op async steps"]["value"] > 0  # an async def handler
     assert by_name["3-node chain"]["extra"]["steps"] == 3 * by_name["3-node chain"]["extra"]["runs"]
     fan = by_name["fan-out 100 items"]
     assert fan["value"] > 0 and fan["extra"]["items_per_s"] > 0

@@ -1,5 +1,5 @@
 """An operator cancel racing a step's completion or failed attempt (Engine Design: CAS
-State Transitions, "a cancel races with a completion"; issue 3, point 5): exactly one wins
+State Transitions, "a cancel races with a completion"): exactly one wins
 and nothing is half-applied. The handler wrote a ledger row through
 ``ctx.completion_tx()``; either the run and step are cancelled and no ledger row exists,
 or the step completed with its row, the run completed and ``cancel()`` did nothing.

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers.engine import claim, complete_step, complete_steps
+from helpers.engine import claim, complete_step, complete_steps, database
 from helpers.rows import step_row
 
 from cyclone_flow.flowfile import load_flow_text
@@ -43,7 +43,7 @@ def test_an_error_in_the_pipelined_completion_raises_and_the_connection_stays_us
     client = make_client(client_id="pipe")
     run_id = client.submit(CHAIN, {"v": 1})
     (step,) = claim(client, "w", 30.0, ["default"], 1)
-    with client._pool.connection() as conn:
+    with database(client).pool.connection() as conn:
         with pytest.raises(psycopg.errors.InFailedSqlTransaction), conn.transaction():
             with pytest.raises(psycopg.errors.DivisionByZero):
                 conn.execute("SELECT 1/0")  # a handler left its completion_tx failed
@@ -69,7 +69,7 @@ def test_a_stale_completion_changes_nothing_even_when_committed(
     client = make_client(client_id="stale-pipe")
     chain_run = client.submit(CHAIN, {"v": 1})
     (a,) = claim(client, "w", 30.0, ["default"], 1)
-    with client._pool.connection() as conn, conn.transaction():  # commits on exit
+    with database(client).pool.connection() as conn, conn.transaction():  # commits on exit
         assert complete_step(client, conn, a, "not-the-owner", "{}") is None
     assert [step_row(db, chain_run, n)["state"] for n in ("a", "b")] == ["running", "pending"]
     assert client.get_run(chain_run).state == "running"
@@ -78,11 +78,11 @@ def test_a_stale_completion_changes_nothing_even_when_committed(
     claimed = claim(client, "w", 30.0, ["default"], 10)
     items = [s for s in claimed if s.run_id == items_run]
     assert len(items) == 3 and all(s.parent_node == "each" for s in items)
-    with client._pool.connection() as conn, conn.transaction():
+    with database(client).pool.connection() as conn, conn.transaction():
         assert complete_step(client, conn, items[0], "not-the-owner", "1") is None
     assert step_row(db, items_run, "each")["items_done"] == 0
     for item in items:
-        with client._pool.connection() as conn, conn.transaction():
+        with database(client).pool.connection() as conn, conn.transaction():
             assert complete_step(client, conn, item, "w", "1") is not None
     each = step_row(db, items_run, "each")
     assert (each["state"], each["items_done"], each["output"]) == ("completed", 3, [1, 1, 1])
@@ -114,7 +114,7 @@ def test_complete_steps_commits_a_batch_of_completions(
     client = make_client(client_id="batch")
     diamond = client.submit(DIAMOND, {})
     (a,) = claim(client, "w", 30.0, ["default"], 1)
-    with client._pool.connection() as conn, conn.transaction():
+    with database(client).pool.connection() as conn, conn.transaction():
         assert complete_step(client, conn, a, "w", "{}") is not None
     one = client.submit(ONE, {})
     items_run = client.submit(ITEMS, {})
@@ -122,7 +122,7 @@ def test_complete_steps_commits_a_batch_of_completions(
     assert sorted(s.node for s in claimed) == ["b", "c", "each[0]", "each[1]", "each[2]", "only"]
     stale = dataclasses.replace(claimed[0], lease_generation=claimed[0].lease_generation + 7)
     batch = [(s, "1") for s in claimed] + [(stale, "2")]
-    with client._pool.connection() as conn, conn.transaction():
+    with database(client).pool.connection() as conn, conn.transaction():
         outcomes = complete_steps(client, conn, "w", batch)
     assert outcomes[-1] is None and all(o is not None for o in outcomes[:-1])
     finished = {

@@ -1,4 +1,4 @@
-"""What production does to a database (issue 15): restarts under load and raised default
+"""What production does to a database: restarts under load and raised default
 isolation levels, each on an embedded server of the test's own (``helpers.own_server``),
 so the session's shared server is never restarted or reconfigured.
 
@@ -194,8 +194,8 @@ def test_restarts_under_load_fail_no_run_and_lose_or_double_nothing(
 ) -> None:
     """Four ``pg_ctl restart -m fast`` while two clients (4 worker threads each) run
     one-node flows with ``max_attempts: 1``: every run completes with exactly one ledger
-    row (fails on the code before issue 15: the BEGIN of ``ctx.completion_tx()`` on a
-    connection the restart killed failed the attempt with ``AdminShutdown``). The submitter
+    row (the BEGIN of ``ctx.completion_tx()`` on a connection the restart killed does not
+    fail the attempt with ``AdminShutdown``). The submitter
     is paced to about what the workers keep up with (50 runs/s at most; 8 workers of
     0.1 s steps do 80/s): unpaced, it queued a backlog that took most of the test to
     drain once the restarts were over, and a backlog the restarts never reach proves
@@ -251,9 +251,9 @@ def test_diamonds_and_fan_ins_finish_under_a_raised_default_isolation(
     server: OwnServer, url: str, isolation: str
 ) -> None:
     """A database whose ``default_transaction_isolation`` is ``isolation``: 20 diamonds
-    and 2 fifty-parent fan-ins finish, each child once (on the code before issue 15, the
-    children stayed ``pending`` for ever under ``repeatable read``, and completions failed
-    with ``SerializationFailure`` under ``serializable``: the bounded poll times out)."""
+    and 2 fifty-parent fan-ins finish, each child once (no child stays ``pending`` for
+    ever under ``repeatable read``, no completion fails with ``SerializationFailure`` under
+    ``serializable``: else the bounded poll times out)."""
     with psycopg.connect(url, autocommit=True) as conn:
         database = conn.info.dbname
         conn.execute(f"ALTER DATABASE {database} SET default_transaction_isolation = '{isolation}'")
@@ -321,8 +321,7 @@ def test_a_handler_changing_its_session_isolation_fails_permanently(
     """A handler that changes the session's default isolation in ``ctx.completion_tx()``
     fails its step permanently with ``IsolationLevelError`` (given to the error handler),
     found in the completion's round trip before the commit: nothing of its transaction
-    commits (on the code before issue 15 the step completed and the pooled connection
-    kept the new default)."""
+    commits, and the pooled connection does not keep the new default."""
     state, errors = _refused(url, statement)
     assert state == "failed"
     [(attempt, kind, error)] = _query(url, "SELECT attempt, error_kind, error FROM cyclone_steps")
@@ -335,8 +334,7 @@ def test_a_handler_cannot_change_its_transaction_isolation(url: str) -> None:
     """``SET TRANSACTION ISOLATION LEVEL`` as the handler's first statement in
     ``ctx.completion_tx()`` is found in the completion's round trip (the transaction is
     no longer READ COMMITTED) and fails the step permanently with ``IsolationLevelError``:
-    nothing committed (on the code before issue 15 the step completed under
-    SERIALIZABLE)."""
+    nothing committed (the step never completes under SERIALIZABLE)."""
     state, errors = _refused(url, "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
     assert state == "failed"
     [(attempt, kind, error)] = _query(url, "SELECT attempt, error_kind, error FROM cyclone_steps")

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 from cyclone_test_handlers import engine
-from helpers.engine import claim, complete_step, fail_step, heartbeat, rescue_expired
+from helpers.engine import claim, complete_step, database, fail_step, heartbeat, rescue_expired
 from helpers.procs import wait_until
 from helpers.rows import create_ledger, ledger_rows, step_row
 
@@ -76,7 +76,7 @@ def test_two_clients_race_for_one_step_exactly_one_wins(make_client, db) -> None
 
 def test_cas_guard_second_update_changes_zero_rows(make_client, db, database_url) -> None:
     client = make_client(client_id="cas")
-    q = client._db.q
+    q = database(client).q
     flow = load_flow_text(ONE)
 
     # The claim CAS: while one transaction holds the claimed row (uncommitted), a second
@@ -147,12 +147,12 @@ def test_stale_lease_generation_changes_zero_rows(make_client, db) -> None:
     assert (old.id, old.lease_generation, new.lease_generation) == (new.id, 1, 2)
 
     assert heartbeat(client, "w-old", 30.0, [(old.id, 1)]) == set()
-    with client._pool.connection() as conn, conn.transaction():
+    with database(client).pool.connection() as conn, conn.transaction():
         assert complete_step(client, conn, old, "w-old", '{"stale": true}') is None
     # same owner name, old generation: still stale
-    with client._pool.connection() as conn, conn.transaction():
+    with database(client).pool.connection() as conn, conn.transaction():
         assert complete_step(client, conn, old, "w-new", '{"stale": true}') is None
-    with client._pool.connection() as conn, conn.transaction():
+    with database(client).pool.connection() as conn, conn.transaction():
         assert (
             fail_step(
                 client,
@@ -173,7 +173,7 @@ def test_stale_lease_generation_changes_zero_rows(make_client, db) -> None:
         1,
         1,
     )
-    with client._pool.connection() as conn, conn.transaction():
+    with database(client).pool.connection() as conn, conn.transaction():
         outcome = complete_step(client, conn, new, "w-new", '{"fresh": true}')
     assert outcome is not None and outcome.run_state == "completed"
     assert client.get_run(run_id).output == {"only": {"fresh": True}}

@@ -1,8 +1,8 @@
-"""Why a step waits (issue 18): ``Client.explain`` against a real Postgres, one test per
+"""Why a step waits: ``Client.explain`` against a real Postgres, one test per
 reason, each with the fields ``status`` shows (claimable_at, needs, signal and deadline,
-the holder of a sequence, the max_parallel bound, the queue without a live worker). On
-the old code there was no such answer at all (``status`` showed ``available`` for a
-delayed run and ``available 2/5`` for a retry in backoff)."""
+the holder of a sequence, the max_parallel bound, the queue without a live worker), so
+that ``status`` says more than ``available`` for a delayed run and ``available 2/5``
+for a retry in backoff."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.engine import database
 from helpers.procs import wait_until
 
 from cyclone_flow import Client, RunNotFoundError
@@ -34,7 +35,7 @@ ONE = load_flow_text(f"name: one\nnodes:\n  s: {{call: '{NOOP}', queue: parked}}
 def _fake_worker(client: Client, queue: str, client_id: str = "fake-worker") -> None:
     """A live heartbeat row serving ``queue`` with no claim loop behind it (a worker
     whose slots are all busy, as the explanation sees it)."""
-    with client._db.session() as s:
+    with database(client).session() as s:
         workers.worker_upsert(
             s,
             client_id=client_id,
@@ -190,7 +191,7 @@ def test_unfinished_steps_of_an_ended_run_and_a_release_in_progress(
     the real rows of a run."""
     client = make_client()
     run_id = client.submit(CHAIN)
-    with client._db.session() as s:
+    with database(client).session() as s:
         snap = read_snapshot(s, run_id)
     assert snap is not None
     a, b, c = snap.steps

@@ -1,4 +1,5 @@
-"""The failure rules of issue 3 that other test files do not pin down: a durable timeout
+"""The failure rules (docs/failures.md) that other test files do not pin
+down: a durable timeout
 (the heartbeat stops renewing, the handler is told, a late completion is ignored even
 before the sweep, the attempt fails with kind timeout and is retried), the reclaim limit
 with real worker processes that a handler kills on every call, and the containment of

@@ -1,4 +1,4 @@
-"""Concurrency limits per key and rate limits (issue 20, docs/flow-control.md): the claim
+"""Concurrency limits per key and rate limits (docs/flow-control.md): the claim
 of limited steps, driven directly (deterministic) and through a started client (fairness
 under a hot key, a rate limit over ten seconds of database timestamps)."""
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers.engine import claim, claim_limited, complete_step, fail_step
+from helpers.engine import claim, claim_limited, complete_step, database, fail_step
 from helpers.procs import wait_until
 from psycopg import pq
 from rich.console import Console
@@ -90,7 +90,7 @@ nodes:
 
 OWNER = "test-owner"
 
-# every test also on Debian's PostgreSQL with JIT on (issue 31.1: a JIT-compiled claim)
+# every test also on Debian's PostgreSQL with JIT on (no statement may be JIT-compiled)
 pytestmark = pytest.mark.jit_pg
 
 
@@ -147,7 +147,7 @@ def test_a_limited_claim_commits_without_waiting_for_the_wal_flush(
     ):
         conn.pgconn.trace(out.fileno())
         conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
-        got = claiming.claim_limited(Session(conn, client._db.q), OWNER, 30, "default", 10)
+        got = claiming.claim_limited(Session(conn, database(client).q), OWNER, 30, "default", 10)
         conn.pgconn.untrace()
     assert [s.node for s in got.steps] == ["limited"]
     # one protocol message per entry (a statement's text may span lines)
@@ -213,19 +213,19 @@ def test_the_limited_claim_reads_its_indexes_whatever_the_statistics(
     client = make_client()
     db.execute("ANALYZE cyclone_steps")  # the statistics of an empty table
     client.submit_many(load_flow_text(GLOBAL_40), [{} for _ in range(2000)])
-    with client._pool.connection() as conn:
-        session = Session(conn, client._db.q)
+    with database(client).pool.connection() as conn:
+        session = Session(conn, database(client).q)
         step_rows.step_lock_limited_claims(session)
         plans = {
-            name: _generic_plan_in(conn, client._db.q[name])
+            name: _generic_plan_in(conn, database(client).q[name])
             for name in ("step_render_limits_if_available", "step_claim_limited_if_available")
         }
         conn.rollback()
         # the probe for more runs in a transaction of its own, without the lock
         with conn.transaction():
-            conn.execute(client._db.q["session_read_in_index_order"])
+            conn.execute(database(client).q["session_read_in_index_order"])
             plans["step_exists_limited"] = _generic_plan_in(
-                conn, client._db.q["step_exists_limited"]
+                conn, database(client).q["step_exists_limited"]
             )
     for name, plan in plans.items():
         assert "Seq Scan" not in plan, (name, plan)
@@ -253,9 +253,9 @@ def test_the_probe_for_limited_steps_never_waits_for_the_limited_claims_lock(
         psycopg.connect(database_url) as holder,
         psycopg.connect(database_url, autocommit=True, options="-c lock_timeout=2s") as conn,
     ):
-        holder.execute(client._db.q["step_lock_limited_claims"])  # held to its rollback
-        assert claiming.has_limited(Session(conn, client._db.q), "default") is True
-        assert claiming.has_limited(Session(conn, client._db.q), "other") is False
+        holder.execute(database(client).q["step_lock_limited_claims"])  # held to its rollback
+        assert claiming.has_limited(Session(conn, database(client).q), "default") is True
+        assert claiming.has_limited(Session(conn, database(client).q), "other") is False
         holder.rollback()
 
 
@@ -264,7 +264,7 @@ def test_the_owner_release_leaves_limited_steps_to_the_limited_claim(
 ) -> None:
     client = make_client()
     client.submit(load_flow_text(MIXED), {})
-    released = OwnerRelease(client._db, OwnerReleaseConfig(interval_s=1.0), client._publish)
+    released = OwnerRelease(database(client), OwnerReleaseConfig(interval_s=1.0), client._publish)
     released.run_once()  # '~limits' is no client: the release must not take it for a dead one
     owners = db.execute("SELECT node, claim_owner FROM cyclone_steps ORDER BY node").fetchall()
     assert owners == [("free", None), ("limited", "~limits")]
@@ -285,7 +285,7 @@ def test_a_key_at_its_limit_does_not_block_other_keys(
     assert any(s.run_id == late for s in first.steps)
     assert claim_limited(client, OWNER, 30, "default", 10).steps == []  # all keys full
     # a finished step frees its slot in the completing transaction
-    with client._pool.connection() as conn:
+    with database(client).pool.connection() as conn:
         done = next(s for s in first.steps if s.limit_key.endswith("/hot"))
         assert complete_step(client, conn, done, OWNER, "{}") is not None
     again = claim_limited(client, OWNER, 30, "default", 10)
@@ -307,7 +307,7 @@ def test_a_cancel_and_a_failed_attempt_free_their_slots_in_their_transaction(
     assert [s.run_id for s in first] == ids[:2]
     assert client.cancel(ids[0])  # running -> cancelled: one slot free
     assert [s.run_id for s in claim_limited(client, OWNER, 30, "default", 10).steps] == [ids[2]]
-    with client._pool.connection() as conn:  # a failed attempt: discarded, slot free
+    with database(client).pool.connection() as conn:  # a failed attempt: discarded, slot free
         outcome = fail_step(
             client,
             conn,
@@ -349,7 +349,7 @@ def test_a_key_from_an_upstream_output_is_rendered_once_the_step_is_available(
     ids = client.submit_many(flow, [{"region": "eu"}, {"region": "eu"}, {"region": "us"}])
     lookups = claim(client, OWNER, 30, ["default"], 10)
     assert sorted(s.node for s in lookups) == ["lookup"] * 3
-    with client._pool.connection() as conn:
+    with database(client).pool.connection() as conn:
         for step, customer in zip(lookups, ["c-1", "c-1", "c-2"], strict=True):
             done = complete_step(client, conn, step, OWNER, f'{{"customer": "{customer}"}}')
             assert done is not None
@@ -415,7 +415,7 @@ def test_every_kind_of_key_renders_to_its_group_and_value(
         load_flow_text(KINDS), {"customer": {"id": "c-7"}, "n": 42, "list": ["a", "b"]}
     )
     (lookup,) = claim(client, OWNER, 30, ["default"], 10)
-    with client._pool.connection() as conn:
+    with database(client).pool.connection() as conn:
         done = complete_step(client, conn, lookup, OWNER, '{"customer": {"id": "u-9"}}')
         assert done is not None
     claim_limited(client, OWNER, 30, "default", 100)  # renders the upstream node's keys
@@ -765,7 +765,7 @@ def test_the_pruner_deletes_the_rows_of_rate_keys_idle_for_their_window(
         " WHERE rate_key = 'rated.call_api'"
     ).fetchone() or (None,)
     assert last is not None
-    pruner = RateWindowPruner(client._db, RateWindowPrunerConfig())
+    pruner = RateWindowPruner(database(client), RateWindowPrunerConfig())
     # the last claim still counts until its bucket's end plus the window: kept
     assert (
         pruner.run_once(now=last + timedelta(seconds=10) - timedelta(microseconds=1)).deleted == ()

@@ -1,4 +1,4 @@
-"""The give-back of a step its worker cannot import (issue 30.2), on the engine's own
+"""The give-back of a step its worker cannot import, on the engine's own
 statements: a guarded running -> available that charges no attempt and no reclaim, keeps
 the first give-back's instant, pushes scheduled_at back; refused when stale and once the
 node's import_wait has passed (then the step is discarded with import_error); and the
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+from helpers.engine import database
 
 from cyclone_flow import Client
 from cyclone_flow.engine import claim as engine_claim
@@ -24,13 +26,13 @@ nodes:
 
 
 def _claim(client: Client, owner: str, skip: list[str] | None = None) -> list[Any]:
-    with client._db.autocommit_session() as s:
+    with database(client).autocommit_session() as s:
         return engine_claim.claim(s, owner, 30.0, ["default"], 10, skip_calls=skip or [])
 
 
 def _give_back(client: Client, step: Any, owner: str = "w1", delay_s: float = 0.5) -> Any:
     return give_back_step_alone(
-        client._db,
+        database(client),
         step_id=step.id,
         generation=step.lease_generation,
         owner=owner,

@@ -1,7 +1,7 @@
-"""Handlers of the wrong shape (issue 18): an async generator and a handler that cannot be
+"""Handlers of the wrong shape: an async generator and a handler that cannot be
 called as ``handler(ctx, input)`` fail their step at once (``import_error``, one attempt,
 no retry) with a message naming the expected form; extra parameters with defaults are
-fine, and so (issue 30.6) are an ``async def`` handler, an async callable object and a
+fine, and so are an ``async def`` handler, an async callable object and a
 ``def`` that returns a coroutine: the worker runs the coroutine on its event loop."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The health advisor's library side (issue 21): ``Client.health`` on a real Postgres, the
+"""The health advisor's library side: ``Client.health`` on a real Postgres, the
 ``cyclone_health_*`` gauges (read at most once per TTL) and the dashboard's health page."""
 
 from __future__ import annotations

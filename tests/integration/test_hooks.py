@@ -1,4 +1,4 @@
-"""Observability hooks (Client Options: Observability; issue 3, point 6): ``on_step_event``
+"""Observability hooks (Client Options: Observability): ``on_step_event``
 for every kind, each after its transition committed; ``error_handler`` once per failed
 attempt after the failure committed, with the handler's own exception; an exception (even
 ``SystemExit``) inside either hook is logged and never stops the worker."""

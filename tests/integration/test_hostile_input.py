@@ -1,4 +1,4 @@
-"""Hostile strings and numbers given to the Python API (issue 13, items 3 and 4): each is
+"""Hostile strings and numbers given to the Python API: each is
 refused with a typed error before anything is written, instead of a psycopg, Unicode or
 OS error (or a run that can never be stored or claimed)."""
 
@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers.engine import database
 
 from cyclone_flow import (
     Client,
@@ -51,7 +52,7 @@ def test_unstorable_input_and_args_are_refused(
     with pytest.raises(InputValidationError, match=re.escape(needle)):
         client.enqueue(NOOP, value)
     with (
-        client._pool.connection() as conn,
+        database(client).pool.connection() as conn,
         pytest.raises(InputValidationError, match=re.escape(needle)),
     ):
         client.submit_tx(conn, FLOW, value)

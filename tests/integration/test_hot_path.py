@@ -1,4 +1,4 @@
-"""The claim and completion hot path (issue 8, benchmarks/FINDINGS.md findings 1 and 2):
+"""The claim and completion hot path (benchmarks/FINDINGS.md findings 1 and 2):
 the claim walks the partial claim index in order, returns the run input with the claim
 when the node may need it, and a completion fills this client's output cache, so a
 downstream step claimed by the same client reads nothing back."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers.engine import claim, get_step_output_text
+from helpers.engine import claim, database, get_step_output_text
 
 from cyclone_flow import Client
 from cyclone_flow.flowfile import load_flow_text
@@ -66,13 +66,13 @@ def test_claim_walks_the_claim_index_in_order_without_sorting(
 ) -> None:
     client = make_client()
     flow = load_flow_text(ONE)
-    with client._pool.connection() as conn:
+    with database(client).pool.connection() as conn:
         for i in range(300):
             client.submit_tx(conn, flow, {"i": i})
     db.execute("ANALYZE cyclone_steps")
     if db.info.server_version < 160000:
         pytest.skip("EXPLAIN (GENERIC_PLAN) needs Postgres 16")
-    plan = _generic_plan(db, client._db.q["step_claim_if_available"])
+    plan = _generic_plan(db, database(client).q["step_claim_if_available"])
     # the range of the steps nobody owns (isolated runs: migrations 0007, 0009)
     assert "Index Scan using cyclone_steps_claim_idx" in plan, plan
     assert "COALESCE(claim_owner, ''::text) = ''::text" in plan, plan
@@ -81,7 +81,7 @@ def test_claim_walks_the_claim_index_in_order_without_sorting(
     # the generic plan of the workers' claim above
     assert (
         "root_run_id" not in plan
-        and "root_run_id" in client._db.q["step_claim_in_run_if_available"]
+        and "root_run_id" in database(client).q["step_claim_in_run_if_available"]
     )
 
 

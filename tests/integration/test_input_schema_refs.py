@@ -1,4 +1,4 @@
-"""``$ref`` in a flow's input_schema through the Python API (issue 13, second round): a
+"""``$ref`` in a flow's input_schema through the Python API: a
 reference to a URL or a file is never fetched (a local server counts the requests, an
 audit hook the files opened), and a reference that cannot be resolved or loops is an
 InputValidationError before anything is written, not a traceback."""

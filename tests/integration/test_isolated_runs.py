@@ -1,4 +1,4 @@
-"""Isolated runs through the API (issue 18): ``Client.submit(isolated=True)`` makes the
+"""Isolated runs through the API: ``Client.submit(isolated=True)`` makes the
 submitting client the owner of the run, its fan-out items and child runs; the generic
 claim skips them while the owner's heartbeat row is live, the owner's run claim takes
 them; the owner release hands them to every worker once that row is gone or stale."""
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from helpers.engine import claim, complete_step
+from helpers.engine import claim, complete_step, database
 from psycopg import sql
 
 from cyclone_flow import Client, load_flow
@@ -44,7 +44,9 @@ def _owners(database_url: str, schema: str) -> dict[str, Any]:
 
 
 def _release(client: Client, now: Any = None) -> Any:
-    return OwnerRelease(client._db, OwnerReleaseConfig(interval_s=1), lambda *_: None).run_once(now)
+    return OwnerRelease(
+        database(client), OwnerReleaseConfig(interval_s=1), lambda *_: None
+    ).run_once(now)
 
 
 def test_owned_steps_go_only_to_their_owner_until_its_row_is_stale(

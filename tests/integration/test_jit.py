@@ -1,4 +1,4 @@
-"""No statement of the engine is JIT-compiled on a Postgres with JIT on (issue 31.1).
+"""No statement of the engine is JIT-compiled on a Postgres with JIT on.
 
 Debian's packaged PostgreSQL ships with ``jit = on``; the embedded server has no JIT. The
 limited claim's transaction turns sequential scans and sorts off, which adds the
@@ -22,6 +22,7 @@ from helpers.engine import (
     claim_limited,
     complete_step,
     complete_steps,
+    database,
     fail_step,
     heartbeat,
     rescue_expired,
@@ -91,7 +92,7 @@ def _wire(text: str) -> str:
 
 def _names(client: Client) -> dict[str, str]:
     """Statement text as sent -> its name."""
-    return {_wire(text): name for name, text in client._db.q.items()}
+    return {_wire(text): name for name, text in database(client).q.items()}
 
 
 def _named(client: Client, plans: list[LoggedPlan]) -> dict[str, list[LoggedPlan]]:
@@ -153,12 +154,12 @@ def test_the_hot_statements_are_never_jit_compiled(
         got = claim(client, OWNER, 30, ["default"], 20)
         assert len(got) == 20
         assert heartbeat(client, OWNER, 30, [(s.id, s.lease_generation) for s in got])
-        with client._pool.connection() as conn:
+        with database(client).pool.connection() as conn:
             assert complete_step(client, conn, got[0], OWNER, "{}") is not None
-        with client._pool.connection() as conn:
+        with database(client).pool.connection() as conn:
             outcomes = complete_steps(client, conn, OWNER, [(s, "{}") for s in got[1:15]])
             assert all(o is not None for o in outcomes)
-        with client._pool.connection() as conn:
+        with database(client).pool.connection() as conn:
             failed = got[15]
             assert fail_step(
                 client,

@@ -1,4 +1,4 @@
-"""``ctx.lease_lost`` (issue 31.7): the heartbeat sets it when it finds the attempt's
+"""``ctx.lease_lost``: the heartbeat sets it when it finds the attempt's
 lease gone, so a long handler of a worker that stalled past its lease (SIGSTOP, a long
 GC pause) can notice that the step was reclaimed and may run elsewhere, and stop."""
 

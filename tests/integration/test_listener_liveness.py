@@ -1,5 +1,5 @@
-"""A half-open LISTEN connection (Engine Design: LISTEN/NOTIFY and the Polling Floor;
-issue 15): a TCP proxy between the client and Postgres stops forwarding the listener's
+"""A half-open LISTEN connection (Engine Design: LISTEN/NOTIFY and the Polling Floor):
+a TCP proxy between the client and Postgres stops forwarding the listener's
 connection without closing it. The listener's liveness ping notices, cuts the socket and
 LISTENs again on a new connection, so ``wait()`` is woken by notifications again rather
 than by polling alone; and ``shutdown()`` does not wait on the stuck socket (it used to

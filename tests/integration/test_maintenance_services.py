@@ -1,5 +1,5 @@
 """Each maintenance service's ``run_once`` with a pinned ``now``, against the real Postgres
-and without starting a client (cyclone_flow/maintenance; issue 14): the service is built
+and without starting a client (cyclone_flow/maintenance): the service is built
 from a database, its config, a recording publish callable and a recording reporter. A
 client that is never started submits the runs (it starts no thread); the clock moves only
 through ``now``, never by sleeping or by rewriting rows."""

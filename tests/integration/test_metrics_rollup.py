@@ -1,4 +1,4 @@
-"""Metrics of the nodes the engine decides (issue 18, item 6): a fan-out node's roll-up is
+"""Metrics of the nodes the engine decides: a fan-out node's roll-up is
 counted on its node's queue, never under ``queue="unknown"``; an item's dead letter is
 counted once (the fan-out node's ``item_failed`` is not a second one); no ``_created``
 series are served."""

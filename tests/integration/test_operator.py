@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from cyclone_test_handlers import operator
-from helpers.engine import claim, fail_step, sweep_once
+from helpers.engine import claim, database, fail_step, sweep_once
 from helpers.procs import wait_until
 
 from cyclone_flow import Client, RunStateError
@@ -145,7 +145,7 @@ nodes:
         "UPDATE cyclone_steps SET attempt = %s, max_attempts = %s WHERE id = %s",
         (attempt, attempt + 1, step.id),
     )
-    with client._pool.connection() as conn, conn.transaction():
+    with database(client).pool.connection() as conn, conn.transaction():
         outcome = fail_step(
             client,
             conn,

@@ -3,9 +3,8 @@ PgBouncer 1.18+ in transaction mode in front of the test's Postgres, with fewer 
 connections than clients so that consecutive transactions of one client land on
 different server connections. A ``cyclone-flow worker --no-notify --no-prepare`` process
 runs 200 two-step runs submitted through it with prepared statements off: every run
-completes, no attempt fails (issue 15: 16-27 of 200 failed with ``prepared statement
-"_pg3_N" does not exist`` / ``bind message supplies 4 parameters``, the CLI having no way
-to turn them off)."""
+completes, no attempt fails (none with ``prepared statement "_pg3_N" does not exist`` /
+``bind message supplies 4 parameters``: the CLI can turn prepared statements off)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The misconfigured PgBouncer path (issue 30.7): a ``cyclone-flow worker`` WITH prepared
+"""The misconfigured PgBouncer path: a ``cyclone-flow worker`` WITH prepared
 statements on, through PgBouncer 1.18 in transaction mode. Its engine statements then
 meet ``prepared statement "_pg3_N" does not exist`` / ``already exists`` (in a 200-run
 measurement: about 1,700 of them); none is charged to a handler: every run completes and

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from cyclone_test_handlers import engine
+from helpers.engine import database
 from helpers.procs import wait_until
 from helpers.rows import create_ledger, step_row
 from psycopg_pool import ConnectionPool
@@ -67,10 +68,10 @@ def test_pool_at_the_budget_is_accepted_and_not_closed(make_pool: Any, schema: s
 def test_with_a_url_the_client_sizes_its_own_pool(database_url: str, schema: str) -> None:
     client = Client(database_url, schema=schema, worker_queues={"a": 3, "b": 2}, tx_slots=4)
     try:
-        assert client._pool.max_size == 4 + 6
+        assert database(client).pool.max_size == 4 + 6
     finally:
         client.shutdown(timeout=2.0)
-    assert client._pool.closed, "a pool the client opened is closed by shutdown"
+    assert database(client).pool.closed, "a pool the client opened is closed by shutdown"
     default = Client(database_url, schema=schema)
     try:
         assert default._pool.max_size == 10  # workers 4 -> tx_slots 4 -> 4 + 6

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from cyclone_test_handlers import queueing
 from cyclone_test_handlers.engine import event
+from helpers.engine import database
 from helpers.procs import wait_until
 from helpers.rows import step_columns
 from psycopg_pool import ConnectionPool
@@ -267,6 +268,6 @@ def test_a_producer_only_client_starts_no_thread(
     client = make_client()
     client.enqueue(NOOP, {"x": 3})
     new = set(threading.enumerate()) - before
-    assert new and all(t.name.startswith(f"{client._pool.name}-") for t in new), new
+    assert new and all(t.name.startswith(f"{database(client).pool.name}-") for t in new), new
     assert client.worker is None
     assert db.execute("SELECT count(*) FROM cyclone_runs").fetchone() == (4,)

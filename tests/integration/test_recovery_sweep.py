@@ -1,4 +1,4 @@
-"""The recovery sweep after a big crash (issue 15): one pass batches while a batch comes
+"""The recovery sweep after a big crash: one pass batches while a batch comes
 back full, within its pass budget, and each batch's ``LIMIT`` holds whatever the plan
 (``step_rescue_if_lease_expired`` picks its ids in a MATERIALIZED CTE); a real worker process
 killed with its leases has them back within the documented bound (docs/deployment.md:
@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers.engine import claim
+from helpers.engine import claim, database
 from helpers.procs import WorkerProcess, wait_until
 from psycopg_pool import ConnectionPool
 
@@ -38,7 +38,7 @@ def _expired_leases(client: Client, count: int) -> Any:
         client.submit(FIVE, {})
     claimed = claim(client, "dead-worker", TTL_S, ["default"], count)
     assert len(claimed) == count
-    with client._db.session() as s:
+    with database(client).session() as s:
         row = s.conn.execute("SELECT now()").fetchone()
     assert row is not None
     return row[0]
@@ -48,11 +48,11 @@ def test_one_pass_reclaims_1500_expired_leases(
     make_client: Callable[..., Client], db: psycopg.Connection[Any]
 ) -> None:
     """1,500 expired leases (three times the batch) come back in ONE ``run_once``: the
-    pass runs batches while they come back full (on the code before issue 15 one pass
-    reclaimed 500, and the rest waited for the next sweeps)."""
+    pass runs batches while they come back full, rather than one batch of 500 leaving the
+    rest to the next sweeps."""
     client = make_client()
     claimed_at = _expired_leases(client, 1500)
-    rescuer = Rescuer(client._db, RescuerConfig(batch_size=SWEEP_BATCH))
+    rescuer = Rescuer(database(client), RescuerConfig(batch_size=SWEEP_BATCH))
     result = rescuer.run_once(now=claimed_at + timedelta(seconds=TTL_S + 1))
     assert result.rescued == 1500
     assert db.execute("SELECT state, count(*) FROM cyclone_steps GROUP BY state").fetchall() == [
@@ -65,12 +65,12 @@ def test_each_batch_holds_its_limit_and_the_budget_bounds_a_pass(
 ) -> None:
     """A pass whose budget is spent stops after the batch that is running: with a budget of
     0 s one pass is one batch of exactly ``batch_size`` steps, and the next pass takes the
-    next batch (on the code before issue 15 the statement's ``LIMIT 100`` did not hold on
-    this table: its first pass reclaimed all 300)."""
+    next batch (the statement's ``LIMIT 100`` holds on this table whatever the plan: a
+    first pass never reclaims all 300)."""
     client = make_client()
     claimed_at = _expired_leases(client, 300)
     later = claimed_at + timedelta(seconds=TTL_S + 1)
-    rescuer = Rescuer(client._db, RescuerConfig(batch_size=100, pass_budget_s=0.0))
+    rescuer = Rescuer(database(client), RescuerConfig(batch_size=100, pass_budget_s=0.0))
     assert [rescuer.run_once(now=later).rescued for _ in range(4)] == [100, 100, 100, 0]
     assert RescuerConfig(interval_s=8.0).budget_s == 4.0  # default: half the interval
 

@@ -1,4 +1,4 @@
-"""Rerun from a node, reusing finished work (issue 19): which handlers are called again
+"""Rerun from a node, reusing finished work: which handlers are called again
 (counted), what flows from the reused nodes, fan-out and child nodes above and below the
 rerun point, the refused cases (nothing written), and exactly-once effects through
 ``ctx.completion_tx()`` for the new run only."""

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers.engine import database
 from helpers.procs import wait_until
 
 from cyclone_flow import Client, ConfigError, RetentionConfig
@@ -110,7 +111,7 @@ def test_purge_works_in_batches_until_none_is_left(
     _finish(client, run_ids)
     _age(db, run_ids, 2 * HOUR)
     sweeper = RetentionSweeper(
-        client._db,
+        database(client),
         RetentionSweeperConfig.of(RetentionConfig(default_age=HOUR, batch_size=2)),
         client.config.logger,
     )
@@ -184,7 +185,9 @@ def test_non_positive_age_disables_the_sweep(
     idle.start()
     assert idle.worker is not None and idle.worker.retention is None
     sweeper = RetentionSweeper(
-        idle._db, RetentionSweeperConfig.of(RetentionConfig(default_age=age)), idle.config.logger
+        database(idle),
+        RetentionSweeperConfig.of(RetentionConfig(default_age=age)),
+        idle.config.logger,
     )
     assert sweeper.run_once().deleted == 0
     assert _run_ids(db) == {run_id}

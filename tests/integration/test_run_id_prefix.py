@@ -1,4 +1,4 @@
-"""Short run ids (issue 18): ``Client.resolve_run_id`` takes the start of a run id (at
+"""Short run ids: ``Client.resolve_run_id`` takes the start of a run id (at
 least 4 hex digits) as the CLI's progress shows it, and names every match of an
 ambiguous one."""
 
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers.engine import database
 
 from cyclone_flow import AmbiguousRunIdError, Client, RunNotFoundError
 from cyclone_flow.flowfile import load_flow_text
@@ -75,7 +76,7 @@ def test_the_prefix_lookup_is_a_primary_key_range_scan(
     make_client: Callable[..., Client], db: Any
 ) -> None:
     client = make_client()
-    with client._pool.connection() as conn:
+    with database(client).pool.connection() as conn:
         for i in range(300):
             client.submit_tx(conn, FLOW, {"i": i})
     db.execute("ANALYZE cyclone_runs")
@@ -85,7 +86,7 @@ def test_the_prefix_lookup_is_a_primary_key_range_scan(
     text = re.sub(
         r"%\((\w+)\)s",
         lambda m: f"${names.setdefault(m.group(1), len(names) + 1)}",
-        client._db.q["run_list_ids_in_range"],
+        database(client).q["run_list_ids_in_range"],
     )
     plan = "\n".join(r[0] for r in db.execute("EXPLAIN (GENERIC_PLAN, COSTS OFF) " + text))
     assert "cyclone_runs_pkey" in plan and "Seq Scan" not in plan, plan

@@ -1,4 +1,4 @@
-"""Schedule names (issue 18, item 5): an unnamed entry of a flow file is named from its
+"""Schedule names: an unnamed entry of a flow file is named from its
 cron, timezone and input, not its position, so adding or reordering entries keeps each
 schedule's name, pause state and last tick; schedules an earlier version named by position
 (``<flow>``, ``<flow>-<n>``) keep their name, pause state and ticks after the upgrade."""

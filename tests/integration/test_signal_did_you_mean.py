@@ -1,5 +1,5 @@
 """A signal no node awaits names the signals the run's wait_signal nodes do await when
-one is close (issue 18: did-you-mean for signal names)."""
+one is close (did-you-mean for signal names)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Step logs (issue 18): what a handler prints (stdout, stderr), logs (``logging`` in its
+"""Step logs: what a handler prints (stdout, stderr), logs (``logging`` in its
 thread, ``ctx.log``) and raises is kept per attempt in ``cyclone_step_logs``, bounded by
 ``step_log_bytes``, and deleted with its run; the process's stdout does not see the
-handler's prints (on the old code they went there and nothing was kept)."""
+handler's prints."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 from cyclone_test_handlers.engine import event
+from helpers.engine import database
 from helpers.procs import wait_until
 from rich.console import Console
 
@@ -136,7 +137,7 @@ def test_logs_go_with_their_run(
     run = client.wait(run_id, timeout=20)
     wait_until(lambda: client.step_logs(run_id), what="the lines")
     assert run.finished_at is not None
-    sweeper = RetentionSweeper(client._db, RetentionSweeperConfig(age_s=60))
+    sweeper = RetentionSweeper(database(client), RetentionSweeperConfig(age_s=60))
     assert sweeper.run_once(now=run.finished_at + timedelta(seconds=61)).deleted == 1
     assert db.execute("SELECT count(*) FROM cyclone_step_logs").fetchone() == (0,)
     with pytest.raises(RunNotFoundError):
@@ -182,7 +183,8 @@ def test_a_handler_print_under_the_live_bar_goes_to_its_step_logs(
 def test_a_running_steps_lines_are_stored_while_it_runs_in_order(
     make_client: Callable[..., Client], tmp_path: Path
 ) -> None:
-    """Issue 30.4: on the old code the lines were written only when the attempt ended."""
+    """A running step's lines are stored while it runs, in order, not only when its
+    attempt ends."""
     client = make_client(step_log_flush_interval=0.1)
     client.start()
     release = tmp_path / "release"

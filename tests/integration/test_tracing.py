@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (issue 21): the submitter's trace context is stored with the run
+"""OpenTelemetry traces: the submitter's trace context is stored with the run
 and its steps, so one run is one trace across processes; one span per step attempt
 (claim -> handler -> commit) with its handler and commit as children; child runs, fan-out
 items and ``ctx.submit_completion`` continue the trace. In-memory exporter in this
@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from helpers.engine import database
 from helpers.otel import OTEL_SITE, SpanRecord, from_memory, read_spans, recording
 from helpers.paths import REPO
 from helpers.procs import WorkerProcess, wait_until
@@ -234,7 +235,7 @@ def test_submit_tx_stores_the_callers_trace(
     flow = load_flow_text(CHAIN)
     with (
         _tracer().start_as_current_span("request") as request,
-        client._pool.connection() as conn,
+        database(client).pool.connection() as conn,
     ):
         run_id = client.submit_tx(conn, flow, None)
     with _tracer().start_as_current_span("batch") as batch:

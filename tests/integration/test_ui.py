@@ -198,7 +198,7 @@ def test_why_a_delayed_step_waits(make_client: Callable[..., Client]) -> None:
 
 def test_why_a_step_given_back_waits(make_client: Callable[..., Client]) -> None:
     # a worker that may not run the call (outside its allow-list) gave it back: the step
-    # page and the run's live view say so (issue 30.2)
+    # page and the run's live view say so
     client = make_client(allow_modules=["cyclone_test_handlers.ui"])
     run_id = client.submit(load_flow_text(ECHO), {})
     client.start()

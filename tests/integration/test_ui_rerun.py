@@ -1,4 +1,4 @@
-"""The dashboard's run page for issue 19: a skipped node (its colour, why it was
+"""The dashboard's run page of conditional nodes and reruns: a skipped node (its colour, why it was
 skipped) and a rerun (the link to the run it reruns, its reused steps)."""
 
 from __future__ import annotations

@@ -308,7 +308,7 @@ def test_failed_publication_is_logged_and_polling_claims_the_work(
             assert killed is not None and killed[0] >= 1
             producer.publish_wakeups(conn)  # its pool connection is dead: it fails
         assert producer.publisher.failures == 1
-        # a connection-level failure: one warning line, no traceback (issue 15)
+        # a connection-level failure: one warning line, no traceback
         errors = [r for r in caplog.records if "could not publish wakeups" in r.getMessage()]
         assert len(errors) == 1 and errors[0].levelno == logging.WARNING
         assert "database unreachable" in errors[0].getMessage() and not errors[0].exc_info

@@ -1,4 +1,4 @@
-"""Conditional nodes (issue 19): ``when:`` decided in the transaction that would release
+"""Conditional nodes: ``when:`` decided in the transaction that would release
 the node, the terminal state ``skipped`` with its recorded condition, skip-cascade and
 ``on_dep_skip: run``, skipped fan-out / child / wait_signal / root nodes and leaves, and
 one decision when two parents complete at once."""

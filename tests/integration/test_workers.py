@@ -1,4 +1,4 @@
-"""Live workers (issue 18): every started client keeps a heartbeat row in
+"""Live workers: every started client keeps a heartbeat row in
 ``cyclone_workers``, refreshed by its heartbeat and deleted at a clean shutdown;
 ``Client.workers()`` reads the rows with their liveness at the database's now, and the
 worker reaper deletes the rows of dead workers after 10 x their lease TTL. The clock moves
@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
+from helpers.engine import database
 from helpers.flows import step_flow
 from helpers.procs import WorkerProcess, wait_until
 
@@ -71,7 +72,7 @@ def test_the_reaper_deletes_rows_not_heartbeated_for_ten_lease_ttls(
     proc.kill()  # no clean shutdown: the row stays
     (left,) = reader.workers()
     at = left.heartbeat_at
-    reaper = WorkerReaper(reader._db, WorkerReaperConfig())
+    reaper = WorkerReaper(database(reader), WorkerReaperConfig())
     assert reaper.run_once(now=at + timedelta(seconds=9.9)).deleted == ()
     assert not reader.workers(now=at + timedelta(seconds=9.9))[0].live
     result = reaper.run_once(now=at + timedelta(seconds=10.1))

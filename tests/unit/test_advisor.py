@@ -1,4 +1,4 @@
-"""The health advisor's advice (issue 21), from reports built by hand: each check warns
+"""The health advisor's advice, from reports built by hand: each check warns
 past its threshold only, and each warning names its fix."""
 
 from __future__ import annotations

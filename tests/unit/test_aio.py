@@ -1,4 +1,4 @@
-"""The event loop of async handlers (:mod:`cyclone_flow.worker.aio`, issue 30.6), without a
+"""The event loop of async handlers (:mod:`cyclone_flow.worker.aio`), without a
 database: results and exceptions reach the waiting thread, a set cancel event cancels the
 task and ``run`` returns only after the coroutine's ``finally`` ran, SystemExit does not
 stop the shared loop, ``stop`` ends the calls still waiting, and a task that ignores its
@@ -119,8 +119,8 @@ def test_stop_ends_a_waiting_call_and_refuses_later_ones() -> None:
 def test_stop_abandons_a_task_that_ignores_cancellation_with_one_line_naming_it(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The old code left asyncio's ``Task was destroyed but it is pending!`` (an ERROR of
-    the ``asyncio`` logger) when such a task was collected after the loop closed."""
+    """No asyncio ``Task was destroyed but it is pending!`` (an ERROR of the ``asyncio``
+    logger) when such a task is collected after the loop closed."""
     log = logging.getLogger("test_aio.abandon")
     loop = EventLoop(log=log)
     entered = threading.Event()

@@ -232,7 +232,7 @@ def test_instants_in_any_zone_give_the_same_ticks() -> None:
         assert ticks.at_or_before(elsewhere) == ticks.at_or_before(instant)
 
 
-# -- one validator for lint (E050/E051) and the API (issue 13, second round) ------------
+# -- one validator for lint (E050/E051) and the API --------------------------------------
 
 _REFUSED_CRONS = [
     "R R * * *",  # random: drawn again at each parse, so the ticks moved

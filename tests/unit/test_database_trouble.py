@@ -1,5 +1,5 @@
-"""What kind of database trouble an error is, and how the worker's threads report it
-(issue 15): the database lost is one warning line without traceback, counted per
+"""What kind of database trouble an error is, and how the worker's threads report it:
+the database lost is one warning line without traceback, counted per
 ``where`` (the metric ``cyclone_database_errors_total``); anything else is an ERROR with
 its traceback; a serialization failure or a deadlock is tried again at once, boundedly."""
 

@@ -1,4 +1,4 @@
-"""Did-you-mean suggestions (issue 18): an unknown ``needs`` (E011), a reference to an
+"""Did-you-mean suggestions: an unknown ``needs`` (E011), a reference to an
 unknown node (E014) and, with ``--check-imports``, a missing function (E021) name the
 close names; a name close to nothing gets no suggestion."""
 

@@ -1,6 +1,6 @@
 """Claims of the user guide that the code made false once, pinned so they cannot come
 back: docs/failures.md said an ``async def`` handler fails at once with ``import_error``
-(workers run it since issue 30.6; only an async generator function is refused), and
+(workers run it; only an async generator function is refused), and
 docs/cli.md said ``submit --wait --json`` prints the run as ``status --json`` shows it
 (it prints the ``run --json`` document: no ``waiting``, ``queue_features`` or
 ``log_tail``)."""

@@ -1,4 +1,4 @@
-"""Why a step held back by its limits waits (issue 20), on rows: the
+"""Why a step held back by its limits waits, on rows: the
 concurrency key at its limit, the rate key out of claims until enough of its claims leave
 the sliding window, and neither once the slot or the window frees (pure:
 engine/explain.py:explain)."""

@@ -1,4 +1,4 @@
-"""Flow-file limits (issue 20): ``concurrency`` / ``rate_limit`` after ``defaults``, their
+"""Flow-file limits: ``concurrency`` / ``rate_limit`` after ``defaults``, their
 groups and keys, and the plan rows that step_insert_plan renders the keys from."""
 
 from __future__ import annotations

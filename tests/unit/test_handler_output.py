@@ -1,4 +1,4 @@
-"""cyclone_flow.cli.output (issue 31.3) in a subprocess of its own (it redirects the
+"""cyclone_flow.cli.output in a subprocess of its own (it redirects the
 process's descriptors 1 and 2): output no attempt can be given goes to the real stderr,
 never to stdout; the logging handlers and ``sys.stderr`` reach the real stderr while the
 redirect holds, and everything is put back after it."""

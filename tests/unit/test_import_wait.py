@@ -1,4 +1,4 @@
-"""``import_wait`` in a flow file (issue 30.2): the node's, else ``defaults``', else the
+"""``import_wait`` in a flow file: the node's, else ``defaults``', else the
 flow's, in seconds on the model and in the plan (only when set: the plan of a flow
 without it is unchanged); lint refuses a bad duration. And the worker's per-call backoff
 of calls it could not import."""

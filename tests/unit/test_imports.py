@@ -147,7 +147,7 @@ def test_reexport_inside_the_handlers_package_is_allowed_but_not_from_another() 
         )
 
 
-# -- the attribute path after ':' (issue 13: --allow-module could be bypassed) -----------
+# -- the attribute path after ':' (--allow-module cannot be bypassed through it) ---------
 
 
 @pytest.fixture
@@ -192,7 +192,7 @@ def _attempt(resolver: HandlerResolver, call: str) -> HandlerImportError | None:
         ("client.send", "foreign", "'client' is an instance of a class defined in"),
         ("CONFIG.update", "foreign", "instance of a class defined in module 'builtins'"),
         ("Handler.mro", "foreign", "'mro' is a descriptor defined in module 'builtins'"),
-        # issue 13, second round: code inherited, run while walking, or behind a decorator
+        # code inherited, run while walking, or behind a decorator
         ("inst_call", "foreign", "of a class whose base 'CallBase' is defined in module '{evil}'"),
         ("SubInit", "foreign", "is a class whose base 'InitBase' is defined in module '{evil}'"),
         ("SubNew", "foreign", "is a class whose base 'NewBase' is defined in module '{evil}'"),

@@ -1,4 +1,4 @@
-"""``$ref`` in a flow's input_schema (issue 13, second round): followed inside the schema
+"""``$ref`` in a flow's input_schema: followed inside the schema
 only, never fetched; unresolvable or looping references are E006 at lint and an
 InputValidationError at submit, not a traceback. No database."""
 

@@ -1,4 +1,4 @@
-"""W001 (issue 18): a ``${{ run.input.x }}`` reference to an input the flow's
+"""W001: a ``${{ run.input.x }}`` reference to an input the flow's
 ``input_schema`` neither requires nor defaults is a lint warning, through the real CLI:
 printed as ``warning[W001]``, exit 0, the flow still loads; a required or defaulted
 input, or a flow without an input_schema, gets none."""

@@ -1,4 +1,4 @@
-"""What ``worker --reload`` watches (issue 30.9): the ``--import-path`` folders and the
+"""What ``worker --reload`` watches: the ``--import-path`` folders and the
 folder of each allowed package, found without importing it (a dotted prefix: its
 subpackage or module), a module file alone; the current folder only when none is found."""
 

@@ -1,4 +1,4 @@
-"""A handler module edited after a worker imported it (issue 18): the missing attribute's
+"""A handler module edited after a worker imported it: the missing attribute's
 error says the worker loaded its code at start and names the way out (restart, or
 ``cyclone-flow worker --reload``); an attribute missing from an unchanged file does not."""
 

@@ -1,4 +1,4 @@
-"""``async def`` handlers (issue 30.6): run on the worker's event loop. In-process tests
+"""``async def`` handlers: run on the worker's event loop. In-process tests
 coordinate with them through the registries of :mod:`cyclone_test_handlers.engine`, keyed
 by a test-chosen ``key``; writes go to ``<schema>.ledger`` through ``ctx.completion_tx()``."""
 

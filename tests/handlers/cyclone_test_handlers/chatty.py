@@ -62,7 +62,7 @@ def log_then_wait(ctx: Any, input: Any) -> Any:
 
 def child_output(ctx: Any, input: Any) -> Any:
     """Write past ``sys.stdout``: a child process's ``echo hello`` and ``os.write(1, ...)``
-    / ``os.write(2, ...)`` (issue 31.3)."""
+    / ``os.write(2, ...)``."""
     subprocess.run(["echo", "hello"], check=True)
     os.write(1, b"x\n")
     os.write(2, b"to fd 2\n")

@@ -1,4 +1,4 @@
-"""Handlers and worker process for the group-commit tests (issue 8:
+"""Handlers and worker process for the group-commit tests (used by
 tests/chaos/test_chaos_group_commit.py, tests/integration/test_group_commit.py).
 
 The handlers never open ``ctx.completion_tx()``, so their completions go through the
@@ -221,7 +221,7 @@ def main() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     client.start()
-    completer = client._worker.executor.batch if client._worker else None
+    completer = client.worker.executor.batch if client.worker else None
     assert completer is not None, "group commit is off"
     queue = completer.complete
 

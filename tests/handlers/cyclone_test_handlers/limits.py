@@ -1,4 +1,4 @@
-"""Handlers for the flow-control tests (concurrency and rate limits, issue 20)."""
+"""Handlers for the flow-control tests (concurrency and rate limits, docs/flow-control.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Handlers of every shape (issue 18): an ``async def`` handler, a ``def`` wrapper that
-returns a coroutine, an async callable object (all three run since issue 30.6), an async
+"""Handlers of every shape: an ``async def`` handler, a ``def`` wrapper that
+returns a coroutine, an async callable object (all three run), an async
 generator and handlers with a wrong signature (refused)."""
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def test_folder_without_flow_files_raises(tmp_path: Path) -> None:
         assert str(info.value) == f"no flow files (*.yaml, *.yml) found in {path}"
 
 
-# -- limits checked before or while reading (issue 13) -------------------------------------
+# -- limits checked before or while reading ----------------------------------------------
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from ruamel.yaml import YAML
-from test_spec_fuzz import DOCS
+from test_flowfile_fuzz import DOCS
 
 from cyclone_flow.errors import Problem
 from cyclone_flow.flowfile import read
@@ -156,7 +156,7 @@ def test_tags_on_collections() -> None:
     assert doc is not None and doc.data == {"a": {"x": 1}, "b": [1]}
 
 
-# -- issue 13, second round: errors at their position, in words of their own ------------
+# -- errors at their position, in words of their own -------------------------------------
 
 BAD_SCALARS = [
     # (text of the `input:` value, code, column, words of the message)

@@ -1,6 +1,6 @@
 """load_flow_text on arbitrary text and YAML-ish structures: a Flow or a FlowError, never else.
 
-The hostile corpus (issue 13, item 4) puts strings that reach the file system, zoneinfo or
+The hostile corpus puts strings that reach the file system, zoneinfo or
 Postgres into every field: very long ones, NUL escapes, lone surrogates, paths no file
 system opens, and numbers no float holds."""
 
