@@ -112,7 +112,7 @@ def test_purge_works_in_batches_until_none_is_left(
     sweeper = RetentionSweeper(
         client._db,
         RetentionSweeperConfig.of(RetentionConfig(default_age=HOUR, batch_size=2)),
-        client.config.logger,
+        logger=client.config.logger,
     )
     assert sweeper.run_once().deleted == 7
     assert _run_ids(db) == set()
@@ -184,7 +184,9 @@ def test_non_positive_age_disables_the_sweep(
     idle.start()
     assert idle.worker is not None and idle.worker.retention is None
     sweeper = RetentionSweeper(
-        idle._db, RetentionSweeperConfig.of(RetentionConfig(default_age=age)), idle.config.logger
+        idle._db,
+        RetentionSweeperConfig.of(RetentionConfig(default_age=age)),
+        logger=idle.config.logger,
     )
     assert sweeper.run_once().deleted == 0
     assert _run_ids(db) == {run_id}
