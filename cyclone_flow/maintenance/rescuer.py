@@ -32,6 +32,7 @@ from datetime import datetime
 from cyclone_flow.db import steps
 from cyclone_flow.db.conn import retry_conflicts
 from cyclone_flow.db.rows import LeasedStep, RescuedStep
+from cyclone_flow.db.steps import FailParams
 from cyclone_flow.engine import fail
 from cyclone_flow.errors import ReclaimLimitExceeded, StepTimeoutError
 from cyclone_flow.events import StepEvent
@@ -152,18 +153,17 @@ class Rescuer(MaintenanceService[RescuerConfig]):
             message = "step timed out (started_at + timeout passed)"
         else:
             message = f"lease expired after {self.config.max_reclaims} reclaims"
+        attempt = FailParams(
+            step_id=step.id,
+            run_id=run_id,
+            generation=step.lease_generation,
+            owner=None,
+            error=message,
+            error_kind=kind,
+            permanent=not timeout,
+        )
         outcome, backoff_error = retry_conflicts(
-            lambda: fail.fail_step_alone(
-                self.db,
-                self.publish,
-                step_id=step.id,
-                run_id=run_id,
-                generation=step.lease_generation,
-                owner=None,
-                error=message,
-                error_kind=kind,
-                permanent=not timeout,
-            )
+            lambda: fail.fail_step_alone(self.db, self.publish, attempt)
         )
         if backoff_error is not None:
             self.log.error(
