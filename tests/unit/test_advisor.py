@@ -4,6 +4,7 @@ past its threshold only, and each warning names its fix."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -290,3 +291,14 @@ def test_the_health_gauges_count_the_warnings_of_every_check_by_its_name() -> No
     [warnings] = [f for f in health_families(report) if f.name == "cyclone_health_warnings"]
     counts = {s.labels["check"]: s.value for s in warnings.samples}
     assert counts == {c.name: len(list(c.advise(report, format_span))) for c in CHECKS}
+
+
+def test_the_observability_page_lists_the_checks_in_the_order_of_checks() -> None:
+    from pathlib import Path
+
+    from cyclone_flow.advisor import CHECKS
+
+    page = Path(__file__).parents[2] / "docs" / "observability.md"
+    rows = re.findall(r"^\| `(\w+)` \| .* \| .* \|$", page.read_text("utf-8"), re.M)
+    documented = [name for name in rows if not name.startswith("cyclone_")]
+    assert documented == [c.name for c in CHECKS]
