@@ -36,6 +36,9 @@ def fail_step(tx: Tx, failure: FailParams, *, backoff: bool = True) -> Outcome |
     executed in that order). Returns None when stale. Raises ``psycopg.DataError`` when the
     stored backoff cannot be computed (the transaction is then failed)."""
     error = printable(failure.error) or ""
+    traceback = printable(failure.traceback)
+    if error is not failure.error or traceback is not failure.traceback:  # rare: a copy
+        failure = replace(failure, error=error, traceback=traceback)
     run_id = failure.run_id
     send = (
         steps.send_step_fail_if_leased
@@ -44,7 +47,7 @@ def fail_step(tx: Tx, failure: FailParams, *, backoff: bool = True) -> Outcome |
     )
     with pipelined(tx.conn):
         runs.send_run_lock(tx, run_id=run_id)
-        failing = send(tx, replace(failure, error=error, traceback=printable(failure.traceback)))
+        failing = send(tx, failure)
     row = failing.result()
     if row is None:
         return None
