@@ -13,7 +13,7 @@ each naming its fix. Thresholds are in :class:`Thresholds`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -34,7 +34,7 @@ from cyclone_flow.db.rows import (
 )
 from cyclone_flow.durations import format_elapsed
 
-__all__ = ["Advice", "ClaimProbe", "HealthReport", "Thresholds", "check"]
+__all__ = ["CHECKS", "Advice", "Check", "ClaimProbe", "HealthReport", "Thresholds", "check"]
 
 CLAIM_INDEX = "cyclone_steps_claim_idx"
 INDEX_ENTRY_BYTES = 48
@@ -72,11 +72,9 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class Advice:
-    """One warning: the ``check`` that found it (``autovacuum``, ``dead_tuples``,
-    ``open_transaction``, ``xmin_holder``, ``claim_index``, ``claim_plan``, ``claim_cost``,
-    ``backlog``, ``reclaims``, ``sequence``, ``orphaned_leases``, ``schema_version``,
-    ``connections``), what it is about (``subject``: a table, a pid, a queue...), the
-    ``message`` and the ``fix``."""
+    """One warning: the ``check`` that found it (the name of one of :data:`CHECKS`), what
+    it is about (``subject``: a table, a pid, a queue...), the ``message`` and the
+    ``fix``."""
 
     check: str
     subject: str
@@ -302,17 +300,25 @@ def _top(explained: JSON) -> dict[str, Any]:
     return plan if isinstance(plan, dict) else {}
 
 
-# -- advice --------------------------------------------------------------------------------
+# -- advice: one function per check, each owning its name; CHECKS lists them in order ------
+
+Elapsed = Callable[[float], str]
+"""Seconds to text, for the ages in the messages."""
 
 
-def advise(report: HealthReport, elapsed: Callable[[float], str] = format_elapsed) -> list[Advice]:
-    """Every warning of ``report``, each naming its fix (the thresholds of the report);
-    ``elapsed`` writes the ages in the messages (seconds to text: the dashboard passes its
-    own format)."""
-    t = report.thresholds
-    q = report.schema
-    out: list[Advice] = []
-    holders = [x for x in report.transactions if x.holds_xmin]
+def advise(report: HealthReport, elapsed: Elapsed = format_elapsed) -> list[Advice]:
+    """Every warning of ``report``, each naming its fix (the thresholds of the report),
+    check after check in the order of :data:`CHECKS`; ``elapsed`` writes the ages in the
+    messages (seconds to text: the dashboard passes its own format)."""
+    return [advice for check in CHECKS for advice in check.advise(report, elapsed)]
+
+
+def _xmin_holding(report: HealthReport) -> list[OpenTransaction]:
+    """The open transactions (past the age threshold) that hold the xmin horizon back."""
+    return [x for x in report.transactions if x.holds_xmin]
+
+
+def _open_transaction(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
     for x in report.transactions:
         who = x.application_name or "(no application_name)"
         state = x.state or "active"
@@ -320,54 +326,59 @@ def advise(report: HealthReport, elapsed: Callable[[float], str] = format_elapse
             effect = "it prevents vacuum of cyclone_steps and cyclone_runs (dead rows pile up)"
         else:
             effect = "it holds its locks (no snapshot: it does not hold back vacuum yet)"
-        out.append(
-            Advice(
-                "open_transaction",
-                f"pid {x.pid}",
-                f"a transaction from application {who} (pid {x.pid}, user {x.usename}, "
-                f"{state}) has been open {elapsed(x.age_s)}; {effect}",
-                f"end it (SELECT pg_terminate_backend({x.pid})) and find why the application "
-                "keeps it open; set idle_in_transaction_session_timeout (and "
-                "transaction_timeout on Postgres 17+) for that role",
-            )
+        yield Advice(
+            "open_transaction",
+            f"pid {x.pid}",
+            f"a transaction from application {who} (pid {x.pid}, user {x.usename}, "
+            f"{state}) has been open {elapsed(x.age_s)}; {effect}",
+            f"end it (SELECT pg_terminate_backend({x.pid})) and find why the application "
+            "keeps it open; set idle_in_transaction_session_timeout (and "
+            "transaction_timeout on Postgres 17+) for that role",
         )
+
+
+def _xmin_holder(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
     for h in report.xmin_holders:
         if h.kind == "slot":
-            out.append(
-                Advice(
-                    "xmin_holder",
-                    f"slot {h.name}",
-                    f"replication slot {h.name} ({'active' if h.active else 'inactive'}) holds "
-                    f"the xmin horizon {h.xmin_age} transactions back; vacuum of every table "
-                    "waits for it",
-                    f"drop it if nothing uses it (SELECT pg_drop_replication_slot('{h.name}')), "
-                    "else fix the standby it feeds (hot_standby_feedback, its replay lag)",
-                )
+            yield Advice(
+                "xmin_holder",
+                f"slot {h.name}",
+                f"replication slot {h.name} ({'active' if h.active else 'inactive'}) holds "
+                f"the xmin horizon {h.xmin_age} transactions back; vacuum of every table "
+                "waits for it",
+                f"drop it if nothing uses it (SELECT pg_drop_replication_slot('{h.name}')), "
+                "else fix the standby it feeds (hot_standby_feedback, its replay lag)",
             )
-        elif h.age_s is not None and h.age_s >= t.xact_age_s:
-            out.append(
-                Advice(
-                    "xmin_holder",
-                    f"prepared {h.name}",
-                    f"prepared transaction {h.name!r} has waited {elapsed(h.age_s)}; it holds the "
-                    "xmin horizon back",
-                    f"COMMIT PREPARED '{h.name}' or ROLLBACK PREPARED '{h.name}'",
-                )
+        elif h.age_s is not None and h.age_s >= report.thresholds.xact_age_s:
+            yield Advice(
+                "xmin_holder",
+                f"prepared {h.name}",
+                f"prepared transaction {h.name!r} has waited {elapsed(h.age_s)}; it holds the "
+                "xmin horizon back",
+                f"COMMIT PREPARED '{h.name}' or ROLLBACK PREPARED '{h.name}'",
             )
+
+
+def _autovacuum(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
     for table in report.tables:
-        name = f"{q}.{table.table_name}"
         if not table.autovacuum_enabled:
-            out.append(
-                Advice(
-                    "autovacuum",
-                    table.table_name,
-                    f"autovacuum is off for {name} ({table.options or 'server autovacuum = off'})",
-                    f"ALTER TABLE {name} RESET (autovacuum_enabled); and keep the server's "
-                    "autovacuum = on",
-                )
+            name = f"{report.schema}.{table.table_name}"
+            yield Advice(
+                "autovacuum",
+                table.table_name,
+                f"autovacuum is off for {name} ({table.options or 'server autovacuum = off'})",
+                f"ALTER TABLE {name} RESET (autovacuum_enabled); and keep the server's "
+                "autovacuum = on",
             )
+
+
+def _dead_tuples(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+    t = report.thresholds
+    holders = _xmin_holding(report)
+    for table in report.tables:
         rows = table.live + table.dead
         if table.dead >= t.min_dead and rows and table.dead / rows >= t.dead_ratio:
+            name = f"{report.schema}.{table.table_name}"
             last = table.last_autovacuum or table.last_vacuum
             when = "never" if last is None else last.isoformat(timespec="seconds")
             cause = (
@@ -375,169 +386,200 @@ def advise(report: HealthReport, elapsed: Callable[[float], str] = format_elapse
                 if holders
                 else ""
             )
-            out.append(
-                Advice(
-                    "dead_tuples",
-                    table.table_name,
-                    f"{name} has {table.dead} dead tuples ({100 * table.dead / rows:.0f}% of its "
-                    f"rows); last vacuum: {when}",
-                    f"{cause}VACUUM (VERBOSE) {name}; let autovacuum keep up: ALTER TABLE {name} "
-                    "SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = "
-                    "0) (docs/deployment.md)",
-                )
+            yield Advice(
+                "dead_tuples",
+                table.table_name,
+                f"{name} has {table.dead} dead tuples ({100 * table.dead / rows:.0f}% of its "
+                f"rows); last vacuum: {when}",
+                f"{cause}VACUUM (VERBOSE) {name}; let autovacuum keep up: ALTER TABLE {name} "
+                "SET (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = "
+                "0) (docs/deployment.md)",
             )
+
+
+def _claim_index(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+    t = report.thresholds
     index = report.claim_index
     if (
         index is not None
         and index.bytes >= t.index_min_bytes
         and report.claim_index_bloat >= t.index_bloat
     ):
-        out.append(
-            Advice(
-                "claim_index",
-                CLAIM_INDEX,
-                f"{CLAIM_INDEX} is {index.bytes // (1024 * 1024)} MiB, about "
-                f"{report.claim_index_bloat:.0f}x what its {max(index.entries, 0):.0f} entries "
-                "need",
-                f"REINDEX INDEX CONCURRENTLY {q}.{CLAIM_INDEX}",
-            )
+        yield Advice(
+            "claim_index",
+            CLAIM_INDEX,
+            f"{CLAIM_INDEX} is {index.bytes // (1024 * 1024)} MiB, about "
+            f"{report.claim_index_bloat:.0f}x what its {max(index.entries, 0):.0f} entries "
+            "need",
+            f"REINDEX INDEX CONCURRENTLY {report.schema}.{CLAIM_INDEX}",
         )
     elif index is None and report.schema_version:
-        out.append(
-            Advice(
-                "claim_index",
-                CLAIM_INDEX,
-                f"{CLAIM_INDEX} is missing from schema {q}",
-                "run cyclone-flow migrate (migration 0009 builds it)",
-            )
+        yield Advice(
+            "claim_index",
+            CLAIM_INDEX,
+            f"{CLAIM_INDEX} is missing from schema {report.schema}",
+            "run cyclone-flow migrate (migration 0009 builds it)",
         )
+
+
+def _claim_plan(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+    t, q = report.thresholds, report.schema
+    if report.claim_index is None:
+        return  # the claim_index check tells it is missing
     for c in report.claims:
-        if not c.uses_claim_index and index is not None and not c.scan_is_cheaper(t):
-            out.append(
-                Advice(
-                    "claim_plan",
-                    f"queue {c.queue}",
-                    f"the claim of queue {c.queue} does not walk {CLAIM_INDEX} (cost "
-                    f"{c.cost:.0f}, over the {t.plan_min_cost:.0f} below which a scan of a small "
-                    "table is the better plan)",
-                    f"ANALYZE {q}.cyclone_steps; if it stays so, REINDEX INDEX {q}.{CLAIM_INDEX}",
-                )
+        if not c.uses_claim_index and not c.scan_is_cheaper(t):
+            yield Advice(
+                "claim_plan",
+                f"queue {c.queue}",
+                f"the claim of queue {c.queue} does not walk {CLAIM_INDEX} (cost "
+                f"{c.cost:.0f}, over the {t.plan_min_cost:.0f} below which a scan of a small "
+                "table is the better plan)",
+                f"ANALYZE {q}.cyclone_steps; if it stays so, REINDEX INDEX {q}.{CLAIM_INDEX}",
             )
-        if c.buffers > t.claim_buffers:
-            out.append(
-                Advice(
-                    "claim_cost",
-                    f"queue {c.queue}",
-                    f"a claim of queue {c.queue} reads {c.buffers} buffers ({c.time_ms:.1f} ms) to "
-                    f"find {c.rows} steps: dead index entries at the head of the queue",
-                    (f"end pid {holders[0].pid}'s transaction, then " if holders else "")
-                    + f"VACUUM {q}.cyclone_steps",
-                )
+
+
+def _claim_cost(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+    holders = _xmin_holding(report)
+    for c in report.claims:
+        if c.buffers > report.thresholds.claim_buffers:
+            yield Advice(
+                "claim_cost",
+                f"queue {c.queue}",
+                f"a claim of queue {c.queue} reads {c.buffers} buffers ({c.time_ms:.1f} ms) to "
+                f"find {c.rows} steps: dead index entries at the head of the queue",
+                (f"end pid {holders[0].pid}'s transaction, then " if holders else "")
+                + f"VACUUM {report.schema}.cyclone_steps",
             )
+
+
+def _backlog(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
     for stats in report.queues:
-        if stats.available and stats.oldest_available_s >= t.backlog_age_s:
-            out.append(
-                Advice(
-                    "backlog",
-                    f"queue {stats.queue}",
-                    f"queue {stats.queue}: the oldest of its {stats.available} claimable steps "
-                    f"has waited {elapsed(stats.oldest_available_s)}",
-                    f"start more workers for it (cyclone-flow worker --queue {stats.queue}) or "
-                    "check the running ones (cyclone-flow workers)",
-                )
+        if stats.available and stats.oldest_available_s >= report.thresholds.backlog_age_s:
+            yield Advice(
+                "backlog",
+                f"queue {stats.queue}",
+                f"queue {stats.queue}: the oldest of its {stats.available} claimable steps "
+                f"has waited {elapsed(stats.oldest_available_s)}",
+                f"start more workers for it (cyclone-flow worker --queue {stats.queue}) or "
+                "check the running ones (cyclone-flow workers)",
             )
+
+
+def _reclaims(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
     if report.reclaimed:
         worst = report.reclaimed[0]
-        out.append(
-            Advice(
-                "reclaims",
-                f"run {worst.run_id}",
-                f"{len(report.reclaimed)} unfinished step(s) were reclaimed more than "
-                f"{t.reclaims} times (worst: node {worst.node} of run {worst.run_id}, "
-                f"{worst.reclaims} times)",
-                "their workers keep dying or losing their leases: read the workers' logs (OOM "
-                "kills, restarts), raise lease_ttl for handlers that block, or cancel the run",
-            )
+        yield Advice(
+            "reclaims",
+            f"run {worst.run_id}",
+            f"{len(report.reclaimed)} unfinished step(s) were reclaimed more than "
+            f"{report.thresholds.reclaims} times (worst: node {worst.node} of run "
+            f"{worst.run_id}, {worst.reclaims} times)",
+            "their workers keep dying or losing their leases: read the workers' logs (OOM "
+            "kills, restarts), raise lease_ttl for handlers that block, or cancel the run",
         )
+
+
+def _sequence(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
     for seq in report.sequences:
         if seq.head_state == "failed":
-            out.append(
-                Advice(
-                    "sequence",
-                    f"sequence {seq.sequence_key}",
-                    f"sequence {seq.sequence_key} is blocked: {seq.held} run(s) wait behind "
-                    f"failed run {seq.head_run_id}",
-                    f"cyclone-flow retry {seq.head_run_id} (or cyclone-flow cancel "
-                    f"{seq.head_run_id} to let the next run go)",
-                )
+            yield Advice(
+                "sequence",
+                f"sequence {seq.sequence_key}",
+                f"sequence {seq.sequence_key} is blocked: {seq.held} run(s) wait behind "
+                f"failed run {seq.head_run_id}",
+                f"cyclone-flow retry {seq.head_run_id} (or cyclone-flow cancel "
+                f"{seq.head_run_id} to let the next run go)",
             )
-        elif seq.oldest_held_s >= t.sequence_age_s:
-            out.append(
-                Advice(
-                    "sequence",
-                    f"sequence {seq.sequence_key}",
-                    f"sequence {seq.sequence_key}: {seq.held} run(s) held, the oldest for "
-                    f"{elapsed(seq.oldest_held_s)}, behind run {seq.head_run_id} "
-                    f"({seq.head_state or 'none open'})",
-                    f"look at run {seq.head_run_id} (cyclone-flow status {seq.head_run_id})",
-                )
+        elif seq.oldest_held_s >= report.thresholds.sequence_age_s:
+            yield Advice(
+                "sequence",
+                f"sequence {seq.sequence_key}",
+                f"sequence {seq.sequence_key}: {seq.held} run(s) held, the oldest for "
+                f"{elapsed(seq.oldest_held_s)}, behind run {seq.head_run_id} "
+                f"({seq.head_state or 'none open'})",
+                f"look at run {seq.head_run_id} (cyclone-flow status {seq.head_run_id})",
             )
+
+
+def _orphaned_leases(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
     for o in report.orphaned_leases:
         seen = "no heartbeat row" if o.heartbeat_at is None else "no heartbeat since "
         seen += "" if o.heartbeat_at is None else o.heartbeat_at.isoformat(timespec="seconds")
         expiry = "" if o.lease_expiry is None else o.lease_expiry.isoformat(timespec="seconds")
-        out.append(
-            Advice(
-                "orphaned_leases",
-                f"client {o.lease_owner}",
-                f"{o.steps} running step(s) are leased by client {o.lease_owner}, which has {seen}",
-                f"a live worker's recovery sweep reclaims them once their leases expire "
-                f"({expiry}); make sure a worker runs (cyclone-flow workers)",
-            )
+        yield Advice(
+            "orphaned_leases",
+            f"client {o.lease_owner}",
+            f"{o.steps} running step(s) are leased by client {o.lease_owner}, which has {seen}",
+            f"a live worker's recovery sweep reclaims them once their leases expire "
+            f"({expiry}); make sure a worker runs (cyclone-flow workers)",
         )
-    if report.schema_version < report.code_version:
-        out.append(
-            Advice(
-                "schema_version",
-                q,
-                f"schema {q} is at migration {report.schema_version}, this code ships "
-                f"{report.code_version}",
-                "cyclone-flow migrate",
-            )
+
+
+def _schema_version(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+    q, have, ship = report.schema, report.schema_version, report.code_version
+    if have < ship:
+        yield Advice(
+            "schema_version",
+            q,
+            f"schema {q} is at migration {have}, this code ships {ship}",
+            "cyclone-flow migrate",
         )
-    elif report.schema_version > report.code_version:
-        out.append(
-            Advice(
-                "schema_version",
-                q,
-                f"schema {q} is at migration {report.schema_version}, newer than this code's "
-                f"{report.code_version}",
-                "upgrade cyclone-flow where this runs",
-            )
+    elif have > ship:
+        yield Advice(
+            "schema_version",
+            q,
+            f"schema {q} is at migration {have}, newer than this code's {ship}",
+            "upgrade cyclone-flow where this runs",
         )
+
+
+def _connections(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
     conn = report.connections
     usable = max(conn.max_connections - conn.reserved, 1)
-    if conn.max_connections and conn.in_use >= t.connections * usable:
-        out.append(
-            Advice(
-                "connections",
-                "max_connections",
-                f"{conn.in_use} of the {usable} client connections the server allows are open",
-                "put PgBouncer (transaction mode) in front (docs/deployment.md) or raise "
-                "max_connections",
-            )
+    if conn.max_connections and conn.in_use >= report.thresholds.connections * usable:
+        yield Advice(
+            "connections",
+            "max_connections",
+            f"{conn.in_use} of the {usable} client connections the server allows are open",
+            "put PgBouncer (transaction mode) in front (docs/deployment.md) or raise "
+            "max_connections",
         )
     budget = report.pool_budget
     if budget > usable:
-        out.append(
-            Advice(
-                "connections",
-                "pool budget",
-                f"{conn.live_workers} live workers may open {budget} connections "
-                f"({conn.worker_threads} worker threads + {report.pool_reserve} each), more "
-                f"than the {usable} the server allows",
-                "lower tx_slots or the worker processes, raise max_connections, or put "
-                "PgBouncer in front (docs/deployment.md)",
-            )
+        yield Advice(
+            "connections",
+            "pool budget",
+            f"{conn.live_workers} live workers may open {budget} connections "
+            f"({conn.worker_threads} worker threads + {report.pool_reserve} each), more "
+            f"than the {usable} the server allows",
+            "lower tx_slots or the worker processes, raise max_connections, or put "
+            "PgBouncer in front (docs/deployment.md)",
         )
-    return out
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of the advisor: its ``name`` (every :class:`Advice` it gives carries it;
+    ``cyclone_health_warnings`` counts them by it) and ``advise``, its warnings over a
+    report (``elapsed`` writes the ages)."""
+
+    name: str
+    advise: Callable[[HealthReport, Elapsed], Iterable[Advice]]
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("open_transaction", _open_transaction),
+    Check("xmin_holder", _xmin_holder),
+    Check("autovacuum", _autovacuum),
+    Check("dead_tuples", _dead_tuples),
+    Check("claim_index", _claim_index),
+    Check("claim_plan", _claim_plan),
+    Check("claim_cost", _claim_cost),
+    Check("backlog", _backlog),
+    Check("reclaims", _reclaims),
+    Check("sequence", _sequence),
+    Check("orphaned_leases", _orphaned_leases),
+    Check("schema_version", _schema_version),
+    Check("connections", _connections),
+)
+"""Every check, in the order :func:`advise` runs them (the order of its advice)."""

@@ -55,7 +55,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 from wsgiref.simple_server import WSGIServer
@@ -64,8 +64,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.metrics import MetricWrapperBase
 
-from cyclone_flow.advisor import HealthReport, Thresholds
-from cyclone_flow.db.rows import QueueStats
+from cyclone_flow.advisor import CHECKS, ClaimProbe, HealthReport, Thresholds
+from cyclone_flow.db.rows import QueueStats, TableHealth
 from cyclone_flow.events import StepEvent
 from cyclone_flow.states import ErrorKind
 
@@ -351,140 +351,160 @@ class HealthCollector:
         return iter(health_families(report))
 
 
-def health_families(report: HealthReport) -> list[Metric]:
-    """The ``cyclone_health_*`` gauges of ``report`` (see the module's docstring)."""
-    dead = GaugeMetricFamily(
-        "cyclone_health_dead_tuples", "Dead tuples of a hot table (statistics).", labels=["table"]
+Samples = Callable[[HealthReport], Iterable[tuple[Sequence[str], float]]]
+"""A gauge's series in a report: (label values, value) pairs."""
+
+
+def _per_table(value: Callable[[TableHealth], float]) -> Samples:
+    return lambda report: [([t.table_name], value(t)) for t in report.tables]
+
+
+def _per_claim(value: Callable[[ClaimProbe], float]) -> Samples:
+    return lambda report: [([c.queue], value(c)) for c in report.claims]
+
+
+def _one(value: Callable[[HealthReport], float]) -> Samples:
+    return lambda report: [((), value(report))]
+
+
+def _vacuum_age(table: TableHealth) -> float:
+    """Seconds since ``table`` was last vacuumed (-1: never)."""
+    last = max(
+        (d for d in (table.last_autovacuum, table.last_vacuum) if d is not None), default=None
     )
-    live = GaugeMetricFamily(
-        "cyclone_health_live_tuples", "Live tuples of a hot table (statistics).", labels=["table"]
-    )
-    autovacuum = GaugeMetricFamily(
-        "cyclone_health_autovacuum_enabled",
-        "1 when autovacuum may run on a hot table (server setting and table option).",
-        labels=["table"],
-    )
-    vacuum_age = GaugeMetricFamily(
-        "cyclone_health_last_vacuum_age_seconds",
-        "Seconds since a hot table was last vacuumed (auto or manual; -1: never).",
-        labels=["table"],
-    )
-    for table in report.tables:
-        dead.add_metric([table.table_name], table.dead)
-        live.add_metric([table.table_name], table.live)
-        autovacuum.add_metric([table.table_name], 1 if table.autovacuum_enabled else 0)
-        last = max(
-            (d for d in (table.last_autovacuum, table.last_vacuum) if d is not None), default=None
-        )
-        vacuum_age.add_metric(
-            [table.table_name],
-            -1 if last is None else max((datetime.now(UTC) - last).total_seconds(), 0.0),
-        )
-    oldest = GaugeMetricFamily(
-        "cyclone_health_oldest_xmin_transaction_age_seconds",
-        "Seconds the oldest transaction holding the xmin horizon back has been open (0: "
-        "none older than the advisor's threshold).",
-        value=report.oldest_transaction_s,
-    )
-    slots = GaugeMetricFamily(
-        "cyclone_health_xmin_holders",
-        "Replication slots and prepared transactions holding the xmin horizon back.",
-        value=len(report.xmin_holders),
-    )
-    bloat = GaugeMetricFamily(
-        "cyclone_health_claim_index_bloat_ratio",
-        "The claim index's size over what its entries need (estimate).",
-        value=report.claim_index_bloat,
-    )
-    index_bytes = GaugeMetricFamily(
-        "cyclone_health_claim_index_bytes",
-        "Size of the claim index in bytes.",
-        value=0 if report.claim_index is None else report.claim_index.bytes,
-    )
-    cost = GaugeMetricFamily(
-        "cyclone_health_claim_cost", "The planner's total cost of a claim.", labels=["queue"]
-    )
-    buffers = GaugeMetricFamily(
-        "cyclone_health_claim_buffers",
-        "Buffers one claim's read touched, measured (EXPLAIN ANALYZE).",
-        labels=["queue"],
-    )
-    for c in report.claims:
-        cost.add_metric([c.queue], c.cost)
-        buffers.add_metric([c.queue], c.buffers)
-    reclaimed = GaugeMetricFamily(
-        "cyclone_health_reclaimed_steps",
-        "Unfinished steps reclaimed more often than the advisor's threshold.",
-        value=len(report.reclaimed),
-    )
-    held = GaugeMetricFamily(
-        "cyclone_health_held_runs",
-        "Runs held by a sequence.",
-        value=sum(s.held for s in report.sequences),
-    )
-    orphaned = GaugeMetricFamily(
-        "cyclone_health_orphaned_leases",
-        "Running steps leased by clients without a live heartbeat.",
-        value=sum(o.steps for o in report.orphaned_leases),
-    )
-    behind = GaugeMetricFamily(
-        "cyclone_health_schema_migrations_behind",
-        "Migrations this code ships that the schema lacks (negative: the schema is newer).",
-        value=report.code_version - report.schema_version,
-    )
-    connections = GaugeMetricFamily(
-        "cyclone_health_connections",
-        "Client connections of the server: in_use now, and the usable maximum.",
-        labels=["kind"],
-    )
+    return -1 if last is None else max((datetime.now(UTC) - last).total_seconds(), 0.0)
+
+
+def _connections(report: HealthReport) -> list[tuple[Sequence[str], float]]:
     budget = report.connections
-    connections.add_metric(["in_use"], budget.in_use)
-    connections.add_metric(["usable"], budget.max_connections - budget.reserved)
-    warnings = GaugeMetricFamily(
-        "cyclone_health_warnings", "The advisor's warnings, by check.", labels=["check"]
-    )
+    return [(["in_use"], budget.in_use), (["usable"], budget.max_connections - budget.reserved)]
+
+
+def _warnings(report: HealthReport) -> list[tuple[Sequence[str], float]]:
     counts: dict[str, int] = {}
     for advice in report.advice:
         counts[advice.check] = counts.get(advice.check, 0) + 1
-    for check in HEALTH_CHECKS:
-        warnings.add_metric([check], counts.get(check, 0))
-    return [
-        dead,
-        live,
-        autovacuum,
-        vacuum_age,
-        oldest,
-        slots,
-        bloat,
-        index_bytes,
-        cost,
-        buffers,
-        reclaimed,
-        held,
-        orphaned,
-        behind,
-        connections,
-        warnings,
-    ]
+    return [([check], counts.get(check, 0)) for check in HEALTH_CHECKS]
 
 
-HEALTH_CHECKS = (
-    "autovacuum",
-    "dead_tuples",
-    "open_transaction",
-    "xmin_holder",
-    "claim_index",
-    "claim_plan",
-    "claim_cost",
-    "backlog",
-    "reclaims",
-    "sequence",
-    "orphaned_leases",
-    "schema_version",
-    "connections",
+HEALTH_GAUGES: tuple[tuple[str, str, tuple[str, ...], Samples], ...] = (
+    (
+        "cyclone_health_dead_tuples",
+        "Dead tuples of a hot table (statistics).",
+        ("table",),
+        _per_table(lambda t: t.dead),
+    ),
+    (
+        "cyclone_health_live_tuples",
+        "Live tuples of a hot table (statistics).",
+        ("table",),
+        _per_table(lambda t: t.live),
+    ),
+    (
+        "cyclone_health_autovacuum_enabled",
+        "1 when autovacuum may run on a hot table (server setting and table option).",
+        ("table",),
+        _per_table(lambda t: 1 if t.autovacuum_enabled else 0),
+    ),
+    (
+        "cyclone_health_last_vacuum_age_seconds",
+        "Seconds since a hot table was last vacuumed (auto or manual; -1: never).",
+        ("table",),
+        _per_table(_vacuum_age),
+    ),
+    (
+        "cyclone_health_oldest_xmin_transaction_age_seconds",
+        "Seconds the oldest transaction holding the xmin horizon back has been open (0: "
+        "none older than the advisor's threshold).",
+        (),
+        _one(lambda r: r.oldest_transaction_s),
+    ),
+    (
+        "cyclone_health_xmin_holders",
+        "Replication slots and prepared transactions holding the xmin horizon back.",
+        (),
+        _one(lambda r: len(r.xmin_holders)),
+    ),
+    (
+        "cyclone_health_claim_index_bloat_ratio",
+        "The claim index's size over what its entries need (estimate).",
+        (),
+        _one(lambda r: r.claim_index_bloat),
+    ),
+    (
+        "cyclone_health_claim_index_bytes",
+        "Size of the claim index in bytes.",
+        (),
+        _one(lambda r: 0 if r.claim_index is None else r.claim_index.bytes),
+    ),
+    (
+        "cyclone_health_claim_cost",
+        "The planner's total cost of a claim.",
+        ("queue",),
+        _per_claim(lambda c: c.cost),
+    ),
+    (
+        "cyclone_health_claim_buffers",
+        "Buffers one claim's read touched, measured (EXPLAIN ANALYZE).",
+        ("queue",),
+        _per_claim(lambda c: c.buffers),
+    ),
+    (
+        "cyclone_health_reclaimed_steps",
+        "Unfinished steps reclaimed more often than the advisor's threshold.",
+        (),
+        _one(lambda r: len(r.reclaimed)),
+    ),
+    (
+        "cyclone_health_held_runs",
+        "Runs held by a sequence.",
+        (),
+        _one(lambda r: sum(s.held for s in r.sequences)),
+    ),
+    (
+        "cyclone_health_orphaned_leases",
+        "Running steps leased by clients without a live heartbeat.",
+        (),
+        _one(lambda r: sum(o.steps for o in r.orphaned_leases)),
+    ),
+    (
+        "cyclone_health_schema_migrations_behind",
+        "Migrations this code ships that the schema lacks (negative: the schema is newer).",
+        (),
+        _one(lambda r: r.code_version - r.schema_version),
+    ),
+    (
+        "cyclone_health_connections",
+        "Client connections of the server: in_use now, and the usable maximum.",
+        ("kind",),
+        _connections,
+    ),
+    (
+        "cyclone_health_warnings",
+        "The advisor's warnings, by check.",
+        ("check",),
+        _warnings,
+    ),
 )
-"""Every check of :class:`cyclone_flow.advisor.Advice` (``cyclone_health_warnings`` has a
-series for each, 0 when it found nothing)."""
+"""The ``cyclone_health_*`` gauges: (name, help, label names, series of a report)."""
+
+
+def health_families(report: HealthReport) -> list[Metric]:
+    """The ``cyclone_health_*`` gauges of ``report`` (see the module's docstring and
+    :data:`HEALTH_GAUGES`)."""
+    families: list[Metric] = []
+    for name, documentation, labels, samples in HEALTH_GAUGES:
+        family = GaugeMetricFamily(name, documentation, labels=list(labels))
+        for values, value in samples(report):
+            family.add_metric(list(values), value)
+        families.append(family)
+    return families
+
+
+HEALTH_CHECKS = tuple(check.name for check in CHECKS)
+"""Every check of :class:`cyclone_flow.advisor.Advice`, the names of
+:data:`cyclone_flow.advisor.CHECKS` (``cyclone_health_warnings`` has a series for each, 0
+when it found nothing)."""
 
 
 class MetricsServer:

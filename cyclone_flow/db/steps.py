@@ -7,6 +7,7 @@ compare-and-swap that changed no row returns None or False (stale), never raises
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -452,114 +453,65 @@ def step_release_dependents_if_ready(
 # -- failure and cancel --------------------------------------------------------------------
 
 
-def _fail_params(
-    id: int,
-    generation: int,
-    owner: str | None,
-    error: str,
-    error_kind: str,
-    traceback: str | None,
-    permanent: bool,
-    timed_out: bool,
-) -> dict[str, object]:
-    return {
-        "id": id,
-        "generation": generation,
-        "owner": owner,
-        "error": error,
-        "error_kind": error_kind,
-        "traceback": traceback,
-        "permanent": permanent,
-        "timed_out": timed_out,
-    }
+@dataclass(frozen=True, slots=True)
+class FailParams:
+    """The failed attempt of step ``step_id`` of run ``run_id`` (River's
+    ``JobSetStateIfRunningParams``), as every function of the failure path takes it:
+    guarded by the claim's lease ``generation`` and ``owner`` (None: the recovery sweep,
+    which owns no lease; the generation still guards it); ``error`` (its message),
+    ``error_kind`` (an :class:`~cyclone_flow.states.ErrorKind` value) and ``traceback``;
+    ``permanent``: discard even while attempts remain; ``timed_out``: only when
+    ``started_at + timeout`` has passed. Built once per failure, never validated."""
+
+    step_id: int
+    run_id: str
+    generation: int
+    owner: str | None
+    error: str
+    error_kind: str
+    traceback: str | None = None
+    permanent: bool = False
+    timed_out: bool = False
+
+    def params(self) -> dict[str, object]:
+        """The parameters of the fail statements (``run_id`` is not one: the caller holds
+        the run lock)."""
+        return {
+            "id": self.step_id,
+            "generation": self.generation,
+            "owner": self.owner,
+            "error": self.error,
+            "error_kind": str(self.error_kind),
+            "traceback": self.traceback,
+            "permanent": self.permanent,
+            "timed_out": self.timed_out,
+        }
 
 
-def send_step_fail_if_leased(
-    s: SessionLike,
-    *,
-    id: int,
-    generation: int,
-    owner: str | None,
-    error: str,
-    error_kind: str,
-    traceback: str | None,
-    permanent: bool,
-    timed_out: bool,
-) -> Pending[FailedAttempt | None]:
+def send_step_fail_if_leased(s: SessionLike, failure: FailParams) -> Pending[FailedAttempt | None]:
     """Send ``step_fail_if_leased``; the result is None when stale."""
-    params = _fail_params(id, generation, owner, error, error_kind, traceback, permanent, timed_out)
-    return Pending(execute_rows(s, "step_fail_if_leased", params, _FAILED), one)
+    return Pending(execute_rows(s, "step_fail_if_leased", failure.params(), _FAILED), one)
 
 
-def step_fail_if_leased(
-    s: SessionLike,
-    *,
-    id: int,
-    generation: int,
-    owner: str | None,
-    error: str,
-    error_kind: str,
-    traceback: str | None,
-    permanent: bool,
-    timed_out: bool,
-) -> FailedAttempt | None:
+def step_fail_if_leased(s: SessionLike, failure: FailParams) -> FailedAttempt | None:
     """A failed attempt (retry after backoff, or discard); None when stale."""
-    return send_step_fail_if_leased(
-        s,
-        id=id,
-        generation=generation,
-        owner=owner,
-        error=error,
-        error_kind=error_kind,
-        traceback=traceback,
-        permanent=permanent,
-        timed_out=timed_out,
-    ).result()
+    return send_step_fail_if_leased(s, failure).result()
 
 
 def send_step_fail_without_backoff_if_leased(
-    s: SessionLike,
-    *,
-    id: int,
-    generation: int,
-    owner: str | None,
-    error: str,
-    error_kind: str,
-    traceback: str | None,
-    permanent: bool,
-    timed_out: bool,
+    s: SessionLike, failure: FailParams
 ) -> Pending[FailedAttempt | None]:
     """Send ``step_fail_without_backoff_if_leased``; the result is None when stale."""
-    params = _fail_params(id, generation, owner, error, error_kind, traceback, permanent, timed_out)
-    cur = execute_rows(s, "step_fail_without_backoff_if_leased", params, _FAILED)
+    cur = execute_rows(s, "step_fail_without_backoff_if_leased", failure.params(), _FAILED)
     return Pending(cur, one)
 
 
 def step_fail_without_backoff_if_leased(
-    s: SessionLike,
-    *,
-    id: int,
-    generation: int,
-    owner: str | None,
-    error: str,
-    error_kind: str,
-    traceback: str | None,
-    permanent: bool,
-    timed_out: bool,
+    s: SessionLike, failure: FailParams
 ) -> FailedAttempt | None:
     """:func:`step_fail_if_leased` without reading the step's backoff (a retry is
     available at once); None when stale."""
-    return send_step_fail_without_backoff_if_leased(
-        s,
-        id=id,
-        generation=generation,
-        owner=owner,
-        error=error,
-        error_kind=error_kind,
-        traceback=traceback,
-        permanent=permanent,
-        timed_out=timed_out,
-    ).result()
+    return send_step_fail_without_backoff_if_leased(s, failure).result()
 
 
 def step_cancel_if_unfinished(s: SessionLike, *, run_id: str, error: str) -> list[str]:

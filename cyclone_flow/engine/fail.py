@@ -10,43 +10,36 @@ recovery sweep.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 import psycopg
 
 from cyclone_flow.db import runs, steps
 from cyclone_flow.db.conn import Database, pipelined
+from cyclone_flow.db.steps import FailParams
 from cyclone_flow.engine import advance, child_runs
 from cyclone_flow.engine.tx import Outcome, Tx, transaction
 from cyclone_flow.notify import Publish
-from cyclone_flow.states import ErrorKind, RunState, StepState
+from cyclone_flow.states import RunState, StepState
 from cyclone_flow.text import printable
 
 
-def fail_step(
-    tx: Tx,
-    *,
-    step_id: int,
-    run_id: str,
-    generation: int,
-    owner: str | None,
-    error: str,
-    error_kind: ErrorKind,
-    traceback: str | None = None,
-    permanent: bool = False,
-    timed_out: bool = False,
-    backoff: bool = True,
-) -> Outcome | None:
+def fail_step(tx: Tx, failure: FailParams, *, backoff: bool = True) -> Outcome | None:
     """A failed attempt: retry after backoff while attempts remain (and not
-    ``permanent``), else discard and resolve the run. ``owner`` None lets the recovery
-    sweep fail a step it does not own; the generation still guards it. ``timed_out``: only
-    when ``started_at + timeout`` has passed (a timeout failure). ``backoff`` False: retry
-    at once, without reading the step's backoff (see :func:`fail_step_alone`).
+    ``failure.permanent``), else discard and resolve the run. ``failure.owner`` None lets
+    the recovery sweep fail a step it does not own; the generation still guards it.
+    ``backoff`` False: retry at once, without reading the step's backoff (see
+    :func:`fail_step_alone`).
 
     The run lock and the attempt's compare-and-swap go in one round trip (a pipeline,
     executed in that order). Returns None when stale. Raises ``psycopg.DataError`` when the
     stored backoff cannot be computed (the transaction is then failed)."""
-    error = printable(error) or ""
+    error = printable(failure.error) or ""
+    traceback = printable(failure.traceback)
+    if error is not failure.error or traceback is not failure.traceback:  # rare: a copy
+        failure = replace(failure, error=error, traceback=traceback)
+    run_id = failure.run_id
     send = (
         steps.send_step_fail_if_leased
         if backoff
@@ -54,17 +47,7 @@ def fail_step(
     )
     with pipelined(tx.conn):
         runs.send_run_lock(tx, run_id=run_id)
-        failing = send(
-            tx,
-            id=step_id,
-            generation=generation,
-            owner=owner,
-            error=error,
-            error_kind=str(error_kind),
-            traceback=printable(traceback),
-            permanent=permanent,
-            timed_out=timed_out,
-        )
+        failing = send(tx, failure)
     row = failing.result()
     if row is None:
         return None
@@ -87,18 +70,7 @@ def fail_step(
 
 
 def fail_step_alone(
-    db: Database,
-    publish: Publish | None,
-    *,
-    step_id: int,
-    run_id: str,
-    generation: int,
-    owner: str | None,
-    error: str,
-    error_kind: ErrorKind,
-    traceback: str | None = None,
-    permanent: bool = False,
-    timed_out: bool = False,
+    db: Database, publish: Publish | None, failure: FailParams
 ) -> tuple[Outcome | None, psycopg.DataError | None]:
     """:func:`fail_step` in a transaction of its own on a pool connection of ``db``,
     committed (and its wakeups handed to ``publish``) before it returns.
@@ -111,31 +83,15 @@ def fail_step_alone(
 
     Returns ``(outcome, error)``: the outcome (None when stale) and the data error of the
     first try (None when there was none), for the caller to log."""
-
-    def attempt(tx: Tx, error: str, backoff: bool) -> Outcome | None:
-        return fail_step(
-            tx,
-            step_id=step_id,
-            run_id=run_id,
-            generation=generation,
-            owner=owner,
-            error=error,
-            error_kind=error_kind,
-            traceback=traceback,
-            permanent=permanent,
-            timed_out=timed_out,
-            backoff=backoff,
-        )
-
     try:
         with transaction(db, publish) as tx:
-            return attempt(tx, error, True), None
+            return fail_step(tx, failure), None
     except psycopg.DataError as exc:
         first = exc
     reason = str(first).strip().splitlines()[0] if str(first).strip() else type(first).__name__
-    note = f"{error or ''} [no retry backoff: it could not be computed ({reason})]".lstrip()
+    note = f"{failure.error or ''} [no retry backoff: it could not be computed ({reason})]"
     with transaction(db, publish) as tx:
-        return attempt(tx, note, False), first
+        return fail_step(tx, replace(failure, error=note.lstrip()), backoff=False), first
 
 
 def give_back_step_alone(

@@ -23,7 +23,7 @@ from typing import Any
 
 from cyclone_flow._json import JSON, dumps, loads
 from cyclone_flow.db import deps, runs, steps
-from cyclone_flow.db.rows import RerunStep
+from cyclone_flow.db.rows import RerunSource, RerunStep
 from cyclone_flow.engine import advance
 from cyclone_flow.engine.tx import Tx
 from cyclone_flow.errors import RerunRefusedError, RunNotFoundError, RunStateError, TemplateError
@@ -83,6 +83,39 @@ def rerun(
     source = runs.run_get_rerun_source(tx, run_id=run_id)
     if source is None:
         raise RunNotFoundError(run_id)
+    _check_source(run_id, source)
+    nodes = steps.step_list_rerun_source(tx, run_id=run_id)
+    plan = _plan_rerun(
+        run_id,
+        source,
+        nodes,
+        deps.dep_list(tx, run_id=run_id),
+        from_nodes,
+        failed=failed,
+        new_input=new_input,
+        force=force,
+    )
+    # the writes: the new run, its steps, what it reuses, then the release as at submit
+    new_id = runs.run_insert_rerun(tx, rerun_of=run_id, input=dumps(plan.input))
+    if new_id is None:  # the locked run cannot be gone
+        raise RunNotFoundError(run_id)
+    advance.insert_run_steps(tx, new_id, source.workflow_id, None, hold=True)
+    reused = plan.reused
+    names = [n.node for n in reused]
+    steps.step_reuse_from_run(tx, run_id=new_id, source=run_id, nodes=names)
+    fan_outs = [n.node for n in reused if n.type == "fan_out" and n.state == StepState.COMPLETED]
+    if fan_outs:
+        steps.step_insert_reused_items(tx, run_id=new_id, source=run_id, nodes=fan_outs)
+    skipped = [n.node for n in reused if n.state == StepState.SKIPPED]
+    if skipped:  # a node to rerun below a reused skipped one is skipped again (cascade)
+        steps.step_skip_dependents_if_pending(tx, run_id=new_id, nodes=skipped)
+    advance.release(tx, new_id, None)
+    advance.complete_run_if_done(tx, new_id)
+    return RerunPlan(new_id, plan.rerun, tuple(names))
+
+
+def _check_source(run_id: str, source: RerunSource) -> None:
+    """Raise RunStateError unless ``source`` is a finished top run."""
     state = str(source.state)
     if source.parent_run_id is not None:
         raise RunStateError(
@@ -95,7 +128,33 @@ def rerun(
         raise RunStateError(
             run_id, state, "only a finished run can be rerun: wait for it, or cancel it first"
         )
-    nodes = steps.step_list_rerun_source(tx, run_id=run_id)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a rerun will write: the new run's ``input``, the nodes it runs again (in the
+    original's step order) and the steps it reuses."""
+
+    input: JSON
+    rerun: tuple[str, ...]
+    reused: list[RerunStep]
+
+
+def _plan_rerun(
+    run_id: str,
+    source: RerunSource,
+    nodes: list[RerunStep],
+    needs: dict[str, list[str]],
+    from_nodes: Collection[str],
+    *,
+    failed: bool,
+    new_input: JSON,
+    force: bool,
+) -> _Plan:
+    """The rerun of ``run_id`` (its ``source`` row, its steps ``nodes`` and each node's
+    ``needs``) from ``from_nodes``, validated and decided without a statement; raises as
+    :func:`rerun` does (nothing is written then)."""
+    state = str(source.state)
     by_node = {n.node: n for n in nodes}
     wanted = list(dict.fromkeys(from_nodes))
     for name in wanted:
@@ -116,8 +175,8 @@ def rerun(
             + (" (no node was discarded or cancelled)" if failed else ""),
         )
     dependents: dict[str, list[str]] = {}
-    for node, needs in deps.dep_list(tx, run_id=run_id).items():
-        for need in needs:
+    for node, its_needs in needs.items():
+        for need in its_needs:
             dependents.setdefault(need, []).append(node)
     old_input = loads(source.input)
     value = old_input
@@ -150,25 +209,7 @@ def rerun(
             f"(--from {first.node}), or use --failed",
             tuple(b.node for b in blockers),
         )
-    new_id = runs.run_insert_rerun(tx, rerun_of=run_id, input=dumps(value))
-    if new_id is None:  # the locked run cannot be gone
-        raise RunNotFoundError(run_id)
-    advance.insert_run_steps(tx, new_id, source.workflow_id, None, hold=True)
-    names = [n.node for n in reused]
-    steps.step_reuse_from_run(tx, run_id=new_id, source=run_id, nodes=names)
-    fan_outs = [n.node for n in reused if n.type == "fan_out" and n.state == StepState.COMPLETED]
-    if fan_outs:
-        steps.step_insert_reused_items(tx, run_id=new_id, source=run_id, nodes=fan_outs)
-    skipped = [n.node for n in reused if n.state == StepState.SKIPPED]
-    if skipped:  # a node to rerun below a reused skipped one is skipped again (cascade)
-        steps.step_skip_dependents_if_pending(tx, run_id=new_id, nodes=skipped)
-    advance.release(tx, new_id, None)
-    advance.complete_run_if_done(tx, new_id)
-    return RerunPlan(
-        new_id,
-        tuple(n.node for n in nodes if n.node in again),
-        tuple(names),
-    )
+    return _Plan(value, tuple(n.node for n in nodes if n.node in again), reused)
 
 
 def _downstream(start: Sequence[str], dependents: dict[str, list[str]]) -> set[str]:

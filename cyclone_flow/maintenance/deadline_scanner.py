@@ -12,17 +12,14 @@ is a stale no-op. ``now`` is the database's clock unless a test pins it.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from datetime import datetime
 
 from cyclone_flow.db import runs
-from cyclone_flow.db.conn import Database
 from cyclone_flow.engine import fail
 from cyclone_flow.engine.tx import transaction
-from cyclone_flow.events import Reporter, cancelled_in
-from cyclone_flow.logs import LOGGER_NAME
-from cyclone_flow.notify import Publish
+from cyclone_flow.events import cancelled_in
+from cyclone_flow.maintenance.base import MaintenanceService
 
 __all__ = [
     "SCAN_BATCH",
@@ -58,30 +55,12 @@ class DeadlineScannerResult:
         return f"deadline scanner: {self.failed} run(s) failed" if self.failed else None
 
 
-class DeadlineScanner:
+class DeadlineScanner(MaintenanceService[DeadlineScannerConfig]):
     """The deadline scanner; ``run_once(now=None)`` is one pass (see the module
     docstring)."""
 
     name = "deadline scanner"
-
-    def __init__(
-        self,
-        db: Database,
-        config: DeadlineScannerConfig | None = None,
-        publish: Publish | None = None,
-        logger: logging.Logger | None = None,
-        reporter: Reporter | None = None,
-    ) -> None:
-        self.db = db
-        self.config = config or DeadlineScannerConfig()
-        self.publish = publish
-        self.log = logger or logging.getLogger(LOGGER_NAME)
-        self.reporter = reporter or Reporter(self.log)
-
-    @property
-    def interval_s(self) -> float:
-        """Seconds between two passes."""
-        return self.config.interval_s
+    config_class = DeadlineScannerConfig
 
     def run_once(self, now: datetime | None = None) -> DeadlineScannerResult:
         """One pass at ``now`` (None: the database's clock); returns its counts."""

@@ -13,14 +13,12 @@ LOCKED) and left for the next pass.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from datetime import datetime
 
 from cyclone_flow.db import runs, steps
-from cyclone_flow.db.conn import Database
-from cyclone_flow.logs import LOGGER_NAME
-from cyclone_flow.notify import Publish, Wakeups
+from cyclone_flow.maintenance.base import MaintenanceService
+from cyclone_flow.notify import Wakeups
 
 __all__ = ["OwnerRelease", "OwnerReleaseConfig", "OwnerReleaseResult"]
 
@@ -49,27 +47,11 @@ class OwnerReleaseResult:
         )
 
 
-class OwnerRelease:
+class OwnerRelease(MaintenanceService[OwnerReleaseConfig]):
     """The owner release; ``run_once(now=None)`` is one pass (see the module docstring)."""
 
     name = "owner release"
-
-    def __init__(
-        self,
-        db: Database,
-        config: OwnerReleaseConfig,
-        publish: Publish,
-        logger: logging.Logger | None = None,
-    ) -> None:
-        self.db = db
-        self.config = config
-        self.publish = publish
-        self.log = logger or logging.getLogger(LOGGER_NAME)
-
-    @property
-    def interval_s(self) -> float:
-        """Seconds between two passes."""
-        return self.config.interval_s
+    config_class = OwnerReleaseConfig
 
     def run_once(self, now: datetime | None = None) -> OwnerReleaseResult:
         """Release the runs and steps whose owner has no live heartbeat row at ``now``
@@ -81,6 +63,6 @@ class OwnerRelease:
             released = steps.step_disown_if_owner_gone(s, now=now)
         wakeups = Wakeups()
         wakeups.queues.update(r.queue for r in released if r.due)
-        if wakeups.queues:
+        if wakeups.queues and self.publish is not None:
             self.publish(wakeups)
         return OwnerReleaseResult(tuple(released_runs), len(released))

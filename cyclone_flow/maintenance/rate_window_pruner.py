@@ -9,13 +9,11 @@ keeps its row: the delete rechecks it). Any number of clients may prune at once.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from datetime import datetime
 
 from cyclone_flow.db import rate_windows
-from cyclone_flow.db.conn import Database
-from cyclone_flow.logs import LOGGER_NAME
+from cyclone_flow.maintenance.base import MaintenanceService
 
 __all__ = ["RateWindowPruner", "RateWindowPrunerConfig", "RateWindowPrunerResult"]
 
@@ -43,23 +41,12 @@ class RateWindowPrunerResult:
         return f"rate window pruner: deleted the rows of {len(self.deleted)} idle rate key(s)"
 
 
-class RateWindowPruner:
+class RateWindowPruner(MaintenanceService[RateWindowPrunerConfig]):
     """The rate window pruner; ``run_once(now=None)`` is one pass (see the module
     docstring)."""
 
     name = "rate window pruner"
-
-    def __init__(
-        self, db: Database, config: RateWindowPrunerConfig, logger: logging.Logger | None = None
-    ) -> None:
-        self.db = db
-        self.config = config
-        self.log = logger or logging.getLogger(LOGGER_NAME)
-
-    @property
-    def interval_s(self) -> float:
-        """Seconds between two passes."""
-        return self.config.interval_s
+    config_class = RateWindowPrunerConfig
 
     def run_once(self, now: datetime | None = None) -> RateWindowPrunerResult:
         """Delete the rows of the rate keys idle for longer than their window at ``now``

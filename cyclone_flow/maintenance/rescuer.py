@@ -25,19 +25,20 @@ in one pass and a pass never runs into the next one.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime
 
 from cyclone_flow.db import steps
-from cyclone_flow.db.conn import Database, retry_conflicts
+from cyclone_flow.db.conn import retry_conflicts
 from cyclone_flow.db.rows import LeasedStep, RescuedStep
+from cyclone_flow.db.steps import FailParams
 from cyclone_flow.engine import fail
 from cyclone_flow.errors import ReclaimLimitExceeded, StepTimeoutError
-from cyclone_flow.events import Reporter, StepEvent
-from cyclone_flow.logs import LOGGER_NAME, step_extra
-from cyclone_flow.notify import Publish, Wakeups
+from cyclone_flow.events import StepEvent
+from cyclone_flow.logs import step_extra
+from cyclone_flow.maintenance.base import MaintenanceService
+from cyclone_flow.notify import Wakeups
 from cyclone_flow.states import ErrorKind, EventKind, StepState
 
 __all__ = ["SWEEP_BATCH", "SWEEP_INTERVAL_S", "Rescuer", "RescuerConfig", "RescuerResult"]
@@ -87,7 +88,7 @@ class RescuerResult:
         )
 
 
-class Rescuer:
+class Rescuer(MaintenanceService[RescuerConfig]):
     """The recovery sweep; ``run_once(now=None)`` is one pass (see the module docstring).
 
     ``publish`` sends the wakeups of each committed change; ``reporter`` reports the
@@ -95,25 +96,7 @@ class Rescuer:
     ``reclaimed``)."""
 
     name = "recovery sweep"
-
-    def __init__(
-        self,
-        db: Database,
-        config: RescuerConfig | None = None,
-        publish: Publish | None = None,
-        logger: logging.Logger | None = None,
-        reporter: Reporter | None = None,
-    ) -> None:
-        self.db = db
-        self.config = config or RescuerConfig()
-        self.publish = publish
-        self.log = logger or logging.getLogger(LOGGER_NAME)
-        self.reporter = reporter or Reporter(self.log)
-
-    @property
-    def interval_s(self) -> float:
-        """Seconds between two passes."""
-        return self.config.interval_s
+    config_class = RescuerConfig
 
     def run_once(self, now: datetime | None = None) -> RescuerResult:
         """One pass at ``now`` (None: the database's clock): batches while one comes back
@@ -170,18 +153,17 @@ class Rescuer:
             message = "step timed out (started_at + timeout passed)"
         else:
             message = f"lease expired after {self.config.max_reclaims} reclaims"
+        attempt = FailParams(
+            step_id=step.id,
+            run_id=run_id,
+            generation=step.lease_generation,
+            owner=None,
+            error=message,
+            error_kind=kind,
+            permanent=not timeout,
+        )
         outcome, backoff_error = retry_conflicts(
-            lambda: fail.fail_step_alone(
-                self.db,
-                self.publish,
-                step_id=step.id,
-                run_id=run_id,
-                generation=step.lease_generation,
-                owner=None,
-                error=message,
-                error_kind=kind,
-                permanent=not timeout,
-            )
+            lambda: fail.fail_step_alone(self.db, self.publish, attempt)
         )
         if backoff_error is not None:
             self.log.error(

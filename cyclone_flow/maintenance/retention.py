@@ -18,7 +18,7 @@ from datetime import datetime
 from cyclone_flow.config import RETENTION_BATCH_SIZE, RETENTION_INTERVAL_S, RetentionConfig
 from cyclone_flow.db import runs
 from cyclone_flow.db.conn import Database
-from cyclone_flow.logs import LOGGER_NAME
+from cyclone_flow.maintenance.base import MaintenanceService
 
 __all__ = [
     "MAX_BATCHES_PER_PASS",
@@ -71,26 +71,12 @@ class RetentionSweeperResult:
         return f"retention: purged {self.deleted} run(s) finished more than {self.age_s:g}s ago"
 
 
-class RetentionSweeper:
+class RetentionSweeper(MaintenanceService[RetentionSweeperConfig]):
     """The retention sweep; ``run_once(now=None)`` is one pass (see the module
     docstring)."""
 
     name = "retention sweep"
-
-    def __init__(
-        self,
-        db: Database,
-        config: RetentionSweeperConfig,
-        logger: logging.Logger | None = None,
-    ) -> None:
-        self.db = db
-        self.config = config
-        self.log = logger or logging.getLogger(LOGGER_NAME)
-
-    @property
-    def interval_s(self) -> float:
-        """Seconds between two passes."""
-        return self.config.interval_s
+    config_class = RetentionSweeperConfig
 
     def run_once(self, now: datetime | None = None) -> RetentionSweeperResult:
         """Delete terminal runs whose ``finished_at`` is more than ``age_s`` seconds before
@@ -115,7 +101,7 @@ class RetentionSweeper:
 def purge(db: Database, option: RetentionConfig, logger: logging.Logger) -> int:
     """One pass of the retention sweep now, as ``Client.purge`` and ``cyclone-flow purge``
     run it (logged as the maintenance loop logs a pass); returns the runs deleted."""
-    result = RetentionSweeper(db, RetentionSweeperConfig.of(option), logger).run_once()
+    result = RetentionSweeper(db, RetentionSweeperConfig.of(option), logger=logger).run_once()
     summary = result.summary()
     if summary is not None:
         logger.info("%s", summary)

@@ -10,16 +10,13 @@ every service and does not use it.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from datetime import datetime
 
 from cyclone_flow.db import runs
-from cyclone_flow.db.conn import Database
 from cyclone_flow.engine import advance
 from cyclone_flow.engine.tx import transaction
-from cyclone_flow.logs import LOGGER_NAME
-from cyclone_flow.notify import Publish
+from cyclone_flow.maintenance.base import MaintenanceService
 
 __all__ = [
     "SEQUENCE_BATCH",
@@ -57,28 +54,12 @@ class SequenceScannerResult:
         return f"sequence safety net: released {self.released} stalled sequence(s)"
 
 
-class SequenceScanner:
+class SequenceScanner(MaintenanceService[SequenceScannerConfig]):
     """The sequence safety net; ``run_once(now=None)`` is one pass (see the module
     docstring)."""
 
     name = "sequence release"
-
-    def __init__(
-        self,
-        db: Database,
-        config: SequenceScannerConfig | None = None,
-        publish: Publish | None = None,
-        logger: logging.Logger | None = None,
-    ) -> None:
-        self.db = db
-        self.config = config or SequenceScannerConfig()
-        self.publish = publish
-        self.log = logger or logging.getLogger(LOGGER_NAME)
-
-    @property
-    def interval_s(self) -> float:
-        """Seconds between two passes."""
-        return self.config.interval_s
+    config_class = SequenceScannerConfig
 
     def run_once(self, now: datetime | None = None) -> SequenceScannerResult:
         """One pass (``now`` is not used: see the module docstring); returns its count."""

@@ -14,18 +14,15 @@ unless a test pins it.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from datetime import datetime
 
 from cyclone_flow.db import steps
-from cyclone_flow.db.conn import Database
 from cyclone_flow.engine import fail
 from cyclone_flow.engine.tx import transaction
 from cyclone_flow.errors import StepTimeoutError
-from cyclone_flow.events import Reporter, StepEvent, cancelled_in
-from cyclone_flow.logs import LOGGER_NAME
-from cyclone_flow.notify import Publish
+from cyclone_flow.events import StepEvent, cancelled_in
+from cyclone_flow.maintenance.base import MaintenanceService
 from cyclone_flow.states import ErrorKind, EventKind
 
 __all__ = ["SCAN_BATCH", "SCAN_INTERVAL_S", "WaitScanner", "WaitScannerConfig", "WaitScannerResult"]
@@ -56,29 +53,11 @@ class WaitScannerResult:
         return f"wait scanner: {self.expired} wait(s) expired" if self.expired else None
 
 
-class WaitScanner:
+class WaitScanner(MaintenanceService[WaitScannerConfig]):
     """The wait scanner; ``run_once(now=None)`` is one pass (see the module docstring)."""
 
     name = "wait scanner"
-
-    def __init__(
-        self,
-        db: Database,
-        config: WaitScannerConfig | None = None,
-        publish: Publish | None = None,
-        logger: logging.Logger | None = None,
-        reporter: Reporter | None = None,
-    ) -> None:
-        self.db = db
-        self.config = config or WaitScannerConfig()
-        self.publish = publish
-        self.log = logger or logging.getLogger(LOGGER_NAME)
-        self.reporter = reporter or Reporter(self.log)
-
-    @property
-    def interval_s(self) -> float:
-        """Seconds between two passes."""
-        return self.config.interval_s
+    config_class = WaitScannerConfig
 
     def run_once(self, now: datetime | None = None) -> WaitScannerResult:
         """One pass at ``now`` (None: the database's clock); returns its counts."""

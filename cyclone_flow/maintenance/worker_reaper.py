@@ -10,13 +10,11 @@ of clients may reap at once (a row is deleted once; the others delete nothing).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from datetime import datetime
 
 from cyclone_flow.db import workers
-from cyclone_flow.db.conn import Database
-from cyclone_flow.logs import LOGGER_NAME
+from cyclone_flow.maintenance.base import MaintenanceService
 
 __all__ = ["STALE_FACTOR", "WorkerReaper", "WorkerReaperConfig", "WorkerReaperResult"]
 
@@ -49,22 +47,11 @@ class WorkerReaperResult:
         return f"worker reaper: deleted the rows of {len(self.deleted)} dead worker(s)"
 
 
-class WorkerReaper:
+class WorkerReaper(MaintenanceService[WorkerReaperConfig]):
     """The worker reaper; ``run_once(now=None)`` is one pass (see the module docstring)."""
 
     name = "worker reaper"
-
-    def __init__(
-        self, db: Database, config: WorkerReaperConfig, logger: logging.Logger | None = None
-    ) -> None:
-        self.db = db
-        self.config = config
-        self.log = logger or logging.getLogger(LOGGER_NAME)
-
-    @property
-    def interval_s(self) -> float:
-        """Seconds between two passes."""
-        return self.config.interval_s
+    config_class = WorkerReaperConfig
 
     def run_once(self, now: datetime | None = None) -> WorkerReaperResult:
         """Delete the rows not heartbeated for ``factor`` x their ``lease_ttl`` before

@@ -52,6 +52,7 @@ from cyclone_flow.db.conn import (
 )
 from cyclone_flow.db.errors import database_lost, prepared_statement_lost
 from cyclone_flow.db.rows import ClaimedStep, LimitedClaim
+from cyclone_flow.db.steps import FailParams
 from cyclone_flow.engine import complete, fail
 from cyclone_flow.engine.tx import Outcome, Tx
 from cyclone_flow.errors import CycloneError, IsolationLevelError, StepTimeoutError
@@ -301,21 +302,20 @@ class Settler:
         stale result, guarded by the generation and the deadline only. Returns what was
         committed (None: stale, nothing written for this lease)."""
         timed_out = failure.kind is ErrorKind.TIMEOUT
+        attempt = FailParams(
+            step_id=step.id,
+            run_id=step.run_id,
+            generation=step.lease_generation,
+            owner=owner,
+            error=str(failure),
+            error_kind=failure.kind,
+            traceback=failure.tb,
+            permanent=failure.permanent,
+            timed_out=timed_out,
+        )
         with self.tx_slots:
             outcome, backoff_error = retry_conflicts(
-                lambda: fail.fail_step_alone(
-                    self.db,
-                    self.publish,
-                    step_id=step.id,
-                    run_id=step.run_id,
-                    generation=step.lease_generation,
-                    owner=owner,
-                    error=str(failure),
-                    error_kind=failure.kind,
-                    traceback=failure.tb,
-                    permanent=failure.permanent,
-                    timed_out=timed_out,
-                )
+                lambda: fail.fail_step_alone(self.db, self.publish, attempt)
             )
         if backoff_error is not None:
             self.log.error(

@@ -36,16 +36,9 @@ from cyclone_flow.db.errors import (
 from cyclone_flow.db.rows import ClaimedStep, LimitedClaim
 from cyclone_flow.engine import claim
 from cyclone_flow.events import StepEvent
-from cyclone_flow.maintenance.deadline_scanner import DeadlineScanner, DeadlineScannerConfig
-from cyclone_flow.maintenance.loop import MaintenanceLoop, Service
-from cyclone_flow.maintenance.owner_release import OwnerRelease, OwnerReleaseConfig
-from cyclone_flow.maintenance.rate_window_pruner import RateWindowPruner, RateWindowPrunerConfig
-from cyclone_flow.maintenance.rescuer import Rescuer, RescuerConfig
-from cyclone_flow.maintenance.retention import RetentionSweeper, RetentionSweeperConfig
+from cyclone_flow.maintenance import services
+from cyclone_flow.maintenance.loop import MaintenanceLoop
 from cyclone_flow.maintenance.scheduler import ScheduleScanner
-from cyclone_flow.maintenance.sequences import SequenceScanner, SequenceScannerConfig
-from cyclone_flow.maintenance.wait_scanner import WaitScanner, WaitScannerConfig
-from cyclone_flow.maintenance.worker_reaper import WorkerReaper, WorkerReaperConfig
 from cyclone_flow.notify import Publish
 from cyclone_flow.states import EventKind
 from cyclone_flow.worker.execute import Executor
@@ -150,55 +143,17 @@ class Worker:
             WorkerIdentity(dict(config.worker_queues), only_run),
             self.reporter,
         )
-        # the maintenance services (Engine Design: Pool Budget lists them), in the order
-        # the maintenance loop runs them, each every sweep_interval (retention: its own)
-        tick = config.sweep_interval
-        self.rescuer = Rescuer(
-            db,
-            RescuerConfig(interval_s=tick, max_reclaims=config.max_reclaims),
-            publish,
-            self.log,
-            self.reporter,
+        # the maintenance services (Engine Design: Pool Budget lists them), run in order by
+        # the maintenance loop, each every sweep_interval (retention: its own)
+        found = services(db, config, publish, self.log, self.reporter, scheduler)
+        self.rescuer, self.scheduler = found.rescuer, found.scheduler
+        self.sequences, self.retention = found.sequences, found.retention
+        self.wait_scanner, self.deadline_scanner = found.wait_scanner, found.deadline_scanner
+        self.worker_reaper, self.owner_release = found.worker_reaper, found.owner_release
+        self.rate_window_pruner = found.rate_window_pruner
+        self.maintenance = MaintenanceLoop(
+            found.in_order(), config.sweep_interval, self.log, self.reporter
         )
-        self.scheduler = scheduler
-        self.sequences = SequenceScanner(
-            db, SequenceScannerConfig(interval_s=tick), publish, self.log
-        )
-        retention = config.retention
-        self.retention = (
-            RetentionSweeper(db, RetentionSweeperConfig.of(retention), self.log)
-            if retention is not None and retention.enabled
-            else None
-        )
-        self.wait_scanner = WaitScanner(
-            db, WaitScannerConfig(interval_s=tick), publish, self.log, self.reporter
-        )
-        self.deadline_scanner = DeadlineScanner(
-            db, DeadlineScannerConfig(interval_s=tick), publish, self.log, self.reporter
-        )
-        services: list[Service] = [self.rescuer]
-        if scheduler is not None:
-            services.append(scheduler)
-        services.append(self.sequences)
-        if self.retention is not None:
-            services.append(self.retention)
-        self.worker_reaper = WorkerReaper(
-            db, WorkerReaperConfig(interval_s=max(tick, 60.0)), self.log
-        )
-        self.owner_release = OwnerRelease(
-            db, OwnerReleaseConfig(interval_s=tick), publish, self.log
-        )
-        self.rate_window_pruner = RateWindowPruner(
-            db, RateWindowPrunerConfig(interval_s=max(tick, 60.0)), self.log
-        )
-        services += [
-            self.wait_scanner,
-            self.deadline_scanner,
-            self.worker_reaper,
-            self.owner_release,
-            self.rate_window_pruner,
-        ]
-        self.maintenance = MaintenanceLoop(services, tick, self.log, self.reporter)
 
     # -- lifecycle -------------------------------------------------------------------------
 

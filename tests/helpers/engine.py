@@ -98,9 +98,9 @@ def complete_steps(
 
 
 def fail_step(client: Client, conn: Conn, **attempt: Any) -> Outcome | None:
-    """A failed attempt (keywords of :func:`cyclone_flow.engine.fail.fail_step`) in the
-    caller's transaction on ``conn``; None when stale."""
-    return fail.fail_step(Tx(conn, database(client).q), **attempt)
+    """A failed attempt (the fields of :class:`cyclone_flow.db.steps.FailParams` as
+    keywords) in the caller's transaction on ``conn``; None when stale."""
+    return fail.fail_step(Tx(conn, database(client).q), steps.FailParams(**attempt))
 
 
 def rescue_expired(

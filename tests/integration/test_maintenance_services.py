@@ -18,9 +18,12 @@ from helpers.rows import step_row
 from psycopg_pool import ConnectionPool
 
 from cyclone_flow import Client, ReclaimLimitExceeded, StepTimeoutError
+from cyclone_flow.config import RetentionConfig
 from cyclone_flow.db.conn import Conn, Database
 from cyclone_flow.events import Reporter, StepEvent
 from cyclone_flow.flowfile import load_flow_text
+from cyclone_flow.maintenance import services
+from cyclone_flow.maintenance.base import MaintenanceService
 from cyclone_flow.maintenance.deadline_scanner import (
     DeadlineScanner,
     DeadlineScannerConfig,
@@ -34,7 +37,7 @@ from cyclone_flow.maintenance.retention import (
 )
 from cyclone_flow.maintenance.scheduler import ScheduleScanner, ScheduleScannerResult, _Failure
 from cyclone_flow.maintenance.sequences import SequenceScanner, SequenceScannerResult
-from cyclone_flow.maintenance.wait_scanner import WaitScanner, WaitScannerResult
+from cyclone_flow.maintenance.wait_scanner import WaitScanner, WaitScannerConfig, WaitScannerResult
 from cyclone_flow.notify import Wakeups
 from cyclone_flow.producer import Producer
 
@@ -304,3 +307,44 @@ def test_a_schedule_failing_for_days_does_not_overflow_its_retry_delay(
     assert scanner.run_once(now=now + timedelta(seconds=1)).failed == 1
     assert scanner._failing[schedule_id].count == 201
     assert scanner._failing[schedule_id].retry_at == now + timedelta(seconds=601)
+
+
+def test_the_services_a_worker_runs_share_one_scaffold_in_the_loops_order(
+    database: Database, make_client: Callable[..., Client]
+) -> None:
+    rec = Recorder()
+    log = logging.getLogger("cyclone_test")
+    reporter = rec.reporter()
+    config = make_client(
+        sweep_interval=5.0, max_reclaims=3, retention=RetentionConfig(default_age=3600.0)
+    ).config
+    built = services(database, config, rec.publish, log, reporter)
+    ordered = built.in_order()
+    assert [s.name for s in ordered] == [
+        "recovery sweep",
+        "sequence release",
+        "retention sweep",
+        "wait scanner",
+        "deadline scanner",
+        "worker reaper",
+        "owner release",
+        "rate window pruner",
+    ]
+    assert [s.interval_s for s in ordered] == [5.0, 5.0, 60.0, 5.0, 5.0, 60.0, 5.0, 60.0]
+    for service in ordered:
+        assert isinstance(service, MaintenanceService)
+        assert service.db is database and service.log is log
+    assert built.rescuer.config.max_reclaims == 3
+    assert built.rescuer.reporter is reporter and built.wait_scanner.publish == rec.publish
+    # without retention nor a scheduler: neither is built; a scheduler given runs second
+    scanner = ScheduleScanner(database, Producer(database, config))
+    bare = services(database, make_client().config, rec.publish, log, reporter, scanner)
+    assert bare.retention is None
+    assert [s.name for s in bare.in_order()][:3] == [
+        "recovery sweep",
+        scanner.name,
+        "sequence release",
+    ]
+    # a service built without a config has its config's defaults
+    assert WaitScanner(database).config == WaitScannerConfig()
+    assert WaitScanner(database).interval_s == WaitScannerConfig().interval_s

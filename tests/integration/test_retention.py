@@ -113,7 +113,7 @@ def test_purge_works_in_batches_until_none_is_left(
     sweeper = RetentionSweeper(
         database(client),
         RetentionSweeperConfig.of(RetentionConfig(default_age=HOUR, batch_size=2)),
-        client.config.logger,
+        logger=client.config.logger,
     )
     assert sweeper.run_once().deleted == 7
     assert _run_ids(db) == set()
@@ -187,7 +187,7 @@ def test_non_positive_age_disables_the_sweep(
     sweeper = RetentionSweeper(
         database(idle),
         RetentionSweeperConfig.of(RetentionConfig(default_age=age)),
-        idle.config.logger,
+        logger=idle.config.logger,
     )
     assert sweeper.run_once().deleted == 0
     assert _run_ids(db) == {run_id}

@@ -4,6 +4,7 @@ past its threshold only, and each warning names its fix."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -241,3 +242,63 @@ def test_to_json_is_plain_json() -> None:
     doc = json.loads(json.dumps(report.to_json()))
     assert doc["advice"][0]["check"] == "open_transaction"
     assert doc["transactions"][0]["xact_start"] == NOW.isoformat()
+
+
+def _every_warning() -> HealthReport:
+    """A report past every threshold: each check has something to say."""
+    return _healthy(
+        tables=[
+            _table("cyclone_runs", autovacuum_enabled=False),
+            _table("cyclone_steps", live=100_000, dead=400_000),
+        ],
+        transactions=[_transaction(9, 900, True)],
+        xmin_holders=[XminHolder("slot", "standby_1", True, 90_000, None)],
+        claim_index=IndexSize(bytes=64 << 20, pages=8192, entries=1000),
+        claim_index_bloat=500.0,
+        claims=[ClaimProbe("default", 9e5, False, 10, 50_000, 80.0)],
+        queues=[QueueStats("emails", 12, 0, 0, 900.0)],
+        reclaimed=[ReclaimedStep("r1", "charge", None, StepState.RUNNING, 5)],
+        sequences=[HeldSequence("acct-1", 3, 60.0, "r2", "failed")],
+        orphaned_leases=[OrphanedLeases("host-1-abc", 4, NOW, None)],
+        schema_version=11,
+        connections=ConnectionBudget(100, 3, 95, 1, 8),
+    )
+
+
+def test_every_check_owns_a_unique_name_that_its_advice_carries() -> None:
+    from cyclone_flow.advisor import CHECKS
+
+    names = [c.name for c in CHECKS]
+    assert len(names) == len(set(names)) == 13
+    report = _every_warning()
+    for check in CHECKS:
+        given = list(check.advise(report, format_span))
+        assert given, f"{check.name} gave no advice on a report past every threshold"
+        assert {a.check for a in given} == {check.name}
+    # advise is the checks one after the other, in the order of CHECKS
+    assert [a.check for a in advise(report)] == [
+        c.name for c in CHECKS for _ in c.advise(report, format_span)
+    ]
+
+
+def test_the_health_gauges_count_the_warnings_of_every_check_by_its_name() -> None:
+    from cyclone_flow.advisor import CHECKS
+    from cyclone_flow.metrics import HEALTH_CHECKS, health_families
+
+    assert tuple(c.name for c in CHECKS) == HEALTH_CHECKS
+    report = _every_warning()
+    report = dataclasses.replace(report, advice=advise(report))
+    [warnings] = [f for f in health_families(report) if f.name == "cyclone_health_warnings"]
+    counts = {s.labels["check"]: s.value for s in warnings.samples}
+    assert counts == {c.name: len(list(c.advise(report, format_span))) for c in CHECKS}
+
+
+def test_the_observability_page_lists_the_checks_in_the_order_of_checks() -> None:
+    from pathlib import Path
+
+    from cyclone_flow.advisor import CHECKS
+
+    page = Path(__file__).parents[2] / "docs" / "observability.md"
+    rows = re.findall(r"^\| `(\w+)` \| .* \| .* \|$", page.read_text("utf-8"), re.M)
+    documented = [name for name in rows if not name.startswith("cyclone_")]
+    assert documented == [c.name for c in CHECKS]
