@@ -44,13 +44,12 @@ from cyclone_flow.worker.cache import OutputCache
 from cyclone_flow.worker.completion import (
     BatchSink,
     Completion,
-    CompletionTx,
     InlineSink,
     Settler,
     StepFailure,
     outcome_name,
 )
-from cyclone_flow.worker.context import Context
+from cyclone_flow.worker.context import CompletionTx, Context
 from cyclone_flow.worker.give_back import (
     GIVE_BACK_DELAY_S,
     CallBackoff,
