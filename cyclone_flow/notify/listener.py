@@ -12,7 +12,7 @@ from logging import Logger
 
 import psycopg
 
-from cyclone_flow.db import misc
+from cyclone_flow.db import notify
 from cyclone_flow.db.conn import Conn, Database, Session
 from cyclone_flow.db.pool import close_and_return
 from cyclone_flow.notify.wakeups import CHANNEL_AVAILABLE, decode
@@ -122,7 +122,7 @@ class Listener:
                 self._conn = conn
             try:
                 conn.autocommit = True
-                misc.notify_listen(Session(conn, self._db.q))
+                notify.notify_listen(Session(conn, self._db.q))
                 self.backend_pid = conn.info.backend_pid
                 self.connects += 1
                 self.ready.set()
@@ -166,7 +166,7 @@ class Listener:
         watchdog.daemon = True
         watchdog.start()
         try:
-            misc.notify_ping(Session(conn, self._db.q))
+            notify.notify_ping(Session(conn, self._db.q))
         finally:
             watchdog.cancel()
 

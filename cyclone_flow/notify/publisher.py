@@ -8,7 +8,7 @@ import threading
 import time
 from logging import Logger
 
-from cyclone_flow.db import misc
+from cyclone_flow.db import notify
 from cyclone_flow.db.conn import Conn, Database, Session, autocommit
 from cyclone_flow.db.errors import (
     database_lost,
@@ -174,9 +174,11 @@ class Publisher:
         channels, payloads = [n[0] for n in notes], [n[1] for n in notes]
         if conn is None:
             with self._db.pool.connection() as pooled, autocommit(pooled):
-                misc.notify_publish(
+                notify.notify_publish(
                     Session(pooled, self._db.q), channels=channels, payloads=payloads
                 )
         else:
             with autocommit(conn):  # one round trip: no BEGIN/COMMIT around the pg_notify
-                misc.notify_publish(Session(conn, self._db.q), channels=channels, payloads=payloads)
+                notify.notify_publish(
+                    Session(conn, self._db.q), channels=channels, payloads=payloads
+                )

@@ -57,7 +57,7 @@ from cyclone_flow.worker.give_back import (
     gives_back,
     reason_text,
 )
-from cyclone_flow.worker.inputs import Inputs
+from cyclone_flow.worker.step_input import Inputs
 from cyclone_flow.worker.step_logs import AttemptLog, StepLogs
 
 __all__ = ["Executor"]
