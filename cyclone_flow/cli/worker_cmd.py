@@ -48,24 +48,24 @@ def _duration(value: str, option: str) -> float:
     return duration_option(value, option, max_s=MAX_LEASE_TTL_S)
 
 
-def _parse_queues(specs: tuple[str, ...], workers: int) -> dict[str, int]:
+def _parse_queues(values: tuple[str, ...], workers: int) -> dict[str, int]:
     """``--queue NAME[=N]`` options as ``worker_queues``; none: ``{"default": workers}``."""
-    if not specs:
+    if not values:
         return {DEFAULT_QUEUE: workers}
     out: dict[str, int] = {}
-    for spec in specs:
-        name, sep, count = spec.partition("=")
+    for value in values:
+        name, sep, count = value.partition("=")
         try:
             validate_queue_name(name)
         except ConfigError as exc:
-            raise click.BadParameter(f"{spec!r}: {exc}", param_hint="--queue") from None
+            raise click.BadParameter(f"{value!r}: {exc}", param_hint="--queue") from None
         try:
             n = int(count) if sep else workers
         except ValueError:
             n = 0  # not a whole number: the message below names what is wanted
         if n < 1:
             raise click.BadParameter(
-                f"{spec!r}: the worker count after '=' must be a whole number >= 1",
+                f"{value!r}: the worker count after '=' must be a whole number >= 1",
                 param_hint="--queue",
             )
         out[name] = n

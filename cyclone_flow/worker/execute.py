@@ -277,9 +277,9 @@ class Executor:
 
         def submit_in_tx(flow: Any, run_input: JSON = None, **options: Any) -> str:
             opts = run_options(**options)
-            spec, input_json = producer.prepare(flow, run_input)
+            flow, input_json = producer.prepare(flow, run_input)
             try:
-                run_id, wakeups = producer.insert(tx.open(), spec, input_json, opts)
+                run_id, wakeups = producer.insert(tx.open(), flow, input_json, opts)
             except BaseException as exc:
                 tx.note(exc)
                 raise
@@ -290,9 +290,9 @@ class Executor:
             retry = options.pop("retry", None)
             timeout = options.pop("timeout", None)
             opts = run_options(**options)
-            spec, input_json = producer.prepare(job_flow(call, retry=retry, timeout=timeout), args)
+            flow, input_json = producer.prepare(job_flow(call, retry=retry, timeout=timeout), args)
             try:
-                run_id, wakeups = producer.insert(tx.open(), spec, input_json, opts)
+                run_id, wakeups = producer.insert(tx.open(), flow, input_json, opts)
             except BaseException as exc:
                 tx.note(exc)
                 raise
