@@ -18,9 +18,7 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
-from cyclone_flow.cli.submission import (
-    json_arg,
-)
+from cyclone_flow.cli.submission import json_arg
 from cyclone_flow.client import Client
 from cyclone_flow.flowfile import load_flow
 

@@ -18,11 +18,7 @@ import click
 import psycopg
 from rich.console import Console
 
-from cyclone_flow.cli.common import (
-    duration_option,
-    echo_json,
-    parse_json,
-)
+from cyclone_flow.cli.common import duration_option, echo_json, parse_json
 from cyclone_flow.cli.progress import count_progress
 from cyclone_flow.client import DEFAULT_CHUNK_SIZE, RunId
 from cyclone_flow.config import PayloadLimits

@@ -13,9 +13,7 @@ from typing import Protocol
 import psycopg
 
 from cyclone_flow.db.conn import Conn, Database
-from cyclone_flow.db.errors import (
-    ride_out,
-)
+from cyclone_flow.db.errors import ride_out
 from cyclone_flow.db.rows import Run
 from cyclone_flow.errors import TransactionOpenError, WaitTimeoutError
 from cyclone_flow.notify.listener import Listener

@@ -10,11 +10,7 @@ from logging import Logger
 
 from cyclone_flow.db import notify
 from cyclone_flow.db.conn import Conn, Database, Session, autocommit
-from cyclone_flow.db.errors import (
-    database_lost,
-    prepared_statement_lost,
-    warn_prepared_statements,
-)
+from cyclone_flow.db.errors import database_lost, prepared_statement_lost, warn_prepared_statements
 from cyclone_flow.notify.wakeups import Wakeups, encode
 
 
