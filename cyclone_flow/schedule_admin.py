@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from cyclone_flow.db import misc
 from cyclone_flow.db import schedules as stored
+from cyclone_flow.db import session
 from cyclone_flow.db.conn import Database, Session
 from cyclone_flow.db.rows import ScheduleRow
 from cyclone_flow.engine.submit import store_definition
@@ -99,7 +99,7 @@ class Schedules:
         if row is None:
             raise ScheduleNotFoundError(name)
         with self._db.session() as s:
-            current = misc.pg_now(s, now=now)
+            current = session.pg_now(s, now=now)
         next_run_at = Ticks(row.cron, row.timezone).after(current)
         if not self._set_paused(name, False, next_run_at if row.paused else None):
             raise ScheduleNotFoundError(name)
@@ -125,7 +125,7 @@ class Schedules:
             _, input_json = self._producer.prepare(spec, entry.input)
             prepared.append((entry, ticks, input_json))
         with self._db.session() as s:
-            current = misc.pg_now(s, now=now)
+            current = session.pg_now(s, now=now)
         added: list[str] = []
         updated: list[str] = []
         names: list[str] = []

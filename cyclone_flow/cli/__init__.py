@@ -1,12 +1,13 @@
-"""The ``cyclone-flow`` command line, one module per command family: ``lint_cmds`` (lint,
-graph), ``schema_cmds`` (migrate), ``submit_cmds`` (submit, run), ``queue_cmds`` (enqueue,
-schedule), ``worker_cmd`` (worker), ``inspect_cmds`` (status, runs, logs, output, workers),
-``operator_cmds`` (cancel, retry, signal, purge), ``health_cmds`` (doctor), ``init_cmds``
-(init: a new project's files), ``embedded_cmds`` (embedded status|url|stop), ``ui_cmd``
-(ui, the web dashboard); ``common`` (options, errors, logging), ``render`` (how runs and
-steps are shown), ``progress`` (live progress of a run) and ``watch`` (``status
---watch``) are shared. Every command goes through the :class:`cyclone_flow.Client`'s
-public methods."""
+"""The ``cyclone-flow`` command line, one module per command or command family, named after
+it: ``lint_cmds`` (lint, graph), ``migrate_cmd`` (migrate), ``submit_cmds`` (submit, run),
+``enqueue_cmd`` (enqueue), ``schedule_cmds`` (schedule), ``worker_cmd`` (worker),
+``inspect_cmds`` (status, runs, logs, output, workers), ``operator_cmds`` (cancel, retry,
+signal, purge), ``doctor_cmd`` (doctor), ``init_cmds`` (init: a new project's files),
+``embedded_cmds`` (embedded status|url|stop), ``ui_cmd`` (ui, the web dashboard);
+``common`` (options, errors, logging), ``submission`` (the submission options shared by
+submit, enqueue and schedule), ``render`` (how runs and steps are shown), ``progress``
+(live progress of a run) and ``watch`` (``status --watch``) are shared. Every command goes
+through the :class:`cyclone_flow.Client`'s public methods."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from typing import IO, Any
 
 import click
 
+from cyclone_flow.cli.doctor_cmd import doctor_cmd
 from cyclone_flow.cli.embedded_cmds import embedded_group
-from cyclone_flow.cli.health_cmds import doctor_cmd
+from cyclone_flow.cli.enqueue_cmd import enqueue_cmd
 from cyclone_flow.cli.init_cmds import init_cmd
 from cyclone_flow.cli.inspect_cmds import (
     logs_cmd,
@@ -25,6 +27,7 @@ from cyclone_flow.cli.inspect_cmds import (
     workers_cmd,
 )
 from cyclone_flow.cli.lint_cmds import graph, lint
+from cyclone_flow.cli.migrate_cmd import migrate_cmd
 from cyclone_flow.cli.operator_cmds import (
     cancel_cmd,
     purge_cmd,
@@ -32,8 +35,7 @@ from cyclone_flow.cli.operator_cmds import (
     retry_cmd,
     signal_cmd,
 )
-from cyclone_flow.cli.queue_cmds import enqueue_cmd, schedule_group
-from cyclone_flow.cli.schema_cmds import migrate_cmd
+from cyclone_flow.cli.schedule_cmds import schedule_group
 from cyclone_flow.cli.submit_cmds import run_cmd, submit_cmd
 from cyclone_flow.cli.ui_cmd import ui_cmd
 from cyclone_flow.cli.worker_cmd import worker_cmd

@@ -21,7 +21,7 @@ from cyclone_flow.cli.common import (
 )
 from cyclone_flow.errors import FlowError, Problem
 from cyclone_flow.flowfile.build import build_flow
-from cyclone_flow.flowfile.graph import to_dot, to_mermaid
+from cyclone_flow.flowfile.diagram import to_dot, to_mermaid
 from cyclone_flow.flowfile.lint import LintPathError, NoFlowFilesError, lint_paths
 from cyclone_flow.flowfile.load import load_flow
 from cyclone_flow.flowfile.model import Flow

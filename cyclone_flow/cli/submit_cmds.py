@@ -37,14 +37,14 @@ from cyclone_flow.cli.progress import (
     reported_by_display,
     wait_for_end,
 )
-from cyclone_flow.cli.queue_cmds import (
+from cyclone_flow.cli.render import plan_dict, plan_table_rows, run_dict
+from cyclone_flow.cli.submission import (
     chunk_option,
     print_bulk,
     queue_options,
     submission_kwargs,
     submit_lines,
 )
-from cyclone_flow.cli.render import plan_dict, plan_table_rows, run_dict
 from cyclone_flow.client import DEFAULT_CHUNK_SIZE, Client, RunPlan, migrate, plan_submit
 from cyclone_flow.config import MAX_LEASE_TTL_S
 from cyclone_flow.db.errors import Outage, database_lost

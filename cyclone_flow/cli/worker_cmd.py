@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 import psycopg
@@ -32,29 +32,40 @@ from cyclone_flow.errors import ConfigError, SchemaOutdatedError
 from cyclone_flow.handlers import AllowList
 from cyclone_flow.names import DEFAULT_QUEUE, validate_queue_name
 
+if TYPE_CHECKING:
+    from cyclone_flow.metrics import Metrics, MetricsServer
+
+
+class MetricsEndpoint(NamedTuple):
+    """A worker's Prometheus metrics and the HTTP server that serves them
+    (``--metrics-port``)."""
+
+    metrics: Metrics
+    server: MetricsServer
+
 
 def _duration(value: str, option: str) -> float:
     return duration_option(value, option, max_s=MAX_LEASE_TTL_S)
 
 
-def _parse_queues(specs: tuple[str, ...], workers: int) -> dict[str, int]:
+def _parse_queues(values: tuple[str, ...], workers: int) -> dict[str, int]:
     """``--queue NAME[=N]`` options as ``worker_queues``; none: ``{"default": workers}``."""
-    if not specs:
+    if not values:
         return {DEFAULT_QUEUE: workers}
     out: dict[str, int] = {}
-    for spec in specs:
-        name, sep, count = spec.partition("=")
+    for value in values:
+        name, sep, count = value.partition("=")
         try:
             validate_queue_name(name)
         except ConfigError as exc:
-            raise click.BadParameter(f"{spec!r}: {exc}", param_hint="--queue") from None
+            raise click.BadParameter(f"{value!r}: {exc}", param_hint="--queue") from None
         try:
             n = int(count) if sep else workers
         except ValueError:
             n = 0  # not a whole number: the message below names what is wanted
         if n < 1:
             raise click.BadParameter(
-                f"{spec!r}: the worker count after '=' must be a whole number >= 1",
+                f"{value!r}: the worker count after '=' must be a whole number >= 1",
                 param_hint="--queue",
             )
         out[name] = n
@@ -254,7 +265,7 @@ def worker_cmd(
         options["retention"] = RetentionConfig(default_age=parse_age(retention, "--retention"))
     if stop.is_set():  # stopped while starting: nothing to open, nothing to hand back
         sys.exit(0)
-    metrics = _start_metrics(metrics_port, metrics_addr)
+    endpoint = _start_metrics(metrics_port, metrics_addr)
     try:
         client = Client(
             url,
@@ -268,15 +279,15 @@ def worker_cmd(
         )
     except SchemaOutdatedError as exc:
         raise _not_migrated(exc, database_url) from None
-    if metrics is not None:
-        metrics[0].watch_queues(client, worker_queues, client.config.logger)
-        metrics[0].watch_health(client, client.config.logger)
-        client.observe_steps(metrics[0].observe)
-        client.observe_database_errors(metrics[0].observe_database_error)
+    if endpoint is not None:
+        endpoint.metrics.watch_queues(client, worker_queues, client.config.logger)
+        endpoint.metrics.watch_health(client, client.config.logger)
+        client.observe_steps(endpoint.metrics.observe)
+        client.observe_database_errors(endpoint.metrics.observe_database_error)
     if stop.is_set():  # stopped while starting: nothing claimed, nothing to hand back
         client.shutdown(timeout=grace)
-        if metrics is not None:
-            metrics[1].close()
+        if endpoint is not None:
+            endpoint.server.close()
         sys.exit(0)
     output = HandlerOutput.start()  # a handler's child processes write to its step logs
     client.start()
@@ -300,8 +311,8 @@ def worker_cmd(
     finally:
         client.shutdown(timeout=grace)
         output.close()
-        if metrics is not None:
-            metrics[1].close()
+        if endpoint is not None:
+            endpoint.server.close()
     sys.exit(0)
 
 
@@ -397,8 +408,8 @@ def _poll_interval(value: str) -> tuple[float, float]:
     return lo, hi
 
 
-def _start_metrics(port: int | None, addr: str) -> tuple[Any, Any] | None:
-    """``(Metrics, MetricsServer)`` serving on ``addr:port``, or None without a port."""
+def _start_metrics(port: int | None, addr: str) -> MetricsEndpoint | None:
+    """The metrics endpoint serving on ``addr:port``, or None without a port."""
     if port is None:
         return None
     from cyclone_flow.metrics import Metrics, serve_metrics  # prometheus_client only here
@@ -409,4 +420,4 @@ def _start_metrics(port: int | None, addr: str) -> tuple[Any, Any] | None:
     except OSError as exc:
         raise click.ClickException(f"cannot serve metrics on {addr}:{port}: {exc}") from None
     logging.getLogger("cyclone_flow").info("metrics on http://%s:%d/metrics", addr, server.port)
-    return metrics, server
+    return MetricsEndpoint(metrics, server)

@@ -86,7 +86,7 @@ def pin_read_committed(conn: Conn, q: Statements) -> Conn:
     if conn.isolation_level is not READ_COMMITTED:
         conn.isolation_level = READ_COMMITTED
     if conn not in _pinned:
-        with autocommit(conn):  # misc.sql's statement, run here: db.misc imports this module
+        with autocommit(conn):  # session.sql's statement, run here: db.session imports this module
             execute(Session(conn, q), "session_set_read_committed")
         _pinned.add(conn)
     return conn

@@ -1,7 +1,8 @@
 """Load the named SQL statements of ``db/sql/*.sql`` once.
 
-One file per table (``runs.sql``, ``steps.sql``, ...; ``misc.sql`` for what touches no
-table); each file opens with a header naming its table and the migrations that define it.
+One file per table (``runs.sql``, ``steps.sql``, ...; ``notify.sql`` and ``session.sql``
+for what touches no table); each file opens with a header naming its table and the
+migrations that define it.
 Each statement stands under a ``-- name: <table>_<verb>[_<object>][_if_<guard>][_many]``
 header (the table is the one the statement writes, or mainly reads), followed by comment
 lines that give its purpose. Table names are written ``{schema}.cyclone_x``;
@@ -31,7 +32,8 @@ PREFIXES: dict[str, tuple[str, ...]] = {
     "workers.sql": ("worker_",),
     "step_logs.sql": ("step_log_",),
     "rate_windows.sql": ("rate_window_",),
-    "misc.sql": ("notify_", "pg_", "session_"),
+    "notify.sql": ("notify_",),
+    "session.sql": ("pg_", "session_"),
     "health.sql": ("health_",),
 }
 """The name prefixes each file may hold (tests/unit/test_db_queries.py checks them)."""

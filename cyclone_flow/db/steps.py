@@ -214,11 +214,11 @@ def step_count_running_by_concurrency_key(s: SessionLike, *, keys: Sequence[str]
     return {r[0]: r[1] for r in rows}
 
 
-def send_step_lock_limited_claims(s: SessionLike) -> Pending[None]:
+def send_step_begin_limited_claim(s: SessionLike) -> Pending[None]:
     """Send the limited claim's settings (generic plans, an asynchronous commit, reads in
     index order, no JIT) and the advisory lock (this schema's) that serializes limited claims,
-    each held to the end of the caller's transaction (``step_lock_limited_claims``)."""
-    return Pending(execute(s, "step_lock_limited_claims"), nothing)
+    each held to the end of the caller's transaction (``step_begin_limited_claim``)."""
+    return Pending(execute(s, "step_begin_limited_claim"), nothing)
 
 
 def send_step_render_limits_if_available(s: SessionLike, *, queue: str) -> Pending[None]:
@@ -240,7 +240,7 @@ def send_step_claim_limited_if_available(
     """Send the claim of up to ``limit`` limited steps of ``queue`` within their keys'
     limits, walking the keys from the first after ``cursor`` (round robin); only of run
     ``run_id`` and its child runs when given. Run it after
-    :func:`send_step_lock_limited_claims` in the same transaction."""
+    :func:`send_step_begin_limited_claim` in the same transaction."""
     params = {
         "queue": queue,
         "limit": limit,
@@ -279,9 +279,9 @@ def _exists(cursor: psycopg.Cursor[Any]) -> bool:
     return bool(row and row[0])
 
 
-def step_lock_limited_claims(s: SessionLike) -> None:
+def step_begin_limited_claim(s: SessionLike) -> None:
     """Take this schema's limited-claim lock until the end of the caller's transaction."""
-    send_step_lock_limited_claims(s).result()
+    send_step_begin_limited_claim(s).result()
 
 
 def step_render_limits_if_available(s: SessionLike, *, queue: str) -> None:
@@ -301,7 +301,7 @@ def step_claim_limited_if_available(
     run_id: str | None,
 ) -> list[LimitedClaim]:
     """The limited claim (see :func:`send_step_claim_limited_if_available`), after
-    :func:`step_lock_limited_claims` in the caller's transaction."""
+    :func:`step_begin_limited_claim` in the caller's transaction."""
     return send_step_claim_limited_if_available(
         s, queue=queue, limit=limit, owner=owner, ttl_us=ttl_us, cursor=cursor, run_id=run_id
     ).result()

@@ -17,7 +17,7 @@ from typing import Any
 from cyclone_flow._json import JSON, dumps
 from cyclone_flow.db import runs, steps
 from cyclone_flow.db.rows import DecidedNode
-from cyclone_flow.engine.render import render_template
+from cyclone_flow.engine.templating import render_template
 from cyclone_flow.engine.tx import Discard, Tx
 from cyclone_flow.errors import InputValidationError, TemplateError
 from cyclone_flow.flowfile.inputs import validate_input

@@ -10,7 +10,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
-from cyclone_flow.db import misc, steps
+from cyclone_flow.db import session, steps
 from cyclone_flow.db.conn import SessionLike, pipelined
 from cyclone_flow.db.rows import ClaimedStep, LimitedClaim
 from cyclone_flow.notify import Wakeups
@@ -103,7 +103,7 @@ def probe_limited(s: SessionLike, queue: str) -> LimitedProbe:
 
 def _probe(s: SessionLike, queue: str, *, rate: bool) -> LimitedProbe:
     with _one_round_trip(s):
-        misc.send_session_read_in_index_order(s)
+        session.send_session_set_index_order(s)
         found = steps.send_step_exists_limited(s, queue=queue)
         token = steps.send_step_get_next_rate_token(s, queue=queue) if rate else None
     more = found.result()
@@ -123,7 +123,7 @@ def claim_limited(
     ``rate_limit:``, docs/flow-control.md) within their keys' limits, on an autocommit
     session (as :func:`claim`), in one transaction sent whole in one round trip: BEGIN,
     the transaction's settings and this schema's limited-claim lock in one statement
-    (``step_lock_limited_claims``: generic plans, an asynchronous commit, reads in index
+    (``step_begin_limited_claim``: generic plans, an asynchronous commit, reads in index
     order, no JIT; the lock held to the COMMIT, so the claim's snapshot counts every
     limited claim committed before it), the rendering of keys that refer to an upstream
     output, the claim, COMMIT. When it claimed nothing, :func:`probe_limited` tells
@@ -132,7 +132,7 @@ def claim_limited(
     ``cursor``; ``run_id``: only that run and its child runs. Raises what the database
     raised (the transaction is then rolled back)."""
     with _one_round_trip(s):
-        steps.send_step_lock_limited_claims(s)
+        steps.send_step_begin_limited_claim(s)
         steps.send_step_render_limits_if_available(s, queue=queue)
         claimed = steps.send_step_claim_limited_if_available(
             s,
@@ -158,9 +158,9 @@ def _one_round_trip(s: SessionLike) -> Iterator[None]:
     open) and the error raised."""
     try:
         with pipelined(s.conn):
-            misc.send_session_begin(s)
+            session.send_session_begin(s)
             yield
-            misc.send_session_commit(s)
+            session.send_session_commit(s)
     except BaseException:
         with suppress(Exception):
             s.conn.rollback()

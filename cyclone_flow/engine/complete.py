@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cyclone_flow.db import misc, runs, steps
+from cyclone_flow.db import runs, session, steps
 from cyclone_flow.db.conn import pipelined
 from cyclone_flow.db.rows import ClaimedStep, CompletedLease
 from cyclone_flow.engine import advance
@@ -47,8 +47,8 @@ def complete_step(
     only ever rolls back), and the engine's checks need READ COMMITTED."""
     parent = step.parent_node  # a fan-out item's fan-out node
     with pipelined(tx.conn):
-        isolation = misc.send_session_get_isolation(tx) if check_isolation else None
-        misc.send_session_force_generic_plans(tx)
+        isolation = session.send_session_get_isolation(tx) if check_isolation else None
+        session.send_session_force_generic_plans(tx)
         runs.send_run_lock(tx, run_id=step.run_id)
         completing = steps.send_step_complete_if_leased(
             tx, id=step.id, owner=owner, generation=step.lease_generation, output=output_json
@@ -92,7 +92,7 @@ def complete_steps(
     ordered = sorted(batch, key=lambda entry: entry[0].id)
     releasing = finishing = None
     with pipelined(tx.conn):
-        misc.send_session_force_generic_plans(tx)
+        session.send_session_force_generic_plans(tx)
         runs.send_run_lock_many(tx, run_ids=sorted({s.run_id for s, _ in batch}))
         completing = steps.send_step_complete_if_leased_many(
             tx,

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from cyclone_flow.db import deps, misc, rate_windows, runs, steps, workers
+from cyclone_flow.db import deps, rate_windows, runs, session, steps, workers
 from cyclone_flow.db.conn import SessionLike
 from cyclone_flow.db.rows import RateWindow, Run, Step, WorkerRow
 from cyclone_flow.durations import format_duration
@@ -192,7 +192,7 @@ def read_snapshot(
     transaction begins here and the caller's block ends it); None for an unknown run.
     ``items``: also read each fan-out item step; ``now`` pins the clock (tests)."""
     with s.conn.transaction():
-        misc.session_set_read_snapshot(s)
+        session.session_set_read_snapshot(s)
         run = runs.run_get(s, run_id=run_id)
         if run is None:
             return None
@@ -233,7 +233,7 @@ def read_snapshot(
             needs=deps.dep_list(s, run_id=run_id),
             item_states=steps.step_count_items(s, run_id=run_id),
             workers=live,
-            now=misc.pg_now(s, now=now),
+            now=session.pg_now(s, now=now),
             sequence_held=held,
             holder_run_id=runs.run_get_sequence_holder(s, run_id=run_id) if held else None,
             slots=(

@@ -20,7 +20,7 @@ from typing import Literal
 from cyclone_flow._json import JSON, dumps
 from cyclone_flow.db import steps
 from cyclone_flow.db.rows import DecidedNode
-from cyclone_flow.engine.render import render_template
+from cyclone_flow.engine.templating import render_template
 from cyclone_flow.engine.tx import Discard, Tx
 from cyclone_flow.errors import TemplateError
 from cyclone_flow.flowfile.template import parse_ref

@@ -4,7 +4,7 @@
 
 from cyclone_flow.flowfile import template
 from cyclone_flow.flowfile.build import build_flow, document_digest
-from cyclone_flow.flowfile.graph import to_dot, to_mermaid
+from cyclone_flow.flowfile.diagram import to_dot, to_mermaid
 from cyclone_flow.flowfile.lint import LintPathError, NoFlowFilesError, find_flow_files, lint_paths
 from cyclone_flow.flowfile.load import lint_text, load_flow, load_flow_text
 from cyclone_flow.flowfile.model import Backoff, Flow, Node, Retry

@@ -455,17 +455,17 @@ def _check_limits(
         if not isinstance(holder, dict):
             continue
         for what in ("concurrency", "rate_limit"):
-            spec = holder.get(what)
-            if not isinstance(spec, dict):
+            block = holder.get(what)
+            if not isinstance(block, dict):
                 continue
-            if what == "rate_limit" and "per" in spec:
+            if what == "rate_limit" and "per" in block:
                 path = (*where, what, "per")
-                problem = _too_long(doc, path, spec["per"]) or _too_short(
-                    doc, path, spec["per"], zero_ok=False
+                problem = _too_long(doc, path, block["per"]) or _too_short(
+                    doc, path, block["per"], zero_ok=False
                 )
                 if problem is not None:
                     out.append(problem)
-            key = spec.get("key")
+            key = block.get("key")
             if not isinstance(key, str):
                 continue
             path = (*where, what, "key")

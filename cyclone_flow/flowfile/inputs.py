@@ -138,8 +138,10 @@ def ref_problems(schema: Mapping[str, Any]) -> list[tuple[SchemaPath, str]]:
     ``dependentSchemas``): validating would never end. Nothing is fetched.
     """
     dialect = schema.get("$schema")
-    spec = specification_with(dialect, default=DRAFT202012) if isinstance(dialect, str) else None
-    root = (spec or DRAFT202012).create_resource(schema)
+    specification = (
+        specification_with(dialect, default=DRAFT202012) if isinstance(dialect, str) else None
+    )
+    root = (specification or DRAFT202012).create_resource(schema)
     base = root.id() or _BASE_URI
     resolver = _NOTHING_RETRIEVED.with_resource(base, root).resolver(base_uri=base)
     paths = _paths(schema)

@@ -22,8 +22,8 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from cyclone_flow.db import misc
 from cyclone_flow.db import schedules as stored
+from cyclone_flow.db import session
 from cyclone_flow.db.conn import Conn, Database, Session
 from cyclone_flow.db.errors import database_lost
 from cyclone_flow.db.rows import DueRef, DueSchedule
@@ -139,7 +139,7 @@ class ScheduleScanner:
         transaction with the compare-and-swap that moves ``next_run_at`` forward.
         """
         with self.db.session() as s:
-            current = misc.pg_now(s, now=now)
+            current = session.pg_now(s, now=now)
             waiting = sum(1 for f in self._failing.values() if f.retry_at > current)
             due = stored.schedule_list_due(s, now=current, batch=self.config.batch_size + waiting)
         submitted = failed = 0
@@ -221,7 +221,7 @@ class ScheduleScanner:
             raise ScheduleNotFoundError(name)
         with self.db.transaction() as conn:
             s = Session(conn, self.db.q)
-            current = misc.pg_now(s, now=now)
+            current = session.pg_now(s, now=now)
             due = stored.schedule_lock_named(s, name=name)
             if due is None:
                 raise ScheduleNotFoundError(name)

@@ -10,8 +10,12 @@ from typing import Any
 
 import psycopg
 
+from cyclone_flow.db.conn import Database
+from cyclone_flow.db.errors import database_lost, prepared_statement_lost
 from cyclone_flow.flowfile.model import JSON
 from cyclone_flow.logs import LOGGER_NAME, step_extra
+from cyclone_flow.states import ErrorKind
+from cyclone_flow.worker.step_failure import StepFailure
 from cyclone_flow.worker.step_logs import StepLogger
 
 STEP_LOGGER_NAME = f"{LOGGER_NAME}.step"
@@ -133,3 +137,101 @@ class Context:
         completion transaction, committed with the step or not at all (seeds:
         EnqueueCompletion). Options as for ``Client.enqueue``; returns the run id."""
         return self._enqueue_in_tx(callable, args, **options)
+
+
+class CompletionTx:
+    """The step's completion transaction, opened lazily (by ``ctx.completion_tx()`` or at
+    completion) on a pool connection inside a READ COMMITTED transaction block
+    (:meth:`Database.begin`: a connection found lost at BEGIN is replaced), within a tx
+    slot.
+
+    ``handed``: the handler was given the connection (``ctx.completion_tx()``; the
+    completion then checks that the transaction and the session's default are still READ
+    COMMITTED, as :class:`~cyclone_flow.db.conn.Database` made them). ``lost``:
+    the error of the engine's own database trouble while the handler ran (the BEGIN of
+    ``ctx.completion_tx()`` failed for good, or an engine read such as ``ctx.upstream()``
+    lost its connection or met a prepared statement the server does not have), else
+    None: the executor then leaves the step to its lease instead of failing its
+    attempt."""
+
+    def __init__(self, db: Database, slots: threading.BoundedSemaphore) -> None:
+        self.db = db
+        self.slots = slots
+        self.conn: Conn | None = None
+        self.handed = False
+        self.lost: BaseException | None = None
+        self._tx: psycopg.Transaction | None = None
+
+    def open(self) -> Conn:
+        """The transaction's connection (opened at the first call). Raises the psycopg
+        error of its BEGIN (recorded in ``lost`` when the database is lost)."""
+        if self.conn is None:
+            self.slots.acquire()
+            try:
+                conn, tx = self.db.begin()
+            except BaseException as exc:
+                self.slots.release()
+                self.note(exc)
+                raise
+            self.conn, self._tx = conn, tx
+        return self.conn
+
+    def for_handler(self) -> Conn:
+        """:meth:`open` for ``ctx.completion_tx()``: the handler holds the connection."""
+        conn = self.open()
+        self.handed = True
+        return conn
+
+    def note(self, exc: BaseException) -> None:
+        """Record ``exc`` in ``lost`` when it says the database is lost, or that a prepared
+        statement of the engine's is not on the server (a misconfigured pooler): engine
+        code that runs for the handler calls this with what it raises."""
+        if self.lost is None and (database_lost(exc) or prepared_statement_lost(exc)):
+            self.lost = exc
+
+    def broken(self) -> bool:
+        """Whether the database was lost under the handler: an engine call for it lost
+        its connection (``lost``), or the transaction's own connection broke."""
+        return self.lost is not None or (self.conn is not None and self.conn.broken)
+
+    def check_not_ended(self) -> None:
+        """Raise a permanent StepFailure when the handler ended the transaction itself
+        (``COMMIT``/``ROLLBACK`` through ``execute``): exactly-once is then lost, and the
+        step must not be retried on top of writes that already committed."""
+        if self.conn is None:
+            return
+        if self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            raise StepFailure(
+                ErrorKind.HANDLER_ERROR,
+                "the handler ended its completion transaction itself (COMMIT or ROLLBACK): "
+                "its writes are no longer tied to the step; never end ctx.completion_tx()",
+                permanent=True,
+                tb=None,
+            )
+
+    def commit(self, committed: Callable[[Conn], None] | None = None) -> None:
+        """Commit; then ``committed(conn)`` on the idle connection before it goes back to
+        the pool (after-commit work such as publishing the wakeups on it)."""
+        self._close(None, committed)
+
+    def rollback(self) -> None:
+        """Roll back (a no-op when not open)."""
+        self._close(psycopg.Rollback())
+
+    def _close(
+        self, exc: psycopg.Rollback | None, committed: Callable[[Conn], None] | None = None
+    ) -> None:
+        conn, tx = self.conn, self._tx
+        if conn is None or tx is None:
+            return
+        self.conn = self._tx = None
+        try:
+            if exc is None:
+                tx.__exit__(None, None, None)
+                if committed is not None:
+                    committed(conn)
+            else:
+                tx.__exit__(type(exc), exc, None)
+        finally:
+            self.db.putconn(conn)
+            self.slots.release()

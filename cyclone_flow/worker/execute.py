@@ -44,13 +44,12 @@ from cyclone_flow.worker.cache import OutputCache
 from cyclone_flow.worker.completion import (
     BatchSink,
     Completion,
-    CompletionTx,
     InlineSink,
     Settler,
     StepFailure,
     outcome_name,
 )
-from cyclone_flow.worker.context import Context
+from cyclone_flow.worker.context import CompletionTx, Context
 from cyclone_flow.worker.give_back import (
     GIVE_BACK_DELAY_S,
     CallBackoff,
@@ -58,7 +57,7 @@ from cyclone_flow.worker.give_back import (
     gives_back,
     reason_text,
 )
-from cyclone_flow.worker.inputs import Inputs
+from cyclone_flow.worker.step_input import Inputs
 from cyclone_flow.worker.step_logs import AttemptLog, StepLogs
 
 __all__ = ["Executor"]
@@ -278,9 +277,9 @@ class Executor:
 
         def submit_in_tx(flow: Any, run_input: JSON = None, **options: Any) -> str:
             opts = run_options(**options)
-            spec, input_json = producer.prepare(flow, run_input)
+            flow, input_json = producer.prepare(flow, run_input)
             try:
-                run_id, wakeups = producer.insert(tx.open(), spec, input_json, opts)
+                run_id, wakeups = producer.insert(tx.open(), flow, input_json, opts)
             except BaseException as exc:
                 tx.note(exc)
                 raise
@@ -291,9 +290,9 @@ class Executor:
             retry = options.pop("retry", None)
             timeout = options.pop("timeout", None)
             opts = run_options(**options)
-            spec, input_json = producer.prepare(job_flow(call, retry=retry, timeout=timeout), args)
+            flow, input_json = producer.prepare(job_flow(call, retry=retry, timeout=timeout), args)
             try:
-                run_id, wakeups = producer.insert(tx.open(), spec, input_json, opts)
+                run_id, wakeups = producer.insert(tx.open(), flow, input_json, opts)
             except BaseException as exc:
                 tx.note(exc)
                 raise

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
 
-from cyclone_flow.db import misc, workers
+from cyclone_flow.db import session, workers
 from cyclone_flow.db.conn import Database, retry_conflicts
 from cyclone_flow.db.errors import database_lost, wait_bound_passed
 from cyclone_flow.engine import claim
@@ -181,7 +181,7 @@ class Heartbeat:
         try:
             with self.db.session(wait=wait) as s:
                 if statement_timeout_s is not None:
-                    misc.session_bound_waits(s, seconds=statement_timeout_s)
+                    session.session_bound_waits(s, seconds=statement_timeout_s)
                 workers.worker_delete(s, client_id=self.owner)
         except Exception as exc:
             if statement_timeout_s is not None and wait_bound_passed(exc):

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cyclone_flow.config import ClientConfig
-from cyclone_flow.db import misc
+from cyclone_flow.db import session
 from cyclone_flow.db.conn import Conn, Database, Session, retry_conflicts
 from cyclone_flow.db.errors import (
     BRIEF_POOL_WAIT_S,
@@ -267,7 +267,7 @@ class Worker:
         reach."""
         try:
             with self.db.session(wait=min(BRIEF_POOL_WAIT_S, bound)) as s:
-                misc.session_bound_waits(s, seconds=bound)
+                session.session_bound_waits(s, seconds=bound)
                 released = claim.release_leases(s, self.config.client_id, leases)
             self.publish(released)
         except Exception as exc:
@@ -467,7 +467,7 @@ class Worker:
         leases = [(step.id, step.lease_generation) for step in steps]
         try:
             with self.db.session(wait=BRIEF_POOL_WAIT_S) as s:
-                misc.session_bound_waits(s, seconds=self._write_bound)
+                session.session_bound_waits(s, seconds=self._write_bound)
                 released = claim.release_leases(s, self.config.client_id, leases)
             self.publish(released)
         except Exception as exc:

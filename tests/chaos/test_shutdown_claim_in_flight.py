@@ -23,7 +23,7 @@ from cyclone_flow import Client
 from cyclone_flow.engine import claim as claim_module
 
 OPS = "cyclone_test_handlers.ops"
-LIMITED_CLAIM_LOCK = 1130066762  # step_lock_limited_claims: (this, hashtext('"schema"'))
+LIMITED_CLAIM_LOCK = 1130066762  # step_begin_limited_claim: (this, hashtext('"schema"'))
 RUNS = 3
 
 

@@ -206,7 +206,7 @@ def test_the_limited_claim_reads_its_indexes_whatever_the_statistics(
     cyclone_steps_claim_idx and sorted it (a 20,000-step benchmark backlog on a fresh
     schema: 26 ms per claim until autovacuum's ANALYZE), and the claim's UPDATE joined its
     picked rows against a scan of the claim index instead of the primary key. The claim's
-    transaction turns sorts and sequential scans off (``step_lock_limited_claims``) and the
+    transaction turns sorts and sequential scans off (``step_begin_limited_claim``) and the
     UPDATE's guard names the locked row's state: every read walks an index in order."""
     if db.info.server_version < 160000:  # the Debian JIT run (tests/helpers/debian_pg.py)
         pytest.skip("EXPLAIN (GENERIC_PLAN) needs Postgres 16")
@@ -215,7 +215,7 @@ def test_the_limited_claim_reads_its_indexes_whatever_the_statistics(
     client.submit_many(load_flow_text(GLOBAL_40), [{} for _ in range(2000)])
     with database(client).pool.connection() as conn:
         session = Session(conn, database(client).q)
-        step_rows.step_lock_limited_claims(session)
+        step_rows.step_begin_limited_claim(session)
         plans = {
             name: _generic_plan_in(conn, database(client).q[name])
             for name in ("step_render_limits_if_available", "step_claim_limited_if_available")
@@ -223,7 +223,7 @@ def test_the_limited_claim_reads_its_indexes_whatever_the_statistics(
         conn.rollback()
         # the probe for more runs in a transaction of its own, without the lock
         with conn.transaction():
-            conn.execute(database(client).q["session_read_in_index_order"])
+            conn.execute(database(client).q["session_set_index_order"])
             plans["step_exists_limited"] = _generic_plan_in(
                 conn, database(client).q["step_exists_limited"]
             )
@@ -253,7 +253,7 @@ def test_the_probe_for_limited_steps_never_waits_for_the_limited_claims_lock(
         psycopg.connect(database_url) as holder,
         psycopg.connect(database_url, autocommit=True, options="-c lock_timeout=2s") as conn,
     ):
-        holder.execute(database(client).q["step_lock_limited_claims"])  # held to its rollback
+        holder.execute(database(client).q["step_begin_limited_claim"])  # held to its rollback
         assert claiming.has_limited(Session(conn, database(client).q), "default") is True
         assert claiming.has_limited(Session(conn, database(client).q), "other") is False
         holder.rollback()

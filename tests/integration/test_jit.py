@@ -132,10 +132,10 @@ def test_the_limited_claim_and_its_probes_are_never_jit_compiled(
         client,
         plans,
         {
-            "step_lock_limited_claims",
+            "step_begin_limited_claim",
             "step_render_limits_if_available",
             "step_claim_limited_if_available",
-            "session_read_in_index_order",
+            "session_set_index_order",
             "step_exists_limited",
             "step_get_next_rate_token",
         },

@@ -29,7 +29,7 @@ from cyclone_flow.db import errors
 from cyclone_flow.engine import complete
 from cyclone_flow.engine.tx import Tx
 from cyclone_flow.flowfile import load_flow_text
-from cyclone_flow.worker.inputs import Inputs
+from cyclone_flow.worker.step_input import Inputs
 
 HINT = "--no-prepare or CYCLONE_PREPARE=0"
 

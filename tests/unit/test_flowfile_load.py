@@ -286,7 +286,7 @@ def test_mermaid_labels_escape_angle_brackets_and_hashes() -> None:
     """A note holding markup (a ``when:`` text read back by ``graph --run``) stays text in
     Mermaid's HTML labels: ``<``, ``>``, ``#`` and ``"`` become entity codes."""
     from cyclone_flow.flowfile import load_flow_text
-    from cyclone_flow.flowfile.graph import to_mermaid
+    from cyclone_flow.flowfile.diagram import to_mermaid
 
     flow = load_flow_text("name: g\nnodes:\n  b: {call: 'm:f'}\n")
     text = to_mermaid(flow, {"b": 'skipped: when "x<y>" #1 <script>'}, {"b": "skipped"})

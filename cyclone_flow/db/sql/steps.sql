@@ -171,7 +171,7 @@ RETURNING s.id, s.run_id, s.node, s.type, s.call, s.queue, s.attempt, s.max_atte
 -- are walked one by one (a loose index scan of cyclone_steps_limited_idx) from the first
 -- key after %(cursor)s, wrapping around (round robin: a key at its limit is skipped, a
 -- hot key never holds back the keys after it), each key's heads read in (priority,
--- scheduled_at, id) order up to the room it has; the walk stops at %(limit)s steps. Run after step_lock_limited_claims in the same
+-- scheduled_at, id) order up to the room it has; the walk stops at %(limit)s steps. Run after step_begin_limited_claim in the same
 -- transaction: this statement's snapshot then holds every limited claim committed before
 -- it. statement_timestamp() throughout (the transaction began before the lock wait).
 -- %(run_id)s: only that run and its child runs (cyclone-flow run), or NULL. Returns the
@@ -324,7 +324,7 @@ GROUP BY concurrency_key
 -- an upstream output (limit_plan; the step's ancestors have completed) with
 -- cyclone_limit_key (migration 0013: the group, then '/' and the value at the key's path
 -- in that node's output, or in the run input, or its literal text). Sent in a limited
--- claim's transaction after step_lock_limited_claims and before
+-- claim's transaction after step_begin_limited_claim and before
 -- step_claim_limited_if_available, which then walks them under their keys. SKIP LOCKED: a
 -- row another transaction holds waits for the next claim. Reads
 -- cyclone_steps_limits_unrendered_idx (empty unless such keys exist; no ORDER BY: in the
@@ -360,7 +360,7 @@ SET concurrency_key = k.concurrency_key,
 FROM keyed k
 WHERE s.id = k.id
 
--- name: step_lock_limited_claims
+-- name: step_begin_limited_claim
 -- First in a limited claim's transaction (after BEGIN), in one statement: the settings of
 -- the transaction, then the advisory lock (per schema) that serializes the limited claims,
 -- held to the commit; the claim's own snapshot, taken after it, then counts every running
@@ -394,7 +394,7 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
 -- worker keeps running the limited claim for the queue while it has. The claim_owner test
 -- is written twice so that either index the planner may pick reads the limited steps only:
 -- cyclone_steps_limited_idx by its predicate, cyclone_steps_claim_idx by its second
--- column. Sent after session_read_in_index_order: no sequential scan, which would read the
+-- column. Sent after session_set_index_order: no sequential scan, which would read the
 -- completed steps first in the heap before the first limited one.
 SELECT EXISTS (
     SELECT 1 FROM {schema}.cyclone_steps
@@ -409,7 +409,7 @@ SELECT EXISTS (
 -- held by its concurrency limit alone is woken by the completion that frees its slot).
 -- After a limited claim that took nothing: nothing else wakes a worker when a token comes
 -- back, so it claims again then instead of backing off to its longest poll. Walks the keys as the claim does (one probe per key, cyclone_steps_limited_idx);
--- sent after session_read_in_index_order.
+-- sent after session_set_index_order.
 WITH RECURSIVE walk(k) AS (
     (SELECT (coalesce(concurrency_key, rate_key) COLLATE "C") FROM {schema}.cyclone_steps
      WHERE state = 'available' AND claim_owner = '~limits' AND queue = %(queue)s

@@ -1,28 +1,12 @@
-"""The statements of ``sql/misc.sql`` (no table): notifications, the database clock and the
-session's plan mode."""
+"""The statements of ``sql/session.sql`` (no table): the database clock and the session's
+settings (plan mode, isolation, index-order reads, bounded waits, pipelined BEGIN/COMMIT)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from cyclone_flow.db.conn import Pending, SessionLike, execute, nothing
-
-
-def notify_publish(s: SessionLike, *, channels: Sequence[str], payloads: Sequence[str]) -> None:
-    """One ``pg_notify(channels[i], payloads[i])`` per pair, in one statement."""
-    execute(s, "notify_publish", {"channels": channels, "payloads": payloads})
-
-
-def notify_listen(s: SessionLike) -> None:
-    """LISTEN on ``cyclone_available`` and ``cyclone_run_done`` (an autocommit connection)."""
-    execute(s, "notify_listen")
-
-
-def notify_ping(s: SessionLike) -> None:
-    """One round trip that proves the (listening) connection still answers."""
-    execute(s, "notify_ping")
 
 
 def pg_now(s: SessionLike, *, now: datetime | None = None) -> datetime:
@@ -56,17 +40,17 @@ def session_begin(s: SessionLike) -> None:
     send_session_begin(s).result()
 
 
-def send_session_read_in_index_order(s: SessionLike) -> Pending[None]:
+def send_session_set_index_order(s: SessionLike) -> Pending[None]:
     """Send sequential scans, sorts and JIT off for the rest of the transaction begun by
     :func:`send_session_begin`: its reads walk an index in order whatever the statistics
     say, and are never JIT-compiled for the disable cost that puts in their plans."""
-    return Pending(execute(s, "session_read_in_index_order"), nothing)
+    return Pending(execute(s, "session_set_index_order"), nothing)
 
 
-def session_read_in_index_order(s: SessionLike) -> None:
+def session_set_index_order(s: SessionLike) -> None:
     """Sequential scans, sorts and JIT off for the rest of the transaction (see
-    :func:`send_session_read_in_index_order`)."""
-    send_session_read_in_index_order(s).result()
+    :func:`send_session_set_index_order`)."""
+    send_session_set_index_order(s).result()
 
 
 def send_session_commit(s: SessionLike) -> Pending[None]:

@@ -1,6 +1,6 @@
-"""Queue-feature commands: ``enqueue`` and ``schedule list|add|remove|pause|resume|sync``,
-and the submission options shared with ``submit`` (``--queue``, ``--priority``, ``--delay``,
-``--run-at``, ``--unique-key``, ``--unique-window``, ``--sequence``). See docs/queues.md.
+"""The submission options and helpers shared by ``submit``, ``enqueue`` and ``schedule``
+(``--queue``, ``--priority``, ``--delay``, ``--run-at``, ``--unique-key``,
+``--unique-window``, ``--sequence``; ``--chunk`` and JSON Lines input). See docs/queues.md.
 """
 
 from __future__ import annotations
@@ -11,39 +11,27 @@ import stat
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import IO, Any, NoReturn, TypeVar
 
 import click
 import psycopg
 from rich.console import Console
-from rich.text import Text
 
-from cyclone_flow.cli.common import (
-    database_options,
-    duration_option,
-    echo_json,
-    handle_errors,
-    notify_option,
-    out_console,
-    out_table,
-    parse_json,
-    prepare_enabled,
-    resolve_database,
-    setup_logging,
-)
-from cyclone_flow.cli.progress import count_progress, wait_for_end
-from cyclone_flow.client import DEFAULT_CHUNK_SIZE, Client, RunId
+from cyclone_flow.cli.common import duration_option, echo_json, parse_json
+from cyclone_flow.cli.progress import count_progress
+from cyclone_flow.client import DEFAULT_CHUNK_SIZE, RunId
 from cyclone_flow.config import PayloadLimits
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
 from cyclone_flow.errors import BatchItemError, CycloneError
-from cyclone_flow.flowfile import load_flow
 from cyclone_flow.flowfile.model import JSON
 
 F = TypeVar("F")
 
 
-def _duration(value: str | None, option: str, *, allow_zero: bool) -> float | None:
+def duration_value(value: str | None, option: str, *, allow_zero: bool) -> float | None:
+    """Seconds of the duration ``value`` given to ``option`` (None when not given), at most
+    the longest flow duration; raises click.BadParameter."""
     if value is None:
         return None
     return duration_option(value, option, max_s=MAX_FLOW_DURATION_S, allow_zero=allow_zero)
@@ -120,10 +108,10 @@ def submission_kwargs(values: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "queue": values.get("queue"),
         "priority": values.get("priority"),
-        "delay": _duration(values.get("delay"), "--delay", allow_zero=True),
+        "delay": duration_value(values.get("delay"), "--delay", allow_zero=True),
         "run_at": _instant(values.get("run_at")),
         "unique_key": values.get("unique_key"),
-        "unique_window": _duration(
+        "unique_window": duration_value(
             values.get("unique_window"), "--unique-window", allow_zero=False
         ),
         "unique_states": (
@@ -136,7 +124,8 @@ def submission_kwargs(values: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def _json_arg(text: str | None, option: str) -> JSON:
+def json_arg(text: str | None, option: str) -> JSON:
+    """The JSON ``text`` given to ``option`` (None when not given); raises click.BadParameter."""
     if text is None:
         return None
     return parse_json(text, option)
@@ -354,263 +343,3 @@ def print_bulk(out: BulkOutcome, what: str, as_json: bool) -> None:
         f"{new} new, {out.duplicates} duplicates ({new} {what}; a duplicate's unique key is "
         "held by an earlier line or an existing run: that run's id, nothing written)"
     )
-
-
-@click.command("enqueue")
-@click.argument("callable_path", metavar="CALLABLE")
-@click.option("--args", "args_json", default=None, help="The job's args as JSON.")
-@click.option(
-    "--args-file",
-    "args_file",
-    default=None,
-    metavar="FILE.jsonl",
-    help="Enqueue one job per line of this JSON Lines file (its args; - for stdin), "
-    "--chunk per transaction; prints the count.",
-)
-@chunk_option
-@queue_options
-@click.option(
-    "--retry",
-    "max_attempts",
-    type=click.IntRange(1, 1000),
-    default=None,
-    help="Attempts in all (default 1).",
-)
-@click.option("--timeout", default=None, help="Timeout of one attempt, e.g. 30s.")
-@click.option("--wait", is_flag=True, help="Wait until the job's run ends; print its output.")
-@click.option(
-    "--wait-timeout",
-    default=None,
-    help="With --wait: give up after this long, e.g. 30s or 5m (exit 1; the job goes on).",
-)
-@notify_option
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@database_options
-@handle_errors
-def enqueue_cmd(
-    callable_path: str,
-    args_json: str | None,
-    args_file: str | None,
-    chunk: int | None,
-    max_attempts: int | None,
-    timeout: str | None,
-    wait: bool,
-    wait_timeout: str | None,
-    notify: bool,
-    as_json: bool,
-    database_url: str | None,
-    schema: str,
-    **queue_values: Any,
-) -> None:
-    """Enqueue a standalone job: a one-node run of CALLABLE (package.module:function),
-    executed by a worker allowed to import it. Prints the run id. With --args-file, one
-    job per line of a JSON Lines file (streamed, --chunk jobs per transaction); prints
-    how many were enqueued, or the failing FILE:LINE and how many were written before it.
-    With --wait, waits as `submit --wait` does (--wait-timeout: exit 1; Ctrl-C: 130).
-    """
-    setup_logging()
-    if args_file is not None and (args_json is not None or wait):
-        raise click.UsageError("--args-file goes without --args and --wait")
-    if wait_timeout is not None and not wait:
-        raise click.UsageError("--wait-timeout goes with --wait")
-    wait_s = _duration(wait_timeout, "--wait-timeout", allow_zero=True)
-    if chunk is not None and args_file is None:
-        raise click.UsageError("--chunk goes with --args-file")
-    args = _json_arg(args_json, "--args")
-    options = submission_kwargs(queue_values)
-    if max_attempts is not None:
-        options["retry"] = max_attempts
-    if timeout is not None:
-        options["timeout"] = _duration(timeout, "--timeout", allow_zero=False)
-    url = resolve_database(database_url)
-    if args_file is not None:
-        with Client(url, schema=schema, prepare=prepare_enabled(), notify=notify) as client:
-            out = submit_lines(
-                args_file,
-                chunk or DEFAULT_CHUNK_SIZE,
-                lambda values: client.enqueue_many(
-                    callable_path, values, chunk_size=len(values), **options
-                ),
-                f"enqueue {callable_path}",
-                "--args-file",
-                unit="jobs",
-                as_json=as_json,
-            )
-        print_bulk(out, "job(s) enqueued", as_json)
-        return
-    client = Client(url, schema=schema, prepare=prepare_enabled(), notify=notify)
-    try:
-        run_id = client.enqueue(callable_path, args, **options)
-        status = None
-        if wait:
-            status = wait_for_end(client, run_id, as_json=as_json, timeout=wait_s, quiet=True)
-    except KeyboardInterrupt:  # before the wait (which says more): no click "Aborted!"
-        sys.exit(130)
-    finally:
-        client.shutdown()
-    if as_json:
-        data: dict[str, Any] = {"run_id": str(run_id), "duplicate": run_id.duplicate}
-        if status is not None:
-            data.update(state=str(status.state), output=status.output, error=status.error)
-        echo_json(data)
-    else:
-        click.echo(str(run_id))
-        if run_id.duplicate:
-            click.echo("duplicate: an existing run holds this unique key", err=True)
-        if status is not None:
-            if status.state == "completed":
-                echo_json(status.output)
-            else:
-                click.echo(f"run {run_id} {status.state}: {status.error}", err=True)
-    if status is not None and status.state != "completed":
-        sys.exit(1)
-
-
-@click.group("schedule")
-def schedule_group() -> None:
-    """Cron schedules: list, add, remove, pause, resume, trigger, and sync a flow file's
-    schedules."""
-
-
-@schedule_group.command("list")
-@click.option("--json", "as_json", is_flag=True)
-@database_options
-@handle_errors
-def schedule_list_cmd(as_json: bool, database_url: str | None, schema: str) -> None:
-    """List every schedule: its state (active or paused), source (flow or manual) and next
-    tick (none while paused)."""
-    setup_logging()
-    url = resolve_database(database_url, existing=True)
-    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
-        rows = client.list_schedules()
-    if as_json:
-        echo_json(
-            [
-                {
-                    "name": r.name,
-                    "flow": r.flow_name,
-                    "cron": r.cron,
-                    "timezone": r.timezone,
-                    "input": r.input,
-                    "state": "paused" if r.paused else "active",
-                    "source": r.source,
-                    "paused": r.paused,
-                    "next_run_at": None if r.paused else r.next_run_at,
-                    "last_run_at": r.last_run_at,
-                    "last_run_id": r.last_run_id,
-                }
-                for r in rows
-            ]
-        )
-        return
-    if not rows:
-        click.echo("no schedules")
-        return
-    table = out_table("name", "flow", "cron", "timezone", "state", "source", "next run (UTC)")
-    for r in rows:
-        table.add_row(
-            Text(r.name),
-            Text(r.flow_name),
-            Text(r.cron),
-            Text(r.timezone),
-            "paused" if r.paused else "active",
-            r.source,
-            "-" if r.paused else r.next_run_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S"),
-        )
-    out_console().print(table)
-
-
-@schedule_group.command("sync")
-@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, exists=True))
-@database_options
-@handle_errors
-def schedule_sync_cmd(files: tuple[str, ...], database_url: str | None, schema: str) -> None:
-    """Make each flow FILE's `schedules:` the active schedules of that flow: create or
-    update them by name, remove the ones the file no longer declares (run it on deploy)."""
-    setup_logging()
-    flows = [load_flow(f) for f in files]
-    url = resolve_database(database_url)
-    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
-        for flow in flows:
-            result = client.sync_schedules(flow)
-            parts = [
-                f"{label} {', '.join(names)}"
-                for label, names in (
-                    ("added", result.added),
-                    ("updated", result.updated),
-                    ("removed", result.removed),
-                )
-                if names
-            ]
-            click.echo(f"{flow.name}: {'; '.join(parts) or 'no schedules'}")
-
-
-@schedule_group.command("add")
-@click.argument("file", type=click.Path(dir_okay=False, exists=True))
-@click.option("--cron", required=True, help="Cron expression, e.g. '*/5 * * * *'.")
-@click.option("--timezone", default="UTC", show_default=True, help="IANA time zone.")
-@click.option("--input", "input_json", default=None, help="Run input of every tick (JSON).")
-@click.option("--name", default=None, help="Schedule name (default: flow name + digest).")
-@database_options
-@handle_errors
-def schedule_add_cmd(
-    file: str,
-    cron: str,
-    timezone: str,
-    input_json: str | None,
-    name: str | None,
-    database_url: str | None,
-    schema: str,
-) -> None:
-    """Add a schedule that submits a run of FILE at every tick of --cron."""
-    setup_logging()
-    run_input = _json_arg(input_json, "--input")
-    flow = load_flow(file)
-    url = resolve_database(database_url)
-    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
-        added = client.add_schedule(flow, cron, timezone=timezone, input=run_input, name=name)
-        row = client.get_schedule(added)
-    if row is not None and row.paused:  # an existing schedule of that name, paused
-        click.echo(f"schedule {added}: paused (resume it to run)")
-        return
-    when = row.next_run_at.isoformat(timespec="seconds") if row else "?"
-    click.echo(f"schedule {added}: next run at {when}")
-
-
-def _by_name(action: str) -> Any:
-    @click.argument("name")
-    @database_options
-    @handle_errors
-    def command(name: str, database_url: str | None, schema: str) -> None:
-        setup_logging()
-        url = resolve_database(database_url, existing=True)
-        with Client(url, schema=schema, prepare=prepare_enabled()) as client:
-            getattr(client, f"{action}_schedule")(name)
-        click.echo(f"schedule {name} {action}d")
-
-    return command
-
-
-schedule_group.command("remove", help="Delete a schedule (its runs stay).")(_by_name("remove"))
-schedule_group.command("pause", help="Stop a schedule from submitting runs.")(_by_name("pause"))
-schedule_group.command(
-    "resume", help="Resume a paused schedule from its next tick (missed ticks are skipped)."
-)(_by_name("resume"))
-
-
-@schedule_group.command("trigger")
-@click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help='Print {"schedule", "run_id", "duplicate"}.')
-@database_options
-@handle_errors
-def schedule_trigger_cmd(name: str, as_json: bool, database_url: str | None, schema: str) -> None:
-    """Submit one run of schedule NAME now, outside its cadence (its next tick is
-    unchanged); prints the run id."""
-    setup_logging()
-    url = resolve_database(database_url, existing=True)
-    with Client(url, schema=schema, prepare=prepare_enabled()) as client:
-        run_id = client.trigger_schedule(name)
-    if as_json:
-        echo_json({"schedule": name, "run_id": str(run_id), "duplicate": run_id.duplicate})
-        return
-    click.echo(run_id)

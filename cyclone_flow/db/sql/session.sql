@@ -1,21 +1,4 @@
--- No table: notifications (LISTEN/NOTIFY), the database clock and session settings.
-
--- name: notify_listen
--- Subscribe the listener's connection to both wakeup channels, cyclone_available and
--- cyclone_run_done (Engine Design: LISTEN/NOTIFY and the Polling Floor).
-LISTEN cyclone_available;
-LISTEN cyclone_run_done
-
--- name: notify_publish
--- Publish a batch of wakeups, one pg_notify per (channel, payload) pair, after the commit
--- that produced them (never inside a core transaction; Engine Design: LISTEN/NOTIFY and
--- the Polling Floor).
-SELECT pg_notify(n.channel, n.payload)
-FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS n(channel, payload)
-
--- name: notify_ping
--- The listener's liveness check: a LISTEN connection that answers no query is replaced.
-SELECT 1
+-- No table: the database clock and session settings.
 
 -- name: pg_now
 -- The database clock, or the instant a test pins (River: coalesce(@now, now())).
@@ -30,13 +13,13 @@ SELECT coalesce(%(now)s::timestamptz, now())
 -- engine's statements follow it: a handler's own writes in ctx.completion_tx() came before.
 SET LOCAL plan_cache_mode = force_generic_plan
 
--- name: session_read_in_index_order
+-- name: session_set_index_order
 -- In a transaction (after session_begin): no sequential scan and no sort for the rest of
 -- it. The probes for limited steps (step_exists_limited, step_get_next_rate_token) then
 -- read cyclone_steps_limited_idx in its order whatever the statistics say, never the
--- completed steps first in the heap; they take no lock (step_lock_limited_claims sets this
+-- completed steps first in the heap; they take no lock (step_begin_limited_claim sets this
 -- and more for the claim itself). And no JIT: the disable cost those settings add to a plan
--- is past every jit_*_above_cost (step_lock_limited_claims).
+-- is past every jit_*_above_cost (step_begin_limited_claim).
 SELECT set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true),
        set_config('jit', 'off', true)
 
