@@ -221,10 +221,10 @@ def send_step_begin_limited_claim(s: SessionLike) -> Pending[None]:
     return Pending(execute(s, "step_begin_limited_claim"), nothing)
 
 
-def send_step_render_limits_if_available(s: SessionLike, *, queue: str) -> Pending[None]:
-    """Send the rendering of the keys of ``queue``'s available limited steps whose keys
-    refer to an upstream output (``limit_plan``)."""
-    return Pending(execute(s, "step_render_limits_if_available", {"queue": queue}), nothing)
+def send_step_set_limit_keys_if_available(s: SessionLike, *, queue: str) -> Pending[None]:
+    """Send the setting of the keys of ``queue``'s available limited steps whose keys
+    refer to an upstream output (``limit_plan``), computed from that output."""
+    return Pending(execute(s, "step_set_limit_keys_if_available", {"queue": queue}), nothing)
 
 
 def send_step_claim_limited_if_available(
@@ -284,10 +284,10 @@ def step_begin_limited_claim(s: SessionLike) -> None:
     send_step_begin_limited_claim(s).result()
 
 
-def step_render_limits_if_available(s: SessionLike, *, queue: str) -> None:
-    """Render the keys of ``queue``'s available limited steps whose keys refer to an
-    upstream output (see :func:`send_step_render_limits_if_available`)."""
-    send_step_render_limits_if_available(s, queue=queue).result()
+def step_set_limit_keys_if_available(s: SessionLike, *, queue: str) -> None:
+    """Set the keys of ``queue``'s available limited steps whose keys refer to an
+    upstream output (see :func:`send_step_set_limit_keys_if_available`)."""
+    send_step_set_limit_keys_if_available(s, queue=queue).result()
 
 
 def step_claim_limited_if_available(

@@ -133,7 +133,7 @@ def claim_limited(
     raised (the transaction is then rolled back)."""
     with _one_round_trip(s):
         steps.send_step_begin_limited_claim(s)
-        steps.send_step_render_limits_if_available(s, queue=queue)
+        steps.send_step_set_limit_keys_if_available(s, queue=queue)
         claimed = steps.send_step_claim_limited_if_available(
             s,
             queue=queue,

@@ -218,7 +218,7 @@ def test_the_limited_claim_reads_its_indexes_whatever_the_statistics(
         step_rows.step_begin_limited_claim(session)
         plans = {
             name: _generic_plan_in(conn, database(client).q[name])
-            for name in ("step_render_limits_if_available", "step_claim_limited_if_available")
+            for name in ("step_set_limit_keys_if_available", "step_claim_limited_if_available")
         }
         conn.rollback()
         # the probe for more runs in a transaction of its own, without the lock
@@ -237,7 +237,7 @@ def test_the_limited_claim_reads_its_indexes_whatever_the_statistics(
     # the table is never sorted: the sorts left are of the claim's own few rows
     sorted_inputs = re.findall(r"Sort\n\s+Sort Key: [^\n]+\n\s+->  (\S+ \S+)", claim_plan)
     assert sorted_inputs and all(n == "CTE Scan" for n in sorted_inputs), claim_plan
-    assert "limits_unrendered_idx" in plans["step_render_limits_if_available"]
+    assert "limits_unrendered_idx" in plans["step_set_limit_keys_if_available"]
 
 
 def test_the_probe_for_limited_steps_never_waits_for_the_limited_claims_lock(

@@ -133,7 +133,7 @@ def test_the_limited_claim_and_its_probes_are_never_jit_compiled(
         plans,
         {
             "step_begin_limited_claim",
-            "step_render_limits_if_available",
+            "step_set_limit_keys_if_available",
             "step_claim_limited_if_available",
             "session_set_index_order",
             "step_exists_limited",

@@ -319,8 +319,8 @@ FROM {schema}.cyclone_steps
 WHERE state = 'running' AND concurrency_key = ANY(%(keys)s::text[])
 GROUP BY concurrency_key
 
--- name: step_render_limits_if_available
--- Render the keys of the available limited steps of queue %(queue)s whose keys refer to
+-- name: step_set_limit_keys_if_available
+-- Set the keys of the available limited steps of queue %(queue)s whose keys refer to
 -- an upstream output (limit_plan; the step's ancestors have completed) with
 -- cyclone_limit_key (migration 0013: the group, then '/' and the value at the key's path
 -- in that node's output, or in the run input, or its literal text). Sent in a limited
@@ -974,7 +974,7 @@ ON CONFLICT (run_id, node) DO NOTHING
 -- whose keys are rendered here by cyclone_limit_key (migration 0013: the plan's group,
 -- then '/' and the run input at the key's path, or its literal text, when the key has
 -- one; docs/flow-control.md); a key that refers to an upstream output leaves both keys
--- to step_render_limits_if_available (limit_plan); traceparent: the run's trace context
+-- to step_set_limit_keys_if_available (limit_plan); traceparent: the run's trace context
 -- (NULL: none), copied onto every step.
 INSERT INTO {schema}.cyclone_steps
     (run_id, root_run_id, node, type, call, state, queue, priority, max_attempts, backoff,
