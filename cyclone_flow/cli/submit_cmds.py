@@ -45,7 +45,7 @@ from cyclone_flow.cli.queue_cmds import (
     submit_lines,
 )
 from cyclone_flow.cli.render import plan_dict, plan_table_rows, run_dict
-from cyclone_flow.client import DEFAULT_CHUNK_SIZE, Client, RunPlan, migrate, plan_submit
+from cyclone_flow.client import DEFAULT_CHUNK_SIZE, Client, RunPreview, migrate, preview_submit
 from cyclone_flow.config import MAX_LEASE_TTL_S
 from cyclone_flow.db.errors import Outage, database_lost
 from cyclone_flow.db.rows import Step
@@ -138,7 +138,7 @@ def submit_cmd(
     options = submission_kwargs(queue_values)
     flow = load_flow(file)
     if dry_run:
-        _show_plan(plan_submit(flow, run_input, **options), as_json)
+        _show_plan(preview_submit(flow, run_input, **options), as_json)
         return
     url = resolve_database(database_url)
     if inputs_file is not None:
@@ -298,7 +298,7 @@ def run_cmd(
     sys.exit(0 if status.state == "completed" else 1)
 
 
-def _show_plan(plan: RunPlan, as_json: bool) -> None:
+def _show_plan(plan: RunPreview, as_json: bool) -> None:
     """Print a dry run's plan on stdout (a table, or ``--json``) and, on stderr, that
     nothing was written."""
     if as_json:

@@ -21,6 +21,7 @@ from cyclone_flow import Client, ReclaimLimitExceeded, StepTimeoutError
 from cyclone_flow.db.conn import Conn, Database
 from cyclone_flow.events import Reporter, StepEvent
 from cyclone_flow.flowfile import load_flow_text
+from cyclone_flow.inserter import Inserter
 from cyclone_flow.maintenance.deadline_scanner import (
     DeadlineScanner,
     DeadlineScannerConfig,
@@ -36,7 +37,6 @@ from cyclone_flow.maintenance.scheduler import ScheduleScanner, ScheduleScannerR
 from cyclone_flow.maintenance.sequences import SequenceScanner, SequenceScannerResult
 from cyclone_flow.maintenance.wait_scanner import WaitScanner, WaitScannerResult
 from cyclone_flow.notify import Wakeups
-from cyclone_flow.producer import Producer
 
 TTL_S = 30.0
 PARKED = load_flow_text("name: parked\nnodes:\n  s: {call: 'm:f', queue: parked}\n")
@@ -277,7 +277,7 @@ def test_the_schedule_scanner_counts_submitted_ticks_and_failing_schedules(
     producer.add_schedule(PARKED, "*/5 * * * *", name="broken", now=t0)
     db.execute("UPDATE cyclone_schedules SET cron = '0 0 31 2 *' WHERE name = 'broken'")
     rec = Recorder()
-    scanner = ScheduleScanner(database, Producer(database, producer.config), publish=rec.publish)
+    scanner = ScheduleScanner(database, Inserter(database, producer.config), publish=rec.publish)
     assert scanner.run_once(now=t0) == ScheduleScannerResult()
     result = scanner.run_once(now=t0 + timedelta(minutes=5))
     assert result == ScheduleScannerResult(submitted=1, failed=1)
@@ -296,7 +296,7 @@ def test_a_schedule_failing_for_days_does_not_overflow_its_retry_delay(
     t0 = datetime.fromisoformat("2024-06-01T12:00:00+00:00")
     producer.add_schedule(PARKED, "*/5 * * * *", name="broken", now=t0)
     db.execute("UPDATE cyclone_schedules SET cron = '0 0 31 2 *' WHERE name = 'broken'")
-    scanner = ScheduleScanner(database, Producer(database, producer.config))
+    scanner = ScheduleScanner(database, Inserter(database, producer.config))
     now = t0 + timedelta(minutes=5)
     assert scanner.run_once(now=now).failed == 1
     [(schedule_id, failure)] = scanner._failing.items()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from cyclone_flow import client
 from cyclone_flow.errors import RunNotFoundError
 from cyclone_flow.run_ids import (
     MIN_RUN_ID_PREFIX,
@@ -43,3 +44,8 @@ def test_what_the_dashboard_looks_up_is_what_resolve_run_id_takes() -> None:
     assert not is_run_id_start("a38-34a92")
     assert not is_run_id_start("order-42")
 
+
+def test_the_old_import_paths_of_the_client_module_still_work() -> None:
+    assert client.parse_run_id is parse_run_id
+    assert client.MIN_RUN_ID_PREFIX == MIN_RUN_ID_PREFIX
+    assert client.AMBIGUOUS_RUN_IDS_SHOWN == 10

@@ -1,9 +1,11 @@
 """Writing runs: flow and input checks, queue options, and the insert itself, shared by
 ``Client.submit``/``enqueue`` (and their ``_tx`` forms), ``ctx.submit_completion``/
 ``ctx.enqueue_completion`` and the schedule scanner (seeds: Transactional Enqueueing,
-Queues and Priority, Unique Jobs, Sequences).
+Queues and Priority, Unique Jobs, Sequences); the one-node flows of jobs
+(:meth:`Inserter.job_flow`); and the dry-run preview of a submission
+(:func:`preview_run`: what would be written, written nowhere).
 
-Nothing here commits or publishes: :meth:`Producer.insert` works inside the caller's
+Nothing here commits or publishes: :meth:`Inserter.insert` works inside the caller's
 transaction and returns the wakeups its owner publishes after the commit (or never, for a
 caller-owned transaction: workers then find the run within one poll interval).
 """
@@ -13,9 +15,9 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from cyclone_flow import tracing
 from cyclone_flow._json import JSON, Unencodable, encode_payload
@@ -30,7 +32,7 @@ from cyclone_flow.flowfile.condition import ConditionSyntaxError, parse_conditio
 from cyclone_flow.flowfile.inputs import InputValidator, validate_input
 from cyclone_flow.flowfile.model import Flow, Limit, Node
 from cyclone_flow.notify import Wakeups
-from cyclone_flow.options import RunOptions
+from cyclone_flow.options import RunOptions, job_flow
 
 FlowLike = Flow | str | os.PathLike[str]
 
@@ -56,8 +58,8 @@ def check_flow(flow: FlowLike) -> Flow:
 
     Raises FlowError (a bad flow file, or a ``child`` node whose flow is not loaded: E030).
     """
-    spec = flow if isinstance(flow, Flow) else load_flow(flow)
-    for part in spec.tree():
+    flow = flow if isinstance(flow, Flow) else load_flow(flow)
+    for part in flow.tree():
         for node in part.nodes.values():
             if node.type == "child" and node.name not in part.children:
                 raise FlowError(
@@ -73,7 +75,7 @@ def check_flow(flow: FlowLike) -> Flow:
                         )
                     ]
                 )
-    return spec
+    return flow
 
 
 def encode_input(flow: str, value: JSON, input_limit: int) -> str:
@@ -95,14 +97,14 @@ def prepare_run(flow: FlowLike, run_input: JSON, input_limit: int) -> tuple[Flow
     Raises FlowError (a bad flow file, or a ``child`` node whose flow is not loaded:
     E030), InputValidationError, PayloadTooLargeError.
     """
-    spec = check_flow(flow)
-    value = validate_input(spec.name, spec.input_schema, run_input)
-    return spec, value, encode_input(spec.name, value, input_limit)
+    flow = check_flow(flow)
+    value = validate_input(flow.name, flow.input_schema, run_input)
+    return flow, value, encode_input(flow.name, value, input_limit)
 
 
 @dataclass(frozen=True)
 class PlannedStep:
-    """One step a submission would write (:func:`plan_run`).
+    """One step a submission would write (:func:`preview_run`).
 
     ``state`` is the one submit leaves (``available``: an action without needs;
     ``waiting``: another node type without needs, started by submit; ``pending``: a node
@@ -128,8 +130,8 @@ class PlannedStep:
 
 
 @dataclass(frozen=True)
-class RunPlan:
-    """What a submission would write (:func:`plan_run`): the flow's ``name`` and ``path``,
+class RunPreview:
+    """What a submission would write (:func:`preview_run`): the flow's ``name`` and ``path``,
     the validated ``input`` (defaults filled) and its encoded size ``input_bytes``, the
     validated ``options``, the ``steps`` in an order they can run (a node after its
     needs, file order among the ready ones) and the names of the ``child_flows`` whose
@@ -144,7 +146,9 @@ class RunPlan:
     child_flows: tuple[str, ...]
 
 
-def plan_run(flow: FlowLike, run_input: JSON, options: RunOptions, input_limit: int) -> RunPlan:
+def preview_run(
+    flow: FlowLike, run_input: JSON, options: RunOptions, input_limit: int
+) -> RunPreview:
     """The plan of a submission of ``flow`` with ``run_input`` and ``options``, checked as
     submit checks it (:func:`prepare_run`) but written nowhere: the rows
     ``step_insert_plan`` would insert, as submit would set their state, queue and
@@ -153,24 +157,24 @@ def plan_run(flow: FlowLike, run_input: JSON, options: RunOptions, input_limit: 
 
     Raises FlowError, InputValidationError, PayloadTooLargeError.
     """
-    spec, value, text = prepare_run(flow, run_input, input_limit)
-    order = {name: i for i, name in enumerate(spec.nodes)}
+    flow, value, text = prepare_run(flow, run_input, input_limit)
+    order = {name: i for i, name in enumerate(flow.nodes)}
     import networkx as nx  # here only: a dry run plans, a worker never does
 
     graph = nx.DiGraph()
-    graph.add_nodes_from(spec.nodes)
-    graph.add_edges_from((need, n.name) for n in spec.nodes.values() for need in n.needs)
+    graph.add_nodes_from(flow.nodes)
+    graph.add_edges_from((need, n.name) for n in flow.nodes.values() for need in n.needs)
     planned = []
     decided: dict[str, str] = {}  # node -> the state submit leaves it in
     for name in nx.lexicographical_topological_sort(graph, key=order.__getitem__):
-        n = spec.nodes[name]
+        n = flow.nodes[name]
         state, decision = _planned_state(n, decided, value)
         decided[name] = state
         detail: dict[str, JSON] = {}
         if n.type == "fan_out":
             detail = {"over": n.options.get("over"), "max_parallel": n.options.get("max_parallel")}
         elif n.type == "child":
-            child = spec.children.get(n.name)
+            child = flow.children.get(n.name)
             detail = {"flow": child.name if child else None, "max_wait_s": n.max_wait_s}
         elif n.type == "wait_signal":
             detail = {"signal": n.options.get("signal"), "max_wait_s": n.max_wait_s}
@@ -194,16 +198,16 @@ def plan_run(flow: FlowLike, run_input: JSON, options: RunOptions, input_limit: 
                 detail={**detail, **({"when": n.when} if n.when is not None else {}), **decision},
             )
         )
-    return RunPlan(
-        flow=spec.name,
-        path=spec.path,
+    return RunPreview(
+        flow=flow.name,
+        path=flow.path,
         input=value,
         input_bytes=len(text.encode("utf-8")),
         options=options,
         steps=tuple(planned),
         # one per stored definition (content-addressed: a flow used twice is stored once)
         child_flows=tuple(
-            name for name, _ in dict.fromkeys((p.name, p.digest) for p in spec.tree()[1:])
+            name for name, _ in dict.fromkeys((p.name, p.digest) for p in flow.tree()[1:])
         ),
     )
 
@@ -266,17 +270,20 @@ def _planned_state(
     return "skipped", {"skip_reason": {"when": node.when, "values": values}}
 
 
+JOB_FLOWS_CACHED = 256
+"""The most job flows (callable, retry, timeout) an inserter keeps built and digested."""
 CACHE_ENTRIES = 256
-"""The most definitions (ids and compiled input validators) a producer remembers; past it
+"""The most definitions (ids and compiled input validators) an inserter remembers; past it
 the memory starts over (a cache, not a registry: a miss only costs a round trip)."""
 
 DefinitionKey = tuple[str, str]
-"""``(name, digest)`` of a definition: what a producer remembers it by."""
+"""``(name, digest)`` of a definition: what an inserter remembers it by."""
 
 
-class Producer:
+class Inserter:
     """Prepares and inserts runs for one client (its database, payload limits and
-    ``max_signal_wait``): the one path every submission takes.
+    ``max_signal_wait``): the one path every submission takes (River's ``Client.Insert``;
+    River's *producer* is the worker-side fetch loop, here the claim loop).
 
     It remembers, per definition ``(name, digest)``, the compiled input validator and the
     id of the stored definition once a transaction of its own that stored it committed, so
@@ -290,6 +297,7 @@ class Producer:
         self.config = config
         self._definitions: dict[DefinitionKey, int] = {}
         self._validators: dict[DefinitionKey, InputValidator] = {}
+        self._jobs: dict[Any, Flow] = {}  # job flows built once: job_flow
 
     # -- checks (no database) --------------------------------------------------------------
 
@@ -302,23 +310,47 @@ class Producer:
         Raises FlowError (a bad flow file, or a ``child`` node whose flow is not loaded:
         E030), InputValidationError, PayloadTooLargeError; nothing is written.
         """
-        spec = check_flow(flow)
-        return spec, self.prepare_input(spec, run_input)
+        flow = check_flow(flow)
+        return flow, self.prepare_input(flow, run_input)
 
-    def prepare_input(self, spec: Flow, run_input: JSON) -> str:
-        """The validated and encoded ``run_input`` of the checked flow ``spec``
+    def prepare_input(self, flow: Flow, run_input: JSON) -> str:
+        """The validated and encoded ``run_input`` of the checked flow ``flow``
         (:func:`check_flow`): defaults filled, validated with the remembered compiled
         validator, encoded within this client's input limit.
 
         Raises InputValidationError, PayloadTooLargeError."""
-        key = (spec.name, spec.digest)
+        key = (flow.name, flow.digest)
         validator = self._validators.get(key)
         if validator is None:
             if len(self._validators) >= CACHE_ENTRIES:
                 self._validators.clear()
-            validator = self._validators[key] = InputValidator(spec.name, spec.input_schema)
+            validator = self._validators[key] = InputValidator(flow.name, flow.input_schema)
         value = validator(run_input)
-        return encode_input(spec.name, value, self.config.payload_limits.input_bytes)
+        return encode_input(flow.name, value, self.config.payload_limits.input_bytes)
+
+    # -- job flows (no database) ------------------------------------------------------------
+
+    def job_flow(self, call: str, retry: Any, timeout: Any) -> Flow:
+        """The one-node flow of a job (:func:`~cyclone_flow.options.job_flow`), built and
+        digested once per ``(callable, retry, timeout)`` of hashable values (at most
+        :data:`JOB_FLOWS_CACHED`). Raises SubmitOptionError for a bad retry or timeout."""
+        try:
+            key: Any = (call, type(retry), retry, type(timeout), timeout)
+            hash(key)
+        except TypeError:  # a retry mapping: built each time
+            return job_flow(call, retry=retry, timeout=timeout)
+        flow = self._jobs.get(key)
+        if flow is None:
+            if len(self._jobs) >= JOB_FLOWS_CACHED:
+                self._jobs.clear()
+            flow = self._jobs[key] = job_flow(call, retry=retry, timeout=timeout)
+        return flow
+
+    def job_options(self, call: str, options: Mapping[str, Any]) -> tuple[Flow, dict[str, Any]]:
+        """The job flow of ``call`` with the ``retry`` and ``timeout`` of ``options``, and
+        the other options (the run's, not checked yet: ``options.run_options``)."""
+        rest = dict(options)
+        return self.job_flow(call, rest.pop("retry", None), rest.pop("timeout", None)), rest
 
     # -- definitions -----------------------------------------------------------------------
 
@@ -422,8 +454,8 @@ class Producer:
             workflow_id is not None
             and before_commit is None
             and submit.pipelinable(options)
-            and submit.roots_are_actions(flow)
-            and not submit.has_limits(flow)
+            and flow.roots_are_actions
+            and not flow.has_limits
         ):
             output_limit, max_wait = self._limits()
             with autocommit(conn):  # one statement: its own transaction
@@ -437,7 +469,8 @@ class Producer:
                     traceparent=tracing.current_traceparent(),
                 )
             if run_id is not None:  # committed
-                return RunId(run_id), Wakeups(queues=submit.root_queues(flow, options))
+                queues = set() if options.delayed else flow.root_queues(options.queue)
+                return RunId(run_id), Wakeups(queues=queues)
             self._forget(flow)  # that transaction wrote nothing: the definition is gone
         with conn.transaction():
             tx = Tx(conn, self.db.q)
@@ -518,7 +551,7 @@ class Producer:
         workflow_id, remembered = self._definition(tx, flow)
         output_limit, max_wait = self._limits()
         traceparent = tracing.current_traceparent()
-        limits = submit.has_limits(flow)  # written run by run (insert_run renders the keys)
+        limits = flow.has_limits  # written run by run (insert_run renders the keys)
         bulk = [i for i, (_, o) in enumerate(items) if submit.pipelinable(o) and not limits]
         out: list[RunId | None] = [None] * len(items)
         if bulk:
