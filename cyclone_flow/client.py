@@ -117,25 +117,34 @@ DEFAULT_CHUNK_SIZE = 1000
 """Items per transaction (and per set-based statement) of ``submit_many`` / ``enqueue_many``."""
 
 
-class _DeprecatedRead:
-    """``Client.<name>``: the dashboard read ``Client.reads.<name>`` (bound), after a
-    DeprecationWarning; ``<name>`` is the attribute's name (one of :data:`READS`)."""
+class _Deprecated:
+    """A deprecated alias on :class:`Client` (one release): reading ``client.<old>`` warns
+    (DeprecationWarning) and gives ``client.<new>`` (a dotted path: ``reads.list_flows``,
+    a dashboard read; ``count_items``, a renamed method)."""
 
-    name: str
+    def __init__(self, new: str | None = None) -> None:
+        self.new = new
+        self.old = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
-        assert name in READS, name
-        self.name = name
+        self.old = name
+        if self.new is None:  # a dashboard read: Client.<name> is Client.reads.<name>
+            assert name in READS, name
+            self.new = f"reads.{name}"
 
     def __get__(self, client: Client | None, owner: type | None = None) -> Any:
         if client is None:
             return self
+        assert self.new is not None
         warnings.warn(
-            f"Client.{self.name} is deprecated: use Client.reads.{self.name}",
+            f"Client.{self.old} is deprecated: use Client.{self.new}",
             DeprecationWarning,
             stacklevel=2,
         )
-        return getattr(client.reads, self.name)
+        value: Any = client
+        for part in self.new.split("."):
+            value = getattr(value, part)
+        return value
 
 
 class Client:
@@ -856,7 +865,7 @@ class Client:
             truncated=False,
         )
 
-    def item_progress(self, run_id: str) -> dict[str, dict[str, int]]:
+    def count_items(self, run_id: str) -> dict[str, dict[str, int]]:
         """Item counts of each started fan-out node of the run: node -> step state ->
         count (e.g. ``{"ship_each": {"completed": 40, "running": 8, "pending": 52}}``;
         ``PoolTimeout`` as :meth:`get_run`)."""
@@ -889,7 +898,7 @@ class Client:
             raise RunNotFoundError(rid)
         return explain.explain(snap)
 
-    def step_logs(
+    def list_step_logs(
         self,
         run_id: str,
         *,
@@ -914,12 +923,12 @@ class Client:
                 raise RunNotFoundError(rid)
         return lines
 
-    def step_log_tail(self, run_id: str, limit: int = 5) -> list[StepLogLine]:
+    def list_step_log_tail(self, run_id: str, limit: int = 5) -> list[StepLogLine]:
         """The last ``limit`` log lines of the run (any node), oldest first."""
         with self._db.session() as s:
             return step_logs.step_log_list_tail(s, run_id=parse_run_id(run_id), limit=limit)
 
-    def run_definition(self, run_id: str) -> dict[str, Any]:
+    def get_run_definition(self, run_id: str) -> dict[str, Any]:
         """The flow document the run was submitted with; raises RunNotFoundError."""
         rid = parse_run_id(run_id)
         with self._db.session() as s:
@@ -928,7 +937,7 @@ class Client:
             raise RunNotFoundError(rid)
         return definition
 
-    def queue_info(self, run_id: str) -> dict[str, Any] | None:
+    def get_queue_info(self, run_id: str) -> dict[str, Any] | None:
         """The unique/sequence/schedule columns of the run by name (``unique_key``,
         ``unique_held``, ``unique_states``, ``sequence_key``, ``sequence_pos``,
         ``sequence_held``, ``schedule_id``, ``scheduled_for``); None for an unknown run."""
@@ -983,6 +992,14 @@ class Client:
                 owner=self.config.client_id,
             )
 
+    # Deprecated aliases (one release): the noun-first names of the reads above.
+    item_progress = _Deprecated("count_items")
+    queue_info = _Deprecated("get_queue_info")
+    step_logs = _Deprecated("list_step_logs")
+    step_log_tail = _Deprecated("list_step_log_tail")
+    run_definition = _Deprecated("get_run_definition")
+    failed_run_ids = _Deprecated("list_failed_run_ids")
+
     # -- dashboard reads -------------------------------------------------------------------
 
     @property
@@ -996,17 +1013,17 @@ class Client:
         return self._reads
 
     # Deprecated aliases (one release): Client.<name> is Client.reads.<name>, with a warning.
-    queue_throughput = _DeprecatedRead()
-    list_runs_page = _DeprecatedRead()
-    count_runs_by_state = _DeprecatedRead()
-    list_flows = _DeprecatedRead()
-    get_flow = _DeprecatedRead()
-    count_leases = _DeprecatedRead()
-    list_reclaimed_steps = _DeprecatedRead()
-    list_runs_past_deadline = _DeprecatedRead()
-    list_held_sequences = _DeprecatedRead()
-    list_items = _DeprecatedRead()
-    step_log_node_tail = _DeprecatedRead()
+    queue_throughput = _Deprecated()
+    list_runs_page = _Deprecated()
+    count_runs_by_state = _Deprecated()
+    list_flows = _Deprecated()
+    get_flow = _Deprecated()
+    count_leases = _Deprecated()
+    list_reclaimed_steps = _Deprecated()
+    list_runs_past_deadline = _Deprecated()
+    list_held_sequences = _Deprecated()
+    list_items = _Deprecated()
+    step_log_node_tail = _Deprecated()
 
     # -- operator actions (and the previews of retry --all-failed and purge) ---------------
 
@@ -1088,7 +1105,7 @@ class Client:
             plan = reruns.rerun(tx, rid, names, failed=failed, force=force, **kwargs)
         return plan.run_id
 
-    def failed_run_ids(self, flow: str | None = None) -> list[str]:
+    def list_failed_run_ids(self, flow: str | None = None) -> list[str]:
         """The ids of the failed top runs (of ``flow`` when given), oldest first: what
         :meth:`retry_all` would retry now (``retry --all-failed`` previews them)."""
         if flow is not None and not storable(flow):
@@ -1100,11 +1117,11 @@ class Client:
         self, flow: str | None = None, *, only: Collection[str] | None = None
     ) -> list[str]:
         """:meth:`retry` every failed run (of ``flow`` when given; with ``only``, those
-        of these ids only, e.g. the ones :meth:`failed_run_ids` returned for a preview);
+        of these ids only, e.g. the ones :meth:`list_failed_run_ids` returned for a preview);
         returns their ids, oldest first. A run retried or no longer failed meanwhile is
         skipped."""
         retried: list[str] = []
-        failed = self.failed_run_ids(flow)
+        failed = self.list_failed_run_ids(flow)
         if only is not None:
             wanted = set(only)
             failed = [rid for rid in failed if rid in wanted]

@@ -172,7 +172,7 @@ def submit_cmd(
         status = wait_for_end(client, run_id, as_json=as_json, timeout=wait_s)
         if as_json:  # the run's document lists its steps, as `run --json` does
             steps = client.list_steps(run_id, items=False)
-            progress = client.item_progress(run_id)
+            progress = client.count_items(run_id)
     except KeyboardInterrupt:  # before the wait (which says more): no click "Aborted!"
         sys.exit(130)
     finally:
@@ -269,7 +269,7 @@ def run_cmd(
                 progress: dict[str, dict[str, int]] | None = None
                 if as_json:
                     steps = outage.ride(lambda: client.list_steps(run_id, items=False))
-                    progress = outage.ride(lambda: client.item_progress(run_id))
+                    progress = outage.ride(lambda: client.count_items(run_id))
             except KeyboardInterrupt:
                 client.shutdown(timeout=0)  # releases the leases of steps still running
                 click.echo(f"\ninterrupted: {_still_running(run_id)}", err=True)

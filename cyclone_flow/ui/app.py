@@ -392,8 +392,8 @@ class _Dashboard:
     def _run_context(self, request: Request, run: Run) -> dict[str, Any]:
         began = time.perf_counter()
         steps = self.client.list_steps(run.id, items=False)
-        progress = self.client.item_progress(run.id)
-        definition = self.client.run_definition(run.id)
+        progress = self.client.count_items(run.id)
+        definition = self.client.get_run_definition(run.id)
         nodes = dag_nodes(definition, steps, progress)
         base = str(request.scope.get("root_path", "")).rstrip("/")
 
@@ -431,7 +431,7 @@ class _Dashboard:
 
     def run(self, request: Request) -> HTMLResponse:
         run = self._run_or_404(request.path_params["run_id"])
-        info = self.client.queue_info(run.id) or {}
+        info = self.client.get_queue_info(run.id) or {}
         ctx = self._run_context(request, run)
         expanded = None
         wanted = request.query_params.get("expand")

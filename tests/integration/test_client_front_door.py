@@ -94,6 +94,35 @@ def test_the_dashboard_reads_are_on_client_reads_and_the_old_names_warn(
         assert client.list_items(run_id, "only") == []
 
 
+RENAMED = {
+    "item_progress": "count_items",
+    "queue_info": "get_queue_info",
+    "step_logs": "list_step_logs",
+    "step_log_tail": "list_step_log_tail",
+    "run_definition": "get_run_definition",
+    "failed_run_ids": "list_failed_run_ids",
+}
+
+
+def test_the_noun_first_read_names_are_deprecated_aliases_of_the_verb_first_ones(
+    make_client: Callable[..., Client],
+) -> None:
+    client = make_client()
+    run_id = client.submit(load_flow_text(ONE), {"n": 1})
+    for old, new in RENAMED.items():
+        with pytest.warns(
+            DeprecationWarning, match=rf"Client\.{old} is deprecated: use Client\.{new}"
+        ):
+            alias = getattr(client, old)
+        assert alias == getattr(client, new)
+    with pytest.warns(DeprecationWarning):
+        assert client.run_definition(run_id) == client.get_run_definition(run_id)
+    with pytest.warns(DeprecationWarning):
+        assert client.item_progress(run_id) == client.count_items(run_id) == {}
+    with pytest.warns(DeprecationWarning):
+        assert client.failed_run_ids() == client.list_failed_run_ids() == []
+
+
 def test_client_worker_is_a_deprecated_alias_of_runtime(
     make_client: Callable[..., Client],
 ) -> None:
