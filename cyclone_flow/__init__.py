@@ -56,9 +56,9 @@ from cyclone_flow.events import StepEvent
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.flowfile.model import Flow
 from cyclone_flow.handlers import AllowList
+from cyclone_flow.inserter import RunId
 from cyclone_flow.notify import WakeupTracker
 from cyclone_flow.options import JobOptions, SubmitOptions
-from cyclone_flow.producer import RunId
 from cyclone_flow.schedules import SyncResult
 from cyclone_flow.states import ErrorKind, RunState, StepState
 from cyclone_flow.worker.context import Context

@@ -5,18 +5,25 @@ pool by the pool budget rule) or a ``psycopg_pool.ConnectionPool`` (checked agai
 rule: ``max_size >= tx_slots + 6``; Engine Design: Pool Budget). Options are the seeds'
 Client Options in snake_case, validated at construction (see :mod:`cyclone_flow.config`).
 A client that only submits starts no thread (unless it has a ``notify_coalesce`` window, or
-calls :meth:`Client.wait`, which starts its listener); call :meth:`Client.shutdown` anyway.
+calls :meth:`Client.wait`, which starts its listener) and builds no worker machinery (that
+is :meth:`Client.start`'s, through :mod:`cyclone_flow.worker.build`); call
+:meth:`Client.shutdown` anyway.
+
+The Client is a front door: inserts go through :class:`~cyclone_flow.inserter.Inserter`,
+schedule edits through :class:`~cyclone_flow.schedule_admin.Schedules`, the dashboard's
+reads through ``client.reads`` (:class:`~cyclone_flow.reads.Reads`), run-id parsing is
+:mod:`cyclone_flow.run_ids`. Its methods are grouped under section banners: schema,
+submission, schedules, lifecycle and observers, run reads, dashboard reads, operator
+actions, waiting.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-import threading
-import uuid
+import warnings
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
-from string import hexdigits
 from typing import Any, Unpack
 
 import psycopg
@@ -35,18 +42,15 @@ from cyclone_flow.config import (
     build_config,
     validate_retention,
 )
-from cyclone_flow.db import runs, step_logs, steps, workers, workflows
+from cyclone_flow.db import runs, step_logs, steps, workers
 from cyclone_flow.db.conn import Database, Session, autocommit
 from cyclone_flow.db.errors import BRIEF_POOL_WAIT_S
 from cyclone_flow.db.migrate import check_schema_version, latest_version, schema_version
 from cyclone_flow.db.migrate import migrate as migrate_schema
 from cyclone_flow.db.pool import open_pool
 from cyclone_flow.db.rows import (
-    FlowRow,
     NodeOutput,
     QueueStats,
-    QueueThroughput,
-    ReclaimedStep,
     Run,
     ScheduleRow,
     Step,
@@ -74,28 +78,73 @@ from cyclone_flow.errors import (
 from cyclone_flow.events import StepEvent, call_hook, emit_engine_events
 from cyclone_flow.flowfile.model import JSON, Flow
 from cyclone_flow.handlers import AllowList, HandlerResolver
+from cyclone_flow.inserter import FlowLike, Inserter, RunId, RunPreview, check_flow, preview_run
 from cyclone_flow.maintenance import retention
-from cyclone_flow.maintenance.scheduler import ScheduleScanner, ScheduleScannerConfig
+from cyclone_flow.maintenance.scheduler import ScheduleScanner
 from cyclone_flow.names import SIGNAL_NAME_RULE, is_signal_name, validate_schema_name
 from cyclone_flow.notify import Listener, Publisher, WakeupHub, Wakeups, WakeupTracker
-from cyclone_flow.options import JobOptions, RunOptions, SubmitOptions, job_flow, run_options
-from cyclone_flow.producer import FlowLike, Producer, RunId, RunPlan, check_flow, plan_run
+from cyclone_flow.options import JobOptions, RunOptions, SubmitOptions, run_options
+from cyclone_flow.reads import READS, Reads
+from cyclone_flow.run_ids import (
+    AMBIGUOUS_RUN_IDS_SHOWN,
+    MIN_RUN_ID_PREFIX,
+    is_short_hex,
+    parse_run_id,
+    prefix_bounds,
+)
 from cyclone_flow.schedule_admin import Schedules
 from cyclone_flow.schedules import SyncResult
 from cyclone_flow.states import EventKind
 from cyclone_flow.text import printable, storable
-from cyclone_flow.worker.cache import OutputCache
-from cyclone_flow.worker.completion import BatchSink
-from cyclone_flow.worker.execute import Executor
-from cyclone_flow.worker.heartbeat import WorkerIdentity
+from cyclone_flow.worker import build
+from cyclone_flow.worker.heartbeat import register_owner
 from cyclone_flow.worker.runtime import Worker
 
-__all__ = ["Client", "FlowLike", "RunId", "RunPlan", "migrate", "plan_submit"]
+__all__ = [
+    "AMBIGUOUS_RUN_IDS_SHOWN",
+    "MIN_RUN_ID_PREFIX",
+    "Client",
+    "FlowLike",
+    "RunId",
+    "RunPreview",
+    "check_schema",
+    "migrate",
+    "parse_run_id",
+    "preview_submit",
+]
 
 DEFAULT_CHUNK_SIZE = 1000
 """Items per transaction (and per set-based statement) of ``submit_many`` / ``enqueue_many``."""
-JOB_FLOWS_CACHED = 256
-"""The most job flows (callable, retry, timeout) a client keeps built and digested."""
+
+
+class _Deprecated:
+    """A deprecated alias on :class:`Client` (one release): reading ``client.<old>`` warns
+    (DeprecationWarning) and gives ``client.<new>`` (a dotted path: ``reads.list_flows``,
+    a dashboard read; ``count_items``, a renamed method)."""
+
+    def __init__(self, new: str | None = None) -> None:
+        self.new = new
+        self.old = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.old = name
+        if self.new is None:  # a dashboard read: Client.<name> is Client.reads.<name>
+            assert name in READS, name
+            self.new = f"reads.{name}"
+
+    def __get__(self, client: Client | None, owner: type | None = None) -> Any:
+        if client is None:
+            return self
+        assert self.new is not None
+        warnings.warn(
+            f"Client.{self.old} is deprecated: use Client.{self.new}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        value: Any = client
+        for part in self.new.split("."):
+            value = getattr(value, part)
+        return value
 
 
 class Client:
@@ -164,22 +213,11 @@ class Client:
             with self._pool.connection() as conn:
                 check_schema_version(conn, cfg.schema)
         self._db = Database(self._pool, cfg.schema)
-        self._producer = Producer(self._db, cfg)
-        self._scanner = ScheduleScanner(
-            self._db,
-            self._producer,
-            ScheduleScannerConfig(
-                interval_s=cfg.sweep_interval,
-                # skipped ticks are a downtime's, not the sweep's grain, past 3 sweeps
-                misfire_warning_after_s=3 * cfg.sweep_interval,
-            ),
-            self._publish,
-            cfg.logger,
-        )
-        self._cache = OutputCache()
-        self._tx_slots = threading.BoundedSemaphore(cfg.tx_slots)
-        # the group commit of this client's worker (its thread starts with start())
-        self._completer = BatchSink(self._db, cfg.client_id, self._tx_slots, cfg.logger)
+        self._inserter = Inserter(self._db, cfg)
+        # the worker machinery: built by start() (worker/build.py), never for a client
+        # that only submits; the schedule scanner also by trigger_schedule()
+        self._scanner: ScheduleScanner | None = None
+        self._parts: build.WorkerParts | None = None
         self._worker: Worker | None = None
         self._closed = False
         self._observers: list[Callable[[StepEvent], None]] = []
@@ -192,8 +230,8 @@ class Client:
             worker=lambda: self._worker,
             liveness=cfg.poll_interval[1] / 2,
         )
-        self._schedules = Schedules(self._db, self._producer)
-        self._jobs: dict[Any, Flow] = {}  # job flows built once: Client._job_flow
+        self._schedules = Schedules(self._db, self._inserter)
+        self._reads = Reads(self._db)
 
     # -- schema ----------------------------------------------------------------------------
 
@@ -203,7 +241,7 @@ class Client:
             conn.commit()
             return migrate_schema(conn, self.config.schema)
 
-    # -- submit ----------------------------------------------------------------------------
+    # -- submission ------------------------------------------------------------------------
 
     def submit(
         self,
@@ -235,29 +273,25 @@ class Client:
         opts = run_options(**options)
         if isolated:
             opts = dataclasses.replace(opts, owner=self.config.client_id)
-        spec, input_json = self._producer.prepare(flow, input)
-        register = (lambda conn, rid: self._register_owner(conn, str(rid))) if isolated else None
+        loaded, input_json = self._inserter.prepare(flow, input)
+        register = self._register_owner if isolated else None
         with self._db.connection() as conn:  # READ COMMITTED
-            run_id, wakeups = self._producer.submit(
-                conn, spec, input_json, opts, before_commit=register
+            run_id, wakeups = self._inserter.submit(
+                conn, loaded, input_json, opts, before_commit=register
             )
             # committed: publish on the same connection (no second pool checkout)
             self._publish(wakeups, conn)
         return run_id
 
     def _register_owner(self, conn: psycopg.Connection[Any], run_id: str) -> None:
-        """Write this client's heartbeat row (claiming only ``run_id``) on ``conn``: an
-        isolated run's owner is live from its first commit."""
-        identity = WorkerIdentity(dict(self.config.worker_queues), run_id)
-        workers.worker_upsert(
+        """This client's heartbeat row, claiming only ``run_id``, in the submitting
+        transaction on ``conn`` (:func:`~cyclone_flow.worker.heartbeat.register_owner`)."""
+        register_owner(
             Session(conn, self._db.q),
             client_id=self.config.client_id,
-            hostname=identity.hostname,
-            pid=identity.pid,
-            queues=identity.queues,
-            only_run=run_id,
+            queues=self.config.worker_queues,
             lease_ttl_s=self.config.lease_ttl,
-            version=identity.version,
+            run_id=str(run_id),
         )
 
     def submit_tx(
@@ -273,8 +307,8 @@ class Client:
         (:meth:`track_wakeups`) and the caller calls :meth:`publish_wakeups` after the
         commit."""
         opts = run_options(**options)
-        spec, input_json = self._producer.prepare(flow, input)
-        return self._insert_tx(conn, spec, input_json, opts)
+        loaded, input_json = self._inserter.prepare(flow, input)
+        return self._insert_tx(conn, loaded, input_json, opts)
 
     def enqueue(self, callable: str, args: JSON = None, **options: Unpack[JobOptions]) -> RunId:
         """Enqueue a standalone job: a one-node run of ``callable``
@@ -287,9 +321,9 @@ class Client:
         the run id. Raises SubmitOptionError, InputValidationError, PayloadTooLargeError.
         """
         flow, opts = self._job(callable, options)
-        input_json = self._producer.prepare_input(flow, args)
+        input_json = self._inserter.prepare_input(flow, args)
         with self._db.connection() as conn:  # READ COMMITTED
-            run_id, wakeups = self._producer.submit(conn, flow, input_json, opts)
+            run_id, wakeups = self._inserter.submit(conn, flow, input_json, opts)
             self._publish(wakeups, conn)  # committed: publish on the same connection
         return run_id
 
@@ -303,32 +337,16 @@ class Client:
         """Like :meth:`enqueue`, inside the caller's transaction on ``conn`` (committed or
         rolled back with it); publishes nothing."""
         flow, opts = self._job(callable, options)
-        input_json = self._producer.prepare_input(flow, args)
+        input_json = self._inserter.prepare_input(flow, args)
         return self._insert_tx(conn, flow, input_json, opts)
 
     def _job(self, call: str, options: JobOptions) -> tuple[Flow, RunOptions]:
-        rest = dict(options)
-        retry = rest.pop("retry", None)
-        timeout = rest.pop("timeout", None)
-        opts = run_options(**rest)  # type: ignore[arg-type]
-        return self._job_flow(call, retry, timeout), opts
+        """The job flow of ``call`` (built once: :meth:`Inserter.job_flow`) and the checked
+        run options of ``options``. Raises SubmitOptionError."""
+        flow, rest = self._inserter.job_options(call, options)
+        return flow, run_options(**rest)
 
-    def _job_flow(self, call: str, retry: Any, timeout: Any) -> Flow:
-        """The one-node flow of a job (:func:`~cyclone_flow.options.job_flow`), built and
-        digested once per ``(callable, retry, timeout)`` of hashable values."""
-        try:
-            key: Any = (call, type(retry), retry, type(timeout), timeout)
-            hash(key)
-        except TypeError:  # a retry mapping: built each time
-            return job_flow(call, retry=retry, timeout=timeout)
-        flow = self._jobs.get(key)
-        if flow is None:
-            if len(self._jobs) >= JOB_FLOWS_CACHED:
-                self._jobs.clear()
-            flow = self._jobs[key] = job_flow(call, retry=retry, timeout=timeout)
-        return flow
-
-    # -- bulk submission -------------------------------------------------------------------
+    # -- submission: bulk ------------------------------------------------------------------
 
     def submit_many(
         self,
@@ -361,8 +379,7 @@ class Client:
         FlowError, SubmitOptionError (a bad option of the whole batch, or ``item_options``
         not one per input).
         """
-        spec = check_flow(flow)
-        return self._many(spec, None, inputs, item_options, chunk_size, dict(options))
+        return self._many(check_flow(flow), None, inputs, item_options, chunk_size, dict(options))
 
     def submit_many_tx(
         self,
@@ -379,8 +396,7 @@ class Client:
         transaction for the whole call). An invalid item raises BatchItemError after the
         chunks before it were written into the caller's transaction: roll it back to write
         nothing. Publishes nothing (see :meth:`submit_tx`, :meth:`track_wakeups`)."""
-        spec = check_flow(flow)
-        return self._many(spec, conn, inputs, item_options, chunk_size, dict(options))
+        return self._many(check_flow(flow), conn, inputs, item_options, chunk_size, dict(options))
 
     def enqueue_many(
         self,
@@ -395,7 +411,7 @@ class Client:
         :meth:`submit_many` does for a flow (same chunks, guarantees and errors).
         ``retry`` and ``timeout`` apply to the whole batch (one definition); the other
         options of :meth:`enqueue` may also be given per item in ``item_options``."""
-        flow, base = self._job_options(callable, options)
+        flow, base = self._inserter.job_options(callable, options)
         return self._many(flow, None, args_list, item_options, chunk_size, base)
 
     def enqueue_many_tx(
@@ -410,24 +426,19 @@ class Client:
     ) -> list[RunId]:
         """Like :meth:`enqueue_many`, inside the caller's transaction on ``conn`` (see
         :meth:`submit_many_tx`); publishes nothing."""
-        flow, base = self._job_options(callable, options)
+        flow, base = self._inserter.job_options(callable, options)
         return self._many(flow, conn, args_list, item_options, chunk_size, base)
-
-    def _job_options(self, call: str, options: JobOptions) -> tuple[Flow, dict[str, Any]]:
-        rest: dict[str, Any] = dict(options)
-        flow = self._job_flow(call, rest.pop("retry", None), rest.pop("timeout", None))
-        return flow, rest
 
     def _many(
         self,
-        spec: Flow,
+        flow: Flow,
         conn: psycopg.Connection[Any] | None,
         inputs: Iterable[JSON],
         item_options: Iterable[Mapping[str, Any] | None] | None,
         chunk_size: int,
         options: dict[str, Any],
     ) -> list[RunId]:
-        """The bulk submission of ``spec``: chunks validated then written, in a transaction
+        """The bulk submission of ``flow``: chunks validated then written, in a transaction
         each (``conn`` None) or in the caller's on ``conn``."""
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise SubmitOptionError("chunk_size", chunk_size, "must be an integer >= 1")
@@ -436,12 +447,12 @@ class Client:
         ids: list[RunId] = []
         if conn is not None and conn.autocommit:  # no caller transaction: one of our own
             with conn.transaction():
-                return self._many_in(spec, conn, pairs, chunk_size, options, base, ids)
-        return self._many_in(spec, conn, pairs, chunk_size, options, base, ids)
+                return self._many_in(flow, conn, pairs, chunk_size, options, base, ids)
+        return self._many_in(flow, conn, pairs, chunk_size, options, base, ids)
 
     def _many_in(
         self,
-        spec: Flow,
+        flow: Flow,
         conn: psycopg.Connection[Any] | None,
         pairs: Iterator[tuple[JSON, Mapping[str, Any] | None]],
         chunk_size: int,
@@ -458,33 +469,33 @@ class Client:
             for value, extra in chunk:
                 try:
                     opts = base if not extra else _item_options(options, extra)
-                    prepared.append((self._producer.prepare_input(spec, value), opts))
+                    prepared.append((self._inserter.prepare_input(flow, value), opts))
                 except (InputValidationError, PayloadTooLargeError, SubmitOptionError) as exc:
                     raise BatchItemError(index, exc, committed=len(ids)) from exc
                 index += 1
             if conn is None:
                 with self._db.connection() as own:  # READ COMMITTED
-                    got, wakeups = self._producer.submit_many(own, spec, prepared)
+                    got, wakeups = self._inserter.submit_many(own, flow, prepared)
                     self._publish(wakeups, own)  # committed: on the same connection
             else:
-                got, wakeups = self._producer.insert_many(conn, spec, prepared)
+                got, wakeups = self._inserter.insert_many(conn, flow, prepared)
                 self._hub.record(conn, wakeups)  # kept only when conn is tracked
             ids.extend(got)
 
     def _insert_tx(
-        self, conn: psycopg.Connection[Any], spec: Flow, input_json: str, opts: RunOptions
+        self, conn: psycopg.Connection[Any], flow: Flow, input_json: str, opts: RunOptions
     ) -> RunId:
         if conn.autocommit:  # no caller transaction to join: be atomic on our own
             with conn.transaction():
-                run_id, wakeups = self._producer.insert(conn, spec, input_json, opts)
+                run_id, wakeups = self._inserter.insert(conn, flow, input_json, opts)
         else:
             # Inside (or implicitly opening) the caller's transaction: the caller commits or
             # rolls back. (conn.transaction() here would commit an idle connection's work.)
-            run_id, wakeups = self._producer.insert(conn, spec, input_json, opts)
+            run_id, wakeups = self._inserter.insert(conn, flow, input_json, opts)
         self._hub.record(conn, wakeups)  # kept only when conn is tracked, never published here
         return run_id
 
-    # -- wakeups of caller-owned transactions ----------------------------------------------
+    # -- submission: wakeups of caller-owned transactions ---------------------------------
 
     def track_wakeups(self, conn: psycopg.Connection[Any]) -> WakeupTracker:
         """Record the wakeups of the caller-owned-transaction calls made on ``conn`` from
@@ -581,22 +592,37 @@ class Client:
         input, the queue options), with ``schedule_id`` set and no ``scheduled_for``; it
         becomes the schedule's last run and the next tick is unchanged. ``now`` pins the
         clock. Returns the run id. Raises ScheduleNotFoundError."""
-        return self._scanner.trigger(name, now=now)
+        return self.schedule_scanner.trigger(name, now=now)
 
     @property
     def schedule_scanner(self) -> ScheduleScanner:
         """The schedule scanner (its ``run_once(now=None) -> ScheduleScannerResult`` is
-        what the maintenance loop of a started client calls every ``sweep_interval``)."""
+        what the maintenance loop of a started client calls every ``sweep_interval``);
+        built on first use."""
+        if self._scanner is None:
+            self._scanner = build.schedule_scanner(
+                self._db, self._inserter, self.config, self._publish
+            )
         return self._scanner
 
-    # -- workers ---------------------------------------------------------------------------
+    # -- lifecycle and observers -----------------------------------------------------------
 
     def start(self, *, run_id: str | None = None) -> None:
         """Start the worker threads, claim loop, heartbeat, maintenance and (unless
-        ``notify=False``) the listener.
+        ``notify=False``) the listener, after building the worker machinery (output
+        cache, ``tx_slots`` semaphore, group commit, executor, schedule scanner:
+        :mod:`cyclone_flow.worker.build`), which a client that never starts does not build.
 
         ``run_id``: claim only the steps of that run (``cyclone-flow run`` works on its own
         run and leaves the others alone); the recovery sweep still serves everyone.
+
+        Process-wide effects (the step logs' capture, ``worker/step_logs.py`` ``install()``;
+        none with ``step_log_bytes=0``): ``sys.stdout`` and ``sys.stderr`` are replaced by
+        per-thread proxies (what a handler's thread prints goes to its step's log, other
+        threads write through to the streams replaced), and a capture handler is added to
+        the root logger (and the ``cyclone_flow`` logger) for the records of handler
+        threads. Counted across the started clients of the process: the shutdown of the
+        last one restores both.
         """
         if self._worker is not None:
             return
@@ -607,29 +633,27 @@ class Client:
             if self._observers
             else self.config
         )
-        executor = Executor(
+        self._worker = build.build_worker(
             self._db,
             config,
-            HandlerResolver(self._allow),
-            self._cache,
-            self._tx_slots,
-            self._publish,
-            producer=self._producer,
-            completer=self._completer,
+            self._worker_parts(),
+            resolver=HandlerResolver(self._allow),
+            publish=self._publish,
+            inserter=self._inserter,
+            scheduler=self.schedule_scanner,
             on_database_error=self._database_error if self._db_observers else None,
-            give_back=run_id is None,  # an isolated run's process fails it at once
-        )
-        self._worker = Worker(
-            self._db,
-            config,
-            executor,
-            self._publish,
             only_run=parse_run_id(run_id) if run_id is not None else None,
-            scheduler=self._scanner,
         )
         self._worker.start()
         if self.config.notify:
             self._hub.listen()
+
+    def _worker_parts(self) -> build.WorkerParts:
+        """The output cache, ``tx_slots`` semaphore and group commit of this client's
+        worker, built on first use (by :meth:`start`)."""
+        if self._parts is None:
+            self._parts = build.worker_parts(self._db, self.config)
+        return self._parts
 
     def observe_steps(self, observer: Callable[[StepEvent], None]) -> None:
         """Also send every step event (see ``on_step_event``) to ``observer``, after the
@@ -660,10 +684,19 @@ class Client:
             call_hook(self.config.logger, observer, event)
 
     @property
-    def worker(self) -> Worker | None:
+    def runtime(self) -> Worker | None:
         """The started worker machinery, or None before :meth:`start`; for its read-only
         counters (``claim_queries``, ``wakeups_forwarded``, ``wakeups_ignored``:
         docs/wakeups.md)."""
+        return self._worker
+
+    @property
+    def worker(self) -> Worker | None:
+        """Deprecated alias of :attr:`runtime` (one release; ``worker`` also names the
+        heartbeat rows of :meth:`workers`, the ``workers`` option and the CLI command)."""
+        warnings.warn(
+            "Client.worker is deprecated: use Client.runtime", DeprecationWarning, stacklevel=2
+        )
         return self._worker
 
     @property
@@ -718,7 +751,7 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
-    # -- runs ------------------------------------------------------------------------------
+    # -- run reads (and the queue and health reads of the schema) ------------------------
 
     def get_run(self, run_id: str) -> Run:
         """The run's state, input, output and error; raises RunNotFoundError, and
@@ -744,10 +777,9 @@ class Client:
             return parse_run_id(run_id)
         except RunNotFoundError:
             pass
-        bounds = _prefix_bounds(run_id)
+        bounds = prefix_bounds(run_id)
         if bounds is None:
-            digits = str(run_id).replace("-", "")
-            if 0 < len(digits) < MIN_RUN_ID_PREFIX and all(c in hexdigits for c in digits):
+            if is_short_hex(str(run_id)):
                 raise RunIdTooShortError(str(run_id), MIN_RUN_ID_PREFIX)
             raise RunNotFoundError(str(run_id))
         low, high = bounds
@@ -770,20 +802,6 @@ class Client:
             if runs.run_get(s, run_id=rid) is None:
                 raise RunNotFoundError(rid)
             return steps.step_list(s, run_id=rid, items=items)
-
-    def list_items(self, run_id: str, node: str, *, start: int = 0, limit: int = 50) -> list[Step]:
-        """The item steps of fan-out node ``node``, in item order from item index ``start``,
-        at most ``limit`` (a keyset page: the next one starts after the last index); [] for
-        a node with no items. Raises RunNotFoundError for an unknown run."""
-        rid = parse_run_id(run_id)
-        if not storable(node):
-            return []
-        with self._db.session(wait=BRIEF_POOL_WAIT_S) as s:
-            if runs.run_get(s, run_id=rid) is None:
-                raise RunNotFoundError(rid)
-            return steps.step_list_items_page(
-                s, run_id=rid, node=node, start=max(0, start), limit=max(0, limit)
-            )
 
     def get_step_output(
         self, run_id: str, node: str, item: int | None = None, *, max_bytes: int | None = None
@@ -847,7 +865,7 @@ class Client:
             truncated=False,
         )
 
-    def item_progress(self, run_id: str) -> dict[str, dict[str, int]]:
+    def count_items(self, run_id: str) -> dict[str, dict[str, int]]:
         """Item counts of each started fan-out node of the run: node -> step state ->
         count (e.g. ``{"ship_each": {"completed": 40, "running": 8, "pending": 52}}``;
         ``PoolTimeout`` as :meth:`get_run`)."""
@@ -880,7 +898,7 @@ class Client:
             raise RunNotFoundError(rid)
         return explain.explain(snap)
 
-    def step_logs(
+    def list_step_logs(
         self,
         run_id: str,
         *,
@@ -905,26 +923,12 @@ class Client:
                 raise RunNotFoundError(rid)
         return lines
 
-    def step_log_node_tail(
-        self, run_id: str, node: str, limit: int = 200
-    ) -> tuple[list[StepLogLine], int]:
-        """The last ``limit`` log lines of ``node`` (a fan-out node: its items too) in
-        write order, and how many lines it has in all (the step page shows the tail of a
-        running step). Raises RunNotFoundError."""
-        rid = parse_run_id(run_id)
-        with self._db.session() as s:
-            lines = step_logs.step_log_list_node_tail(s, run_id=rid, node=node, limit=limit)
-            total = step_logs.step_log_count_node(s, run_id=rid, node=node) if lines else 0
-            if not lines and runs.run_get(s, run_id=rid) is None:
-                raise RunNotFoundError(rid)
-        return lines, total
-
-    def step_log_tail(self, run_id: str, limit: int = 5) -> list[StepLogLine]:
+    def list_step_log_tail(self, run_id: str, limit: int = 5) -> list[StepLogLine]:
         """The last ``limit`` log lines of the run (any node), oldest first."""
         with self._db.session() as s:
             return step_logs.step_log_list_tail(s, run_id=parse_run_id(run_id), limit=limit)
 
-    def run_definition(self, run_id: str) -> dict[str, Any]:
+    def get_run_definition(self, run_id: str) -> dict[str, Any]:
         """The flow document the run was submitted with; raises RunNotFoundError."""
         rid = parse_run_id(run_id)
         with self._db.session() as s:
@@ -933,7 +937,7 @@ class Client:
             raise RunNotFoundError(rid)
         return definition
 
-    def queue_info(self, run_id: str) -> dict[str, Any] | None:
+    def get_queue_info(self, run_id: str) -> dict[str, Any] | None:
         """The unique/sequence/schedule columns of the run by name (``unique_key``,
         ``unique_held``, ``unique_states``, ``sequence_key``, ``sequence_pos``,
         ``sequence_held``, ``schedule_id``, ``scheduled_for``); None for an unknown run."""
@@ -988,98 +992,40 @@ class Client:
                 owner=self.config.client_id,
             )
 
-    # -- dashboard reads (cyclone_flow.ui; the CLI may use them too) ---------------------
+    # Deprecated aliases (one release): the noun-first names of the reads above.
+    item_progress = _Deprecated("count_items")
+    queue_info = _Deprecated("get_queue_info")
+    step_logs = _Deprecated("list_step_logs")
+    step_log_tail = _Deprecated("list_step_log_tail")
+    run_definition = _Deprecated("get_run_definition")
+    failed_run_ids = _Deprecated("list_failed_run_ids")
 
-    def queue_throughput(self, *, cap: int = 10_000) -> list[QueueThroughput]:
-        """Per queue, the steps finished (completed or discarded) in the last minute and the
-        last hour by the database's clock, at most ``cap`` counted (a count of ``cap``
-        means at least that many). Counted through their runs (no index on a step's finish
-        time): runs finished in the hour, and runs with a step running or claimable now
-        (up to 1,000 of the latter); a step of a run doing neither (a run waiting for a
-        signal) is left out. Queues with nothing finished are left out."""
-        with self._db.session() as s:
-            return steps.step_count_finished_by_queue(s, cap=cap, active=1000)
+    # -- dashboard reads -------------------------------------------------------------------
 
-    def list_runs_page(
-        self,
-        *,
-        limit: int = 50,
-        flow: str | None = None,
-        state: str | None = None,
-        unique_key: str | None = None,
-        queue: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        after: tuple[datetime, str] | None = None,
-    ) -> list[Run]:
-        """One page of runs, newest first: at most ``limit`` (1 to 1000) after the keyset
-        ``after`` (``(run.created_at, run.id)`` of the last run of the previous page; no
-        OFFSET), of ``flow``, in ``state``, with ``unique_key``, with a step on ``queue``,
-        created in ``[since, until)`` when given. Raises ConfigError for a bad limit."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
-            raise ConfigError(f"limit must be an integer from 1 to 1000, got {limit!r}")
-        texts = (flow, state, unique_key, queue)
-        if any(v is not None and not storable(v) for v in texts):
-            return []  # no run has such a value
-        if after is not None:
-            after = (after[0], parse_run_id(after[1]))
-        with self._db.session() as s:
-            return runs.run_list_page(
-                s,
-                limit=limit,
-                flow=flow,
-                state=state,
-                unique_key=unique_key,
-                queue=queue,
-                since=since,
-                until=until,
-                after=after,
-            )
+    @property
+    def reads(self) -> Reads:
+        """The reads that exist for the dashboard (:class:`~cyclone_flow.reads.Reads`:
+        ``queue_throughput``, ``list_runs_page``, ``count_runs_by_state``, ``list_flows``,
+        ``get_flow``, ``count_leases``, ``list_reclaimed_steps``,
+        ``list_runs_past_deadline``, ``list_held_sequences``, ``list_items``,
+        ``step_log_node_tail``). ``Client.<name>`` still works for one release, with a
+        DeprecationWarning."""
+        return self._reads
 
-    def count_runs_by_state(self, age_s: float, *, cap: int = 10_000) -> dict[str, int]:
-        """Runs created in the last ``age_s`` seconds (database clock) by state; at most
-        ``cap`` runs are counted (the newest), so a sum equal to ``cap`` means "at least"."""
-        with self._db.session() as s:
-            return runs.run_count_states_since(s, age_s=float(age_s), cap=int(cap))
+    # Deprecated aliases (one release): Client.<name> is Client.reads.<name>, with a warning.
+    queue_throughput = _Deprecated()
+    list_runs_page = _Deprecated()
+    count_runs_by_state = _Deprecated()
+    list_flows = _Deprecated()
+    get_flow = _Deprecated()
+    count_leases = _Deprecated()
+    list_reclaimed_steps = _Deprecated()
+    list_runs_past_deadline = _Deprecated()
+    list_held_sequences = _Deprecated()
+    list_items = _Deprecated()
+    step_log_node_tail = _Deprecated()
 
-    def list_flows(self, *, limit: int = 200, name: str | None = None) -> list[FlowRow]:
-        """Stored flow definitions (name, digest, first and last use), newest first,
-        without their document (:meth:`get_flow` has it)."""
-        if name is not None and not storable(name):
-            return []
-        with self._db.session() as s:
-            return workflows.workflow_list(s, limit=limit, name=name)
-
-    def get_flow(self, flow_id: int) -> FlowRow | None:
-        """One stored flow definition with its document (``definition``); None if unknown."""
-        with self._db.session() as s:
-            return workflows.workflow_get(s, id=int(flow_id))
-
-    def count_leases(self) -> dict[str, int]:
-        """Running steps per lease owner (a worker's client id): what each worker holds."""
-        with self._db.session() as s:
-            return steps.step_count_by_lease_owner(s)
-
-    def list_reclaimed_steps(
-        self, *, min_reclaims: int = 1, limit: int = 20
-    ) -> list[ReclaimedStep]:
-        """Unfinished steps reclaimed more than ``min_reclaims`` times (their workers keep
-        dying or losing their leases), most reclaims first, at most ``limit``: the running
-        ones, and the available ones among the first 1,000 of each queue's claim order
-        (a reclaimed step keeps its ``scheduled_at``, so it waits at its queue's head)."""
-        with self._db.session() as s:
-            return steps.step_list_reclaimed(s, min_reclaims=min_reclaims, limit=limit)
-
-    def list_runs_past_deadline(self, *, limit: int = 20) -> list[str]:
-        """Ids of running runs past their deadline that the deadline scanner has not
-        failed yet (no started client runs it, or it is behind)."""
-        with self._db.session() as s:
-            return runs.run_list_past_deadline(s, batch=limit)
-
-    def list_held_sequences(self, *, limit: int = 20) -> list[str]:
-        """Keys of sequences whose first open run is still held (nothing releases it)."""
-        with self._db.session() as s:
-            return runs.run_list_stalled_sequences(s, batch=limit)
+    # -- operator actions (and the previews of retry --all-failed and purge) ---------------
 
     def cancel(self, run_id: str, reason: str = "cancelled by operator") -> bool:
         """Cancel a running run and every non-terminal step, with the whole trees of its
@@ -1159,7 +1105,7 @@ class Client:
             plan = reruns.rerun(tx, rid, names, failed=failed, force=force, **kwargs)
         return plan.run_id
 
-    def failed_run_ids(self, flow: str | None = None) -> list[str]:
+    def list_failed_run_ids(self, flow: str | None = None) -> list[str]:
         """The ids of the failed top runs (of ``flow`` when given), oldest first: what
         :meth:`retry_all` would retry now (``retry --all-failed`` previews them)."""
         if flow is not None and not storable(flow):
@@ -1171,11 +1117,11 @@ class Client:
         self, flow: str | None = None, *, only: Collection[str] | None = None
     ) -> list[str]:
         """:meth:`retry` every failed run (of ``flow`` when given; with ``only``, those
-        of these ids only, e.g. the ones :meth:`failed_run_ids` returned for a preview);
+        of these ids only, e.g. the ones :meth:`list_failed_run_ids` returned for a preview);
         returns their ids, oldest first. A run retried or no longer failed meanwhile is
         skipped."""
         retried: list[str] = []
-        failed = self.failed_run_ids(flow)
+        failed = self.list_failed_run_ids(flow)
         if only is not None:
             wanted = set(only)
             failed = [rid for rid in failed if rid in wanted]
@@ -1240,6 +1186,8 @@ class Client:
         emit_engine_events(self.config.logger, self._emit, tx.effects.events)
         return node
 
+    # -- waiting ---------------------------------------------------------------------------
+
     def wait(self, run_id: str, timeout: float | None = None) -> Run:
         """Block until the run is terminal (completed, failed or cancelled) and return its
         status; ``timeout`` in seconds (None: no limit).
@@ -1280,6 +1228,8 @@ class Client:
             poll_interval=self.config.poll_interval,
             listen=self.config.notify,
         )
+
+    # -- publishing (what every transition of this client calls after its commit) ---------
 
     def _publish(self, wakeups: Wakeups, conn: psycopg.Connection[Any] | None = None) -> None:
         """Publish after a commit (waiters of this client are told at once), on ``conn``
@@ -1331,38 +1281,6 @@ def _item_options(options: Mapping[str, Any], extra: Mapping[str, Any]) -> RunOp
     return run_options(**merged)
 
 
-MIN_RUN_ID_PREFIX = 4
-"""The fewest hex digits :meth:`Client.resolve_run_id` takes as the start of a run id."""
-AMBIGUOUS_RUN_IDS_SHOWN = 10
-"""How many matching ids an :class:`AmbiguousRunIdError` lists."""
-
-
-def _prefix_bounds(prefix: object) -> tuple[str, str] | None:
-    """The lowest and highest uuid starting with ``prefix`` (hex digits, hyphens where a
-    uuid has them); None when ``prefix`` is not such a start of at least
-    :data:`MIN_RUN_ID_PREFIX` digits."""
-    if not isinstance(prefix, str):
-        return None
-    text = prefix.lower()
-    digits = text.replace("-", "")
-    if not (MIN_RUN_ID_PREFIX <= len(digits) < 32) or any(
-        c not in "0123456789abcdef" for c in digits
-    ):
-        return None
-    low = str(uuid.UUID(digits.ljust(32, "0")))
-    if not low.startswith(text):  # a hyphen where a uuid has none
-        return None
-    return low, str(uuid.UUID(digits.ljust(32, "f")))
-
-
-def parse_run_id(run_id: str | uuid.UUID) -> str:
-    """Normalise a run id; raise :class:`RunNotFoundError` for text that is not a UUID."""
-    try:
-        return str(uuid.UUID(str(run_id)))
-    except ValueError:
-        raise RunNotFoundError(str(run_id)) from None
-
-
 def migrate(database: str, /, *, schema: str = "public", prepare: bool = True) -> list[int]:
     """Apply the missing migrations of ``schema`` on the database at URL ``database``;
     return the versions applied now (Engine Design: Schema Isolation and Migrations).
@@ -1384,25 +1302,53 @@ def check_schema(database: str, /, *, schema: str = "public", prepare: bool = Tr
         check_schema_version(conn, schema)
 
 
-def plan_submit(
+def preview_submit(
     flow: FlowLike,
     input: JSON = None,
     *,
     payload_limits: PayloadLimits | None = None,
     **options: Unpack[SubmitOptions],
-) -> RunPlan:
+) -> RunPreview:
     """What :meth:`Client.submit` would write for ``flow``, ``input`` and ``options``,
     without a database (``submit --dry-run``): the flow linted, the input validated (after
     filling defaults) against ``payload_limits.input_bytes`` (default 1 MiB), the options
     checked, and the steps with their queue, priority, needs and first state
-    (:class:`~cyclone_flow.producer.RunPlan`). Nothing is written or connected to.
+    (:class:`~cyclone_flow.inserter.RunPreview`). Nothing is written or connected to.
 
     Raises what submit raises for the same arguments: FlowError, InputValidationError,
     PayloadTooLargeError, SubmitOptionError.
     """
     opts = run_options(**options)
     limits = payload_limits or PayloadLimits()
-    return plan_run(flow, input, opts, limits.input_bytes)
+    return preview_run(flow, input, opts, limits.input_bytes)
+
+
+def plan_submit(
+    flow: FlowLike,
+    input: JSON = None,
+    *,
+    payload_limits: PayloadLimits | None = None,
+    **options: Unpack[SubmitOptions],
+) -> RunPreview:
+    """Deprecated alias of :func:`preview_submit` (one release)."""
+    warnings.warn(
+        "cyclone_flow.client.plan_submit is deprecated: use preview_submit",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return preview_submit(flow, input, payload_limits=payload_limits, **options)
+
+
+def __getattr__(name: str) -> Any:
+    # the deprecated module names of the dry-run preview
+    if name == "RunPlan":
+        warnings.warn(
+            "cyclone_flow.client.RunPlan is deprecated: use RunPreview",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return RunPreview
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _connect_kwargs(prepare: bool) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from cyclone_flow.engine.tx import Tx
 from cyclone_flow.errors import ScheduleNotFoundError, SubmitOptionError
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.flowfile.model import JSON, Flow
-from cyclone_flow.producer import FlowLike, Producer
+from cyclone_flow.inserter import FlowLike, Inserter
 from cyclone_flow.schedules import (
     ScheduleSpec,
     SyncResult,
@@ -34,17 +34,17 @@ __all__ = ["Schedules"]
 
 
 class Schedules:
-    """The schedules of ``db``'s schema; ``producer`` checks and encodes each schedule's
+    """The schedules of ``db``'s schema; ``inserter`` checks and encodes each schedule's
     input as a submission would (the flow's ``input_schema``, the input size limit)."""
 
-    def __init__(self, db: Database, producer: Producer) -> None:
+    def __init__(self, db: Database, inserter: Inserter) -> None:
         self._db = db
-        self._producer = producer
+        self._inserter = inserter
 
     def sync(self, flow: FlowLike, *, now: datetime | None = None) -> SyncResult:
         """See :meth:`cyclone_flow.Client.sync_schedules`."""
-        spec = flow if isinstance(flow, Flow) else load_flow(flow)
-        return self._register(spec, flow_schedules(spec), "flow", now)
+        loaded = flow if isinstance(flow, Flow) else load_flow(flow)
+        return self._register(loaded, flow_schedules(loaded), "flow", now)
 
     def add(
         self,
@@ -57,14 +57,14 @@ class Schedules:
         now: datetime | None = None,
     ) -> str:
         """See :meth:`cyclone_flow.Client.add_schedule`."""
-        spec = flow if isinstance(flow, Flow) else load_flow(flow)
+        loaded = flow if isinstance(flow, Flow) else load_flow(flow)
         entry = ScheduleSpec(
-            name=name or default_schedule_name(spec.name, cron, timezone, input),
+            name=name or default_schedule_name(loaded.name, cron, timezone, input),
             cron=cron,
             timezone=timezone,
             input=input,
         )
-        self._register(spec, [entry], "manual", now)
+        self._register(loaded, [entry], "manual", now)
         return entry.name
 
     def rows(self) -> list[ScheduleRow]:
@@ -109,9 +109,9 @@ class Schedules:
             return stored.schedule_set_paused(s, name=name, paused=paused, next_run_at=next_run_at)
 
     def _register(
-        self, spec: Flow, entries: Sequence[ScheduleSpec], source: str, now: datetime | None
+        self, flow: Flow, entries: Sequence[ScheduleSpec], source: str, now: datetime | None
     ) -> SyncResult:
-        """Create or update ``entries`` (schedules of ``spec`` from ``source``: ``flow``
+        """Create or update ``entries`` (schedules of ``flow`` from ``source``: ``flow``
         for a flow file's, ``manual`` for :meth:`add`) by name, and with ``flow`` delete
         the flow's other file-declared schedules, in one transaction. An unnamed ``flow``
         entry (named ``<flow>-<digest>``) that matches a schedule an earlier version named
@@ -122,7 +122,7 @@ class Schedules:
         for entry in entries:
             validate_schedule_name(entry.name)
             ticks = Ticks(entry.cron, entry.timezone)
-            _, input_json = self._producer.prepare(spec, entry.input)
+            _, input_json = self._inserter.prepare(flow, entry.input)
             prepared.append((entry, ticks, input_json))
         with self._db.session() as s:
             current = session.pg_now(s, now=now)
@@ -139,7 +139,7 @@ class Schedules:
                     name = (
                         stored.schedule_get_positional(
                             s,
-                            flow_name=spec.name,
+                            flow_name=flow.name,
                             cron=entry.cron,
                             timezone=entry.timezone,
                             input=input_json,
@@ -160,8 +160,8 @@ class Schedules:
                 created = stored.schedule_upsert(
                     s,
                     name=name,
-                    flow_name=spec.name,
-                    workflow_id=store_definition(Tx(conn, self._db.q), spec),
+                    flow_name=flow.name,
+                    workflow_id=store_definition(Tx(conn, self._db.q), flow),
                     cron=entry.cron,
                     timezone=entry.timezone,
                     input=input_json,
@@ -170,7 +170,7 @@ class Schedules:
                 )
                 (added if created else updated).append(name)
             removed = (
-                stored.schedule_delete_flow_stale(s, flow_name=spec.name, keep=names)
+                stored.schedule_delete_flow_stale(s, flow_name=flow.name, keep=names)
                 if source == "flow"
                 else []
             )

@@ -118,10 +118,10 @@ def status_cmd(
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         run = client.get_run(client.resolve_run_id(run_id))
         steps = client.list_steps(run.id, items=items)
-        progress = client.item_progress(run.id)
-        queue_info = client.queue_info(run.id) or {}
+        progress = client.count_items(run.id)
+        queue_info = client.get_queue_info(run.id) or {}
         waiting = client.explain(run.id, items=items)
-        tail = client.step_log_tail(run.id, STATUS_LOG_LINES)
+        tail = client.list_step_log_tail(run.id, STATUS_LOG_LINES)
     if as_json:
         echo_json(
             {
@@ -401,7 +401,7 @@ class _LogReader:
         out: list[StepLogLine] = []
         after = self.floor
         while True:
-            page = self.client.step_logs(
+            page = self.client.list_step_logs(
                 self.run_id, node=self.node, attempt=self.attempt, after=after
             )
             out.extend(line for line in page if line.id not in self.seen)

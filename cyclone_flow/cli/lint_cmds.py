@@ -173,9 +173,9 @@ def run_graph(
     url = resolve_database(database_url, existing=True)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
         run = client.get_run(client.resolve_run_id(run_id))
-        definition = client.run_definition(run.id)
+        definition = client.get_run_definition(run.id)
         steps = client.list_steps(run.id, items=False)
-        progress = client.item_progress(run.id)
+        progress = client.count_items(run.id)
     nodes = definition.get("nodes", {})
     # jsonb keeps no key order: show the nodes in file order, which is the steps' order
     definition["nodes"] = {s.node: nodes[s.node] for s in steps if s.node in nodes}

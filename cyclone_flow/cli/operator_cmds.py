@@ -165,7 +165,7 @@ def rerun_cmd(
         status = wait_for_end(client, new_id, as_json=as_json, timeout=wait_s)
         if as_json:  # the finished run's steps with their outputs, as `run --json` lists
             steps = client.list_steps(new_id, items=False)
-            progress = client.item_progress(new_id)
+            progress = client.count_items(new_id)
     except KeyboardInterrupt:  # before the wait (which says more): no click "Aborted!"
         sys.exit(130)
     finally:
@@ -234,7 +234,7 @@ def _retry_all_failed(client: Client, flow: str | None, yes: bool) -> None:
     """``retry --all-failed``: the preview on stderr, the confirmation, then the retried
     ids on stdout (only runs of the preview: a run that failed after it waits for the next
     one)."""
-    failed = client.failed_run_ids(flow)
+    failed = client.list_failed_run_ids(flow)
     if failed:
         of = f" of flow {flow}" if flow is not None else ""
         click.echo(f"{len(failed)} failed run(s){of} to retry:", err=True)

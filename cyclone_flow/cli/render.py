@@ -16,7 +16,7 @@ from cyclone_flow._json import shown_json
 from cyclone_flow.db.rows import Run, Step
 from cyclone_flow.durations import format_elapsed
 from cyclone_flow.engine.explain import Waiting
-from cyclone_flow.producer import PlannedStep, RunPlan
+from cyclone_flow.inserter import PlannedStep, RunPreview
 from cyclone_flow.states import describe_reuse, describe_skip
 
 __all__ = [
@@ -198,7 +198,7 @@ def queue_info_lines(info: dict[str, Any]) -> list[str]:
     return lines
 
 
-def plan_dict(plan: RunPlan) -> dict[str, Any]:
+def plan_dict(plan: RunPreview) -> dict[str, Any]:
     """The ``submit --dry-run --json`` form of a plan: ``dry_run`` true, ``flow``,
     ``path``, ``input`` (defaults filled), ``input_bytes``, ``options`` (the submission
     options given, durations in seconds, ``run_at`` ISO 8601), ``steps`` in run order
@@ -282,7 +282,7 @@ def limits_text(concurrency: Any, rate_limit: Any) -> str:
     return "; ".join(parts)
 
 
-def plan_table_rows(plan: RunPlan) -> list[tuple[str, ...]]:
+def plan_table_rows(plan: RunPreview) -> list[tuple[str, ...]]:
     """The rows of ``submit --dry-run``'s table: position, node, type, queue, priority,
     needs, state (with what decides it: :func:`_planned_state_text`), what it runs
     (its call; a child flow, an awaited signal, a fan-out's list) and its limits with

@@ -45,7 +45,7 @@ from cyclone_flow.cli.submission import (
     submission_kwargs,
     submit_lines,
 )
-from cyclone_flow.client import DEFAULT_CHUNK_SIZE, Client, RunPlan, migrate, plan_submit
+from cyclone_flow.client import DEFAULT_CHUNK_SIZE, Client, RunPreview, migrate, preview_submit
 from cyclone_flow.config import MAX_LEASE_TTL_S
 from cyclone_flow.db.errors import Outage, database_lost
 from cyclone_flow.db.rows import Step
@@ -138,7 +138,7 @@ def submit_cmd(
     options = submission_kwargs(queue_values)
     flow = load_flow(file)
     if dry_run:
-        _show_plan(plan_submit(flow, run_input, **options), as_json)
+        _show_plan(preview_submit(flow, run_input, **options), as_json)
         return
     url = resolve_database(database_url)
     if inputs_file is not None:
@@ -172,7 +172,7 @@ def submit_cmd(
         status = wait_for_end(client, run_id, as_json=as_json, timeout=wait_s)
         if as_json:  # the run's document lists its steps, as `run --json` does
             steps = client.list_steps(run_id, items=False)
-            progress = client.item_progress(run_id)
+            progress = client.count_items(run_id)
     except KeyboardInterrupt:  # before the wait (which says more): no click "Aborted!"
         sys.exit(130)
     finally:
@@ -269,7 +269,7 @@ def run_cmd(
                 progress: dict[str, dict[str, int]] | None = None
                 if as_json:
                     steps = outage.ride(lambda: client.list_steps(run_id, items=False))
-                    progress = outage.ride(lambda: client.item_progress(run_id))
+                    progress = outage.ride(lambda: client.count_items(run_id))
             except KeyboardInterrupt:
                 client.shutdown(timeout=0)  # releases the leases of steps still running
                 click.echo(f"\ninterrupted: {_still_running(run_id)}", err=True)
@@ -298,7 +298,7 @@ def run_cmd(
     sys.exit(0 if status.state == "completed" else 1)
 
 
-def _show_plan(plan: RunPlan, as_json: bool) -> None:
+def _show_plan(plan: RunPreview, as_json: bool) -> None:
     """Print a dry run's plan on stdout (a table, or ``--json``) and, on stderr, that
     nothing was written."""
     if as_json:

@@ -74,7 +74,7 @@ def _watch_live(client: Client, run_id: str, console: Console, waiter: Waiter, i
     def snapshot() -> Tree:
         run = client.get_run(run_id)
         steps = client.list_steps(run_id, items=items)
-        progress = client.item_progress(run_id)
+        progress = client.count_items(run_id)
         waiting = client.explain(run_id, items=items)
         return render_tree(run, steps, progress, waiting, datetime.now(UTC))
 

@@ -160,32 +160,6 @@ def pipelinable(options: RunOptions) -> bool:
     )
 
 
-def has_limits(flow: Flow) -> bool:
-    """Whether a node of ``flow`` has ``concurrency:`` or ``rate_limit:``: its runs are
-    written by :func:`insert_run` (``step_insert_plan`` renders the limit keys), never by
-    the one-statement paths :func:`insert_run_alone` and :func:`insert_runs`."""
-    return any(n.concurrency is not None or n.rate_limit is not None for n in flow.nodes.values())
-
-
-def roots_are_actions(flow: Flow) -> bool:
-    """Whether every root node of ``flow`` (no needs) is an action without a ``when:``: a
-    new run then starts with no node for the engine to start or decide (nothing to
-    release after the insert)."""
-    return all(n.type == "action" and n.when is None for n in flow.nodes.values() if not n.needs)
-
-
-def root_queues(flow: Flow, options: RunOptions) -> set[str]:
-    """The queues a new run of ``flow`` with ``options`` has claimable work in at once:
-    those of its root actions after the ``queue`` override (none for a delayed run)."""
-    if options.delayed:
-        return set()
-    return {
-        n.queue if options.queue is None or n.queue_set else options.queue
-        for n in flow.nodes.values()
-        if not n.needs and n.type == "action" and n.when is None
-    }
-
-
 def insert_run_alone(
     s: SessionLike,
     workflow_id: int,
@@ -199,7 +173,7 @@ def insert_run_alone(
     """Write a new top run whose ``options`` are :func:`pipelinable` with its steps and
     deps in one statement (``run_insert_with_plan``) on ``s``, meant for an autocommit
     connection: one round trip, one commit. For a flow whose roots are all actions
-    (:func:`roots_are_actions`: no node to start); its wakeups are :func:`root_queues`.
+    (``Flow.roots_are_actions``: no node to start); its wakeups are ``Flow.root_queues``.
     Returns the run id, or None when the definition ``workflow_id`` is not stored (nothing
     written)."""
     return runs.run_insert_with_plan(
@@ -269,8 +243,9 @@ def insert_runs(
         raise DefinitionMissingError(workflow_id)
     queues = tx.effects.wakeups.queues
     for _, options in items:
-        queues |= root_queues(flow, options)
-    if not roots_are_actions(flow):
+        if not options.delayed:
+            queues |= flow.root_queues(options.queue)
+    if not flow.roots_are_actions:
         for run_id in ids:
             advance.release(tx, run_id, None)
     return ids

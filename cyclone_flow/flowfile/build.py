@@ -67,30 +67,30 @@ def _when(value: Any) -> str | None:
     return str(value)
 
 
-def _limit(flow: str, node: str, spec: Any, rate: bool) -> Limit | None:
+def _limit(flow: str, node: str, value: Any, rate: bool) -> Limit | None:
     """The :class:`Limit` of a ``concurrency:`` / ``rate_limit:`` mapping (None: none)."""
-    if not isinstance(spec, Mapping):
+    if not isinstance(value, Mapping):
         return None
-    key = spec.get("key")
+    key = value.get("key")
     ref = parse_ref(key) if isinstance(key, str) else None
     return Limit(
-        group=str(spec.get("group") or f"{flow}.{node}"),
-        limit=int(spec["limit"]),
+        group=str(value.get("group") or f"{flow}.{node}"),
+        limit=int(value["limit"]),
         key_path=ref.path if ref is not None else None,
         key_value=key if isinstance(key, str) and ref is None else None,
-        per_s=parse_duration(spec["per"]) if rate else None,
+        per_s=parse_duration(value["per"]) if rate else None,
         key_node=ref.node if ref is not None else None,
     )
 
 
 def _limited(
-    flow: str, node: str, spec: Mapping[str, Any], defaults: Mapping[str, Any], key: str
+    flow: str, node: str, node_doc: Mapping[str, Any], defaults: Mapping[str, Any], key: str
 ) -> Limit | None:
     """A node's ``key`` limit (``concurrency`` or ``rate_limit``): its own, else the
     default's for an action or fan_out node (the others have no steps to limit)."""
-    if key in spec:
-        return _limit(flow, node, spec[key], key == "rate_limit")
-    if spec.get("type", "action") in ("action", "fan_out") and key in defaults:
+    if key in node_doc:
+        return _limit(flow, node, node_doc[key], key == "rate_limit")
+    if node_doc.get("type", "action") in ("action", "fan_out") and key in defaults:
         return _limit(flow, node, defaults[key], key == "rate_limit")
     return None
 
@@ -112,36 +112,39 @@ def build_flow(
     """
     defaults: Mapping[str, Any] = document.get("defaults", {})
     nodes: dict[str, Node] = {}
-    for name, spec in document["nodes"].items():
-        timeout = spec.get("timeout", defaults.get("timeout"))
+    for name, node_doc in document["nodes"].items():
+        timeout = node_doc.get("timeout", defaults.get("timeout"))
         import_wait = (  # only the nodes whose steps run a handler
-            spec.get("import_wait", defaults.get("import_wait", document.get("import_wait")))
-            if spec.get("type", "action") in ("action", "fan_out")
+            node_doc.get("import_wait", defaults.get("import_wait", document.get("import_wait")))
+            if node_doc.get("type", "action") in ("action", "fan_out")
             else None
         )
         nodes[name] = Node(
             name=name,
-            type=cast(NodeType, spec.get("type", "action")),
-            call=spec.get("call"),
-            needs=tuple(spec.get("needs", ())),
-            input=spec.get("input"),
-            queue=spec.get("queue", defaults.get("queue", DEFAULT_QUEUE)),
-            priority=int(spec.get("priority", defaults.get("priority", 0))),
+            type=cast(NodeType, node_doc.get("type", "action")),
+            call=node_doc.get("call"),
+            needs=tuple(node_doc.get("needs", ())),
+            input=node_doc.get("input"),
+            queue=node_doc.get("queue", defaults.get("queue", DEFAULT_QUEUE)),
+            priority=int(node_doc.get("priority", defaults.get("priority", 0))),
             timeout_s=None if timeout is None else parse_duration(timeout),
-            retry=_retry(defaults, spec),
+            retry=_retry(defaults, node_doc),
             on_dep_failure=cast(
-                OnDepFailure, spec.get("on_dep_failure", defaults.get("on_dep_failure", "fail_run"))
+                OnDepFailure,
+                node_doc.get("on_dep_failure", defaults.get("on_dep_failure", "fail_run")),
             ),
-            options={k: spec[k] for k in OPTION_KEYS if k in spec},
-            queue_set="queue" in spec,
-            priority_set="priority" in spec,
-            max_wait_s=None if spec.get("max_wait") is None else parse_duration(spec["max_wait"]),
-            when=_when(spec.get("when")),
+            options={k: node_doc[k] for k in OPTION_KEYS if k in node_doc},
+            queue_set="queue" in node_doc,
+            priority_set="priority" in node_doc,
+            max_wait_s=None
+            if node_doc.get("max_wait") is None
+            else parse_duration(node_doc["max_wait"]),
+            when=_when(node_doc.get("when")),
             on_dep_skip=cast(
-                OnDepSkip, spec.get("on_dep_skip", defaults.get("on_dep_skip", "skip"))
+                OnDepSkip, node_doc.get("on_dep_skip", defaults.get("on_dep_skip", "skip"))
             ),
-            concurrency=_limited(document["name"], name, spec, defaults, "concurrency"),
-            rate_limit=_limited(document["name"], name, spec, defaults, "rate_limit"),
+            concurrency=_limited(document["name"], name, node_doc, defaults, "concurrency"),
+            rate_limit=_limited(document["name"], name, node_doc, defaults, "rate_limit"),
             import_wait_s=None if import_wait is None else parse_duration(import_wait),
         )
     children = dict(children or {})

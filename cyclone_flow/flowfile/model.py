@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Literal
 
 from cyclone_flow._json import JSON as JSON
@@ -148,3 +149,36 @@ class Flow:
         """Names of the nodes no other node needs, in file order."""
         needed = {d for n in self.nodes.values() for d in n.needs}
         return [name for name in self.nodes if name not in needed]
+
+    # Facts about the nodes the insert path asks at every submission: computed once per
+    # Flow (a Flow and its nodes are frozen), none reads anything but the nodes.
+
+    @cached_property
+    def has_limits(self) -> bool:
+        """Whether a node has ``concurrency:`` or ``rate_limit:``: its runs are written by
+        ``engine.submit.insert_run`` (``step_insert_plan`` renders the limit keys), never by
+        the one-statement paths ``insert_run_alone`` and ``insert_runs``."""
+        return any(
+            n.concurrency is not None or n.rate_limit is not None for n in self.nodes.values()
+        )
+
+    @cached_property
+    def roots_are_actions(self) -> bool:
+        """Whether every root node (no needs) is an action without a ``when:``: a new run
+        then starts with no node for the engine to start or decide (nothing to release
+        after the insert)."""
+        return all(
+            n.type == "action" and n.when is None for n in self.nodes.values() if not n.needs
+        )
+
+    @cached_property
+    def _root_actions(self) -> tuple[Node, ...]:
+        return tuple(
+            n for n in self.nodes.values() if not n.needs and n.type == "action" and n.when is None
+        )
+
+    def root_queues(self, queue: str | None = None) -> set[str]:
+        """The queues a new run has claimable work in at once: those of its root actions
+        without a ``when:``, after a submission's ``queue`` override (a node that sets its
+        own queue keeps it). A delayed run has none: the caller checks that."""
+        return {n.queue if queue is None or n.queue_set else queue for n in self._root_actions}

@@ -29,10 +29,10 @@ from cyclone_flow.db.errors import database_lost
 from cyclone_flow.db.rows import DueRef, DueSchedule
 from cyclone_flow.errors import ScheduleNotFoundError, SubmitOptionError
 from cyclone_flow.flowfile.build import build_flow
+from cyclone_flow.inserter import Inserter, RunId
 from cyclone_flow.logs import LOGGER_NAME
 from cyclone_flow.notify import Publish, Wakeups
 from cyclone_flow.options import RunOptions
-from cyclone_flow.producer import Producer, RunId
 from cyclone_flow.schedules import Ticks
 from cyclone_flow.text import storable
 
@@ -113,7 +113,7 @@ class ScheduleScanner:
     def __init__(
         self,
         db: Database,
-        producer: Producer,
+        producer: Inserter,
         config: ScheduleScannerConfig | None = None,
         publish: Publish | None = None,
         logger: logging.Logger | None = None,

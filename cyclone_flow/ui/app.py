@@ -52,6 +52,7 @@ from cyclone_flow.errors import (
     RunNotFoundError,
     ScheduleNotFoundError,
 )
+from cyclone_flow.run_ids import is_run_id_start
 from cyclone_flow.states import NO_ATTEMPT, describe_attempt, describe_reuse, describe_skip
 from cyclone_flow.ui.dag import LEGEND, DagNode, dag_nodes, render_svg
 from cyclone_flow.ui.guards import LOOPBACK_HOSTS, BodyLimit, TrustedHosts
@@ -144,11 +145,6 @@ def _parse_time(text: str | None, name: str) -> datetime | None:
             400, f"{name} is not a time (ISO 8601, e.g. 2026-12-01T08:00)"
         ) from None
     return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
-def _is_hex_prefix(text: str) -> bool:
-    digits = text.replace("-", "").lower()
-    return len(digits) >= 4 and all(c in "0123456789abcdef" for c in digits)
 
 
 class _Guard:
@@ -285,10 +281,10 @@ class _Dashboard:
 
     def overview(self, request: Request) -> HTMLResponse:
         c = self.client
-        counts = {"hour": c.count_runs_by_state(3600, cap=COUNT_CAP)}
-        counts["day"] = c.count_runs_by_state(86400, cap=COUNT_CAP)
+        counts = {"hour": c.reads.count_runs_by_state(3600, cap=COUNT_CAP)}
+        counts["day"] = c.reads.count_runs_by_state(86400, cap=COUNT_CAP)
         queues = c.queue_stats()
-        done = {t.queue: t for t in c.queue_throughput(cap=COUNT_CAP)}
+        done = {t.queue: t for t in c.reads.queue_throughput(cap=COUNT_CAP)}
         by_name = {q.queue: q for q in queues}
         queue_rows = [
             {"name": name, "stats": by_name.get(name), "done": done.get(name)}
@@ -307,7 +303,7 @@ class _Dashboard:
                         None,
                     )
                 )
-        for step in c.list_reclaimed_steps():
+        for step in c.reads.list_reclaimed_steps():
             warnings.append(
                 (
                     f"step {step.node} reclaimed {step.reclaims} times ({step.state})",
@@ -315,9 +311,9 @@ class _Dashboard:
                     step.run_id,
                 )
             )
-        for rid in c.list_runs_past_deadline():
+        for rid in c.reads.list_runs_past_deadline():
             warnings.append(("run past its deadline, not failed yet", "run", rid))
-        for key in c.list_held_sequences():
+        for key in c.reads.list_held_sequences():
             warnings.append(
                 (f"sequence {key!r} is held: its first open run is not released", "", None)
             )
@@ -328,7 +324,7 @@ class _Dashboard:
             cap=COUNT_CAP,
             queues=queue_rows,
             workers=workers,
-            held=c.count_leases(),
+            held=c.reads.count_leases(),
             schedules=c.list_schedules(),
             warnings=warnings,
         )
@@ -336,7 +332,7 @@ class _Dashboard:
     def runs(self, request: Request) -> Response:
         params = request.query_params
         search = (params.get("q") or "").strip()
-        if search and _is_hex_prefix(search):
+        if search and is_run_id_start(search):
             try:
                 rid = self.client.resolve_run_id(search)
             except AmbiguousRunIdError as exc:
@@ -357,7 +353,7 @@ class _Dashboard:
                 raise HTTPException(400, "after: not <created_at>_<run id>")
             after = (when, rid_text)
         try:
-            rows = self.client.list_runs_page(
+            rows = self.client.reads.list_runs_page(
                 limit=PAGE_SIZE + 1,
                 after=after,
                 flow=params.get("flow") or None,
@@ -396,8 +392,8 @@ class _Dashboard:
     def _run_context(self, request: Request, run: Run) -> dict[str, Any]:
         began = time.perf_counter()
         steps = self.client.list_steps(run.id, items=False)
-        progress = self.client.item_progress(run.id)
-        definition = self.client.run_definition(run.id)
+        progress = self.client.count_items(run.id)
+        definition = self.client.get_run_definition(run.id)
         nodes = dag_nodes(definition, steps, progress)
         base = str(request.scope.get("root_path", "")).rstrip("/")
 
@@ -435,7 +431,7 @@ class _Dashboard:
 
     def run(self, request: Request) -> HTMLResponse:
         run = self._run_or_404(request.path_params["run_id"])
-        info = self.client.queue_info(run.id) or {}
+        info = self.client.get_queue_info(run.id) or {}
         ctx = self._run_context(request, run)
         expanded = None
         wanted = request.query_params.get("expand")
@@ -468,7 +464,7 @@ class _Dashboard:
             raise HTTPException(404, f"no node {node!r} in run {run.id}")
         if item is None:
             return top[0]
-        found = self.client.list_items(run.id, node, start=item, limit=1)
+        found = self.client.reads.list_items(run.id, node, start=item, limit=1)
         if not found or found[0].item_index != item:
             raise HTTPException(404, f"no item {item} of node {node!r} in run {run.id}")
         return found[0]
@@ -485,7 +481,9 @@ class _Dashboard:
         if not total:
             return [], pages
         start = (page - 1) * ITEMS_PAGE_SIZE
-        return self.client.list_items(run.id, step.node, start=start, limit=ITEMS_PAGE_SIZE), pages
+        return self.client.reads.list_items(
+            run.id, step.node, start=start, limit=ITEMS_PAGE_SIZE
+        ), pages
 
     def _page(self, request: Request, step: Step) -> int:
         """The ``page`` query parameter: 1 (absent) to the item page count, else 400."""
@@ -507,7 +505,7 @@ class _Dashboard:
         why = None
         if run.state == "running" and step.state in ("pending", "available", "waiting"):
             why = self.client.explain(run.id, items=item is not None).get(step.node)
-        logs, logs_total = self.client.step_log_node_tail(run.id, node, STEP_LOG_LINES)
+        logs, logs_total = self.client.reads.step_log_node_tail(run.id, node, STEP_LOG_LINES)
         return self.page(
             request,
             "step.html",
@@ -579,11 +577,13 @@ class _Dashboard:
 
     def flows(self, request: Request) -> HTMLResponse:
         name = request.query_params.get("name") or None
-        return self.page(request, "flows.html", flows=self.client.list_flows(name=name), name=name)
+        return self.page(
+            request, "flows.html", flows=self.client.reads.list_flows(name=name), name=name
+        )
 
     def flow(self, request: Request) -> HTMLResponse:
         text = request.path_params["flow_id"]
-        row = self.client.get_flow(int(text)) if text.isdigit() and len(text) < 18 else None
+        row = self.client.reads.get_flow(int(text)) if text.isdigit() and len(text) < 18 else None
         if row is None or row.definition is None:
             raise HTTPException(404, f"no stored flow {text}")
         yaml = YAML()

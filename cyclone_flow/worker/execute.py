@@ -33,10 +33,10 @@ from cyclone_flow.errors import (
 )
 from cyclone_flow.events import Reporter
 from cyclone_flow.handlers import HandlerResolver
+from cyclone_flow.inserter import Inserter
 from cyclone_flow.logs import step_extra
 from cyclone_flow.notify import Publish, Wakeups
 from cyclone_flow.options import job_flow, run_options
-from cyclone_flow.producer import Producer
 from cyclone_flow.states import ErrorKind
 from cyclone_flow.worker import step_logs
 from cyclone_flow.worker.aio import EventLoop, HandlerCancelled
@@ -86,7 +86,7 @@ class Executor:
         cache: OutputCache,
         tx_slots: threading.BoundedSemaphore,
         publish: Publish,
-        producer: Producer,
+        producer: Inserter,
         completer: BatchSink | None = None,
         on_database_error: Callable[[str], None] | None = None,
         give_back: bool = True,

@@ -23,12 +23,12 @@ from functools import cache
 from importlib import metadata
 
 from cyclone_flow.db import session, workers
-from cyclone_flow.db.conn import Database, retry_conflicts
+from cyclone_flow.db.conn import Database, Session, retry_conflicts
 from cyclone_flow.db.errors import database_lost, wait_bound_passed
 from cyclone_flow.engine import claim
 from cyclone_flow.events import Reporter
 
-__all__ = ["Heartbeat", "HeartbeatResult", "HeldLease", "WorkerIdentity"]
+__all__ = ["Heartbeat", "HeartbeatResult", "HeldLease", "WorkerIdentity", "register_owner"]
 
 
 class HeldLease(threading.Event):
@@ -63,6 +63,25 @@ class WorkerIdentity:
     hostname: str = field(default_factory=socket.gethostname)
     pid: int = field(default_factory=os.getpid)
     version: str = field(default_factory=_version)
+
+
+def register_owner(
+    s: Session, *, client_id: str, queues: Mapping[str, int], lease_ttl_s: float, run_id: str
+) -> None:
+    """Write the heartbeat row of client ``client_id`` (serving ``queues``: queue -> worker
+    threads) claiming only ``run_id``, on ``s`` (the submitting transaction of an isolated
+    run: its owner is live from the run's first commit, before ``start(run_id=...)``)."""
+    identity = WorkerIdentity(dict(queues), run_id)
+    workers.worker_upsert(
+        s,
+        client_id=client_id,
+        hostname=identity.hostname,
+        pid=identity.pid,
+        queues=identity.queues,
+        only_run=run_id,
+        lease_ttl_s=lease_ttl_s,
+        version=identity.version,
+    )
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,7 @@ def test_a_running_steps_lines_are_shown_followed_and_kept_when_the_worker_is_ki
                 reader.join(5)
 
         worker.kill()  # SIGKILL mid-attempt
-        kept = [x.message for x in client.step_logs(run_id)]
+        kept = [x.message for x in client.list_step_logs(run_id)]
         assert kept == ["still running", "cyclone_flow.step: logged: still running"]
     finally:
         worker.kill()

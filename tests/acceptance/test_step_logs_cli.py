@@ -113,5 +113,5 @@ def test_a_workers_child_process_output_goes_to_its_step_and_its_own_lines_to_st
     assert "hello" not in proc.stdout + proc.stderr
     assert " started: queues default=4" in proc.stderr  # the worker's own log lines
     assert client.get_run(run_id).state == "completed"
-    messages = {(x.stream, x.message) for x in client.step_logs(run_id)}
+    messages = {(x.stream, x.message) for x in client.list_step_logs(run_id)}
     assert {("stdout", "hello"), ("stdout", "x"), ("stderr", "to fd 2")} <= messages

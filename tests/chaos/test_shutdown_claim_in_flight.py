@@ -132,7 +132,7 @@ def test_steps_a_claim_returns_after_the_shutdown_began_are_released(
         got = real(*args, **kwargs)
         if got.steps if limited else got:
             returned.set()
-            worker = client.worker
+            worker = client.runtime
             assert worker is not None
             wait_until(worker._stop.is_set, timeout=10, what="the shutdown to begin")
         return got

@@ -130,7 +130,7 @@ def sweep_once(client: Client) -> dict[str, int]:
     """One pass of the recovery sweep of ``client``'s started worker (its rescuer, which
     reports through the worker's hooks): ``{"timed_out": n, "reclaim_limit": n, "rescued":
     n}``."""
-    worker = client.worker
+    worker = client.runtime
     assert worker is not None, "start the client first"
     return dataclasses.asdict(worker.rescuer.run_once())
 

@@ -34,8 +34,8 @@ def test_an_async_handler_runs_on_the_loop_thread_and_returns_its_output(
         assert status.output == {"s": {"doubled": 2 * n, "thread": "cyclone-asyncio"}}
     assert client.worker is not None and client.worker.executor.event_loop.running
     # what the coroutine printed and logged is in its own step's logs (not another's)
-    wait_until(lambda: client.step_logs(runs[3]), what="the step's log lines")
-    lines = [(x.stream, x.level, x.message) for x in client.step_logs(runs[3])]
+    wait_until(lambda: client.list_step_logs(runs[3]), what="the step's log lines")
+    lines = [(x.stream, x.level, x.message) for x in client.list_step_logs(runs[3])]
     assert lines == [
         ("stdout", None, "async print 3"),
         ("log", "INFO", "cyclone_flow.step: async ctx.log 3"),

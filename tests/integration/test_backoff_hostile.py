@@ -166,7 +166,7 @@ def test_sweep_records_a_timeout_whose_backoff_cannot_be_computed(
         (step.id,),
     )
     client.start()  # its workers serve the default queue only: the step stays put
-    assert client.worker is not None
+    assert client.runtime is not None
     assert sweep_once(client)["timed_out"] == 1
     row = db.execute(
         "SELECT state, attempt, error_kind, error, jsonb_array_length(errors), "

@@ -67,7 +67,7 @@ def _start(client: Client, schema: str, *, fail: bool) -> tuple[str, str]:
 
 def _settle(client: Client, run_id: str) -> None:
     """Wait until the handler's completion (or failure) was tried and the run is over."""
-    assert client.worker is not None
+    assert client.runtime is not None
     wait_until(lambda: client.in_flight() == 0, what="the handler's result")
     wait_until(lambda: client.get_run(run_id).state.terminal, what="a terminal run")
 

@@ -1,4 +1,4 @@
-"""``submit --dry-run`` (``plan_submit``) shows what submit really does with ``when:``: a
+"""``submit --dry-run`` (``preview_submit``) shows what submit really does with ``when:``: a
 conditional node that submit releases (a root, or a node whose needs are all skipped
 under ``on_dep_skip: run``) is decided at submit on the run input, so the plan says
 ``skipped`` / ``available`` / ``discarded`` as the real run's steps are right after the
@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from cyclone_flow import Client
-from cyclone_flow.client import plan_submit
+from cyclone_flow.client import preview_submit
 from cyclone_flow.flowfile import load_flow_text
 
 H = "cyclone_test_handlers.conditions"
@@ -47,7 +47,7 @@ def test_the_plan_says_what_submit_leaves(make_client: Callable[..., Client], n:
     client = make_client()  # not started: nothing runs after the submit
     flow = load_flow_text(FLOW)
     run_input = {"n": n, "items": [1, 2]}
-    plan = plan_submit(flow, run_input)
+    plan = preview_submit(flow, run_input)
     planned = {s.node: s.state for s in plan.steps}
     assert planned == _real_states(client, client.submit(flow, run_input))
     if n == 1:
@@ -70,6 +70,6 @@ def test_a_condition_that_cannot_be_evaluated_is_discarded_at_submit(
 ) -> None:
     client = make_client()
     flow = load_flow_text(BAD)
-    [step] = plan_submit(flow, {"s": "x"}).steps
+    [step] = preview_submit(flow, {"s": "x"}).steps
     assert step.state == "discarded" and "cannot compare" in str(step.detail["error"])
     assert _real_states(client, client.submit(flow, {"s": "x"})) == {"bad": "discarded"}

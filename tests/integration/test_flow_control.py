@@ -597,7 +597,7 @@ def test_explain_names_the_concurrency_key_at_its_limit(
     tree = render_tree(
         client.get_run(ids[2]),
         client.list_steps(ids[2]),
-        client.item_progress(ids[2]),
+        client.count_items(ids[2]),
         client.explain(ids[2]),
         datetime.now(UTC),
     )

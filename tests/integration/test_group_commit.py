@@ -62,7 +62,7 @@ def _completer(client: Client) -> BatchSink:
 def _wrap_complete_steps(client: Client, before: Callable[[list[Any]], None]) -> list[list[str]]:
     """Fault injection: ``before(batch)`` runs first in every group commit of ``client``'s
     completer (``BatchSink.complete_steps``); returns the node lists of the calls so far."""
-    completer = client._completer  # the one its worker uses once started
+    completer = client._worker_parts().completer  # the one its worker uses once started
     original = completer.complete_steps
     calls: list[list[str]] = []
 
@@ -399,7 +399,7 @@ def test_a_step_reclaimed_while_queued_is_stale_in_its_batch_next_to_its_new_cla
     assert set(_completions(db).values()) == {1}
     completer = _completer(client)
     wait_until(lambda: completer.steps >= 4, timeout=5, what="4 settled")
-    wait_until(lambda: client.worker is None or client.in_flight() == 0, timeout=5)
+    wait_until(lambda: client.runtime is None or client.in_flight() == 0, timeout=5)
     assert completer.steps == 4  # the stale old completion is not counted
     assert Counter(e.run_id for e in events if e.kind == "completed") == Counter(
         dict.fromkeys(run_ids, 1)

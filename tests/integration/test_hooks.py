@@ -79,7 +79,7 @@ def test_every_step_event_kind_is_emitted_after_its_commit(
         )
         run_id = client.submit(load_flow_text(EVENTS), {"v": 2})
         client.start()
-        assert client.worker is not None
+        assert client.runtime is not None
         assert sweep_once(client)["rescued"] == 1
         assert client.wait(crashed, timeout=10).state == "completed"
         assert client.wait(run_id, timeout=10).state == "failed"

@@ -22,6 +22,7 @@ from cyclone_flow.config import RetentionConfig
 from cyclone_flow.db.conn import Conn, Database
 from cyclone_flow.events import Reporter, StepEvent
 from cyclone_flow.flowfile import load_flow_text
+from cyclone_flow.inserter import Inserter
 from cyclone_flow.maintenance import services
 from cyclone_flow.maintenance.base import MaintenanceService
 from cyclone_flow.maintenance.deadline_scanner import (
@@ -39,7 +40,6 @@ from cyclone_flow.maintenance.scheduler import ScheduleScanner, ScheduleScannerR
 from cyclone_flow.maintenance.sequences import SequenceScanner, SequenceScannerResult
 from cyclone_flow.maintenance.wait_scanner import WaitScanner, WaitScannerConfig, WaitScannerResult
 from cyclone_flow.notify import Wakeups
-from cyclone_flow.producer import Producer
 
 TTL_S = 30.0
 PARKED = load_flow_text("name: parked\nnodes:\n  s: {call: 'm:f', queue: parked}\n")
@@ -280,7 +280,7 @@ def test_the_schedule_scanner_counts_submitted_ticks_and_failing_schedules(
     producer.add_schedule(PARKED, "*/5 * * * *", name="broken", now=t0)
     db.execute("UPDATE cyclone_schedules SET cron = '0 0 31 2 *' WHERE name = 'broken'")
     rec = Recorder()
-    scanner = ScheduleScanner(database, Producer(database, producer.config), publish=rec.publish)
+    scanner = ScheduleScanner(database, Inserter(database, producer.config), publish=rec.publish)
     assert scanner.run_once(now=t0) == ScheduleScannerResult()
     result = scanner.run_once(now=t0 + timedelta(minutes=5))
     assert result == ScheduleScannerResult(submitted=1, failed=1)
@@ -299,7 +299,7 @@ def test_a_schedule_failing_for_days_does_not_overflow_its_retry_delay(
     t0 = datetime.fromisoformat("2024-06-01T12:00:00+00:00")
     producer.add_schedule(PARKED, "*/5 * * * *", name="broken", now=t0)
     db.execute("UPDATE cyclone_schedules SET cron = '0 0 31 2 *' WHERE name = 'broken'")
-    scanner = ScheduleScanner(database, Producer(database, producer.config))
+    scanner = ScheduleScanner(database, Inserter(database, producer.config))
     now = t0 + timedelta(minutes=5)
     assert scanner.run_once(now=now).failed == 1
     [(schedule_id, failure)] = scanner._failing.items()
@@ -337,7 +337,7 @@ def test_the_services_a_worker_runs_share_one_scaffold_in_the_loops_order(
     assert built.rescuer.config.max_reclaims == 3
     assert built.rescuer.reporter is reporter and built.wait_scanner.publish == rec.publish
     # without retention nor a scheduler: neither is built; a scheduler given runs second
-    scanner = ScheduleScanner(database, Producer(database, config))
+    scanner = ScheduleScanner(database, Inserter(database, config))
     bare = services(database, make_client().config, rec.publish, log, reporter, scanner)
     assert bare.retention is None
     assert [s.name for s in bare.in_order()][:3] == [

@@ -95,7 +95,7 @@ def test_a_lease_that_comes_back_to_the_same_client_keeps_its_heartbeat(
     flow = _one("cyclone_test_handlers.misbehave:twice")
     run_id = client.submit(flow, {"key": key, "second_s": 1.5})
     client.start()
-    assert client.worker is not None
+    assert client.runtime is not None
     assert engine.event(key, "entered1").wait(10)
     db.execute("UPDATE cyclone_steps SET lease_expiry = now() - interval '1s'")
     assert sweep_once(client)["rescued"] == 1

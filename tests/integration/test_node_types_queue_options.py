@@ -186,7 +186,7 @@ def test_a_sequence_holds_a_run_with_a_child_root_until_the_signal_run_completes
     assert before_signal is not None and created is not None
     assert created[0] >= before_signal[0]  # started by the release, not at submit
     # a child run is not part of the sequence and holds no unique key
-    info = client.queue_info(child)
+    info = client.get_queue_info(child)
     assert info is not None
     assert (info["sequence_key"], info["unique_key"], info["sequence_held"]) == (None, None, False)
 

@@ -96,7 +96,7 @@ nodes:
     assert client.cancel(run_id) is True
     assert client.cancel(run_id) is False  # already terminal: nothing changes
     operator.GATE.set()  # the handler returns now; its completion must be stale
-    wait_until(lambda: client.worker is not None and client.in_flight() == 0, 10)
+    wait_until(lambda: client.runtime is not None and client.in_flight() == 0, 10)
     run = client.get_run(run_id)
     assert run.state == "cancelled"
     steps = {s.node: s for s in client.list_steps(run_id)}
@@ -190,7 +190,7 @@ def test_reclaim_limit_discards_without_charging_an_attempt(
         sweep_interval=3600,  # sweeps only when the test says so
     )
     sweeper.start()
-    assert sweeper.worker is not None
+    assert sweeper.runtime is not None
 
     def crash_holding_the_lease() -> None:
         assert len(claim(client, "ghost", 30, ["default"], 1)) == 1

@@ -58,7 +58,7 @@ def test_a_prepared_statement_error_in_the_group_commit_charges_no_attempt(
 ) -> None:
     caplog.set_level(logging.INFO, logger="cyclone_flow")
     client = make_client(workers=2, lease_ttl=1.0, sweep_interval=0.2)
-    sink = client._completer
+    sink = client._worker_parts().completer
     real = sink.complete_steps
     failed: list[str] = []
 

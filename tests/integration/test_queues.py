@@ -269,5 +269,5 @@ def test_a_producer_only_client_starts_no_thread(
     client.enqueue(NOOP, {"x": 3})
     new = set(threading.enumerate()) - before
     assert new and all(t.name.startswith(f"{database(client).pool.name}-") for t in new), new
-    assert client.worker is None
+    assert client.runtime is None
     assert db.execute("SELECT count(*) FROM cyclone_runs").fetchone() == (4,)

@@ -165,9 +165,9 @@ def test_started_client_purges_in_its_maintenance_loop(
         sweep_interval=0.05,
         retention=RetentionConfig(default_age=HOUR, interval=0.05),
     )
-    assert sweeping.worker is None
+    assert sweeping.runtime is None
     sweeping.start()
-    assert sweeping.worker is not None and sweeping.worker.retention is not None
+    assert sweeping.runtime is not None and sweeping.runtime.retention is not None
     wait_until(lambda: _run_ids(db) == {young}, timeout=10, what="the background purge")
     assert _orphans(db) == (0, 0)
 
@@ -183,7 +183,7 @@ def test_non_positive_age_disables_the_sweep(
     _age(db, [run_id], 100 * HOUR)
     idle = make_client(retention=RetentionConfig(default_age=age))
     idle.start()
-    assert idle.worker is not None and idle.worker.retention is None
+    assert idle.runtime is not None and idle.runtime.retention is None
     sweeper = RetentionSweeper(
         database(idle),
         RetentionSweeperConfig.of(RetentionConfig(default_age=age)),

@@ -186,7 +186,7 @@ def test_trigger_submits_one_run_now_outside_the_cadence(
     for run_id in (first, second):
         run = client.get_run(run_id)
         assert (run.flow_name, run.state, run.input) == ("nightly", "running", {"region": "fr"})
-        info = client.queue_info(run_id) or {}
+        info = client.get_queue_info(run_id) or {}
         assert info["schedule_id"] is not None and info["scheduled_for"] is None  # no tick
     rows = {r.name: r for r in client.list_schedules()}
     assert rows["hourly"].last_run_id == second and rows["hourly"].last_run_at == at

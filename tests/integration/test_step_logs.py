@@ -41,10 +41,10 @@ def test_prints_records_and_tracebacks_are_kept_per_attempt_and_not_printed(
     run_id = client.submit(CHATTY)
     assert client.wait(run_id, timeout=20).output == {"s": {"ok": 2}}
     wait_until(
-        lambda: [x for x in client.step_logs(run_id) if x.attempt == 2],
+        lambda: [x for x in client.list_step_logs(run_id) if x.attempt == 2],
         what="the second attempt's lines",
     )
-    lines = client.step_logs(run_id)
+    lines = client.list_step_logs(run_id)
     first = [(x.stream, x.level, x.message) for x in lines if x.attempt == 1]
     assert first[:4] == [
         ("stdout", None, "hello from print, attempt 1"),
@@ -64,11 +64,13 @@ def test_prints_records_and_tracebacks_are_kept_per_attempt_and_not_printed(
     second = [x.message for x in lines if x.attempt == 2]
     assert second[0] == "hello from print, attempt 2" and len(second) == 6  # no traceback
     assert [x.seq for x in lines if x.attempt == 1] == list(range(7))
-    assert client.step_logs(run_id, attempt=2, node="s") == [x for x in lines if x.attempt == 2]
-    assert client.step_logs(run_id, after=lines[-2].id) == lines[-1:]
+    assert client.list_step_logs(run_id, attempt=2, node="s") == [
+        x for x in lines if x.attempt == 2
+    ]
+    assert client.list_step_logs(run_id, after=lines[-2].id) == lines[-1:]
     # the tail is the last lines by when they were produced: a failed attempt's lines can
     # be stored after its retry's (the retry is claimed before they are written)
-    assert client.step_log_tail(run_id, 2) == sorted(lines, key=lambda x: (x.at, x.id))[-2:]
+    assert client.list_step_log_tail(run_id, 2) == sorted(lines, key=lambda x: (x.at, x.id))[-2:]
     out = capsys.readouterr()
     assert "hello from print" not in out.out and "hello from print" not in out.err
     assert "partial" not in out.out
@@ -81,7 +83,7 @@ def test_the_cap_keeps_the_first_bytes_and_marks_the_cut(
     client.start()
     run_id = client.enqueue("cyclone_test_handlers.chatty:loud", {"lines": 50})
     client.wait(run_id, timeout=20)
-    lines = wait_until(lambda: client.step_logs(run_id), what="the lines")
+    lines = wait_until(lambda: client.list_step_logs(run_id), what="the lines")
     assert [x.message[:4] for x in lines[:-2]] == [f"{i:04d}" for i in range(10)]
     # said where the cut began (stored while the attempt runs) and how much at its end
     assert (lines[-2].stream, lines[-2].level) == ("log", "WARNING")
@@ -106,15 +108,15 @@ def test_a_fan_out_node_selects_its_items_and_a_client_without_capture_prints(
     client.start()
     run_id = client.submit(flow)
     client.wait(run_id, timeout=20)
-    wait_until(lambda: len(client.step_logs(run_id, node="each")) == 3, what="3 lines")
-    assert {x.node for x in client.step_logs(run_id, node="each")} == {"each[0]", "each[1]"}
-    assert client.step_logs(run_id, node="each[1]")[1].message.startswith("0001")
+    wait_until(lambda: len(client.list_step_logs(run_id, node="each")) == 3, what="3 lines")
+    assert {x.node for x in client.list_step_logs(run_id, node="each")} == {"each[0]", "each[1]"}
+    assert client.list_step_logs(run_id, node="each[1]")[1].message.startswith("0001")
     client.shutdown()
     off = make_client(step_log_bytes=0)
     off.start()
     other = off.enqueue("cyclone_test_handlers.chatty:loud", {"lines": 1})
     off.wait(other, timeout=20)
-    assert off.step_logs(other) == []
+    assert off.list_step_logs(other) == []
     assert "0000xxx" in capfd.readouterr().out
 
 
@@ -135,13 +137,13 @@ def test_logs_go_with_their_run(
     client.start()
     run_id = client.enqueue("cyclone_test_handlers.chatty:loud", {"lines": 3})
     run = client.wait(run_id, timeout=20)
-    wait_until(lambda: client.step_logs(run_id), what="the lines")
+    wait_until(lambda: client.list_step_logs(run_id), what="the lines")
     assert run.finished_at is not None
     sweeper = RetentionSweeper(database(client), RetentionSweeperConfig(age_s=60))
     assert sweeper.run_once(now=run.finished_at + timedelta(seconds=61)).deleted == 1
     assert db.execute("SELECT count(*) FROM cyclone_step_logs").fetchone() == (0,)
     with pytest.raises(RunNotFoundError):
-        client.step_logs(run_id)
+        client.list_step_logs(run_id)
 
 
 def test_step_log_bytes_is_checked() -> None:
@@ -175,7 +177,7 @@ def test_a_handler_print_under_the_live_bar_goes_to_its_step_logs(
     console = Console(file=out, force_terminal=True, width=120, color_system=None)
     follow_run(client, run_id, console=console)
     releaser.join()
-    lines = wait_until(lambda: client.step_logs(run_id), what="the lines")
+    lines = wait_until(lambda: client.list_step_logs(run_id), what="the lines")
     assert [x.message[:4] for x in lines] == ["0000", "0001"]
     assert "0000xxx" not in out.getvalue() + capsys.readouterr().out
 
@@ -191,7 +193,7 @@ def test_a_running_steps_lines_are_stored_while_it_runs_in_order(
     run_id = client.enqueue(
         "cyclone_test_handlers.chatty:log_then_wait", {"line": "early", "release": str(release)}
     )
-    lines = wait_until(lambda: client.step_logs(run_id), what="the running step's lines")
+    lines = wait_until(lambda: client.list_step_logs(run_id), what="the running step's lines")
     assert [x.message for x in lines] == ["early", "cyclone_flow.step: logged: early"]
     assert client.get_run(run_id).state == "running" and not release.exists()
     # the dashboard's step page reads the same table: the running step shows its line
@@ -206,7 +208,7 @@ def test_a_running_steps_lines_are_stored_while_it_runs_in_order(
     assert page.status_code == 200 and "stdout: early" in page.text
     release.touch()
     client.wait(run_id, timeout=20)
-    assert [x.seq for x in client.step_logs(run_id)] == [0, 1]  # stored once
+    assert [x.seq for x in client.list_step_logs(run_id)] == [0, 1]  # stored once
 
 
 def test_a_chatty_handler_is_stored_in_few_statements(
@@ -224,7 +226,9 @@ def test_a_chatty_handler_is_stored_in_few_statements(
     )
     client.wait(run_id, timeout=20)
     # the last lines are written just after the completion (group commit: it may be seen first)
-    lines = wait_until(lambda: len(client.step_logs(run_id)) >= 2002 and client.step_logs(run_id))
+    lines = wait_until(
+        lambda: len(client.list_step_logs(run_id)) >= 2002 and client.list_step_logs(run_id)
+    )
     assert len(lines) == 2002 and [x.seq for x in lines] == list(range(2002))
     assert [x.message for x in lines[2:5]] == ["line 0", "line 1", "line 2"]
     (statements,) = db.execute(
@@ -245,7 +249,7 @@ def test_a_handler_that_logs_nothing_starts_no_flusher(make_client: Callable[...
     client.start()
     run_id = client.enqueue("cyclone_test_handlers.chatty:loud", {"lines": 0})
     client.wait(run_id, timeout=20)
-    assert client.step_logs(run_id) == []
+    assert client.list_step_logs(run_id) == []
     assert "cyclone-step-logs" not in {t.name for t in threading.enumerate()}
 
 

@@ -268,10 +268,11 @@ def test_a_10000_item_fan_out_pages_its_items_in_sql(make_client: Callable[..., 
     run_id = client.submit(load_flow_text(BIG_FAN_OUT), {"items": list(range(10_000))})
     http = _http(client)
     size = ui_app.ITEMS_PAGE_SIZE
-    first = client.list_items(run_id, "each", limit=3)
+    first = client.reads.list_items(run_id, "each", limit=3)
     assert [s.item_index for s in first] == [0, 1, 2]
-    assert [s.item_index for s in client.list_items(run_id, "each", start=9_998)] == [9998, 9999]
-    assert client.list_items(run_id, "nope") == []
+    last = client.reads.list_items(run_id, "each", start=9_998)
+    assert [s.item_index for s in last] == [9998, 9999]
+    assert client.reads.list_items(run_id, "nope") == []
 
     # the run's page: one box for the fan-out, its link expands the items on the page
     page = http.get(f"/runs/{run_id}")
@@ -322,7 +323,7 @@ def test_overview_throughput_per_queue(make_client: Callable[..., Client], db: A
         assert client.wait(run_id, timeout=20).state == "completed"
     # a running run's finished step counts too (found through its running step)
     wait_until(lambda: [s.state for s in client.list_steps(gated)] == ["completed", "running"])
-    assert [(t.queue, t.last_minute, t.last_hour) for t in client.queue_throughput()] == [
+    assert [(t.queue, t.last_minute, t.last_hour) for t in client.reads.queue_throughput()] == [
         ("default", 4, 4)
     ]
     db.execute(
@@ -333,10 +334,10 @@ def test_overview_throughput_per_queue(make_client: Callable[..., Client], db: A
         "UPDATE cyclone_steps SET finished_at = now() - interval '2 hours' WHERE run_id = %s",
         [done[1]],
     )
-    assert [(t.queue, t.last_minute, t.last_hour) for t in client.queue_throughput()] == [
+    assert [(t.queue, t.last_minute, t.last_hour) for t in client.reads.queue_throughput()] == [
         ("default", 2, 3)
     ]
-    assert client.queue_throughput(cap=1)[0].last_hour == 1
+    assert client.reads.queue_throughput(cap=1)[0].last_hour == 1
     page = _http(client).get("/").text
     row = re.search(r'<tr data-queue="default">(.*?)</tr>', page, re.S)
     assert row, page
@@ -358,7 +359,7 @@ def test_reclaimed_steps_running_and_at_a_queue_head(
         [ids[1]],
     )
     db.execute("UPDATE cyclone_steps SET reclaims = 1 WHERE run_id = %s", [ids[2]])
-    found = [(r.run_id, r.reclaims) for r in client.list_reclaimed_steps()]
+    found = [(r.run_id, r.reclaims) for r in client.reads.list_reclaimed_steps()]
     assert found == [(ids[1], 3), (ids[0], 2)]  # more than once, most first
     assert "step only reclaimed 2 times (available)" in _http(client).get("/").text
 
@@ -499,10 +500,10 @@ def test_trigger_a_schedule_from_the_overview(make_client: Callable[..., Client]
     assert http.post("/schedules/yearly/trigger", data={}).status_code == 403
     ask = http.post("/schedules/yearly/trigger", data={"csrf": token})
     assert ask.status_code == 200 and "Really submit a run of schedule" in ask.text
-    assert client.list_runs_page(limit=5) == []  # nothing before the answer
+    assert client.reads.list_runs_page(limit=5) == []  # nothing before the answer
     done = http.post("/schedules/yearly/trigger", data={"csrf": token, "confirmed": "1"})
     assert done.status_code == 303
-    (run,) = client.list_runs_page(limit=5)
+    (run,) = client.reads.list_runs_page(limit=5)
     assert done.headers["location"].startswith(f"/runs/{run.id}?msg=")
     assert run.input == {"n": 7}
     assert "triggered from its schedule" in http.get(f"/runs/{run.id}").text

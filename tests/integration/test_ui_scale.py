@@ -77,27 +77,27 @@ def test_every_page_query_on_a_million_runs(
         "SELECT workflow_id FROM cyclone_runs WHERE id = %s", [run_id]
     ).fetchone() or (0,)
     _fill(db, workflow_id)
-    page = client.list_runs_page(limit=51)
+    page = client.reads.list_runs_page(limit=51)
     after = (page[-1].created_at, page[-1].id)
-    deep = client.list_runs_page(limit=1, after=after)
+    deep = client.reads.list_runs_page(limit=1, after=after)
     reads: dict[str, Callable[[], object]] = {
-        "runs: newest": lambda: client.list_runs_page(limit=51),
-        "runs: next page": lambda: client.list_runs_page(limit=51, after=after),
-        "runs: flow=rare": lambda: client.list_runs_page(limit=51, flow="rare"),
-        "runs: state=failed": lambda: client.list_runs_page(limit=51, state="failed"),
-        "runs: queue=rare-q": lambda: client.list_runs_page(limit=51, queue="rare-q"),
-        "runs: unique key": lambda: client.list_runs_page(limit=51, unique_key="key-5000"),
+        "runs: newest": lambda: client.reads.list_runs_page(limit=51),
+        "runs: next page": lambda: client.reads.list_runs_page(limit=51, after=after),
+        "runs: flow=rare": lambda: client.reads.list_runs_page(limit=51, flow="rare"),
+        "runs: state=failed": lambda: client.reads.list_runs_page(limit=51, state="failed"),
+        "runs: queue=rare-q": lambda: client.reads.list_runs_page(limit=51, queue="rare-q"),
+        "runs: unique key": lambda: client.reads.list_runs_page(limit=51, unique_key="key-5000"),
         "runs: id prefix": lambda: client.resolve_run_id(run_id[:8]),
-        "overview: counts hour": lambda: client.count_runs_by_state(3600),
-        "overview: counts day": lambda: client.count_runs_by_state(86400),
+        "overview: counts hour": lambda: client.reads.count_runs_by_state(3600),
+        "overview: counts day": lambda: client.reads.count_runs_by_state(86400),
         "overview: queues": client.queue_stats,
-        "overview: throughput": client.queue_throughput,
+        "overview: throughput": client.reads.queue_throughput,
         "overview: workers": client.workers,
-        "overview: reclaimed": client.list_reclaimed_steps,
-        "overview: past deadline": client.list_runs_past_deadline,
-        "overview: held sequences": client.list_held_sequences,
-        "flows": client.list_flows,
-        "flow: lonely": lambda: client.get_flow(lonely),
+        "overview: reclaimed": client.reads.list_reclaimed_steps,
+        "overview: past deadline": client.reads.list_runs_past_deadline,
+        "overview: held sequences": client.reads.list_held_sequences,
+        "flows": client.reads.list_flows,
+        "flow: lonely": lambda: client.reads.get_flow(lonely),
         "run: get": lambda: client.get_run(run_id),
         "run: steps": lambda: client.list_steps(run_id),
         "run: explain": lambda: client.explain(run_id),

@@ -135,19 +135,19 @@ def test_lost_wakeup_is_claimed_by_polling_within_poll_max(
     poll_max = 0.3
     worker = make_client(workers=1, poll_interval=(0.05, poll_max))
     worker.start()
-    assert worker.worker is not None
+    assert worker.runtime is not None
     producer = make_client()
     drop_wakeups(producer)  # every NOTIFY of the producer is lost
     for _ in range(3):
         # let the idle claim loop back off to its longest sleep (0.05 doubling to 0.3 s)
-        polls = worker.worker.claim_queries + 6
-        wait_until(lambda p=polls: worker.worker.claim_queries >= p, 10, what="idle polls")
+        polls = worker.runtime.claim_queries + 6
+        wait_until(lambda p=polls: worker.runtime.claim_queries >= p, 10, what="idle polls")
         run_id = producer.submit(_flow())
         delay = wait_until(lambda r=run_id: _claim_delay(db, r), 10, what="the claim")
         assert delay < poll_max + 0.2, f"claimed {delay:.3f}s after the commit"
         assert worker.wait(run_id, timeout=10).state == "completed"
     assert published_so_far(listen, database_url, schema, "cyclone_available") == []
-    assert worker.worker.wakeups_forwarded == 0  # every claim came from a poll
+    assert worker.runtime.wakeups_forwarded == 0  # every claim came from a poll
 
 
 def test_notify_disabled_client_claims_by_polling_and_still_publishes(
@@ -168,16 +168,16 @@ def test_notify_disabled_client_claims_by_polling_and_still_publishes(
 def test_worker_forwards_only_wakeups_of_queues_it_serves(make_client, db) -> None:
     worker = make_client(worker_queues={"alpha": 1}, poll_interval=(30.0, 30.0))
     worker.start()
-    assert worker.listener is not None and worker.worker is not None
+    assert worker.listener is not None and worker.runtime is not None
     wait_until(worker.listener.ready.is_set, 10, what="the listener")
     producer = make_client()
     others = [producer.submit(_flow("beta")) for _ in range(3)]
-    wait_until(lambda: worker.worker.wakeups_ignored >= 3, 10, what="3 ignored wakeups")
-    assert worker.worker.wakeups_forwarded == 0  # no claim is attempted for them
+    wait_until(lambda: worker.runtime.wakeups_ignored >= 3, 10, what="3 ignored wakeups")
+    assert worker.runtime.wakeups_forwarded == 0  # no claim is attempted for them
     mine = producer.submit(_flow("alpha"))
     delay = wait_until(lambda: _claim_delay(db, mine), 10, what="the claim")
     assert delay < 5.0  # the poll interval is 30 s: the wakeup woke the claim loop
-    assert worker.worker.wakeups_forwarded == 1
+    assert worker.runtime.wakeups_forwarded == 1
     assert [step_row(db, rid)["state"] for rid in others] == ["available"] * 3
 
 
@@ -200,7 +200,7 @@ def test_listener_reconnects_after_pg_terminate_backend(make_client, db, caplog)
     run_id = make_client().submit(_flow())
     delay = wait_until(lambda: _claim_delay(db, run_id), 10, what="the claim")
     assert delay < 5.0  # the poll interval is 30 s: the new LISTEN woke the claim loop
-    assert worker.worker is not None and worker.worker.wakeups_forwarded == 1
+    assert worker.runtime is not None and worker.runtime.wakeups_forwarded == 1
 
 
 # --- coalescing ---------------------------------------------------------------------------
@@ -326,7 +326,7 @@ def test_track_wakeups_publishes_after_the_callers_commit(
 ) -> None:
     worker = make_client(workers=1, poll_interval=(30.0, 30.0))
     worker.start()
-    assert worker.listener is not None and worker.worker is not None
+    assert worker.listener is not None and worker.runtime is not None
     wait_until(worker.listener.ready.is_set, 10, what="the listener")
     producer = make_client()
     with psycopg.connect(database_url) as conn:
