@@ -1,15 +1,16 @@
 """``cyclone-flow status RUN --watch``: one run followed until it ends.
 
 On a terminal, :func:`watch_run` redraws a tree (rich ``Live``) every ``interval``
-seconds: the run, then one line per node with its state, attempt, how long it ran (or has
-been running), its node-type detail (a fan-out node's item summary, the child run, the
-awaited signal) and, for a step that is neither running nor finished, why it waits
-(:meth:`Client.explain <cyclone_flow.Client.explain>`, as ``status`` says it). With
-``items``, a fan-out node's item steps hang below it. Elsewhere (stdout a pipe or a file)
-it prints first each waiting step and why (``waiting: NODE: REASON``, as ``status``
-does), then the plain lines of :class:`~cyclone_flow.cli.progress.PlainLines` as things
-change, in the order they happened, so a CI log gets no redraws. Either way it returns
-the final run.
+seconds from one view of the run (:meth:`Client.run_view
+<cyclone_flow.Client.run_view>`: one snapshot per redraw): the run, then one line per
+node with its state, attempt, how long it ran (or has been running), its node-type
+detail (a fan-out node's item summary, the child run, the awaited signal) and, for a
+step that is neither running nor finished, why it waits (as ``status`` says it, in the
+words of :mod:`cyclone_flow.describe`). With ``items``, a fan-out node's item steps hang
+below it. Elsewhere (stdout a pipe or a file) it prints first each waiting step and why
+(``waiting: NODE: REASON``, as ``status`` does), then the plain lines of
+:class:`~cyclone_flow.cli.progress.PlainLines` as things change, in the order they
+happened, so a CI log gets no redraws. Either way it returns the final run.
 """
 
 from __future__ import annotations
