@@ -436,7 +436,7 @@ class _Dashboard:
             ),
             "progress": progress,
             "svg": render_svg(nodes, href),
-            "timeline": render_timeline(run, timeline_rows(steps), datetime.now(UTC), step_href),
+            "timeline": render_timeline(run, timeline_rows(steps), view.now, step_href),
             "waiting": waiting,
             "retryable": retryable,
             "awaited_signal": next((w.signal for w in waiting.values() if w.signal), ""),
