@@ -29,7 +29,7 @@ from typing import Any, Unpack
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from cyclone_flow import advisor
+from cyclone_flow import advisor, explain, run_view
 from cyclone_flow._json import Unencodable, encode_payload
 from cyclone_flow.advisor import HealthReport, Thresholds
 from cyclone_flow.config import (
@@ -57,9 +57,8 @@ from cyclone_flow.db.rows import (
     StepLogLine,
     WorkerRow,
 )
-from cyclone_flow.engine import explain, operator, signals
+from cyclone_flow.engine import operator, signals
 from cyclone_flow.engine import rerun as reruns
-from cyclone_flow.engine.explain import Waiting
 from cyclone_flow.engine.tx import transaction
 from cyclone_flow.errors import (
     AmbiguousRunIdError,
@@ -76,6 +75,7 @@ from cyclone_flow.errors import (
     shown,
 )
 from cyclone_flow.events import StepEvent, call_hook, emit_engine_events
+from cyclone_flow.explain import Waiting
 from cyclone_flow.flowfile.model import JSON, Flow
 from cyclone_flow.handlers import AllowList, HandlerResolver
 from cyclone_flow.inserter import FlowLike, Inserter, RunId, RunPreview, check_flow, preview_run
@@ -885,7 +885,7 @@ class Client:
         self, run_id: str, *, items: bool = False, now: datetime | None = None
     ) -> dict[str, Waiting]:
         """Why each step of the run that is neither running nor finished waits: node ->
-        :class:`~cyclone_flow.engine.explain.Waiting` (a ``reason`` code, a one-line
+        :class:`~cyclone_flow.explain.Waiting` (a ``reason`` code, a one-line
         ``text``, ``claimable_at`` and the fields of that reason: unfinished needs, the
         backoff or delay, the awaited signal and its deadline, the child run, the
         ``max_parallel`` bound, the run holding its sequence, no live worker for its
@@ -897,6 +897,34 @@ class Client:
         if snap is None:
             raise RunNotFoundError(rid)
         return explain.explain(snap)
+
+    def run_view(
+        self,
+        run_id: str,
+        *,
+        items: bool = False,
+        logs: int = 0,
+        definition: bool = False,
+        now: datetime | None = None,
+    ) -> run_view.RunView:
+        """The run as one snapshot sees it, for a display (``status``, ``status --watch``,
+        ``graph --run``, the dashboard's run page): a frozen
+        :class:`~cyclone_flow.run_view.RunView` with the run, its steps (fan-out items
+        when ``items``), its item progress, why its waiting steps wait (as
+        :meth:`explain`), its :class:`~cyclone_flow.db.rows.QueueInfo`, the database's
+        ``now``, its last ``logs`` log lines and, with ``definition``, the flow document it
+        was submitted with; all read in one read-only REPEATABLE READ transaction.
+        ``run_id`` is a full run id, as for :meth:`get_run` (:meth:`resolve_run_id`
+        resolves a prefix); ``now`` pins the clock (tests). Raises RunNotFoundError, and
+        ``PoolTimeout`` as :meth:`get_run`."""
+        rid = parse_run_id(run_id)
+        with self._db.session(wait=BRIEF_POOL_WAIT_S) as s:
+            view = run_view.read_view(
+                s, rid, items=items, logs=logs, definition=definition, now=now
+            )
+        if view is None:
+            raise RunNotFoundError(rid)
+        return view
 
     def list_step_logs(
         self,
@@ -942,7 +970,8 @@ class Client:
         ``unique_held``, ``unique_states``, ``sequence_key``, ``sequence_pos``,
         ``sequence_held``, ``schedule_id``, ``scheduled_for``); None for an unknown run."""
         with self._db.session() as s:
-            return runs.run_get_queue_info(s, run_id=parse_run_id(run_id))
+            info = runs.run_get_queue_info(s, run_id=parse_run_id(run_id))
+        return None if info is None else info.as_dict()
 
     def count_active(self, queues: Sequence[str]) -> int:
         """Steps of ``queues`` (queue names) that are available (now or at a later

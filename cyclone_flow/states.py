@@ -38,10 +38,7 @@ transition that a client reports after its commit (:mod:`cyclone_flow.events`).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from enum import StrEnum
-from typing import Any
 
 
 class StepState(StrEnum):
@@ -129,42 +126,3 @@ STATE_COLOURS: dict[str, str] = {
 }
 """The fill colour of each step state, the legend of the dashboard (its ``ui.css``) and of
 ``graph --run`` (DOT ``fillcolor``, Mermaid ``classDef``)."""
-
-
-def describe_skip(reason: Mapping[str, Any]) -> str:
-    """Why a step was skipped, from its ``skip_reason`` (``status``, the dashboard):
-    ``skipped: when TEXT was false (REF = VALUE, ...)`` or ``skipped: upstream NODE was
-    skipped``."""
-    if "upstream" in reason:
-        return f"skipped: upstream {reason['upstream']} was skipped"
-    values = reason.get("values")
-    pairs = values.items() if isinstance(values, dict) else ()
-    shown = ", ".join(f"{k} = {json.dumps(v, ensure_ascii=False)}" for k, v in pairs)
-    return f"skipped: when {reason.get('when')!r} was false" + (f" ({shown})" if shown else "")
-
-
-SHORT_RUN_ID = 8
-"""Characters of a run id shown where a page or a line names another run (the dashboard's
-links, ``reused from run 3f2a9c1e``)."""
-
-NO_ATTEMPT = "–"
-"""The attempt shown for a step that was never claimed (a pending, skipped, reused or
-cancelled step, a node the engine starts): it had no attempt."""
-
-
-def describe_reuse(rerun_of: str | None, node: str, item_index: int | None = None) -> str:
-    """Where a rerun's reused step took its result from (``status``, ``graph --run``, the
-    dashboard): ``reused from run 3f2a9c1e (node fetch)`` (``, item 3`` for a fan-out
-    item). ``rerun_of`` is the run the step's run reruns: the source step is always that
-    run's step of the same node (and item); None (not a rerun) gives ``reused``."""
-    if rerun_of is None:
-        return "reused"
-    item = f", item {item_index}" if item_index is not None else ""
-    return f"reused from run {rerun_of[:SHORT_RUN_ID]} (node {node}{item})"
-
-
-def describe_attempt(attempt: int, max_attempts: int, lease_generation: int) -> str:
-    """A step's attempt for a table: ``2/3``, or :data:`NO_ATTEMPT` for a step that was
-    never claimed (``lease_generation`` 0: only a claim raises it), whose stored
-    ``attempt`` 1 is only the number its first attempt would get."""
-    return f"{attempt}/{max_attempts}" if lease_generation > 0 else NO_ATTEMPT

@@ -9,7 +9,6 @@ import json
 import re
 import sys
 import time
-from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 import click
@@ -28,19 +27,20 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
-from cyclone_flow.cli.render import (
-    name_width,
-    queue_info_lines,
-    run_dict,
-    step_detail,
-    step_duration,
-    wrap_name,
-)
+from cyclone_flow.cli.show import name_width, run_dict, wrap_name
 from cyclone_flow.cli.watch import watch_run
 from cyclone_flow.client import Client
 from cyclone_flow.db.rows import StepLogLine, WorkerRow
+from cyclone_flow.describe import (
+    describe_attempt,
+    queue_info_lines,
+    state_word,
+    step_detail,
+    step_error,
+    step_took,
+    wait_line,
+)
 from cyclone_flow.errors import NodeNotFoundError, shown
-from cyclone_flow.states import describe_attempt
 
 STATUS_LOG_LINES = 5
 """Log lines ``status`` shows (the last ones of the run)."""
@@ -116,24 +116,29 @@ def status_cmd(
     if watch:
         _watch(url, schema, run_id, items=items, interval=every, notify=notify)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
-        run = client.get_run(client.resolve_run_id(run_id))
-        steps = client.list_steps(run.id, items=items)
-        progress = client.count_items(run.id)
-        queue_info = client.get_queue_info(run.id) or {}
-        waiting = client.explain(run.id, items=items)
-        tail = client.list_step_log_tail(run.id, STATUS_LOG_LINES)
+        # one snapshot: the steps, their reasons and the queue facts of one moment
+        view = client.run_view(client.resolve_run_id(run_id), items=items, logs=STATUS_LOG_LINES)
+    run, steps, progress, waiting, tail = (
+        view.run,
+        list(view.steps),
+        view.progress,
+        view.waiting,
+        view.log_tail,
+    )
     if as_json:
         echo_json(
             {
                 **run_dict(run, steps, progress, waiting),
-                "queue_features": queue_info,
+                "queue_features": view.queue.as_dict(),
                 "log_tail": [log_line_dict(line) for line in tail],
             }
         )
         return
     console = out_console()
-    console.print(Text.assemble(f"run {run.id}  flow {run.flow_name}  ", (run.state, "bold")))
-    for line in queue_info_lines(queue_info):
+    console.print(
+        Text.assemble(f"run {run.id}  flow {run.flow_name}  ", (state_word(run.state), "bold"))
+    )
+    for line in queue_info_lines(view.queue):
         console.print(Text(line))
     if run.parent_run_id:
         console.print(Text(f"child run of run {run.parent_run_id} (node {run.parent_node})"))
@@ -145,7 +150,6 @@ def status_cmd(
     if run.error:
         console.print(Text(f"error: {run.error}"))
     headers = ("node", "state", "attempt", "reclaims", "queue", "took", "detail", "error")
-    now = datetime.now(UTC)
     # on a narrow terminal a long node name wraps after its _ or - (rich would fold it
     # anywhere); a pipe has no width: the names stay whole
     width = name_width([s.node for s in steps], console.width) if console.is_terminal else 0
@@ -155,13 +159,13 @@ def status_cmd(
         rows.append(  # Text cells: error messages are never read as rich markup
             (
                 Text(wrap_name(s.node, width) if width else s.node),
-                Text(str(s.state)),
+                Text(state_word(s.state)),
                 describe_attempt(s.attempt, s.max_attempts, s.lease_generation),
                 str(s.reclaims),
                 Text(s.queue),
-                step_duration(s, now),
+                step_took(s, view.now),
                 Text(step_detail(s, progress, run.rerun_of)),
-                Text(f"[{s.error_kind}] {s.error}" if s.error and s.state != "completed" else ""),
+                Text(step_error(s)),
             )
         )
     table = compact_table(headers, rows)  # no took, detail or error column none uses
@@ -171,8 +175,7 @@ def status_cmd(
         table.columns[1].min_width = max((len(str(s.state)) for s in steps), default=0)
     console.print(table)
     for node, why in waiting.items():
-        text = why.text.removeprefix("waiting: ")
-        console.print(Text(f"waiting: {node}: {text}"))
+        console.print(Text(wait_line(node, why)))
     if run.state == "completed" and run.output is not None:
         console.print(Text("output:"))
         console.print(Text(json.dumps(run.output, indent=2, ensure_ascii=False)))

@@ -166,16 +166,16 @@ def run_graph(
 ) -> tuple[Flow, dict[str, str], dict[str, str]]:
     """The flow a run was submitted with, a note per node (its state and detail) and the
     state of each node's step."""
-    from cyclone_flow.cli.render import step_detail
     from cyclone_flow.client import Client
+    from cyclone_flow.describe import state_word, step_detail
 
     setup_logging()
     url = resolve_database(database_url, existing=True)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
-        run = client.get_run(client.resolve_run_id(run_id))
-        definition = client.get_run_definition(run.id)
-        steps = client.list_steps(run.id, items=False)
-        progress = client.count_items(run.id)
+        view = client.run_view(client.resolve_run_id(run_id), definition=True)
+    run, steps, progress = view.run, view.steps, view.progress
+    assert view.definition is not None  # asked for
+    definition = dict(view.definition)
     nodes = definition.get("nodes", {})
     # jsonb keeps no key order: show the nodes in file order, which is the steps' order
     definition["nodes"] = {s.node: nodes[s.node] for s in steps if s.node in nodes}
@@ -183,9 +183,9 @@ def run_graph(
     notes = {}
     for step in steps:
         detail = step_detail(step, progress, run.rerun_of)
-        state = str(step.state)
+        state = state_word(step.state)
         if detail.startswith(f"{state}:"):
             notes[step.node] = detail  # the detail names the state already
         else:
             notes[step.node] = f"{state}: {detail}" if detail else state
-    return flow, notes, {step.node: str(step.state) for step in steps}
+    return flow, notes, {step.node: state_word(step.state) for step in steps}

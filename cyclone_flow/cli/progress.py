@@ -19,7 +19,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,11 +31,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from cyclone_flow.cli.common import echo_json
-from cyclone_flow.cli.render import run_dict
+from cyclone_flow.cli.show import run_dict
 from cyclone_flow.db.errors import Outage, database_lost
 from cyclone_flow.db.rows import Run, Step
-from cyclone_flow.engine.explain import WaitReason
 from cyclone_flow.errors import WaitTimeoutError
+from cyclone_flow.explain import WaitReason
 from cyclone_flow.logs import EVENT_FIELD
 from cyclone_flow.states import StepState
 
@@ -550,8 +550,8 @@ def wait_for_end(
 def print_ended(
     status: Run,
     as_json: bool,
-    steps: list[Step] | None = None,
-    progress: dict[str, dict[str, int]] | None = None,
+    steps: Sequence[Step] | None = None,
+    progress: Mapping[str, Mapping[str, int]] | None = None,
     **extra: Any,
 ) -> NoReturn:
     """The end of ``submit --wait`` / ``rerun --wait``: the run as ``--json`` (``run_dict``

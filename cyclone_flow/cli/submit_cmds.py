@@ -37,7 +37,7 @@ from cyclone_flow.cli.progress import (
     reported_by_display,
     wait_for_end,
 )
-from cyclone_flow.cli.render import plan_dict, plan_table_rows, run_dict
+from cyclone_flow.cli.show import plan_dict, plan_table_rows, run_dict
 from cyclone_flow.cli.submission import (
     chunk_option,
     print_bulk,
@@ -48,10 +48,10 @@ from cyclone_flow.cli.submission import (
 from cyclone_flow.client import DEFAULT_CHUNK_SIZE, Client, RunPreview, migrate, preview_submit
 from cyclone_flow.config import MAX_LEASE_TTL_S
 from cyclone_flow.db.errors import Outage, database_lost
-from cyclone_flow.db.rows import Step
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.handlers import AllowList
+from cyclone_flow.run_view import RunView
 
 
 @click.command("submit")
@@ -167,17 +167,19 @@ def submit_cmd(
         if not as_json:
             click.echo(run_id)
             click.echo(f"waiting for run {run_id} of flow {flow.name} ...", err=True)
-        steps: list[Step] | None = None
-        progress: dict[str, dict[str, int]] | None = None
+        view: RunView | None = None
         status = wait_for_end(client, run_id, as_json=as_json, timeout=wait_s)
         if as_json:  # the run's document lists its steps, as `run --json` does
-            steps = client.list_steps(run_id, items=False)
-            progress = client.count_items(run_id)
+            view = client.run_view(run_id)
+            status = view.run
     except KeyboardInterrupt:  # before the wait (which says more): no click "Aborted!"
         sys.exit(130)
     finally:
         client.shutdown()
-    print_ended(status, as_json, steps, progress)
+    if view is None:
+        print_ended(status, as_json)
+    else:
+        print_ended(status, as_json, list(view.steps), view.progress)
 
 
 @click.command("run")
@@ -265,11 +267,10 @@ def run_cmd(
             try:
                 outage = Outage()  # one spell for all its looks (OUTAGE_GRACE_S in all)
                 status = follow_run(client, run_id, console=console, quiet=as_json, outage=outage)
-                steps: list[Step] | None = None
-                progress: dict[str, dict[str, int]] | None = None
-                if as_json:
-                    steps = outage.ride(lambda: client.list_steps(run_id, items=False))
-                    progress = outage.ride(lambda: client.count_items(run_id))
+                view: RunView | None = None
+                if as_json:  # the run and its steps of one moment
+                    view = outage.ride(lambda: client.run_view(run_id))
+                    status = view.run
             except KeyboardInterrupt:
                 client.shutdown(timeout=0)  # releases the leases of steps still running
                 click.echo(f"\ninterrupted: {_still_running(run_id)}", err=True)
@@ -288,8 +289,8 @@ def run_cmd(
     finally:
         client.shutdown()
         output.close()
-    if as_json:
-        echo_json(run_dict(status, steps, progress))
+    if view is not None:
+        echo_json(run_dict(view.run, list(view.steps), view.progress))
     else:
         if status.state == "completed":
             echo_json(status.output)

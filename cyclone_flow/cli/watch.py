@@ -1,21 +1,22 @@
 """``cyclone-flow status RUN --watch``: one run followed until it ends.
 
 On a terminal, :func:`watch_run` redraws a tree (rich ``Live``) every ``interval``
-seconds: the run, then one line per node with its state, attempt, how long it ran (or has
-been running), its node-type detail (a fan-out node's item summary, the child run, the
-awaited signal) and, for a step that is neither running nor finished, why it waits
-(:meth:`Client.explain <cyclone_flow.Client.explain>`, as ``status`` says it). With
-``items``, a fan-out node's item steps hang below it. Elsewhere (stdout a pipe or a file)
-it prints first each waiting step and why (``waiting: NODE: REASON``, as ``status``
-does), then the plain lines of :class:`~cyclone_flow.cli.progress.PlainLines` as things
-change, in the order they happened, so a CI log gets no redraws. Either way it returns
-the final run.
+seconds from one view of the run (:meth:`Client.run_view
+<cyclone_flow.Client.run_view>`: one snapshot per redraw): the run, then one line per
+node with its state, attempt, how long it ran (or has been running), its node-type
+detail (a fan-out node's item summary, the child run, the awaited signal) and, for a
+step that is neither running nor finished, why it waits (as ``status`` says it, in the
+words of :mod:`cyclone_flow.describe`). With ``items``, a fan-out node's item steps hang
+below it. Elsewhere (stdout a pipe or a file) it prints first each waiting step and why
+(``waiting: NODE: REASON``, as ``status`` does), then the plain lines of
+:class:`~cyclone_flow.cli.progress.PlainLines` as things change, in the order they
+happened, so a CI log gets no redraws. Either way it returns the final run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -24,9 +25,16 @@ from rich.text import Text
 from rich.tree import Tree
 
 from cyclone_flow.cli.progress import Waiter, end_line, follow_plain, logs_above
-from cyclone_flow.cli.render import step_detail, step_duration
 from cyclone_flow.db.rows import Run, Step
-from cyclone_flow.engine.explain import Waiting, WaitReason
+from cyclone_flow.describe import (
+    state_word,
+    step_detail,
+    step_error,
+    step_took,
+    wait_line,
+    wait_text,
+)
+from cyclone_flow.explain import Waiting, WaitReason
 
 if TYPE_CHECKING:
     from cyclone_flow.client import Client
@@ -60,11 +68,10 @@ def watch_run(
 def _watch_plain(client: Client, run_id: str, console: Console, waiter: Waiter, items: bool) -> Run:
     # first where it stands: each waiting step and why, as `status` says it (the lines
     # of changes follow; a run that has ended gets only those)
-    if not waiter.ride(lambda: client.get_run(run_id)).state.terminal:
-        waiting = waiter.ride(lambda: client.explain(run_id, items=items))
-        for node, why in waiting.items():
-            text = f"waiting: {node}: {why.text.removeprefix('waiting: ')}"
-            console.print(text, markup=False, highlight=False, soft_wrap=True)
+    view = waiter.ride(lambda: client.run_view(run_id, items=items))
+    if not view.run.state.terminal:
+        for node, why in view.waiting.items():
+            console.print(wait_line(node, why), markup=False, highlight=False, soft_wrap=True)
     run = follow_plain(client, run_id, console, waiter)
     console.print(end_line(run), markup=False, highlight=False, soft_wrap=True)
     return run
@@ -72,11 +79,8 @@ def _watch_plain(client: Client, run_id: str, console: Console, waiter: Waiter, 
 
 def _watch_live(client: Client, run_id: str, console: Console, waiter: Waiter, items: bool) -> Run:
     def snapshot() -> Tree:
-        run = client.get_run(run_id)
-        steps = client.list_steps(run_id, items=items)
-        progress = client.count_items(run_id)
-        waiting = client.explain(run_id, items=items)
-        return render_tree(run, steps, progress, waiting, datetime.now(UTC))
+        view = client.run_view(run_id, items=items)  # one snapshot: one moment per redraw
+        return render_tree(view.run, view.steps, view.progress, view.waiting, view.now)
 
     with logs_above(console), Live(console=console, auto_refresh=False) as live:
         while True:
@@ -88,8 +92,8 @@ def _watch_live(client: Client, run_id: str, console: Console, waiter: Waiter, i
 
 def render_tree(
     run: Run,
-    steps: list[Step],
-    progress: dict[str, dict[str, int]],
+    steps: Sequence[Step],
+    progress: Mapping[str, Mapping[str, int]],
     waiting: Mapping[str, Waiting],
     now: datetime,
 ) -> Tree:
@@ -97,7 +101,8 @@ def render_tree(
     ended) with one branch per node (:func:`node_line`; a waiting step's reason below it),
     and the item steps in ``steps`` below their fan-out node."""
     head = Text.assemble(
-        f"run {run.id}  flow {run.flow_name}  ", (str(run.state), f"bold {_style(run.state)}")
+        f"run {run.id}  flow {run.flow_name}  ",
+        (state_word(run.state), f"bold {_style(run.state)}"),
     )
     if run.error and run.state.terminal:
         head.append(f"  {run.error}")
@@ -114,13 +119,13 @@ def render_tree(
             branches[step.node] = branch
         if why is not None:
             # (a limit's reason says "waiting: …" itself: said once, as status does)
-            branch.add(Text(f"waiting: {why.text.removeprefix('waiting: ')}", style="dim"))
+            branch.add(Text(f"waiting: {wait_text(why)}", style="dim"))
     return tree
 
 
 def node_line(
     step: Step,
-    progress: dict[str, dict[str, int]],
+    progress: Mapping[str, Mapping[str, int]],
     now: datetime,
     *,
     detail: bool = True,
@@ -130,17 +135,17 @@ def node_line(
     (no attempt for a step never claimed; the duration of a running step so far, the
     node-type detail unless ``detail`` is False, with ``rerun_of`` the run a reused step
     comes from; the error of a step that did not complete)."""
-    line = Text.assemble((step.node, "bold"), "  ", (str(step.state), _style(step.state)))
+    line = Text.assemble((step.node, "bold"), "  ", (state_word(step.state), _style(step.state)))
     if step.lease_generation > 0:  # a step never claimed had no attempt
         line.append(f"  attempt {step.attempt}/{step.max_attempts}")
-    took = step_duration(step, now)
+    took = step_took(step, now)
     if took:
         line.append(f"  {took}")
     shown = step_detail(step, progress, rerun_of) if detail and step.parent_node is None else ""
     if shown:
         line.append(f"  {shown}")
-    if step.error and step.state != "completed":
-        line.append(f"  [{step.error_kind}] {step.error}", style="red")
+    if error := step_error(step):
+        line.append(f"  {error}", style="red")
     return line
 
 

@@ -239,6 +239,28 @@ class QueueStats:
 
 
 @dataclasses.dataclass(frozen=True)
+class QueueInfo:
+    """A run's queue features (``run_get_queue_info``; seeds: Unique Jobs, Sequences): its
+    ``unique_key`` (None: none) and whether it holds it now (``unique_held``) in the
+    ``unique_states`` it is held in, its ``sequence_key`` and ``sequence_pos`` and whether
+    the sequence holds it back (``sequence_held``), and the ``schedule_id`` and the tick
+    (``scheduled_for``) of the schedule that triggered it (None: not triggered by one)."""
+
+    unique_key: str | None
+    unique_held: bool
+    unique_states: list[str] | None
+    sequence_key: str | None
+    sequence_pos: int | None
+    sequence_held: bool
+    schedule_id: int | None
+    scheduled_for: datetime | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The columns by name: ``status --json``'s ``queue_features`` object."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
 class QueueThroughput:
     """One queue's steps finished (completed or discarded) in the ``last_minute`` and the
     ``last_hour`` (see ``Client.queue_throughput`` for what is counted)."""

@@ -10,8 +10,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from psycopg.rows import dict_row
-
 from cyclone_flow.db.conn import Pending, SessionLike, every, execute, execute_rows
 from cyclone_flow.db.rows import (
     CompletedRun,
@@ -19,6 +17,7 @@ from cyclone_flow.db.rows import (
     EndedRun,
     InsertedChild,
     LockedRun,
+    QueueInfo,
     RerunSource,
     Run,
     RunLock,
@@ -34,6 +33,7 @@ _ENDED_RUN = rows_of(EndedRun)
 _RERUN_SOURCE = rows_of(RerunSource, convert={"state": RunState})
 _DEADLINE_FAILED = rows_of(DeadlineFailedRun)
 _INSERTED_CHILD = rows_of(InsertedChild)
+_QUEUE_INFO = rows_of(QueueInfo)
 
 
 def _own_state(locks: list[RunLock]) -> RunState | None:
@@ -369,9 +369,9 @@ def run_get_definition(s: SessionLike, *, run_id: str) -> dict[str, Any] | None:
     return None if row is None else dict(row[0])
 
 
-def run_get_queue_info(s: SessionLike, *, run_id: str) -> dict[str, Any] | None:
-    """The unique/sequence/schedule columns of a run by name; None when unknown."""
-    return execute_rows(s, "run_get_queue_info", {"run_id": run_id}, dict_row).fetchone()
+def run_get_queue_info(s: SessionLike, *, run_id: str) -> QueueInfo | None:
+    """The unique/sequence/schedule columns of a run; None when unknown."""
+    return execute_rows(s, "run_get_queue_info", {"run_id": run_id}, _QUEUE_INFO).fetchone()
 
 
 def run_get_sequence_holder(s: SessionLike, *, run_id: str) -> str | None:

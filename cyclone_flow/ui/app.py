@@ -37,6 +37,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from cyclone_flow import describe
 from cyclone_flow._json import OUTPUT_SHOWN_BYTES
 from cyclone_flow.advisor import advise
 from cyclone_flow.client import Client
@@ -53,7 +54,7 @@ from cyclone_flow.errors import (
     ScheduleNotFoundError,
 )
 from cyclone_flow.run_ids import is_run_id_start
-from cyclone_flow.states import NO_ATTEMPT, describe_attempt, describe_reuse, describe_skip
+from cyclone_flow.run_view import RunView
 from cyclone_flow.ui.dag import LEGEND, DagNode, dag_nodes, render_svg
 from cyclone_flow.ui.guards import LOOPBACK_HOSTS, BodyLimit, TrustedHosts
 from cyclone_flow.ui.timeline import render_timeline, timeline_rows
@@ -125,13 +126,8 @@ def _stamp(when: datetime | None) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if when else ""
 
 
-def _duration(start: datetime | None, end: datetime | None) -> str:
-    """``end - start`` with its unit (:func:`~cyclone_flow.durations.format_span`: ``850
-    ms``, ``12.3 s``, ``4 min 05 s``, ``2 h 03 min``, ``3 d 04 h``); "" when either is
-    missing."""
-    if start is None or end is None:
-        return ""
-    return format_span((end - start).total_seconds())
+_duration = describe.duration
+"""``end - start`` in the one duration style (:func:`cyclone_flow.describe.duration`)."""
 
 
 def _parse_time(text: str | None, name: str) -> datetime | None:
@@ -252,10 +248,17 @@ class _Dashboard:
             pretty=_pretty,
             cut=_cut,
             legend=LEGEND,
-            skip_text=describe_skip,
-            reuse_text=describe_reuse,
-            attempt_text=describe_attempt,
-            no_attempt=NO_ATTEMPT,
+            # the one wording of a run and its steps, shared with the CLI
+            skip_text=describe.describe_skip,
+            reuse_text=describe.describe_reuse,
+            attempt_text=describe.describe_attempt,
+            no_attempt=describe.NO_ATTEMPT,
+            state_word=describe.state_word,
+            detail_parts=describe.detail_parts,
+            step_error=describe.step_error,
+            step_took=describe.step_took,
+            wait_text=describe.wait_text,
+            queue_info_lines=describe.queue_info_lines,
         )
 
     # -- rendering -------------------------------------------------------------------------
@@ -389,12 +392,18 @@ class _Dashboard:
         except RunNotFoundError:
             raise HTTPException(404, f"no run {run_id}") from None
 
-    def _run_context(self, request: Request, run: Run) -> dict[str, Any]:
-        began = time.perf_counter()
-        steps = self.client.list_steps(run.id, items=False)
-        progress = self.client.count_items(run.id)
-        definition = self.client.get_run_definition(run.id)
-        nodes = dag_nodes(definition, steps, progress)
+    def _view_or_404(self, run_id: str) -> RunView:
+        """The run page's one read: the run, its steps, item progress, reasons, queue
+        facts and definition of one snapshot (``Client.run_view``)."""
+        try:
+            return self.client.run_view(run_id, definition=True)
+        except RunNotFoundError:
+            raise HTTPException(404, f"no run {run_id}") from None
+
+    def _run_context(self, request: Request, view: RunView, began: float) -> dict[str, Any]:
+        run, steps, progress = view.run, view.steps, view.progress
+        assert view.definition is not None  # asked for
+        nodes = dag_nodes(view.definition, steps, progress)
         base = str(request.scope.get("root_path", "")).rstrip("/")
 
         def href(node: DagNode) -> str:
@@ -406,12 +415,13 @@ class _Dashboard:
         def step_href(node: str) -> str:
             return f"{base}/runs/{run.id}/steps/{quote(node, safe='')}"
 
-        waiting = self.client.explain(run.id) if run.state == "running" else {}
+        waiting = view.waiting if run.state == "running" else {}
         retryable = sorted(s.node for s in steps if s.state == "discarded")
         reasons = list(waiting.items())
         built_ms = (time.perf_counter() - began) * 1000
         return {
             "run": run,
+            "view_now": view.now,
             "steps": steps[:STEP_ROWS],
             "steps_total": len(steps),
             "fan_outs": [s for s in steps if s.type == "fan_out"],
@@ -422,7 +432,7 @@ class _Dashboard:
             ),
             "progress": progress,
             "svg": render_svg(nodes, href),
-            "timeline": render_timeline(run, timeline_rows(steps), datetime.now(UTC), step_href),
+            "timeline": render_timeline(run, timeline_rows(steps), view.now, step_href),
             "waiting": waiting,
             "retryable": retryable,
             "awaited_signal": next((w.signal for w in waiting.values() if w.signal), ""),
@@ -430,9 +440,10 @@ class _Dashboard:
         }
 
     def run(self, request: Request) -> HTMLResponse:
-        run = self._run_or_404(request.path_params["run_id"])
-        info = self.client.get_queue_info(run.id) or {}
-        ctx = self._run_context(request, run)
+        began = time.perf_counter()
+        view = self._view_or_404(request.path_params["run_id"])
+        ctx = self._run_context(request, view, began)
+        run = view.run
         expanded = None
         wanted = request.query_params.get("expand")
         for step in ctx["fan_outs"]:
@@ -447,15 +458,16 @@ class _Dashboard:
         return self.page(
             request,
             "run.html",
-            queue_info=info,
+            queue_info=view.queue,
             expanded=expanded,
             page_size=ITEMS_PAGE_SIZE,
             **ctx,
         )
 
     def run_live(self, request: Request) -> HTMLResponse:
-        run = self._run_or_404(request.path_params["run_id"])
-        return self.page(request, "_run_live.html", **self._run_context(request, run))
+        began = time.perf_counter()
+        view = self._view_or_404(request.path_params["run_id"])
+        return self.page(request, "_run_live.html", **self._run_context(request, view, began))
 
     def _step(self, run: Run, node: str, item: int | None) -> Step:
         """The top-level step of ``node``, or its item ``item``; 404 when there is none."""

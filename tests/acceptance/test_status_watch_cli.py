@@ -38,7 +38,7 @@ SIGNALLED = (
     "  w: {type: wait_signal, signal: go, needs: [a]}\n"
     "  c: {call: 'cyclone_test_handlers.basic:echo', needs: [w]}\n"
 )
-DURATION = r"(\d+ms|\d+\.\ds|\d+m\d\ds)"
+DURATION = r"(\d+ ms|\d+\.\d s|\d+ min \d\d s)"  # the one style: describe.duration
 
 
 def _submit(cli: Runner, tmp_path: Path, text: str, run_input: str = "{}") -> str:

@@ -32,7 +32,7 @@ def test_an_async_handler_runs_on_the_loop_thread_and_returns_its_output(
         status = client.wait(run_id, timeout=20)
         assert status.state == "completed", client.list_steps(run_id)
         assert status.output == {"s": {"doubled": 2 * n, "thread": "cyclone-asyncio"}}
-    assert client.worker is not None and client.worker.executor.event_loop.running
+    assert client.runtime is not None and client.runtime.executor.event_loop.running
     # what the coroutine printed and logged is in its own step's logs (not another's)
     wait_until(lambda: client.list_step_logs(runs[3]), what="the step's log lines")
     lines = [(x.stream, x.level, x.message) for x in client.list_step_logs(runs[3])]
@@ -42,7 +42,7 @@ def test_an_async_handler_runs_on_the_loop_thread_and_returns_its_output(
         ("log", "WARNING", "cyclone_test_handlers.asyncio_handlers: async logging 3"),
     ]
     client.shutdown()
-    assert not client.worker or not client.worker.executor.event_loop.running
+    assert not client.runtime or not client.runtime.executor.event_loop.running
 
 
 def test_writes_through_completion_tx_commit_with_the_step(

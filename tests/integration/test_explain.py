@@ -19,7 +19,7 @@ from helpers.procs import wait_until
 
 from cyclone_flow import Client, RunNotFoundError
 from cyclone_flow.db import workers
-from cyclone_flow.engine.explain import WaitReason, explain, read_snapshot
+from cyclone_flow.explain import WaitReason, explain, read_snapshot
 from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.states import RunState, StepState
 

@@ -24,7 +24,7 @@ from cyclone_flow.cli.watch import render_tree
 from cyclone_flow.db import steps as step_rows
 from cyclone_flow.db.conn import Session
 from cyclone_flow.engine import claim as claiming
-from cyclone_flow.engine.explain import WaitReason
+from cyclone_flow.explain import WaitReason
 from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.maintenance.owner_release import OwnerRelease, OwnerReleaseConfig
 from cyclone_flow.maintenance.rate_window_pruner import RateWindowPruner, RateWindowPrunerConfig

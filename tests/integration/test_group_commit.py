@@ -54,7 +54,7 @@ def _calls(database_url: str, schema: str, db: psycopg.Connection[Any]) -> Itera
 
 
 def _completer(client: Client) -> BatchSink:
-    worker = client.worker
+    worker = client.runtime
     assert worker is not None and worker.executor.batch is not None
     return worker.executor.batch
 
@@ -310,7 +310,7 @@ def test_shutdown_commits_the_completions_still_queued(
 
     completer.stop = stop_seen  # type: ignore[method-assign]
     wait_until(held.is_set, timeout=10, what="the first batch")
-    worker = client.worker
+    worker = client.runtime
     assert worker is not None
     wait_until(lambda: worker.in_flight() == 8, timeout=10, what="8 leases held")
     client.shutdown(timeout=5.0)
@@ -375,7 +375,7 @@ def test_a_step_reclaimed_while_queued_is_stale_in_its_batch_next_to_its_new_cla
             return
         held.set()  # the first batch: the ungated step's completion
         completer = _completer(client)
-        worker = client.worker
+        worker = client.runtime
         assert worker is not None
         gc.GATE.set()
         wait_until(lambda: completer.pending() == 3, timeout=10, what="3 queued")
@@ -417,7 +417,7 @@ def test_a_completion_settled_before_its_worker_thread_returns_leaves_no_lease_b
     client = make_client(workers=2)
     run_ids = [client.submit(ONE, {"n": n}) for n in range(6)]
     client.start()
-    worker = client.worker
+    worker = client.runtime
     assert worker is not None
     execute = worker.executor.execute
 

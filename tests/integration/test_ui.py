@@ -244,7 +244,9 @@ def test_runs_list_filters_search_and_keyset_pages(
     assert http.get("/runs?state=completed").text.count("<tr data-run=") == 0
     found = http.get("/runs", params={"q": "order-42"})
     assert re.findall(r'data-run="([^"]+)"', found.text) == [keyed]
-    assert "unique key order-42 (held while" in http.get(f"/runs/{keyed}").text
+    assert "unique key 'order-42' (held while running)" in html.unescape(
+        http.get(f"/runs/{keyed}").text
+    )
     prefix = http.get("/runs", params={"q": keyed[:8]})
     assert prefix.status_code == 303 and prefix.headers["location"] == f"/runs/{keyed}"
     assert http.get("/runs?state=bogus").status_code == 400

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from cyclone_flow.describe import describe_skip
 from cyclone_flow.errors import TemplateError
 from cyclone_flow.flowfile import lint_paths, load_flow_text
 from cyclone_flow.flowfile.condition import (
@@ -17,7 +18,6 @@ from cyclone_flow.flowfile.condition import (
 )
 from cyclone_flow.flowfile.plan import flow_plan
 from cyclone_flow.flowfile.template import SKIPPED, render
-from cyclone_flow.states import describe_skip
 
 
 def _eval(text: str, run_input: Any = None, outputs: dict[str, Any] | None = None) -> bool:

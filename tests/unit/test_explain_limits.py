@@ -1,7 +1,7 @@
 """Why a step held back by its limits waits, on rows: the
 concurrency key at its limit, the rate key out of claims until enough of its claims leave
 the sliding window, and neither once the slot or the window frees (pure:
-engine/explain.py:explain)."""
+explain.py:explain)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from cyclone_flow.db.rows import RateWindow, Run, Step, WorkerRow
-from cyclone_flow.engine.explain import Snapshot, WaitReason, explain
+from cyclone_flow.explain import Snapshot, WaitReason, explain
 from cyclone_flow.states import RunState, StepState
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, 500_000, tzinfo=UTC)

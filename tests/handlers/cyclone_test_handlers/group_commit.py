@@ -221,7 +221,7 @@ def main() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     client.start()
-    completer = client.worker.executor.batch if client.worker else None
+    completer = client.runtime.executor.batch if client.runtime else None
     assert completer is not None, "group commit is off"
     queue = completer.complete
 

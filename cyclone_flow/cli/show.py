@@ -1,32 +1,27 @@
-"""How the CLI shows runs and steps: the ``--json`` form of a run, the one-line detail of
-a step's node type (item progress of fan-out nodes, the child run of child nodes, the
-awaited signal of wait_signal nodes, why a node was skipped, which step a rerun reused)
-for ``status`` and ``graph --run``, and the ``status`` lines of a run's unique key,
-sequence and schedule."""
+"""How the CLI shows runs, steps and plans: the ``--json`` documents of a run and of a dry
+run's plan, and the layout of their tables (node names wrapped, a step's limits in one
+cell). The words for a step (its detail line, durations, why it waits, a run's queue
+features) are :mod:`cyclone_flow.describe`'s, shared with the dashboard."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from datetime import datetime
 from typing import Any
 
 from cyclone_flow._json import shown_json
 from cyclone_flow.db.rows import Run, Step
 from cyclone_flow.durations import format_elapsed
-from cyclone_flow.engine.explain import Waiting
+from cyclone_flow.explain import Waiting
 from cyclone_flow.inserter import PlannedStep, RunPreview
-from cyclone_flow.states import describe_reuse, describe_skip
 
 __all__ = [
     "limits_text",
     "name_width",
     "plan_dict",
     "plan_table_rows",
-    "queue_info_lines",
     "run_dict",
-    "step_detail",
     "step_fields",
     "wrap_name",
 ]
@@ -34,15 +29,15 @@ __all__ = [
 
 def run_dict(
     run: Run,
-    steps: list[Step] | None = None,
-    progress: dict[str, dict[str, int]] | None = None,
+    steps: Sequence[Step] | None = None,
+    progress: Mapping[str, Mapping[str, int]] | None = None,
     waiting: Mapping[str, Waiting] | None = None,
 ) -> dict[str, Any]:
     """The ``--json`` form of a run (``submit --wait``, ``run``, ``status``, ``runs``):
     its row, its ``output`` null with ``output_truncated`` true when the JSON text of the
     whole run output is over :data:`~cyclone_flow._json.OUTPUT_SHOWN_BYTES` (``cyclone-flow
     output RUN`` prints it); with ``steps`` each step's fields, node-type fields
-    (``progress``: the item counts of its fan-out nodes, :meth:`Client.item_progress`) and
+    (``progress``: the item counts of its fan-out nodes, :meth:`Client.count_items`) and
     ``output`` (null until it completed; null with ``output_truncated`` true when its JSON
     text is over the same cap: ``cyclone-flow output`` prints it); with ``waiting``
     (:meth:`Client.explain`) each step's ``waiting`` object, null for a step that is
@@ -80,58 +75,7 @@ def run_dict(
     return data
 
 
-def step_duration(step: Step, now: datetime) -> str:
-    """How long ``step`` ran (``started_at`` to ``finished_at``, or to ``now`` while it
-    runs) as ``850ms``, ``12.3s``, ``4m05s`` or ``2h03m``; "" when it never started."""
-    if step.started_at is None:
-        return ""
-    end = step.finished_at or (now if step.state == "running" else None)
-    if end is None:
-        return ""
-    return format_elapsed((end - step.started_at).total_seconds())
-
-
-def step_detail(
-    step: Step, progress: dict[str, dict[str, int]], rerun_of: str | None = None
-) -> str:
-    """One line about a step's node type: ``items 42/100 done, 8 running`` for a fan-out
-    node, ``child run ID`` for a child node, ``awaits signal 'NAME'`` for a wait_signal
-    node, ``item 3 of NODE`` for a fan-out item, ``skipped: when ... was false (REF =
-    VALUE)`` / ``skipped: upstream NODE was skipped`` for a skipped node, ``reused from
-    run 3f2a9c1e (node NODE)`` for a step a rerun took over (``rerun_of``: the run the
-    step's run reruns), both for a reused skipped step; "" for an action."""
-    reused = None
-    if step.reused_from is not None:
-        reused = describe_reuse(rerun_of, step.node, step.item_index)
-    if step.state == "skipped" and step.skip_reason is not None:
-        skipped = describe_skip(step.skip_reason)
-        return f"{skipped}; {reused}" if reused else skipped
-    if reused is not None:
-        return reused
-    if step.parent_node is not None:
-        return f"item {step.item_index} of {step.parent_node}"
-    if step.type == "fan_out":
-        if step.items_total is None:
-            return "items: not started"
-        counts = progress.get(step.node, {})
-        text = f"items {step.items_done or 0}/{step.items_total} done"
-        for state in ("running", "available", "discarded", "cancelled"):
-            if counts.get(state):
-                text += f", {counts[state]} {state}"
-        return text
-    if step.type == "child":
-        return f"child run {step.child_run_id}" if step.child_run_id else "child run: not started"
-    if step.type == "wait_signal":
-        if step.state == "waiting":
-            until = (
-                f" until {step.wait_until.isoformat(timespec='seconds')}" if step.wait_until else ""
-            )
-            return f"awaits signal {step.signal!r}{until}"
-        return f"signal {step.signal!r}"
-    return ""
-
-
-def step_fields(step: Step, progress: dict[str, dict[str, int]]) -> dict[str, Any]:
+def step_fields(step: Step, progress: Mapping[str, Mapping[str, int]]) -> dict[str, Any]:
     """The node-type fields of a step for ``--json`` output, the same keys for every
     node type (null where one does not apply): ``type``, ``skip_reason`` (a skipped
     step), ``reused_from`` (a step a rerun reused), ``parent_node`` and ``item_index`` (a
@@ -144,7 +88,7 @@ def step_fields(step: Step, progress: dict[str, dict[str, int]]) -> dict[str, An
         items = {
             "total": step.items_total,
             "done": step.items_done,
-            "states": progress.get(step.node, {}),
+            "states": dict(progress.get(step.node, {})),
         }
     concurrency = None
     if step.concurrency_key is not None:  # docs/flow-control.md
@@ -175,27 +119,6 @@ def _output_fields(step: Step) -> dict[str, Any]:
         return {"output": None, "output_truncated": False}
     value, cut = shown_json(step.output)
     return {"output": value, "output_truncated": cut}
-
-
-def queue_info_lines(info: dict[str, Any]) -> list[str]:
-    """``status`` lines for a run's unique key, sequence and schedule (none when unused)."""
-    lines = []
-    if info.get("unique_key") is not None:
-        held = "held" if info.get("unique_held") else "released"
-        lines.append(f"unique key {info['unique_key']!r} ({held})")
-    if info.get("sequence_key") is not None:
-        where = f"sequence {info['sequence_key']!r} #{info['sequence_pos']}"
-        if info.get("sequence_held"):
-            where += ": held until the earlier runs of the sequence complete or are cancelled"
-        lines.append(where)
-    if info.get("schedule_id") is not None:
-        tick = info["scheduled_for"]
-        if tick is None:
-            lines.append("triggered from its schedule (no tick)")
-        else:
-            shown = tick.isoformat(timespec="seconds") if hasattr(tick, "isoformat") else tick
-            lines.append(f"scheduled tick {shown}")
-    return lines
 
 
 def plan_dict(plan: RunPreview) -> dict[str, Any]:
