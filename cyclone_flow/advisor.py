@@ -32,7 +32,7 @@ from cyclone_flow.db.rows import (
     TableHealth,
     XminHolder,
 )
-from cyclone_flow.durations import format_elapsed
+from cyclone_flow.durations import format_span
 
 __all__ = ["CHECKS", "Advice", "Check", "ClaimProbe", "HealthReport", "Thresholds", "check"]
 
@@ -306,7 +306,7 @@ Elapsed = Callable[[float], str]
 """Seconds to text, for the ages in the messages."""
 
 
-def advise(report: HealthReport, elapsed: Elapsed = format_elapsed) -> list[Advice]:
+def advise(report: HealthReport, elapsed: Elapsed = format_span) -> list[Advice]:
     """Every warning of ``report``, each naming its fix (the thresholds of the report),
     check after check in the order of :data:`CHECKS`; ``elapsed`` writes the ages in the
     messages (seconds to text: the dashboard passes its own format)."""

@@ -25,7 +25,6 @@ __all__ = [
     "DurationError",
     "check_seconds",
     "format_duration",
-    "format_elapsed",
     "format_span",
     "parse_duration",
     "parse_duration_arg",
@@ -205,26 +204,11 @@ def format_duration(seconds: float) -> str:
     return "".join(parts)
 
 
-def format_elapsed(seconds: float) -> str:
-    """A time that passed, for a display: ``850ms``, ``12.3s``, ``4m05s`` (whole seconds
-    truncated), ``2h03m``; a negative ``seconds`` shows as ``0ms``."""
-    seconds = max(0.0, seconds)
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
-
-
 def format_span(seconds: float) -> str:
-    """A time that passed, for the dashboard (every page: a step's run, a run's, a
-    transaction's age, the health advice): ``850 ms``, ``12.3 s``, ``4 min 05 s`` (whole
-    seconds truncated), ``2 h 03 min``, ``3 d 04 h``; a negative ``seconds`` shows as
-    ``0 ms``."""
+    """A time that passed, in the one style of the CLI and the dashboard (a step's run, a
+    run's, a transaction's age, the health advice): ``850 ms``, ``12.3 s``, ``4 min 05 s``
+    (whole seconds truncated), ``2 h 03 min``, ``3 d 04 h``; a negative ``seconds`` shows
+    as ``0 ms``."""
     seconds = max(0.0, seconds)
     if seconds < 1:
         return f"{seconds * 1000:.0f} ms"

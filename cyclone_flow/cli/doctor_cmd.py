@@ -26,7 +26,7 @@ from cyclone_flow.cli.common import (
     setup_logging,
 )
 from cyclone_flow.client import Client
-from cyclone_flow.durations import format_elapsed
+from cyclone_flow.durations import format_span
 from cyclone_flow.errors import CycloneError
 
 EXIT_HEALTHY = 0
@@ -202,7 +202,7 @@ def _print(report: HealthReport) -> None:
         console.print(
             Text(
                 f"queue {q.queue}: {q.available} claimable, oldest waited "
-                f"{format_elapsed(q.oldest_available_s)}"
+                f"{format_span(q.oldest_available_s)}"
             )
         )
     conn = report.connections
@@ -234,7 +234,7 @@ def _oldest(report: HealthReport) -> str:
         x = holding[0]
     started = x.query_start.isoformat(timespec="seconds") if x.query_start else "never"
     return (
-        f"{format_elapsed(x.age_s)} (pid {x.pid}, application "
+        f"{format_span(x.age_s)} (pid {x.pid}, application "
         f"{x.application_name or '(no application_name)'}, {x.state or 'active'}, "
         f"query started {started})"
     )

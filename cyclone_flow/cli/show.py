@@ -12,7 +12,7 @@ from typing import Any
 
 from cyclone_flow._json import shown_json
 from cyclone_flow.db.rows import Run, Step
-from cyclone_flow.durations import format_elapsed
+from cyclone_flow.durations import format_duration
 from cyclone_flow.explain import Waiting
 from cyclone_flow.inserter import PlannedStep, RunPreview
 
@@ -193,14 +193,15 @@ def name_width(names: list[str], terminal_width: int) -> int:
 
 
 def limits_text(concurrency: Any, rate_limit: Any) -> str:
-    """A step's limits in one cell: ``concurrency KEY <= N``, ``rate KEY <= N per S s``
-    (``; ``-joined), from the ``{"key", "limit"[, "per_s"]}`` objects of ``--json``
-    (None: no such limit); "" without limits."""
+    """A step's limits in one cell: ``concurrency KEY <= N``, ``rate KEY <= N per PERIOD``
+    (the period as a flow file writes it: ``1s``, ``2m``; ``; ``-joined), from the
+    ``{"key", "limit"[, "per_s"]}`` objects of ``--json`` (None: no such limit); "" without
+    limits."""
     parts = []
     if isinstance(concurrency, Mapping):
         parts.append(f"concurrency {concurrency.get('key')} <= {concurrency.get('limit')}")
     if isinstance(rate_limit, Mapping):
-        per = format_elapsed(float(rate_limit.get("per_s") or 0))
+        per = format_duration(float(rate_limit.get("per_s") or 0))
         parts.append(f"rate {rate_limit.get('key')} <= {rate_limit.get('limit')} per {per}")
     return "; ".join(parts)
 

@@ -610,7 +610,7 @@ class _Dashboard:
         with their fixes, then the figures."""
         report = self.client.health()
         # the ages in the advice written as every duration of the dashboard is
-        report = dataclasses.replace(report, advice=advise(report, elapsed=format_span))
+        report = dataclasses.replace(report, advice=advise(report))
         return self.page(request, "health.html", report=report)
 
     # -- actions ---------------------------------------------------------------------------

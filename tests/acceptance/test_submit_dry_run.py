@@ -221,7 +221,7 @@ def test_dry_run_shows_each_steps_limits_with_the_keys_submit_renders(
     no_traceback(table)
     assert table.returncode == 0, table.stderr
     fetch = next(line for line in table.stdout.splitlines() if " fetch " in line)
-    assert "concurrency quote/MSFT <= 2; rate dry-limits.fetch/api <= 10 per 1.0s" in fetch
+    assert "concurrency quote/MSFT <= 2; rate dry-limits.fetch/api <= 10 per 1s" in fetch
     plan = json_output(run_cli("submit", flow, "--dry-run", "--input", given, "--json").stdout)
     shown = {s["node"]: (s.get("concurrency"), s.get("rate_limit")) for s in plan["steps"]}
     assert shown["fetch"] == (
