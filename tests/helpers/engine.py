@@ -11,7 +11,7 @@ completion does) and never commit; the others take a pool connection of ``client
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -29,6 +29,7 @@ from cyclone_flow.maintenance.sequences import SequenceScanner
 from cyclone_flow.maintenance.wait_scanner import WaitScanner
 from cyclone_flow.notify import Wakeups
 from cyclone_flow.states import StepState
+from cyclone_flow.worker.build import WorkerParts
 
 Conn = psycopg.Connection[Any]
 
@@ -43,6 +44,20 @@ def database(client: Client) -> Database:
     (``database(client).q[name]``) or use its pool (``database(client).pool``). This is
     the one place tests reach into the client for it."""
     return client._db
+
+
+def publisher(client: Client) -> Callable[..., None]:
+    """``client``'s post-commit publish (``publish(wakeups, conn=None)``), for a service
+    or a transition a test drives by hand: the wakeups it collects go out as the
+    client's own would (the public API publishes only after its own commits)."""
+    return client._publish
+
+
+def worker_parts(client: Client) -> WorkerParts:
+    """The worker-side parts ``client`` builds at ``start()`` (its output cache, the
+    group commit's sink, the transaction slots), built now if not yet, so a test can
+    reach the very completer or cache the worker uses."""
+    return client._worker_parts()
 
 
 def claim(
@@ -120,7 +135,7 @@ def release_stalled_sequences(client: Client) -> tuple[int, Wakeups]:
 
     def publish(wakeups: Wakeups, conn: Conn | None = None) -> None:
         published.merge(wakeups)
-        client._publish(wakeups, conn)
+        publisher(client)(wakeups, conn)
 
     released = SequenceScanner(database(client), publish=publish).run_once().released
     return released, published
@@ -144,7 +159,7 @@ def wait_scanner(client: Client) -> WaitScanner:
     """A wait scanner on ``client``'s database, with its publisher and hooks."""
     return WaitScanner(
         database(client),
-        publish=client._publish,
+        publish=publisher(client),
         logger=client.config.logger,
         reporter=_reporter(client),
     )
@@ -154,7 +169,7 @@ def deadline_scanner(client: Client) -> DeadlineScanner:
     """A deadline scanner on ``client``'s database, with its publisher and hooks."""
     return DeadlineScanner(
         database(client),
-        publish=client._publish,
+        publish=publisher(client),
         logger=client.config.logger,
         reporter=_reporter(client),
     )

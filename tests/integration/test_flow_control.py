@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers.engine import claim, claim_limited, complete_step, database, fail_step
+from helpers.engine import claim, claim_limited, complete_step, database, fail_step, publisher
 from helpers.procs import wait_until
 from psycopg import pq
 from rich.console import Console
@@ -264,7 +264,7 @@ def test_the_owner_release_leaves_limited_steps_to_the_limited_claim(
 ) -> None:
     client = make_client()
     client.submit(load_flow_text(MIXED), {})
-    released = OwnerRelease(database(client), OwnerReleaseConfig(interval_s=1.0), client._publish)
+    released = OwnerRelease(database(client), OwnerReleaseConfig(interval_s=1.0), publisher(client))
     released.run_once()  # '~limits' is no client: the release must not take it for a dead one
     owners = db.execute("SELECT node, claim_owner FROM cyclone_steps ORDER BY node").fetchall()
     assert owners == [("free", None), ("limited", "~limits")]

@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 from cyclone_test_handlers import group_commit as gc
+from helpers.engine import worker_parts
 from helpers.procs import wait_until
 
 from cyclone_flow import Client
@@ -62,7 +63,7 @@ def _completer(client: Client) -> BatchSink:
 def _wrap_complete_steps(client: Client, before: Callable[[list[Any]], None]) -> list[list[str]]:
     """Fault injection: ``before(batch)`` runs first in every group commit of ``client``'s
     completer (``BatchSink.complete_steps``); returns the node lists of the calls so far."""
-    completer = client._worker_parts().completer  # the one its worker uses once started
+    completer = worker_parts(client).completer  # the one its worker uses once started
     original = completer.complete_steps
     calls: list[list[str]] = []
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers.engine import claim, database, get_step_output_text
+from helpers.engine import claim, database, get_step_output_text, worker_parts
 
 from cyclone_flow import Client
 from cyclone_flow.flowfile import load_flow_text
@@ -117,6 +117,6 @@ def test_a_completion_fills_the_output_cache_of_its_client(
     client.start()
     status = client.wait(run_id, timeout=20)
     assert status.state == "completed"
-    hit, text = client._worker_parts().cache.get((run_id, "a"))
+    hit, text = worker_parts(client).cache.get((run_id, "a"))
     assert hit and text == get_step_output_text(client, run_id, "a") == '{"x": 1}'
     assert client.list_steps(run_id)[1].output == {"got": {"x": 1}}

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from helpers.engine import worker_parts
 from helpers.flows import step_flow
 from helpers.rows import create_ledger, ledger_rows, step_row
 
@@ -58,7 +59,7 @@ def test_a_prepared_statement_error_in_the_group_commit_charges_no_attempt(
 ) -> None:
     caplog.set_level(logging.INFO, logger="cyclone_flow")
     client = make_client(workers=2, lease_ttl=1.0, sweep_interval=0.2)
-    sink = client._worker_parts().completer
+    sink = worker_parts(client).completer
     real = sink.complete_steps
     failed: list[str] = []
 

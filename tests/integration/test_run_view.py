@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from helpers.engine import claim, complete_step
+from helpers.engine import claim, complete_step, database
 
 from cyclone_flow import Client, RunNotFoundError
 from cyclone_flow.explain import WaitReason
@@ -128,7 +128,7 @@ def test_no_view_shows_a_step_ahead_of_its_run(make_client: Callable[..., Client
                 claimed = claim(client, "w", 30.0, ["default"], 1, run_id=rid)
                 if not claimed:
                     break
-                with client._pool.connection() as conn, conn.transaction():
+                with database(client).pool.connection() as conn, conn.transaction():
                     assert complete_step(client, conn, claimed[0], "w", "1") is not None
             assert client.get_run(rid).state is RunState.COMPLETED
             seen.clear()
