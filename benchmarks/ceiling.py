@@ -34,9 +34,9 @@ import psycopg
 from psycopg import sql
 
 from benchmarks.common import Env, Result, load, pick, schema_for, server_counters
-from benchmarks.sql import render as bench_render
+from benchmarks.sql import qualified as bench_qualified
 from cyclone_flow import Client
-from cyclone_flow.db.queries import render as engine_render
+from cyclone_flow.db.queries import qualified as engine_qualified
 
 MODES = ("1/tx", "1/tx idx", "1/tx full idx", "batch50", "batch50 idx", "batch50 full idx")
 CONNECTIONS = (1, 4, 8)
@@ -53,7 +53,7 @@ def backlog(env: Env, schema: str, jobs: int) -> None:
         client.shutdown()
     with psycopg.connect(env.url, autocommit=True) as conn:
         conn.execute(
-            bench_render(schema)["bench_clone_runs"], {"run_id": run_id, "count": jobs - 1}
+            bench_qualified(schema)["bench_clone_runs"], {"run_id": run_id, "count": jobs - 1}
         )
         for table in ("cyclone_steps", "cyclone_runs"):
             conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(schema, table)))
@@ -62,8 +62,8 @@ def backlog(env: Env, schema: str, jobs: int) -> None:
 def _loop(
     url: str, schema: str, mode: str, owner: str, start: threading.Barrier, done: list[int]
 ) -> None:
-    q = engine_render(schema)
-    b = bench_render(schema)
+    q = engine_qualified(schema)
+    b = bench_qualified(schema)
     limit = 50 if mode.startswith("batch50") else 1
     full = "full" in mode
     claim = b["ceiling_claim_indexed"] if mode.endswith("idx") else q["step_claim_if_available"]

@@ -26,7 +26,7 @@ import psutil
 import psycopg
 from psycopg import sql
 
-from benchmarks.sql import render
+from benchmarks.sql import qualified
 from cyclone_flow import Client
 from cyclone_flow.db.migrate import migrate
 from cyclone_flow.flowfile import load_flow
@@ -112,7 +112,7 @@ def database(url: str | None) -> Iterator[Env]:
 
 
 def _env(url: str, *, embedded: bool) -> Env:
-    q = render("public")
+    q = qualified("public")
     with psycopg.connect(url, autocommit=True) as conn:
         settings = {str(r[0]): str(r[1]) for r in conn.execute(q["bench_settings"]).fetchall()}
         row = conn.execute(q["bench_backend_pid"]).fetchone()
@@ -205,7 +205,7 @@ class ServerCounters:
 
 def server_counters(env: Env) -> ServerCounters:
     """Read pg_stat_database (fresh snapshot) and the server processes' CPU time."""
-    q = render("public")
+    q = qualified("public")
     with psycopg.connect(env.url, autocommit=True) as conn:
         conn.execute(q["bench_stats_snapshot_clear"])
         row = conn.execute(q["bench_db_counters"]).fetchone()
@@ -342,7 +342,7 @@ def run_worker(
 def step_span(env: Env, schema: str) -> tuple[int, float]:
     """``(completed steps, seconds from the first claim to the last completion)``."""
     with psycopg.connect(env.url, autocommit=True) as conn:
-        row = conn.execute(render(schema)["bench_step_span"]).fetchone()
+        row = conn.execute(qualified(schema)["bench_step_span"]).fetchone()
     assert row is not None
     return int(row[0]), float(row[1] or 0.0)
 
@@ -350,7 +350,7 @@ def step_span(env: Env, schema: str) -> tuple[int, float]:
 def run_span(env: Env, schema: str) -> tuple[int, float]:
     """``(completed runs, seconds from the first claim to the last run finish)``."""
     with psycopg.connect(env.url, autocommit=True) as conn:
-        row = conn.execute(render(schema)["bench_run_span"]).fetchone()
+        row = conn.execute(qualified(schema)["bench_run_span"]).fetchone()
     assert row is not None
     return int(row[0]), float(row[1] or 0.0)
 

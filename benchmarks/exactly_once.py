@@ -9,7 +9,7 @@ import psycopg
 
 from benchmarks.common import Env, Result, load, pick
 from benchmarks.engine import measure
-from benchmarks.sql import render
+from benchmarks.sql import qualified
 
 WORKERS = 8
 
@@ -20,11 +20,11 @@ def run(env: Env, *, quick: bool) -> list[Result]:
 
     def setup(schema: str) -> None:
         with psycopg.connect(env.url, autocommit=True) as conn:
-            conn.execute(render(schema)["bench_ledger_create"])
+            conn.execute(qualified(schema)["bench_ledger_create"])
 
     def check(schema: str) -> None:
         with psycopg.connect(env.url, autocommit=True) as conn:
-            row = conn.execute(render(schema)["bench_ledger_count"]).fetchone()
+            row = conn.execute(qualified(schema)["bench_ledger_count"]).fetchone()
         if row is None or row[0] != runs:
             raise RuntimeError(f"exactly-once: {row and row[0]} ledger rows for {runs} steps")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.sql import render
+from benchmarks.sql import qualified
 from cyclone_flow.flowfile.model import JSON
 
 
@@ -40,7 +40,7 @@ def write_row(ctx: Any, input: JSON) -> JSON:
     schema = input["schema"]
     assert isinstance(schema, str)
     ctx.completion_tx().execute(
-        render(schema)["bench_ledger_insert"],
+        qualified(schema)["bench_ledger_insert"],
         {"run_id": ctx.run_id, "node": ctx.node, "amount": input.get("amount", 1)},
     )
     return {"ok": True}

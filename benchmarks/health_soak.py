@@ -31,7 +31,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from benchmarks.common import Env, database, load, schema_for  # noqa: E402
-from benchmarks.sql import render  # noqa: E402
+from benchmarks.sql import qualified  # noqa: E402
 from cyclone_flow import Client  # noqa: E402
 from cyclone_flow.advisor import Thresholds  # noqa: E402
 from cyclone_flow.durations import parse_duration_arg  # noqa: E402
@@ -83,7 +83,7 @@ def soak(env: Env, variant: str, duration_s: float, rate: float, sample_s: float
     """One soak of ``duration_s`` seconds at ``rate`` runs per second."""
     flow = load("noop")
     with schema_for(env, f"bench_health_{variant}") as schema:
-        q = render(schema)
+        q = qualified(schema)
         if variant == "advised":
             with psycopg.connect(env.url, autocommit=True) as conn:
                 conn.execute(q["bench_health_advised_steps"])

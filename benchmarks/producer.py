@@ -25,7 +25,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from benchmarks.common import Env, Result, load, pick, schema_for
-from benchmarks.sql import render
+from benchmarks.sql import qualified
 from cyclone_flow import Client
 from cyclone_flow.flowfile.model import Flow
 from cyclone_flow.options import job_flow
@@ -105,7 +105,7 @@ STEP_COLS = (
 def _template(env: Env, schema: str, run_id: str) -> dict[str, Any]:
     """The rows the engine wrote for run ``run_id``: its definition, run columns, steps
     and deps (the ceiling writes the same rows)."""
-    q = render(schema)
+    q = qualified(schema)
     with psycopg.connect(env.url, autocommit=True) as conn:
         wf = conn.execute(q["bench_bulk_definition"], {"run_id": run_id}).fetchone()
         run = conn.execute(q["bench_bulk_run_row"], {"run_id": run_id}).fetchone()
@@ -116,7 +116,7 @@ def _template(env: Env, schema: str, run_id: str) -> dict[str, Any]:
 
 
 def _store_like(env: Env, schema: str, template: dict[str, Any]) -> int:
-    q = render(schema)
+    q = qualified(schema)
     name, digest, definition, plan = template["definition"]
     with psycopg.connect(env.url, autocommit=True) as conn:
         row = conn.execute(
@@ -138,7 +138,7 @@ def _ceiling(
 ) -> float:
     """Seconds to write ``count`` runs like ``template`` in chunks of ``chunk`` per
     transaction by ``mode`` (``unnest`` or ``COPY``)."""
-    q = render(schema)
+    q = qualified(schema)
     _, flow_name, deadline, output_limit, max_wait = template["run"]
     steps: Sequence[tuple[Any, ...]] = template["steps"]
     deps: Sequence[tuple[str, str]] = template["deps"]

@@ -132,7 +132,7 @@ class WaitSampler(threading.Thread):
         self.samples = 0
 
     def run(self) -> None:
-        q = bench_sql.render("public")["bench_wait_sample"]
+        q = bench_sql.qualified("public")["bench_wait_sample"]
         with psycopg.connect(self.url, autocommit=True) as conn:
             while not self.stop.wait(self.period):
                 rows = conn.execute(q, prepare=True).fetchall()
@@ -217,7 +217,7 @@ def statement_names(schema: str) -> dict[str, str]:
     """Normalised SQL (placeholders as ``?``) -> statement name, for the engine's and the
     suite's statements on ``schema``."""
     out: dict[str, str] = {}
-    for source in (queries.render(schema), bench_sql.render(schema)):
+    for source in (queries.qualified(schema), bench_sql.qualified(schema)):
         for name, text in source.items():
             if name in ("session_begin", "session_commit"):
                 continue  # BEGIN and COMMIT are counted by their words, as psycopg's
@@ -282,7 +282,7 @@ def _backlog(env: Env, schema: str, scenario: str, runs: int) -> None:
     flow_name, _, _ = SCENARIOS[scenario]
     if scenario == "exactly_once":
         with psycopg.connect(env.url, autocommit=True) as conn:
-            conn.execute(bench_sql.render(schema)["bench_ledger_create"])
+            conn.execute(bench_sql.qualified(schema)["bench_ledger_create"])
         inputs: Iterable[Any] = ({"schema": schema, "amount": i} for i in range(runs))
     elif scenario == "fanout":
         inputs = [{"items": runs}]

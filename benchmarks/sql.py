@@ -20,6 +20,6 @@ def statements() -> dict[str, str]:
 
 
 @cache
-def render(schema: str) -> dict[str, str]:
+def qualified(schema: str) -> dict[str, str]:
     """Every statement with ``{schema}`` replaced by the quoted ``schema``."""
     return qualify(statements(), schema)

@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 
 from benchmarks.common import HANDLER_MODULE
-from benchmarks.sql import render
+from benchmarks.sql import qualified
 from cyclone_flow import Client
 
 
@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
     # the engine's logger defaults to INFO (one line per finished run): a benchmark
     # measures the engine, not a stderr write per run
     logging.getLogger("cyclone_flow").setLevel(logging.WARNING)
-    q = render(spec["schema"])
+    q = qualified(spec["schema"])
     options: dict[str, Any] = {
         "schema": spec["schema"],
         "workers": spec["workers"],

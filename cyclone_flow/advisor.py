@@ -300,10 +300,14 @@ def _top(explained: JSON) -> dict[str, Any]:
     return plan if isinstance(plan, dict) else {}
 
 
-# -- advice: one function per check, each owning its name; CHECKS lists them in order ------
+# -- advice: one function per check; CHECKS names each once, in order -----------------------
 
 Elapsed = Callable[[float], str]
 """Seconds to text, for the ages in the messages."""
+
+Finding = tuple[str, str, str]
+"""What a check found: ``(subject, message, fix)``; :meth:`Check.advise` makes it an
+:class:`Advice` under the check's name."""
 
 
 def advise(report: HealthReport, elapsed: Elapsed = format_span) -> list[Advice]:
@@ -318,7 +322,7 @@ def _xmin_holding(report: HealthReport) -> list[OpenTransaction]:
     return [x for x in report.transactions if x.holds_xmin]
 
 
-def _open_transaction(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+def _open_transaction(report: HealthReport, elapsed: Elapsed) -> Iterator[Finding]:
     for x in report.transactions:
         who = x.application_name or "(no application_name)"
         state = x.state or "active"
@@ -326,8 +330,7 @@ def _open_transaction(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice
             effect = "it prevents vacuum of cyclone_steps and cyclone_runs (dead rows pile up)"
         else:
             effect = "it holds its locks (no snapshot: it does not hold back vacuum yet)"
-        yield Advice(
-            "open_transaction",
+        yield (
             f"pid {x.pid}",
             f"a transaction from application {who} (pid {x.pid}, user {x.usename}, "
             f"{state}) has been open {elapsed(x.age_s)}; {effect}",
@@ -337,11 +340,10 @@ def _open_transaction(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice
         )
 
 
-def _xmin_holder(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+def _xmin_holder(report: HealthReport, elapsed: Elapsed) -> Iterator[Finding]:
     for h in report.xmin_holders:
         if h.kind == "slot":
-            yield Advice(
-                "xmin_holder",
+            yield (
                 f"slot {h.name}",
                 f"replication slot {h.name} ({'active' if h.active else 'inactive'}) holds "
                 f"the xmin horizon {h.xmin_age} transactions back; vacuum of every table "
@@ -350,8 +352,7 @@ def _xmin_holder(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
                 "else fix the standby it feeds (hot_standby_feedback, its replay lag)",
             )
         elif h.age_s is not None and h.age_s >= report.thresholds.xact_age_s:
-            yield Advice(
-                "xmin_holder",
+            yield (
                 f"prepared {h.name}",
                 f"prepared transaction {h.name!r} has waited {elapsed(h.age_s)}; it holds the "
                 "xmin horizon back",
@@ -359,12 +360,11 @@ def _xmin_holder(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
             )
 
 
-def _autovacuum(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+def _autovacuum(report: HealthReport, elapsed: Elapsed) -> Iterator[Finding]:
     for table in report.tables:
         if not table.autovacuum_enabled:
             name = f"{report.schema}.{table.table_name}"
-            yield Advice(
-                "autovacuum",
+            yield (
                 table.table_name,
                 f"autovacuum is off for {name} ({table.options or 'server autovacuum = off'})",
                 f"ALTER TABLE {name} RESET (autovacuum_enabled); and keep the server's "
@@ -372,7 +372,7 @@ def _autovacuum(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
             )
 
 
-def _dead_tuples(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+def _dead_tuples(report: HealthReport, elapsed: Elapsed) -> Iterator[Finding]:
     t = report.thresholds
     holders = _xmin_holding(report)
     for table in report.tables:
@@ -386,8 +386,7 @@ def _dead_tuples(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
                 if holders
                 else ""
             )
-            yield Advice(
-                "dead_tuples",
+            yield (
                 table.table_name,
                 f"{name} has {table.dead} dead tuples ({100 * table.dead / rows:.0f}% of its "
                 f"rows); last vacuum: {when}",
@@ -397,7 +396,7 @@ def _dead_tuples(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
             )
 
 
-def _claim_index(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+def _claim_index(report: HealthReport, elapsed: Elapsed) -> Iterator[Finding]:
     t = report.thresholds
     index = report.claim_index
     if (
@@ -405,8 +404,7 @@ def _claim_index(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
         and index.bytes >= t.index_min_bytes
         and report.claim_index_bloat >= t.index_bloat
     ):
-        yield Advice(
-            "claim_index",
+        yield (
             CLAIM_INDEX,
             f"{CLAIM_INDEX} is {index.bytes // (1024 * 1024)} MiB, about "
             f"{report.claim_index_bloat:.0f}x what its {max(index.entries, 0):.0f} entries "
@@ -414,22 +412,20 @@ def _claim_index(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
             f"REINDEX INDEX CONCURRENTLY {report.schema}.{CLAIM_INDEX}",
         )
     elif index is None and report.schema_version:
-        yield Advice(
-            "claim_index",
+        yield (
             CLAIM_INDEX,
             f"{CLAIM_INDEX} is missing from schema {report.schema}",
             "run cyclone-flow migrate (migration 0009 builds it)",
         )
 
 
-def _claim_plan(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+def _claim_plan(report: HealthReport, elapsed: Elapsed) -> Iterator[Finding]:
     t, q = report.thresholds, report.schema
     if report.claim_index is None:
         return  # the claim_index check tells it is missing
     for c in report.claims:
         if not c.uses_claim_index and not c.scan_is_cheaper(t):
-            yield Advice(
-                "claim_plan",
+            yield (
                 f"queue {c.queue}",
                 f"the claim of queue {c.queue} does not walk {CLAIM_INDEX} (cost "
                 f"{c.cost:.0f}, over the {t.plan_min_cost:.0f} below which a scan of a small "
@@ -438,12 +434,11 @@ def _claim_plan(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
             )
 
 
-def _claim_cost(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+def _claim_cost(report: HealthReport, elapsed: Elapsed) -> Iterator[Finding]:
     holders = _xmin_holding(report)
     for c in report.claims:
         if c.buffers > report.thresholds.claim_buffers:
-            yield Advice(
-                "claim_cost",
+            yield (
                 f"queue {c.queue}",
                 f"a claim of queue {c.queue} reads {c.buffers} buffers ({c.time_ms:.1f} ms) to "
                 f"find {c.rows} steps: dead index entries at the head of the queue",
@@ -452,11 +447,10 @@ def _claim_cost(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
             )
 
 
-def _backlog(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+def _backlog(report: HealthReport, elapsed: Elapsed) -> Iterator[Finding]:
     for stats in report.queues:
         if stats.available and stats.oldest_available_s >= report.thresholds.backlog_age_s:
-            yield Advice(
-                "backlog",
+            yield (
                 f"queue {stats.queue}",
                 f"queue {stats.queue}: the oldest of its {stats.available} claimable steps "
                 f"has waited {elapsed(stats.oldest_available_s)}",
@@ -465,11 +459,10 @@ def _backlog(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
             )
 
 
-def _reclaims(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+def _reclaims(report: HealthReport, elapsed: Elapsed) -> Iterator[Finding]:
     if report.reclaimed:
         worst = report.reclaimed[0]
-        yield Advice(
-            "reclaims",
+        yield (
             f"run {worst.run_id}",
             f"{len(report.reclaimed)} unfinished step(s) were reclaimed more than "
             f"{report.thresholds.reclaims} times (worst: node {worst.node} of run "
@@ -479,11 +472,10 @@ def _reclaims(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
         )
 
 
-def _sequence(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+def _sequence(report: HealthReport, elapsed: Elapsed) -> Iterator[Finding]:
     for seq in report.sequences:
         if seq.head_state == "failed":
-            yield Advice(
-                "sequence",
+            yield (
                 f"sequence {seq.sequence_key}",
                 f"sequence {seq.sequence_key} is blocked: {seq.held} run(s) wait behind "
                 f"failed run {seq.head_run_id}",
@@ -491,8 +483,7 @@ def _sequence(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
                 f"{seq.head_run_id} to let the next run go)",
             )
         elif seq.oldest_held_s >= report.thresholds.sequence_age_s:
-            yield Advice(
-                "sequence",
+            yield (
                 f"sequence {seq.sequence_key}",
                 f"sequence {seq.sequence_key}: {seq.held} run(s) held, the oldest for "
                 f"{elapsed(seq.oldest_held_s)}, behind run {seq.head_run_id} "
@@ -501,13 +492,12 @@ def _sequence(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
             )
 
 
-def _orphaned_leases(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+def _orphaned_leases(report: HealthReport, elapsed: Elapsed) -> Iterator[Finding]:
     for o in report.orphaned_leases:
         seen = "no heartbeat row" if o.heartbeat_at is None else "no heartbeat since "
         seen += "" if o.heartbeat_at is None else o.heartbeat_at.isoformat(timespec="seconds")
         expiry = "" if o.lease_expiry is None else o.lease_expiry.isoformat(timespec="seconds")
-        yield Advice(
-            "orphaned_leases",
+        yield (
             f"client {o.lease_owner}",
             f"{o.steps} running step(s) are leased by client {o.lease_owner}, which has {seen}",
             f"a live worker's recovery sweep reclaims them once their leases expire "
@@ -515,30 +505,27 @@ def _orphaned_leases(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]
         )
 
 
-def _schema_version(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+def _schema_version(report: HealthReport, elapsed: Elapsed) -> Iterator[Finding]:
     q, have, ship = report.schema, report.schema_version, report.code_version
     if have < ship:
-        yield Advice(
-            "schema_version",
+        yield (
             q,
             f"schema {q} is at migration {have}, this code ships {ship}",
             "cyclone-flow migrate",
         )
     elif have > ship:
-        yield Advice(
-            "schema_version",
+        yield (
             q,
             f"schema {q} is at migration {have}, newer than this code's {ship}",
             "upgrade cyclone-flow where this runs",
         )
 
 
-def _connections(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
+def _connections(report: HealthReport, elapsed: Elapsed) -> Iterator[Finding]:
     conn = report.connections
     usable = max(conn.max_connections - conn.reserved, 1)
     if conn.max_connections and conn.in_use >= report.thresholds.connections * usable:
-        yield Advice(
-            "connections",
+        yield (
             "max_connections",
             f"{conn.in_use} of the {usable} client connections the server allows are open",
             "put PgBouncer (transaction mode) in front (docs/deployment.md) or raise "
@@ -546,8 +533,7 @@ def _connections(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
         )
     budget = report.pool_budget
     if budget > usable:
-        yield Advice(
-            "connections",
+        yield (
             "pool budget",
             f"{conn.live_workers} live workers may open {budget} connections "
             f"({conn.worker_threads} worker threads + {report.pool_reserve} each), more "
@@ -559,12 +545,17 @@ def _connections(report: HealthReport, elapsed: Elapsed) -> Iterator[Advice]:
 
 @dataclass(frozen=True)
 class Check:
-    """One check of the advisor: its ``name`` (every :class:`Advice` it gives carries it;
-    ``cyclone_health_warnings`` counts them by it) and ``advise``, its warnings over a
-    report (``elapsed`` writes the ages)."""
+    """One check of the advisor: its ``name``, written only here (every :class:`Advice` it
+    gives carries it; ``cyclone_health_warnings`` counts them by it) and ``findings``, its
+    ``(subject, message, fix)`` over a report (``elapsed`` writes the ages)."""
 
     name: str
-    advise: Callable[[HealthReport, Elapsed], Iterable[Advice]]
+    findings: Callable[[HealthReport, Elapsed], Iterable[Finding]]
+
+    def advise(self, report: HealthReport, elapsed: Elapsed = format_span) -> Iterator[Advice]:
+        """The check's warnings over ``report``, each an :class:`Advice` named after it."""
+        for subject, message, fix in self.findings(report, elapsed):
+            yield Advice(self.name, subject, message, fix)
 
 
 CHECKS: tuple[Check, ...] = (

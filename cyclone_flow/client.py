@@ -733,7 +733,7 @@ class Client:
         buffer, wait for a publication in flight and publish what is left; then close the
         pool if this client opened it. Safe to call twice.
 
-        Required even for a producer-only client that never called :meth:`start` when it
+        Required even for a client that only submits and never called :meth:`start` when it
         has a ``notify_coalesce`` window: its last wakeups may still be buffered (Client
         Options: "Producer-only clients must be shut down")."""
         if self._closed:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 
 __all__ = [
     "DURATION_PATTERN",
@@ -25,6 +26,7 @@ __all__ = [
     "DurationError",
     "check_seconds",
     "format_duration",
+    "format_elapsed",
     "format_span",
     "parse_duration",
     "parse_duration_arg",
@@ -202,6 +204,29 @@ def format_duration(seconds: float) -> str:
     if total_ms:
         parts.append(f"{total_ms}ms")
     return "".join(parts)
+
+
+def format_elapsed(seconds: float) -> str:
+    """Deprecated: use :func:`format_span` (the one display style); goes after one release.
+
+    Warns (``DeprecationWarning``) and returns the old compact style: ``850ms``, ``12.3s``,
+    ``4m05s`` (whole seconds truncated), ``2h03m``; a negative ``seconds`` shows as ``0ms``.
+    """
+    warnings.warn(
+        "cyclone_flow.durations.format_elapsed is deprecated: use format_span",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    seconds = max(0.0, seconds)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
 
 
 def format_span(seconds: float) -> str:

@@ -1,4 +1,4 @@
-"""Why a step waits (issue 18): one function, :func:`explain`, that says for each step of a
+"""Why a step waits: one function, :func:`explain`, that says for each step of a
 run that is neither running nor finished what it waits for, from rows read in one
 snapshot (:func:`read_snapshot`): its unfinished needs, the ``scheduled_at`` of a retry's
 backoff or of a delayed run, the awaited signal and its deadline, the child run, the

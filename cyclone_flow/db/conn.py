@@ -1,5 +1,5 @@
 """Connections for the typed statements: :class:`Session` (a connection and the statements
-rendered for one schema), :class:`Database` (a pool and those statements), pipelines and
+qualified for one schema), :class:`Database` (a pool and those statements), pipelines and
 autocommit, and :class:`Pending` (a statement sent now, read later); what kind of
 database trouble an error is (:func:`conflict`; a lost database:
 :func:`cyclone_flow.db.errors.database_lost`) and the bounded
@@ -93,7 +93,7 @@ def pin_read_committed(conn: Conn, q: Statements) -> Conn:
 
 
 class SessionLike(Protocol):
-    """What every ``db`` function takes first: a connection and the rendered statements."""
+    """What every ``db`` function takes first: a connection and the qualified statements."""
 
     @property
     def conn(self) -> Conn: ...
@@ -105,7 +105,7 @@ class SessionLike(Protocol):
 @dataclass(frozen=True)
 class Session:
     """A connection (in whatever transaction state its owner left it) and the statements
-    rendered for its schema."""
+    qualified for its schema."""
 
     conn: Conn
     q: Statements
@@ -113,7 +113,7 @@ class Session:
 
 @dataclass(frozen=True)
 class Database:
-    """A connection pool and the statements rendered for ``schema`` (a validated
+    """A connection pool and the statements qualified for ``schema`` (a validated
     identifier): what a client, a worker or a maintenance service runs statements with."""
 
     pool: ConnectionPool[Any]
@@ -121,7 +121,7 @@ class Database:
     q: Statements = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "q", queries.render(self.schema))
+        object.__setattr__(self, "q", queries.qualified(self.schema))
 
     @contextmanager
     def connection(self, *, wait: float | None = None) -> Iterator[Conn]:

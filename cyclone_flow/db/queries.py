@@ -6,7 +6,7 @@ migrations that define it.
 Each statement stands under a ``-- name: <table>_<verb>[_<object>][_if_<guard>][_many]``
 header (the table is the one the statement writes, or mainly reads), followed by comment
 lines that give its purpose. Table names are written ``{schema}.cyclone_x``;
-:func:`render` fills ``{schema}`` through :class:`psycopg.sql.Identifier` (never string
+:func:`qualified` fills ``{schema}`` through :class:`psycopg.sql.Identifier` (never string
 formatting), so a literal brace in a statement is written ``{{`` / ``}}`` and a literal
 ``%`` is written ``%%``.
 """
@@ -63,7 +63,7 @@ def qualify(statements: dict[str, str], schema: str) -> dict[str, str]:
 
 @cache
 def by_file() -> dict[str, dict[str, str]]:
-    """Every named statement, unrendered, per file: file name -> name -> SQL text."""
+    """Every named statement, unqualified, per file: file name -> name -> SQL text."""
     out: dict[str, dict[str, str]] = {}
     seen: set[str] = set()
     folder = importlib.resources.files("cyclone_flow.db") / "sql"
@@ -81,11 +81,11 @@ def by_file() -> dict[str, dict[str, str]]:
 
 @cache
 def statements() -> dict[str, str]:
-    """Every named statement, unrendered: name -> SQL text with ``{schema}`` placeholders."""
+    """Every named statement, unqualified: name -> SQL text with ``{schema}`` placeholders."""
     return {name: body for found in by_file().values() for name, body in found.items()}
 
 
 @cache
-def render(schema: str) -> dict[str, str]:
+def qualified(schema: str) -> dict[str, str]:
     """Every statement with its tables qualified by ``schema`` (a validated identifier)."""
     return qualify(statements(), schema)

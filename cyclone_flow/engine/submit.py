@@ -24,7 +24,7 @@ from cyclone_flow.options import RunOptions
 
 class DefinitionMissingError(CycloneError):
     """The stored definition a run was to be inserted from is not stored (or not visible
-    to this transaction): nothing of the run was written. A producer that remembered the
+    to this transaction): nothing of the run was written. An inserter that remembered the
     definition's id stores the definition again and inserts once more."""
 
     def __init__(self, workflow_id: int) -> None:

@@ -1,7 +1,7 @@
 """The transaction every transition runs in, and what it collects.
 
 A :class:`Tx` is a connection inside a transaction the caller owns, the statements
-rendered for its schema and the :class:`Effects` the transitions collect: the wakeups to
+qualified for its schema and the :class:`Effects` the transitions collect: the wakeups to
 publish after the commit (collected here and nowhere else), the runs that became
 terminal, the steps cancelled and the nodes the engine decided. Nothing in
 ``cyclone_flow.engine`` commits; :func:`transaction` is the one helper that opens a pool

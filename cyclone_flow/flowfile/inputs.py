@@ -71,7 +71,7 @@ def validate_input(flow: str, schema: Mapping[str, Any] | None, value: JSON) -> 
 
 class InputValidator:
     """The compiled check of one flow's ``input_schema`` (what :func:`validate_input`
-    does, with the validator built once: a producer keeps one per definition).
+    does, with the validator built once: an inserter keeps one per definition).
     Calling it returns the value with the top-level defaults filled in, or raises
     :class:`InputValidationError`."""
 

@@ -30,7 +30,7 @@ from cyclone_flow.db.rows import DueRef, DueSchedule
 from cyclone_flow.errors import ScheduleNotFoundError, SubmitOptionError
 from cyclone_flow.flowfile.build import build_flow
 from cyclone_flow.inserter import Inserter, RunId
-from cyclone_flow.logs import LOGGER_NAME
+from cyclone_flow.maintenance.base import MaintenanceService
 from cyclone_flow.notify import Publish, Wakeups
 from cyclone_flow.options import RunOptions
 from cyclone_flow.schedules import Ticks
@@ -92,11 +92,12 @@ class ScheduleScannerResult:
         )
 
 
-class ScheduleScanner:
+class ScheduleScanner(MaintenanceService[ScheduleScannerConfig]):
     """The schedule scanner; ``run_once(now=None)`` is one pass (see the module docstring).
 
-    ``producer`` inserts each tick's run; ``publish`` sends the wakeups of each committed
-    tick; ``logger`` reports misfires and failing schedules.
+    Takes the arguments of :class:`~cyclone_flow.maintenance.base.MaintenanceService`
+    plus ``inserter`` (second), which inserts each tick's run; ``publish`` sends the
+    wakeups of each committed tick; ``logger`` reports misfires and failing schedules.
 
     A schedule whose tick fails (its cron edited by hand into one that never fires, a
     stored definition that no longer inserts, a statement error) is logged with its name
@@ -109,26 +110,19 @@ class ScheduleScanner:
     """
 
     name = "schedule scanner"
+    config_class = ScheduleScannerConfig
 
     def __init__(
         self,
         db: Database,
-        producer: Inserter,
+        inserter: Inserter,
         config: ScheduleScannerConfig | None = None,
         publish: Publish | None = None,
         logger: logging.Logger | None = None,
     ) -> None:
-        self.db = db
-        self.producer = producer
-        self.config = config or ScheduleScannerConfig()
-        self.publish = publish
-        self.log = logger or logging.getLogger(LOGGER_NAME)
+        super().__init__(db, config, publish, logger)
+        self.inserter = inserter
         self._failing: dict[int, _Failure] = {}  # schedule id -> its last failure
-
-    @property
-    def interval_s(self) -> float:
-        """Seconds between two passes."""
-        return self.config.interval_s
 
     def run_once(self, now: datetime | None = None) -> ScheduleScannerResult:
         """Submit the due tick of every due schedule; returns the runs submitted and the
@@ -235,9 +229,9 @@ class ScheduleScanner:
         """Insert a run of the locked schedule ``due`` in the caller's transaction."""
         if due.no_plan:  # stored before plans (so without child nodes): store its plan
             flow = build_flow(due.definition)
-            return self.producer.insert(conn, flow, due.input_json, options)
+            return self.inserter.insert(conn, flow, due.input_json, options)
         # the definition as stored, with the child flows it was stored with
-        return self.producer.insert_stored(conn, due.workflow_id, due.input_json, options)
+        return self.inserter.insert_stored(conn, due.workflow_id, due.input_json, options)
 
     def _skipped(self, name: str, ticks: Ticks, first: datetime, tick: datetime) -> None:
         """Log the ticks skipped from ``first`` (the due one) to ``tick`` (the one

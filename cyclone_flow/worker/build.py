@@ -87,7 +87,7 @@ def build_worker(
         parts.cache,
         parts.tx_slots,
         publish,
-        producer=inserter,
+        inserter=inserter,
         completer=parts.completer,
         on_database_error=on_database_error,
         give_back=only_run is None,

@@ -36,7 +36,7 @@ from cyclone_flow.handlers import HandlerResolver
 from cyclone_flow.inserter import Inserter
 from cyclone_flow.logs import step_extra
 from cyclone_flow.notify import Publish, Wakeups
-from cyclone_flow.options import job_flow, run_options
+from cyclone_flow.options import run_options
 from cyclone_flow.states import ErrorKind
 from cyclone_flow.worker import step_logs
 from cyclone_flow.worker.aio import EventLoop, HandlerCancelled
@@ -86,7 +86,7 @@ class Executor:
         cache: OutputCache,
         tx_slots: threading.BoundedSemaphore,
         publish: Publish,
-        producer: Inserter,
+        inserter: Inserter,
         completer: BatchSink | None = None,
         on_database_error: Callable[[str], None] | None = None,
         give_back: bool = True,
@@ -95,7 +95,7 @@ class Executor:
         self.config = config
         self.resolver = resolver
         self.tx_slots = tx_slots
-        self.producer = producer
+        self.inserter = inserter
         self.log = config.logger
         self.inputs = Inputs(db, cache)
         self.reporter = Reporter(
@@ -181,7 +181,7 @@ class Executor:
         try:
             try:
                 handler, handler_input = self._prepare_retrying(step)
-                submit_in_tx, enqueue_in_tx = self._completion_producers(tx, extra)
+                submit_in_tx, enqueue_in_tx = self._completion_inserts(tx, extra)
 
                 def upstream(name: str) -> JSON:
                     try:
@@ -267,19 +267,19 @@ class Executor:
             self.step_logs.write(step, attempt_log)
         return False
 
-    def _completion_producers(
+    def _completion_inserts(
         self, tx: CompletionTx, extra: Wakeups
     ) -> tuple[Callable[..., str], Callable[..., str]]:
         """``ctx.submit_completion`` / ``ctx.enqueue_completion``: insert in the completion
         transaction and keep the wakeups for after its commit (seeds: Transactional
         Enqueueing)."""
-        producer = self.producer
+        inserter = self.inserter
 
         def submit_in_tx(flow: Any, run_input: JSON = None, **options: Any) -> str:
             opts = run_options(**options)
-            flow, input_json = producer.prepare(flow, run_input)
+            flow, input_json = inserter.prepare(flow, run_input)
             try:
-                run_id, wakeups = producer.insert(tx.open(), flow, input_json, opts)
+                run_id, wakeups = inserter.insert(tx.open(), flow, input_json, opts)
             except BaseException as exc:
                 tx.note(exc)
                 raise
@@ -290,9 +290,9 @@ class Executor:
             retry = options.pop("retry", None)
             timeout = options.pop("timeout", None)
             opts = run_options(**options)
-            flow, input_json = producer.prepare(job_flow(call, retry=retry, timeout=timeout), args)
+            flow, input_json = inserter.prepare(inserter.job_flow(call, retry, timeout), args)
             try:
-                run_id, wakeups = producer.insert(tx.open(), flow, input_json, opts)
+                run_id, wakeups = inserter.insert(tx.open(), flow, input_json, opts)
             except BaseException as exc:
                 tx.note(exc)
                 raise

@@ -1,4 +1,4 @@
-"""Step logs (issue 18): what a handler logs and prints during one attempt, kept in
+"""Step logs: what a handler logs and prints during one attempt, kept in
 ``cyclone_step_logs`` and shown by ``cyclone-flow logs`` and ``status``.
 
 While a started client's worker runs, :class:`StepLogs` has

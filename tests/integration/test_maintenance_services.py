@@ -36,7 +36,12 @@ from cyclone_flow.maintenance.retention import (
     RetentionSweeperConfig,
     RetentionSweeperResult,
 )
-from cyclone_flow.maintenance.scheduler import ScheduleScanner, ScheduleScannerResult, _Failure
+from cyclone_flow.maintenance.scheduler import (
+    ScheduleScanner,
+    ScheduleScannerConfig,
+    ScheduleScannerResult,
+    _Failure,
+)
 from cyclone_flow.maintenance.sequences import SequenceScanner, SequenceScannerResult
 from cyclone_flow.maintenance.wait_scanner import WaitScanner, WaitScannerConfig, WaitScannerResult
 from cyclone_flow.notify import Wakeups
@@ -348,3 +353,6 @@ def test_the_services_a_worker_runs_share_one_scaffold_in_the_loops_order(
     # a service built without a config has its config's defaults
     assert WaitScanner(database).config == WaitScannerConfig()
     assert WaitScanner(database).interval_s == WaitScannerConfig().interval_s
+    # the schedule scanner too, with its extra inserter
+    assert isinstance(scanner, MaintenanceService) and scanner.inserter.db is database
+    assert scanner.config == ScheduleScannerConfig() and scanner.log.name == "cyclone_flow"

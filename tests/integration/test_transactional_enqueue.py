@@ -10,10 +10,12 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+import pytest
 from helpers.paths import FLOWS
 from helpers.procs import wait_until
 
-from cyclone_flow import Client
+from cyclone_flow import Client, options
+from cyclone_flow import inserter as inserter_module
 
 NOOP = "cyclone_test_handlers.queueing:noop"
 ENQUEUER = "cyclone_test_handlers.queueing:enqueue_job"
@@ -114,3 +116,23 @@ def test_submit_completion_in_the_completion_transaction(
     children = db.execute("SELECT count(*) FROM cyclone_runs WHERE flow_name = 'hello'").fetchone()
     assert children == (1,)
     wait_until(lambda: client.get_run(child).state != "running", what="the child run")
+
+
+def test_enqueue_completion_builds_its_job_flow_through_the_inserters_cache(
+    make_client: Callable[..., Client], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: the completion path built the job flow itself (``options.job_flow``),
+    skipping ``Inserter.job_flow``'s cache: two enqueues of one callable build it once."""
+    built: list[str] = []
+
+    def counting(call: str, **keys: Any) -> Any:
+        built.append(call)
+        return options.job_flow(call, **keys)
+
+    monkeypatch.setattr(inserter_module, "job_flow", counting)
+    worker = make_client(worker_queues={"default": 1})
+    parents = [worker.enqueue(ENQUEUER, {"queue": "default"}) for _ in range(2)]
+    worker.start()
+    for parent in parents:
+        assert worker.wait(parent, timeout=10).state == "completed"
+    assert built.count(NOOP) == 1

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from cyclone_flow import Client
-from cyclone_flow.db.queries import render
+from cyclone_flow.db.queries import qualified
 from cyclone_flow.flowfile import load_flow_text
 
 pytestmark = pytest.mark.slow
@@ -140,7 +140,7 @@ def test_every_page_query_on_a_million_runs(
             "active": 1000,
             **params,
         }
-        query = render(schema)[statement]
+        query = qualified(schema)[statement]
         rows = db.execute("EXPLAIN ANALYZE " + query, full).fetchall()  # type: ignore[call-overload]
         print(f"-- {title}\n" + "\n".join(r[0] for r in rows))
     slow = {

@@ -275,6 +275,12 @@ def test_every_check_owns_a_unique_name_that_its_advice_carries() -> None:
         given = list(check.advise(report, format_span))
         assert given, f"{check.name} gave no advice on a report past every threshold"
         assert {a.check for a in given} == {check.name}
+    # the name is written once, in CHECKS: the check functions yield no name
+    import inspect
+
+    for check in CHECKS:
+        assert f'"{check.name}"' not in inspect.getsource(check.findings), check.name
+        assert all(len(found) == 3 for found in check.findings(report, format_span))
     # advise is the checks one after the other, in the order of CHECKS
     assert [a.check for a in advise(report)] == [
         c.name for c in CHECKS for _ in c.advise(report, format_span)

@@ -271,6 +271,24 @@ def test_readme_layout_names_every_top_level_module() -> None:
         assert re.search(rf"(?<![\w/]){re.escape(name)}", layout), f"README Layout: {name}"
 
 
+def test_readme_layout_names_every_module_of_the_dashboard() -> None:
+    text = (REPO / "README.md").read_text("utf-8")
+    layout = text.split("## Layout", 1)[1].split("```")[1]
+    for entry in sorted((PACKAGE / "ui").glob("*.py")):
+        if not entry.name.startswith("__"):
+            assert re.search(rf"(?<![\w/]){re.escape(entry.name)}", layout), entry.name
+
+
+def test_readme_dependencies_are_the_import_linter_layers() -> None:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
+    text = (REPO / "README.md").read_text("utf-8")
+    chain = text.split("Dependencies point one way", 1)[1].split(". The import-linter", 1)[0]
+    chain = chain.split("): ", 1)[1]  # after the legend
+    assert code_spans(chain) == layers, "README's dependency line, top to bottom"
+
+
 def test_readme_test_command_is_what_ci_runs() -> None:
     """README's "Run the tests" command is the one ``.ci/run`` runs, word for word."""
     text = (REPO / "README.md").read_text("utf-8")

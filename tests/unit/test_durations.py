@@ -96,3 +96,23 @@ def test_parse_arg_rejects_with_value_error(bad: str) -> None:
 )
 def test_format_span_is_the_dashboards_format(seconds: float, text: str) -> None:
     assert format_span(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (-1.0, "0ms"),
+        (0.85, "850ms"),
+        (12.34, "12.3s"),
+        (245.9, "4m05s"),
+        (7380.0, "2h03m"),
+    ],
+)
+def test_format_elapsed_is_a_deprecated_alias_keeping_the_old_style(
+    seconds: float, text: str
+) -> None:
+    from cyclone_flow import durations
+
+    assert "format_elapsed" in durations.__all__
+    with pytest.warns(DeprecationWarning, match="format_span"):
+        assert durations.format_elapsed(seconds) == text

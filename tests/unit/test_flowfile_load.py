@@ -293,3 +293,20 @@ def test_mermaid_labels_escape_angle_brackets_and_hashes() -> None:
     label = next(line for line in text.splitlines() if "skipped: when" in line)
     assert "<script>" not in label and "x<y>" not in label
     assert "#lt;script#gt;" in label and "#35;1" in label and "#quot;x#lt;y#gt;#quot;" in label
+
+
+def test_the_flowfile_graph_module_is_a_deprecated_alias() -> None:
+    import importlib
+    import warnings
+
+    from cyclone_flow.flowfile import diagram
+
+    old = importlib.import_module("cyclone_flow.flowfile.graph")
+    with pytest.warns(DeprecationWarning, match=r"cyclone_flow\.flowfile\.diagram"):
+        assert old.to_mermaid is diagram.to_mermaid
+    with pytest.warns(DeprecationWarning, match=r"cyclone_flow\.flowfile\.graph is deprecated"):
+        from cyclone_flow.flowfile.graph import to_dot
+    assert to_dot is diagram.to_dot
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert diagram.to_dot is not None  # the new path does not warn

@@ -1115,7 +1115,7 @@ LIMIT %(limit)s
 -- worker that cannot import it (issue 30.2) within the last %(recent_s)s seconds (a give-back
 -- sets scheduled_at to its instant + 1 s; a worker that keeps failing tries again at least
 -- every 30 s): its reason and that scheduled_at. Why a never-claimed step of the same call
--- waits (engine/explain.py). Reads the given-back steps only (the partial
+-- waits (explain.py). Reads the given-back steps only (the partial
 -- cyclone_steps_given_back_idx); status only, never the claim path.
 SELECT DISTINCT ON (queue, call) queue, call, import_wait_reason, scheduled_at
 FROM {schema}.cyclone_steps
