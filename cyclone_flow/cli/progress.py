@@ -34,6 +34,7 @@ from cyclone_flow.cli.common import echo_json
 from cyclone_flow.cli.show import run_dict
 from cyclone_flow.db.errors import Outage, database_lost
 from cyclone_flow.db.rows import Run, Step
+from cyclone_flow.describe import short_id
 from cyclone_flow.errors import WaitTimeoutError
 from cyclone_flow.explain import WaitReason
 from cyclone_flow.logs import EVENT_FIELD
@@ -469,7 +470,7 @@ def _follow_bar(client: Client, run_id: str, console: Console, waiter: Waiter) -
     with Progress(
         *columns, console=console, transient=False, redirect_stdout=False, redirect_stderr=False
     ) as progress:
-        task = progress.add_task(f"run {run_id[:8]}", total=None, detail="")
+        task = progress.add_task(f"run {short_id(run_id)}", total=None, detail="")
         while True:
             waiter.next()
             view = waiter.ride(lambda: client.run_view(run_id, items=True))  # one moment
