@@ -908,7 +908,8 @@ class Client:
         now: datetime | None = None,
     ) -> run_view.RunView:
         """The run as one snapshot sees it, for a display (``status``, ``status --watch``,
-        ``graph --run``, the dashboard's run page): a frozen
+        ``graph --run``, ``run --json``, ``submit --wait --json``, ``rerun --wait --json``,
+        ``run``'s progress, the dashboard's run page): a frozen
         :class:`~cyclone_flow.run_view.RunView` with the run, its steps (fan-out items
         when ``items``), its item progress, why its waiting steps wait (as
         :meth:`explain`), its :class:`~cyclone_flow.db.rows.QueueInfo`, the database's

@@ -11,7 +11,9 @@ cells. Pure: rows in, text out.
 - its error (:func:`step_error`);
 - durations, one style everywhere (:func:`duration`, :func:`step_took`:
   :func:`~cyclone_flow.durations.format_span`, ``850 ms``, ``12.3 s``, ``4 min 05 s``,
-  ``2 h 03 min``) and instants (:func:`instant`, ISO 8601 to the second);
+  ``2 h 03 min``), instants (:func:`instant`, ISO 8601 to the second) and times from now
+  (:func:`relative`: ``4 min 05 s ago``, ``in 12.3 s``);
+- another run named in a line or a link (:func:`short_id`);
 - why a step waits (:func:`wait_text`, :func:`wait_line`; the reasons themselves are
   :func:`cyclone_flow.explain.explain`'s);
 - a run's unique key, sequence and schedule (:func:`queue_info_lines`).
@@ -40,6 +42,8 @@ __all__ = [
     "duration",
     "instant",
     "queue_info_lines",
+    "relative",
+    "short_id",
     "state_word",
     "step_detail",
     "step_error",
@@ -62,6 +66,12 @@ def state_word(state: str) -> str:
     return str(state)
 
 
+def short_id(run_id: str) -> str:
+    """A run id as shown where a page or a line names a run: its first
+    :data:`SHORT_RUN_ID` characters (``3f2a9c1e``)."""
+    return run_id[:SHORT_RUN_ID]
+
+
 def describe_skip(reason: Mapping[str, Any]) -> str:
     """Why a step was skipped, from its ``skip_reason``: ``skipped: when TEXT was false
     (REF = VALUE, ...)`` or ``skipped: upstream NODE was skipped``."""
@@ -81,7 +91,7 @@ def describe_reuse(rerun_of: str | None, node: str, item_index: int | None = Non
     if rerun_of is None:
         return "reused"
     item = f", item {item_index}" if item_index is not None else ""
-    return f"reused from run {rerun_of[:SHORT_RUN_ID]} (node {node}{item})"
+    return f"reused from run {short_id(rerun_of)} (node {node}{item})"
 
 
 def describe_attempt(attempt: int, max_attempts: int, lease_generation: int) -> str:
@@ -104,6 +114,16 @@ def duration(start: datetime | None, end: datetime | None) -> str:
     if start is None or end is None:
         return ""
     return format_span((end - start).total_seconds())
+
+
+def relative(when: datetime | None, now: datetime) -> str:
+    """``when`` as seen from ``now`` in the one duration style: ``4 min 05 s ago`` (past),
+    ``in 4 min 05 s`` (future; :func:`~cyclone_flow.durations.format_span`); "" for None."""
+    if when is None:
+        return ""
+    seconds = (now - when).total_seconds()
+    span = format_span(abs(seconds))
+    return f"in {span}" if seconds < 0 else f"{span} ago"
 
 
 def step_took(step: Step, now: datetime) -> str:

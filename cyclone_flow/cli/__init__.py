@@ -1,13 +1,15 @@
 """The ``cyclone-flow`` command line, one module per command or command family, named after
 it: ``lint_cmds`` (lint, graph), ``migrate_cmd`` (migrate), ``submit_cmds`` (submit, run),
 ``enqueue_cmd`` (enqueue), ``schedule_cmds`` (schedule), ``worker_cmd`` (worker),
-``inspect_cmds`` (status, runs, logs, output, workers), ``operator_cmds`` (cancel, retry,
-signal, purge), ``doctor_cmd`` (doctor), ``init_cmds`` (init: a new project's files),
+``inspect_cmds`` (status, runs, logs, output, workers), ``operator_cmds`` (cancel, rerun,
+retry, signal, purge), ``doctor_cmd`` (doctor), ``init_cmds`` (init: a new project's files),
 ``embedded_cmds`` (embedded status|url|stop), ``ui_cmd`` (ui, the web dashboard);
+``processes`` (``worker --processes N``'s supervisor) and ``reload`` (``worker --reload``'s);
 ``common`` (options, errors, logging), ``submission`` (the submission options shared by
-submit, enqueue and schedule), ``render`` (how runs and steps are shown), ``progress``
-(live progress of a run) and ``watch`` (``status --watch``) are shared. Every command goes
-through the :class:`cyclone_flow.Client`'s public methods."""
+submit, enqueue and schedule), ``show`` (how runs, steps and dry runs are laid out; the
+words are :mod:`cyclone_flow.describe`'s), ``progress`` (live progress of a run), ``watch``
+(``status --watch``) and ``output`` (descriptors 1 and 2 of a process that runs handlers)
+are shared. Every command goes through the :class:`cyclone_flow.Client`'s public methods."""
 
 from __future__ import annotations
 

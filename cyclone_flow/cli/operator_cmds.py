@@ -5,6 +5,7 @@ background)."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -161,11 +162,11 @@ def rerun_cmd(
             return
         if not as_json:
             click.echo(f"waiting for run {new_id} ...", err=True)
-        progress: dict[str, dict[str, int]] | None = None
+        progress: Mapping[str, Mapping[str, int]] | None = None
         status = wait_for_end(client, new_id, as_json=as_json, timeout=wait_s)
-        if as_json:  # the finished run's steps with their outputs, as `run --json` lists
-            steps = client.list_steps(new_id, items=False)
-            progress = client.count_items(new_id)
+        if as_json:  # the finished run and its steps of one moment, as `submit --wait --json`
+            view = client.run_view(new_id)
+            status, steps, progress = view.run, list(view.steps), view.progress
     except KeyboardInterrupt:  # before the wait (which says more): no click "Aborted!"
         sys.exit(130)
     finally:

@@ -34,6 +34,7 @@ from cyclone_flow.cli.common import echo_json
 from cyclone_flow.cli.show import run_dict
 from cyclone_flow.db.errors import Outage, database_lost
 from cyclone_flow.db.rows import Run, Step
+from cyclone_flow.describe import short_id
 from cyclone_flow.errors import WaitTimeoutError
 from cyclone_flow.explain import WaitReason
 from cyclone_flow.logs import EVENT_FIELD
@@ -63,7 +64,7 @@ class StepCounts:
     skipped: int = 0
 
     @classmethod
-    def of(cls, steps: list[Step]) -> StepCounts:
+    def of(cls, steps: Sequence[Step]) -> StepCounts:
         return cls(
             total=len(steps),
             done=sum(s.state in _TERMINAL for s in steps),
@@ -131,7 +132,7 @@ class PlainLines:
     seen: dict[int, _Seen] = field(default_factory=dict)
     tallies: dict[str, _ItemTally] = field(default_factory=dict)
 
-    def changes(self, steps: list[Step]) -> list[str]:
+    def changes(self, steps: Sequence[Step]) -> list[str]:
         """The lines for what changed since the previous snapshot, oldest first."""
         events: list[tuple[datetime, int, int, str]] = []  # (when, rank, step id, line)
         changed_items: dict[str, datetime] = {}
@@ -441,14 +442,18 @@ class Waiter:
 
 def follow_plain(client: Client, run_id: str, console: Console, waiter: Waiter) -> Run:
     """Print :class:`PlainLines` of the run's steps on ``console`` at each look of
-    ``waiter`` until the run is terminal; return its final status."""
+    ``waiter`` until the run is terminal; return its final status. Each look is one
+    :meth:`Client.run_view` (the run and its steps of one moment), with the fan-out item
+    steps: the lines sum up a fan-out node's items from them (``status --watch --items``
+    prints the same lines: plain lines have no line per item)."""
     lines = PlainLines()
     while True:
-        status = waiter.next()
-        for line in lines.changes(waiter.ride(lambda: client.list_steps(run_id))):
+        waiter.next()
+        view = waiter.ride(lambda: client.run_view(run_id, items=True))
+        for line in lines.changes(view.steps):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
-        if status.state.terminal:
-            return status
+        if view.run.state.terminal:
+            return view.run
 
 
 def _follow_bar(client: Client, run_id: str, console: Console, waiter: Waiter) -> Run:
@@ -465,10 +470,11 @@ def _follow_bar(client: Client, run_id: str, console: Console, waiter: Waiter) -
     with Progress(
         *columns, console=console, transient=False, redirect_stdout=False, redirect_stderr=False
     ) as progress:
-        task = progress.add_task(f"run {run_id[:8]}", total=None, detail="")
+        task = progress.add_task(f"run {short_id(run_id)}", total=None, detail="")
         while True:
-            status = waiter.next()
-            steps = waiter.ride(lambda: client.list_steps(run_id))
+            waiter.next()
+            view = waiter.ride(lambda: client.run_view(run_id, items=True))  # one moment
+            status, steps = view.run, view.steps
             for line in failures.changes(steps):
                 progress.console.print(Text(line), soft_wrap=True, highlight=False)
             counts = StepCounts.of(steps)

@@ -19,8 +19,8 @@ from cyclone_flow.inserter import PlannedStep, RunPreview
 __all__ = [
     "limits_text",
     "name_width",
-    "plan_dict",
-    "plan_table_rows",
+    "preview_dict",
+    "preview_table_rows",
     "run_dict",
     "step_fields",
     "wrap_name",
@@ -121,7 +121,7 @@ def _output_fields(step: Step) -> dict[str, Any]:
     return {"output": value, "output_truncated": cut}
 
 
-def plan_dict(plan: RunPreview) -> dict[str, Any]:
+def preview_dict(plan: RunPreview) -> dict[str, Any]:
     """The ``submit --dry-run --json`` form of a plan: ``dry_run`` true, ``flow``,
     ``path``, ``input`` (defaults filled), ``input_bytes``, ``options`` (the submission
     options given, durations in seconds, ``run_at`` ISO 8601), ``steps`` in run order
@@ -206,7 +206,7 @@ def limits_text(concurrency: Any, rate_limit: Any) -> str:
     return "; ".join(parts)
 
 
-def plan_table_rows(plan: RunPreview) -> list[tuple[str, ...]]:
+def preview_table_rows(plan: RunPreview) -> list[tuple[str, ...]]:
     """The rows of ``submit --dry-run``'s table: position, node, type, queue, priority,
     needs, state (with what decides it: :func:`_planned_state_text`), what it runs
     (its call; a child flow, an awaited signal, a fan-out's list) and its limits with
@@ -241,6 +241,8 @@ def _planned_state_text(step: PlannedStep) -> str:
     a dependency, what decides it: ``available (when: true)``, ``skipped (when: false)``,
     ``skipped (upstream a skipped)``, ``discarded (ERROR)``, ``pending (when:
     decided on release)``."""
+    # a cell of a table, not describe_skip's sentence: it names only what decided the
+    # state (the `when:` text is in the flow file; --json carries the skip_reason)
     reason = step.detail.get("skip_reason")
     if isinstance(reason, dict) and "upstream" in reason:
         return f"{step.state} (upstream {reason['upstream']} skipped)"

@@ -37,7 +37,7 @@ from cyclone_flow.cli.progress import (
     reported_by_display,
     wait_for_end,
 )
-from cyclone_flow.cli.show import plan_dict, plan_table_rows, run_dict
+from cyclone_flow.cli.show import preview_dict, preview_table_rows, run_dict
 from cyclone_flow.cli.submission import (
     chunk_option,
     print_bulk,
@@ -303,16 +303,16 @@ def _show_plan(plan: RunPreview, as_json: bool) -> None:
     """Print a dry run's plan on stdout (a table, or ``--json``) and, on stderr, that
     nothing was written."""
     if as_json:
-        echo_json(plan_dict(plan))
+        echo_json(preview_dict(plan))
     else:
         console = out_console()
         where = f" ({plan.path})" if plan.path else ""
         console.print(Text(f"flow {plan.flow}{where}: {len(plan.steps)} step(s)"))
         console.print(Text(f"input: {json.dumps(plan.input, ensure_ascii=False)}"))
-        if options := plan_dict(plan)["options"]:
+        if options := preview_dict(plan)["options"]:
             console.print(Text(f"options: {json.dumps(options, ensure_ascii=False)}"))
         headers = ("#", "node", "type", "queue", "priority", "needs", "state", "runs", "limits")
-        rows = [[Text(cell) for cell in row] for row in plan_table_rows(plan)]
+        rows = [[Text(cell) for cell in row] for row in preview_table_rows(plan)]
         console.print(compact_table(headers, rows))  # no limits column without limits
         if plan.child_flows:
             console.print(Text(f"child flows stored with it: {', '.join(plan.child_flows)}"))

@@ -27,6 +27,8 @@ from rich.tree import Tree
 from cyclone_flow.cli.progress import Waiter, end_line, follow_plain, logs_above
 from cyclone_flow.db.rows import Run, Step
 from cyclone_flow.describe import (
+    NO_ATTEMPT,
+    describe_attempt,
     state_word,
     step_detail,
     step_error,
@@ -136,8 +138,9 @@ def node_line(
     node-type detail unless ``detail`` is False, with ``rerun_of`` the run a reused step
     comes from; the error of a step that did not complete)."""
     line = Text.assemble((step.node, "bold"), "  ", (state_word(step.state), _style(step.state)))
-    if step.lease_generation > 0:  # a step never claimed had no attempt
-        line.append(f"  attempt {step.attempt}/{step.max_attempts}")
+    attempt = describe_attempt(step.attempt, step.max_attempts, step.lease_generation)
+    if attempt != NO_ATTEMPT:  # a step never claimed had no attempt: none shown
+        line.append(f"  attempt {attempt}")
     took = step_took(step, now)
     if took:
         line.append(f"  {took}")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
 import io
 import json
 import secrets
@@ -39,7 +38,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cyclone_flow import describe
 from cyclone_flow._json import OUTPUT_SHOWN_BYTES
-from cyclone_flow.advisor import advise
 from cyclone_flow.client import Client
 from cyclone_flow.db.rows import Run, Step
 from cyclone_flow.durations import format_duration, format_span
@@ -105,29 +103,8 @@ def _cut(text: str | None, limit: int = TEXT_SHOWN_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n… ({len(text) - limit} more chars)"
 
 
-def _ago(when: datetime | None, now: datetime) -> str:
-    if when is None:
-        return ""
-    seconds = (now - when).total_seconds()
-    future = seconds < 0
-    seconds = abs(seconds)
-    if seconds < 60:
-        text = f"{seconds:.0f}s"
-    elif seconds < 3600:
-        text = f"{seconds / 60:.0f}m"
-    elif seconds < 86400:
-        text = f"{seconds / 3600:.1f}h"
-    else:
-        text = f"{seconds / 86400:.1f}d"
-    return f"in {text}" if future else f"{text} ago"
-
-
 def _stamp(when: datetime | None) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if when else ""
-
-
-_duration = describe.duration
-"""``end - start`` in the one duration style (:func:`cyclone_flow.describe.duration`)."""
 
 
 def _parse_time(text: str | None, name: str) -> datetime | None:
@@ -240,9 +217,7 @@ class _Dashboard:
             lstrip_blocks=True,
         )
         self.env.globals.update(
-            ago=_ago,
             stamp=_stamp,
-            duration=_duration,
             seconds=format_span,
             period=format_duration,
             pretty=_pretty,
@@ -257,6 +232,9 @@ class _Dashboard:
             detail_parts=describe.detail_parts,
             step_error=describe.step_error,
             step_took=describe.step_took,
+            duration=describe.duration,
+            relative=describe.relative,
+            short_id=describe.short_id,
             wait_text=describe.wait_text,
             queue_info_lines=describe.queue_info_lines,
         )
@@ -609,8 +587,6 @@ class _Dashboard:
         """The health advisor's report (:meth:`cyclone_flow.Client.health`): its warnings
         with their fixes, then the figures."""
         report = self.client.health()
-        # the ages in the advice written as every duration of the dashboard is
-        report = dataclasses.replace(report, advice=advise(report))
         return self.page(request, "health.html", report=report)
 
     # -- actions ---------------------------------------------------------------------------

@@ -132,3 +132,29 @@ def test_plain_lines_sum_up_fan_out_items_at_most_every_few_seconds(
         "  step price completed",
         "  step summary completed",
     ]
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_each_look_reads_the_run_and_its_steps_in_one_view(
+    make_client: Callable[..., Client], monkeypatch: pytest.MonkeyPatch, terminal: bool
+) -> None:
+    # one snapshot per look (Client.run_view): the run's state and the steps shown with it
+    # are of one moment, not two reads
+    client, run_id = _run(make_client)
+    views = []
+    run_view = client.run_view
+
+    def one_view(*args: object, **kwargs: object) -> object:
+        views.append(kwargs.get("items"))
+        return run_view(*args, **kwargs)  # type: ignore[arg-type]
+
+    def second_read(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a look read the steps apart from the run")
+
+    monkeypatch.setattr(client, "run_view", one_view)
+    monkeypatch.setattr(client, "list_steps", second_read)
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=terminal, width=200, color_system=None)
+    status = follow_run(client, run_id, console=console, interval=0.05)
+    assert status.state == "failed"
+    assert views and set(views) == {True}  # with the fan-out items, as the lines sum them up

@@ -20,7 +20,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.testclient import TestClient
 
-from cyclone_flow import Client
+from cyclone_flow import Client, describe
 from cyclone_flow.flowfile import load_flow_text
 from cyclone_flow.ui import app as ui_app
 from cyclone_flow.ui import create_app
@@ -367,11 +367,11 @@ def test_reclaimed_steps_running_and_at_a_queue_head(
 
 
 def test_cosmetics_took_units_flow_yaml_note(make_client: Callable[..., Client]) -> None:
-    assert ui_app._duration(_at(0), _at(0.25)) == "250 ms"
-    assert ui_app._duration(_at(0), _at(12.34)) == "12.3 s"
-    assert ui_app._duration(_at(0), _at(245)) == "4 min 05 s"
-    assert ui_app._duration(_at(0), _at(7380)) == "2 h 03 min"
-    assert ui_app._duration(_at(0), _at(3 * 86400 + 4 * 3600)) == "3 d 04 h"
+    assert describe.duration(_at(0), _at(0.25)) == "250 ms"
+    assert describe.duration(_at(0), _at(12.34)) == "12.3 s"
+    assert describe.duration(_at(0), _at(245)) == "4 min 05 s"
+    assert describe.duration(_at(0), _at(7380)) == "2 h 03 min"
+    assert describe.duration(_at(0), _at(3 * 86400 + 4 * 3600)) == "3 d 04 h"
     client = make_client()
     client.submit(load_flow_text(ECHO), {})
     http = _http(client)

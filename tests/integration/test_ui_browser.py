@@ -395,6 +395,38 @@ def test_a_rerun_names_the_run_and_node_its_reused_steps_come_from(
         assert "reused" not in page.inner_text("table.kv")  # the original: it was decided
 
 
+OLD_DURATIONS = (
+    r"\b\d+m\d\ds\b|\b\d+\.0 s\b"  # format_elapsed's 1m52s, a "%.1f s" of whole seconds
+    r"|\b\d+(?:\.\d)?[smhd] ago\b|\bin \d+(?:\.\d)?[smhd]\b"  # the old _ago: 45s ago, in 5m
+    r"|\b(?:[6-9]\d|\d{3,})\.\d s\b"  # "%.1f s" past a minute: 307.4 s
+)
+"""The duration styles the dashboard no longer writes (one style: format_span)."""
+
+
+def test_the_overview_runs_and_step_pages_write_times_from_now_as_spans(
+    make_client: Callable[..., Client], page: Any, db: Any, tmp_path: Path
+) -> None:
+    client = make_client()
+    run_id = client.submit(load_flow_text(ONE), {})  # not started: its step stays claimable
+    db.execute("UPDATE cyclone_steps SET scheduled_at = now() - interval '307 seconds'")
+    db.execute("UPDATE cyclone_runs SET created_at = now() - interval '307 seconds'")
+    with serve(client) as url:
+        page.goto(f"{url}/")
+        overview = page.inner_text("main")
+        page.screenshot(path=str(tmp_path / "ui-overview-times.png"), full_page=True)
+        page.goto(f"{url}/runs")
+        runs = page.inner_text("main")
+        page.goto(f"{url}/runs/{run_id}/steps/only")
+        step = page.inner_text("main")
+    # the oldest available step's wait, the run's creation, the step's schedule
+    assert re.search(r"\b5 min 0[7-9] s\b", overview), overview
+    assert re.search(r"\b5 min 0[7-9] s ago\b", runs), runs
+    assert re.search(r"\(5 min 0[7-9] s ago\)", step), step
+    assert f"run {run_id[:8]}" in step
+    for text in (overview, runs, step):
+        assert not re.search(OLD_DURATIONS, text), text
+
+
 def test_the_health_page_writes_every_duration_as_the_dashboard_does(
     make_client: Callable[..., Client],
     page: Any,
@@ -414,6 +446,6 @@ def test_the_health_page_writes_every_duration_as_the_dashboard_does(
     # the backlog's age (the advice) and the transactions' threshold, one format
     assert re.search(r"has waited 5 min 0[7-9] s", text), text
     assert "none older than 5 min 00 s" in text, text
-    assert not re.search(r"\b\d+m\d\ds\b|\b\d+\.0 s\b", text), text
+    assert not re.search(OLD_DURATIONS, text), text
     assert "no: a scan is cheaper on a table this small (cost " in text, text
     assert "\tNO" not in text

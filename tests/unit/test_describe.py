@@ -51,6 +51,17 @@ def test_one_duration_style() -> None:
     assert duration(None, NOW) == duration(NOW, None) == ""
 
 
+def test_times_from_now_and_short_run_ids_in_the_one_style() -> None:
+    # the dashboard's "created", "scheduled at", "expires", "next run" (they said "45s",
+    # "5m", "1.5h ago")
+    assert describe.relative(NOW - timedelta(seconds=245), NOW) == "4 min 05 s ago"
+    assert describe.relative(NOW + timedelta(seconds=12.3), NOW) == "in 12.3 s"
+    assert describe.relative(NOW - timedelta(hours=1.5), NOW) == "1 h 30 min ago"
+    assert describe.relative(NOW, NOW) == "0 ms ago"
+    assert describe.relative(None, NOW) == ""
+    assert describe.short_id(RERUN_OF) == "3f2a9c1e"
+
+
 def test_a_fan_out_node_counts_its_items() -> None:
     fan = replace(ACTION, node="each", type="fan_out", state=StepState.WAITING, items_done=None)
     assert step_detail(fan, {}) == "items: not started"
