@@ -20,6 +20,7 @@ actions, waiting.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import warnings
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -120,21 +121,35 @@ DEFAULT_CHUNK_SIZE = 1000
 class _Deprecated:
     """A deprecated alias on :class:`Client` (one release): reading ``client.<old>`` warns
     (DeprecationWarning) and gives ``client.<new>`` (a dotted path: ``reads.list_flows``,
-    a dashboard read; ``count_items``, a renamed method)."""
+    a dashboard read; ``count_items``, a renamed method). Read on the class,
+    ``Client.<old>`` is a function with the new one's signature and docstring that warns
+    and calls it (``Client.<old>(client, ...)`` and ``help(Client)`` keep working)."""
 
     def __init__(self, new: str | None = None) -> None:
         self.new = new
         self.old = ""
+        self.unbound: Callable[..., Any] | None = None
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.old = name
         if self.new is None:  # a dashboard read: Client.<name> is Client.reads.<name>
             assert name in READS, name
             self.new = f"reads.{name}"
+        first, _, rest = self.new.partition(".")
+        target = getattr(Reads, rest) if rest else getattr(owner, first)
+        alias = self
+
+        @functools.wraps(target)
+        def unbound(client: Client, /, *args: Any, **kwargs: Any) -> Any:
+            return alias.__get__(client, owner)(*args, **kwargs)
+
+        unbound.__name__ = unbound.__qualname__ = name
+        unbound.__doc__ = f"Deprecated: use Client.{self.new}. {target.__doc__ or ''}"
+        self.unbound = unbound
 
     def __get__(self, client: Client | None, owner: type | None = None) -> Any:
         if client is None:
-            return self
+            return self.unbound
         assert self.new is not None
         warnings.warn(
             f"Client.{self.old} is deprecated: use Client.{self.new}",

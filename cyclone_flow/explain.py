@@ -28,7 +28,7 @@ from typing import Any
 from cyclone_flow.db import deps, rate_windows, runs, session, steps, workers
 from cyclone_flow.db.conn import SessionLike
 from cyclone_flow.db.rows import QueueInfo, RateWindow, Run, Step, WorkerRow
-from cyclone_flow.durations import format_duration
+from cyclone_flow.durations import format_duration, format_span
 from cyclone_flow.handlers import own_command, worker_import_path
 from cyclone_flow.states import RunState, StepState
 
@@ -278,17 +278,7 @@ def _when(at: datetime) -> str:
 
 def _in(snap: Snapshot, at: datetime) -> str:
     seconds = max(0.0, (at - snap.now).total_seconds())
-    return f"{_when(at)} (in {_seconds(seconds)})"
-
-
-def _seconds(s: float) -> str:
-    if s < 60:
-        return f"{s:.0f}s"
-    if s < 3600:
-        return f"{s / 60:.0f}m"
-    if s < 86400:
-        return f"{s / 3600:.1f}h"
-    return f"{s / 86400:.1f}d"
+    return f"{_when(at)} (in {format_span(seconds)})"
 
 
 def _no_worker_note(snap: Snapshot, step: Step) -> str:
@@ -409,7 +399,7 @@ def _explain_limits(snap: Snapshot, step: Step) -> Waiting | None:
             return Waiting(
                 step.node,
                 WaitReason.RATE_LIMIT,
-                f"rate limit {key}: next token in {left:.1f} s ({taken} of {limit} "
+                f"rate limit {key}: next token in {format_span(left)} ({taken} of {limit} "
                 f"claims per {format_duration(per)} taken)",
                 step.queue,
                 claimable_at=at,

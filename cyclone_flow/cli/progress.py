@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
@@ -174,8 +174,12 @@ class PlainLines:
             if line == tally.line or not (ended or now - tally.at >= self.summary_every_s):
                 continue  # a summary changed within the pause is printed after it
             tally.line, tally.at = line, now
+            # no item ended yet: after the other lines of this look (the need that
+            # started the fan-out ends before it), never first
+            after_all = max((e[0] for e in events if e[0] != _LATEST), default=_EARLIEST)
             latest = changed_items.get(node.node) or max(
-                (i.finished_at for i in mine if i.finished_at), default=_EARLIEST
+                (i.finished_at for i in mine if i.finished_at),
+                default=after_all + timedelta(microseconds=1),
             )
             events.append((_end(node) if ended else latest, 1, node.id, line))
         events.sort(key=lambda e: e[:3])
@@ -183,10 +187,11 @@ class PlainLines:
 
 
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
+_LATEST = datetime.max.replace(tzinfo=UTC)
 
 
 def _end(step: Step) -> datetime:
-    return step.finished_at or datetime.max.replace(tzinfo=UTC)
+    return step.finished_at or _LATEST
 
 
 def _at(entry: dict[str, Any], step: Step) -> datetime:

@@ -6,6 +6,7 @@ that warn (one release)."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -121,6 +122,12 @@ def test_the_noun_first_read_names_are_deprecated_aliases_of_the_verb_first_ones
         assert client.item_progress(run_id) == client.count_items(run_id) == {}
     with pytest.warns(DeprecationWarning):
         assert client.failed_run_ids() == client.list_failed_run_ids() == []
+    # read on the class, an old name is still a method: same signature, it warns
+    assert inspect.signature(Client.item_progress) == inspect.signature(Client.count_items)
+    with pytest.warns(DeprecationWarning, match=r"Client\.item_progress is deprecated"):
+        assert Client.item_progress(client, run_id) == {}
+    with pytest.warns(DeprecationWarning, match=r"Client\.list_flows is deprecated"):
+        assert [f.name for f in Client.list_flows(client)] == ["one"]
 
 
 def test_client_worker_is_a_deprecated_alias_of_runtime(

@@ -117,6 +117,12 @@ def test_plain_lines_sum_up_fan_out_items_at_most_every_few_seconds(
             out.append(s)
         return out
 
+    # a look that sees the items before any of them ended: the need that started the
+    # fan-out is told first, then 0/6
+    assert PlainLines().changes(stage(0)) == [
+        "  step a completed",
+        "  step price: 0/6 items completed",
+    ]
     now = [0.0]
     lines = PlainLines(summary_every_s=5.0, clock=lambda: now[0])
     assert lines.changes(stage(2)) == ["  step a completed", "  step price: 2/6 items completed"]
