@@ -4,18 +4,6 @@ alias goes after one release."""
 
 from __future__ import annotations
 
-import warnings
-from typing import Any
+from cyclone_flow.moved import moved_to
 
-
-def __getattr__(name: str) -> Any:
-    from cyclone_flow import explain
-
-    if name.startswith("__"):
-        raise AttributeError(name)
-    warnings.warn(
-        "cyclone_flow.engine.explain is deprecated: import from cyclone_flow.explain",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(explain, name)
+__getattr__ = moved_to("cyclone_flow.engine.explain", "cyclone_flow.explain")

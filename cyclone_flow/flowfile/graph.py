@@ -4,18 +4,6 @@ after one release."""
 
 from __future__ import annotations
 
-import warnings
-from typing import Any
+from cyclone_flow.moved import moved_to
 
-
-def __getattr__(name: str) -> Any:
-    from cyclone_flow.flowfile import diagram
-
-    if name.startswith("__"):
-        raise AttributeError(name)
-    warnings.warn(
-        "cyclone_flow.flowfile.graph is deprecated: import from cyclone_flow.flowfile.diagram",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return getattr(diagram, name)
+__getattr__ = moved_to("cyclone_flow.flowfile.graph", "cyclone_flow.flowfile.diagram")
