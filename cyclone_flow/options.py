@@ -78,6 +78,8 @@ class RunOptions:
     - ``schedule_id`` / ``scheduled_for``: set by the schedule scanner only.
     - ``owner``: the client id whose worker alone claims the run's steps while its
       heartbeat row is live (an isolated run: ``Client.submit(isolated=True)``).
+    - ``revision``: the deployed revision of the flow a submission by name runs (recorded
+      on the run; None: a file or a ``Flow``), set by the Client, never by a caller.
     """
 
     queue: str | None = None
@@ -91,6 +93,7 @@ class RunOptions:
     schedule_id: int | None = None
     scheduled_for: datetime | None = None
     owner: str | None = None
+    revision: int | None = None
 
     @property
     def delayed(self) -> bool:

@@ -28,6 +28,7 @@ PREFIXES: dict[str, tuple[str, ...]] = {
     "workflows.sql": ("workflow_",),
     "signals.sql": ("signal_",),
     "schedules.sql": ("schedule_",),
+    "flow_revisions.sql": ("flow_", "revision_"),
     "sequences.sql": ("sequence_",),
     "workers.sql": ("worker_",),
     "step_logs.sql": ("step_log_",),

@@ -152,6 +152,9 @@ class Run:
     deadline_at: datetime | None = None
     rerun_of: str | None = None
     """The run this run is a rerun of (``Client.rerun``), None for any other run."""
+    revision: int | None = None
+    """The deployed revision of its flow it was submitted with (``submit NAME``, a
+    schedule of a deployed flow), None when submitted from a file or a ``Flow``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -285,6 +288,9 @@ class ScheduleRow:
     next_run_at: datetime
     last_run_at: datetime | None
     last_run_id: str | None
+    revision: int | None = None
+    """The deployed revision of the flow whose definition it submits (None: added or
+    synced from a file)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,6 +367,7 @@ class DueSchedule:
     definition: dict[str, Any]
     workflow_id: int = 0
     no_plan: bool = False
+    revision: int | None = None
 
 
 # -- RETURNING rows the engine reads ---------------------------------------------------------
@@ -813,3 +820,70 @@ class ConnectionBudget:
     in_use: int
     live_workers: int
     worker_threads: int
+
+
+@dataclasses.dataclass(frozen=True)
+class DeployedFlow:
+    """One row of ``cyclone_flows`` (``flow_get``; ``flow_list`` adds the current revision's
+    facts): ``current_revision`` is what ``submit NAME`` runs; ``retired_at`` set: new
+    submits by name are refused (``flows retire``). ``deployed_at`` ... ``digest`` describe
+    the current revision; ``runs_last_day`` counts its runs (every revision, and submits
+    from files) created in the last day, among the newest 100,000 of that day."""
+
+    name: str
+    current_revision: int
+    retired_at: datetime | None
+    retired_by: str | None
+    updated_at: datetime
+    deployed_at: datetime | None = None
+    deployed_by: str | None = None
+    git_commit: str | None = None
+    kind: str | None = None
+    rollback_of: int | None = None
+    digest: str | None = None
+    runs_last_day: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Revision:
+    """One row of ``cyclone_flow_revisions`` (``revision_get``, ``revision_list``).
+
+    ``kind`` is ``deploy`` or ``rollback`` (then ``rollback_of`` is the revision whose
+    source it restored); ``git_commit`` / ``git_path`` / ``git_dirty`` are None when the file
+    was not in a git work tree; ``source_path`` is the path ``deploy`` read; ``digest`` the
+    definition's content digest; ``current`` whether it is the flow's current revision;
+    ``retired_at`` the flow's. ``source`` (the file's text, comments kept) and
+    ``definition`` (the flow document) only from ``revision_get``; ``runs`` (runs submitted
+    with it) only from ``revision_list``."""
+
+    flow_name: str
+    revision: int
+    workflow_id: int
+    kind: str
+    rollback_of: int | None
+    deployed_at: datetime
+    deployed_by: str
+    git_commit: str | None
+    git_path: str | None
+    git_dirty: bool | None
+    source_path: str | None
+    digest: str
+    current: bool
+    retired_at: datetime | None
+    source: str | None = None
+    definition: dict[str, Any] | None = None
+    runs: int | None = None
+
+
+class InsertedRevision(NamedTuple):
+    """``revision_insert``: the new revision number and when it was stored."""
+
+    revision: int
+    deployed_at: datetime
+
+
+class WaitingRun(NamedTuple):
+    """``revision_list_waiting_runs``: a run that has not started yet, with its input."""
+
+    id: str
+    input: str

@@ -152,11 +152,13 @@ def run_insert(
     delay_us: int | None,
     owner: str | None = None,
     traceparent: str | None = None,
+    revision: int | None = None,
 ) -> str | None:
     """Insert a new top run (``owner``: the client id of the ``cyclone-flow run`` process
     of an isolated run, None: shared; ``traceparent``: the submitter's W3C trace context,
-    None: none); its id, or None when a unique key conflicted (or the definition
-    ``workflow_id`` is not stored)."""
+    None: none; ``revision``: the deployed revision submitted by name, None: from a file);
+    its id, or None when a unique key conflicted (or the definition ``workflow_id`` is not
+    stored)."""
     params = {
         "workflow_id": workflow_id,
         "input": input,
@@ -174,6 +176,7 @@ def run_insert(
         "delay_us": delay_us,
         "owner": owner,
         "traceparent": traceparent,
+        "revision": revision,
     }
     row = execute(s, "run_insert", params).fetchone()
     return None if row is None else str(row[0])
@@ -317,9 +320,17 @@ def run_get(s: SessionLike, *, run_id: str) -> Run | None:
     return execute_rows(s, "run_get", {"run_id": run_id}, _RUN).fetchone()
 
 
-def run_list(s: SessionLike, *, flow: str | None, state: str | None, limit: int) -> list[Run]:
-    """The most recent runs, newest first (optionally of one flow and/or state)."""
-    params = {"flow": flow, "state": state, "limit": limit}
+def run_list(
+    s: SessionLike,
+    *,
+    flow: str | None,
+    state: str | None,
+    limit: int,
+    revision: int | None = None,
+) -> list[Run]:
+    """The most recent runs, newest first (optionally of one flow, state and/or deployed
+    revision)."""
+    params = {"flow": flow, "state": state, "limit": limit, "revision": revision}
     return execute_rows(s, "run_list", params, _RUN).fetchall()
 
 
@@ -334,13 +345,16 @@ def run_list_page(
     since: datetime | None = None,
     until: datetime | None = None,
     after: tuple[datetime, str] | None = None,
+    revision: int | None = None,
 ) -> list[Run]:
     """Up to ``limit`` runs, newest first, after the keyset ``after`` (``(created_at,
-    id)`` of the last run of the previous page), filtered by the arguments given."""
+    id)`` of the last run of the previous page), filtered by the arguments given
+    (``revision``: a deployed revision of ``flow``)."""
     params = {
         "limit": limit,
         "flow": flow,
         "state": state,
+        "revision": revision,
         "unique_key": unique_key,
         "queue": queue,
         "since": since,

@@ -24,8 +24,10 @@ def schedule_upsert(
     input: str,
     source: str,
     next_run_at: datetime,
+    revision: int | None = None,
 ) -> bool:
-    """Create or update the schedule ``name``; True when it was created."""
+    """Create or update the schedule ``name`` (``revision``: the deployed revision of its
+    definition, None: from a file); True when it was created."""
     params = {
         "name": name,
         "flow_name": flow_name,
@@ -35,6 +37,7 @@ def schedule_upsert(
         "input": input,
         "source": source,
         "next_run_at": next_run_at,
+        "revision": revision,
     }
     row = execute(s, "schedule_upsert", params).fetchone()
     return bool(row and row[1])
@@ -144,3 +147,23 @@ def schedule_advance_if_unchanged(
         "run_id": run_id,
     }
     return execute(s, "schedule_advance_if_unchanged", params).fetchone() is not None
+
+
+def schedule_set_revision_for_flow(
+    s: SessionLike, *, flow_name: str, workflow_id: int, revision: int
+) -> list[str]:
+    """Point every schedule of ``flow_name`` at the definition of its current deployed
+    ``revision``; the names changed, sorted."""
+    params = {"flow_name": flow_name, "workflow_id": workflow_id, "revision": revision}
+    return sorted(r[0] for r in execute(s, "schedule_set_revision_for_flow", params))
+
+
+def schedule_pause_for_flow(s: SessionLike, *, flow_name: str) -> list[str]:
+    """Pause every unpaused schedule of ``flow_name``; their names, sorted."""
+    return sorted(r[0] for r in execute(s, "schedule_pause_for_flow", {"flow_name": flow_name}))
+
+
+def schedule_list_for_flow(s: SessionLike, *, flow_name: str) -> list[ScheduleRow]:
+    """Every schedule of ``flow_name``, by name."""
+    params = {"flow_name": flow_name}
+    return execute_rows(s, "schedule_list_for_flow", params, _SCHEDULE).fetchall()

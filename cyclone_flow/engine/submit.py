@@ -119,6 +119,7 @@ def insert_run(
             delay_us=delay_us,
             owner=options.owner,
             traceparent=traceparent,
+            revision=options.revision,
         )
         if run_id is not None:
             break
@@ -150,13 +151,14 @@ def insert_run(
 def pipelinable(options: RunOptions) -> bool:
     """Whether a run with ``options`` can be written without reading anything first (no
     unique key, whose conflict decides whether to write the steps; no sequence, whose
-    position is taken first; no owner, no schedule): :func:`insert_run_alone`,
-    :func:`insert_runs`."""
+    position is taken first; no owner, no schedule, no deployed revision to record):
+    :func:`insert_run_alone`, :func:`insert_runs`."""
     return (
         options.unique_key is None
         and options.sequence is None
         and options.owner is None
         and options.schedule_id is None
+        and options.revision is None
     )
 
 

@@ -187,7 +187,7 @@ class ScheduleScanner(MaintenanceService[ScheduleScannerConfig]):
                 return False  # another client holds it, or it already moved on
             ticks = Ticks(due.cron, due.timezone)  # SubmitOptionError: edited by hand
             tick = max(ticks.at_or_before(now), due.next_run_at)
-            options = RunOptions(schedule_id=due.id, scheduled_for=tick)
+            options = RunOptions(schedule_id=due.id, scheduled_for=tick, revision=due.revision)
             run_id, wakeups = self._insert(conn, due, options)
             if not stored.schedule_advance_if_unchanged(
                 s,
@@ -219,7 +219,9 @@ class ScheduleScanner(MaintenanceService[ScheduleScannerConfig]):
             due = stored.schedule_lock_named(s, name=name)
             if due is None:
                 raise ScheduleNotFoundError(name)
-            run_id, wakeups = self._insert(conn, due, RunOptions(schedule_id=due.id))
+            run_id, wakeups = self._insert(
+                conn, due, RunOptions(schedule_id=due.id, revision=due.revision)
+            )
             stored.schedule_set_last_run(s, id=due.id, at=current, run_id=run_id)
         if self.publish is not None:
             self.publish(wakeups)

@@ -148,7 +148,7 @@ RETURNING id, parent_run_id, parent_node
 -- One run with its flow name and timestamps.
 SELECT r.id, r.flow_name, r.state, r.input, r.output, r.error, r.error_kind,
        r.created_at, r.finished_at, w.digest, r.parent_run_id, r.parent_node, r.deadline_at,
-       r.rerun_of
+       r.rerun_of, r.revision
 FROM {schema}.cyclone_runs r
 JOIN {schema}.cyclone_workflows w ON w.id = r.workflow_id
 WHERE r.id = %(run_id)s
@@ -201,10 +201,11 @@ WHERE unique_slot = CASE WHEN %(unique_window_s)s::float8 IS NULL THEN %(unique_
 -- run's start: run_at, or now() plus a delay in microseconds, or now(). %(owner)s: the
 -- client id of the `cyclone-flow run` process of an isolated run (NULL: shared).
 -- %(traceparent)s: the submitter's W3C trace context (NULL: none; docs/observability.md).
+-- %(revision)s: the deployed revision of the flow submitted by name (NULL: from a file).
 INSERT INTO {schema}.cyclone_runs
     (workflow_id, flow_name, input, unique_key, unique_slot, unique_states,
      sequence_key, sequence_pos, sequence_held, schedule_id, scheduled_for,
-     output_limit, max_signal_wait, deadline, deadline_at, owner, traceparent)
+     output_limit, max_signal_wait, deadline, deadline_at, owner, traceparent, revision)
 SELECT w.id, w.name, %(input)s::jsonb, %(unique_key)s::text,
     CASE WHEN %(unique_key)s::text IS NULL THEN NULL
          WHEN %(unique_window_s)s::float8 IS NULL THEN %(unique_key)s::text
@@ -221,7 +222,7 @@ SELECT w.id, w.name, %(input)s::jsonb, %(unique_key)s::text,
                       statement_timestamp()
                           + (%(delay_us)s::bigint * interval '1 microsecond')))
         + make_interval(secs => (w.plan->>'deadline_s')::float8),
-    %(owner)s::text, %(traceparent)s::text
+    %(owner)s::text, %(traceparent)s::text, %(revision)s::int
 FROM {schema}.cyclone_workflows w
 WHERE w.id = %(workflow_id)s
 ON CONFLICT (unique_slot) WHERE unique_slot IS NOT NULL DO NOTHING
@@ -356,14 +357,16 @@ WHERE w.id = %(workflow_id)s AND p.id = %(parent_run_id)s
 RETURNING id, root_run_id, traceparent
 
 -- name: run_list
--- The most recent runs, newest first, optionally of one flow and/or one state.
+-- The most recent runs, newest first, optionally of one flow, one state and/or one
+-- deployed revision of the flow.
 SELECT r.id, r.flow_name, r.state, r.input, r.output, r.error, r.error_kind,
        r.created_at, r.finished_at, w.digest, r.parent_run_id, r.parent_node, r.deadline_at,
-       r.rerun_of
+       r.rerun_of, r.revision
 FROM {schema}.cyclone_runs r
 JOIN {schema}.cyclone_workflows w ON w.id = r.workflow_id
 WHERE (%(flow)s::text IS NULL OR r.flow_name = %(flow)s)
   AND (%(state)s::text IS NULL OR r.state = %(state)s)
+  AND (%(revision)s::int IS NULL OR r.revision = %(revision)s)
 ORDER BY r.created_at DESC, r.id
 LIMIT %(limit)s
 
@@ -386,18 +389,19 @@ ORDER BY created_at, id
 
 -- name: run_list_page
 -- One page of runs, newest first, after the keyset (created_at, id) of the last row of the
--- previous page (no OFFSET), optionally of one flow, state, unique key
+-- previous page (no OFFSET), optionally of one flow, state, deployed revision, unique key
 -- (cyclone_runs_unique_key_idx), created in [since, until), or with a step on one queue
 -- (the dashboard's runs list). The queue test is a scalar subquery with LIMIT 1, so it is
 -- probed per run along cyclone_runs_created_idx (cyclone_steps_run_node_key) until the page
 -- is full, never a hash join over every step (no index on cyclone_steps.queue).
 SELECT r.id, r.flow_name, r.state, r.input, r.output, r.error, r.error_kind,
        r.created_at, r.finished_at, w.digest, r.parent_run_id, r.parent_node, r.deadline_at,
-       r.rerun_of
+       r.rerun_of, r.revision
 FROM {schema}.cyclone_runs r
 JOIN {schema}.cyclone_workflows w ON w.id = r.workflow_id
 WHERE (%(flow)s::text IS NULL OR r.flow_name = %(flow)s)
   AND (%(state)s::text IS NULL OR r.state = %(state)s)
+  AND (%(revision)s::int IS NULL OR r.revision = %(revision)s)
   AND (%(unique_key)s::text IS NULL OR r.unique_key = %(unique_key)s)
   AND (%(since)s::timestamptz IS NULL OR r.created_at >= %(since)s)
   AND (%(until)s::timestamptz IS NULL OR r.created_at < %(until)s)

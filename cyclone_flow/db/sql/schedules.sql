@@ -24,7 +24,7 @@ RETURNING name
 -- name: schedule_get
 -- One schedule by name.
 SELECT id, name, flow_name, cron, timezone, input, source, paused, next_run_at,
-       last_run_at, last_run_id
+       last_run_at, last_run_id, revision
 FROM {schema}.cyclone_schedules WHERE name = %(name)s
 
 -- name: schedule_get_positional
@@ -49,7 +49,7 @@ SELECT source FROM {schema}.cyclone_schedules WHERE name = %(name)s
 -- name: schedule_list
 -- Every schedule, by name.
 SELECT id, name, flow_name, cron, timezone, input, source, paused, next_run_at,
-       last_run_at, last_run_id
+       last_run_at, last_run_id, revision
 FROM {schema}.cyclone_schedules
 ORDER BY name
 
@@ -66,7 +66,7 @@ LIMIT %(batch)s
 -- client that already holds it. Returns the stored definition to submit (and whether it
 -- lacks its compiled plan: stored before plans existed).
 SELECT s.id, s.name, s.cron, s.timezone, s.input::text AS input, s.next_run_at,
-       w.definition, w.id AS workflow_id, w.plan IS NULL AS no_plan
+       w.definition, w.id AS workflow_id, w.plan IS NULL AS no_plan, s.revision
 FROM {schema}.cyclone_schedules s
 JOIN {schema}.cyclone_workflows w ON w.id = s.workflow_id
 WHERE s.id = %(id)s AND NOT s.paused AND s.next_run_at <= %(now)s
@@ -76,7 +76,7 @@ FOR NO KEY UPDATE OF s SKIP LOCKED
 -- schedule trigger: lock one schedule by name, paused or not, due or not, for the
 -- transaction that inserts a run of it now (waits for a scanner's tick of it to commit).
 SELECT s.id, s.name, s.cron, s.timezone, s.input::text AS input, s.next_run_at,
-       w.definition, w.id AS workflow_id, w.plan IS NULL AS no_plan
+       w.definition, w.id AS workflow_id, w.plan IS NULL AS no_plan, s.revision
 FROM {schema}.cyclone_schedules s
 JOIN {schema}.cyclone_workflows w ON w.id = s.workflow_id
 WHERE s.name = %(name)s
@@ -101,16 +101,18 @@ WHERE name = %(name)s
 RETURNING id
 
 -- name: schedule_upsert
--- Create or update a schedule by name (schedule add, schedule sync). next_run_at is kept
+-- Create or update a schedule by name (schedule add, schedule sync, deploy; %(revision)s:
+-- the deployed revision whose definition it submits, NULL from a file). next_run_at is kept
 -- when neither the cron expression nor the timezone changed, so a re-sync neither skips
 -- nor repeats a tick; paused is kept too.
 INSERT INTO {schema}.cyclone_schedules AS s
-    (name, flow_name, workflow_id, cron, timezone, input, source, next_run_at)
+    (name, flow_name, workflow_id, cron, timezone, input, source, next_run_at, revision)
 VALUES (%(name)s, %(flow_name)s, %(workflow_id)s, %(cron)s, %(timezone)s, %(input)s,
-        %(source)s, %(next_run_at)s)
+        %(source)s, %(next_run_at)s, %(revision)s::int)
 ON CONFLICT (name) DO UPDATE
 SET flow_name = EXCLUDED.flow_name,
     workflow_id = EXCLUDED.workflow_id,
+    revision = EXCLUDED.revision,
     input = EXCLUDED.input,
     source = EXCLUDED.source,
     next_run_at = CASE WHEN s.cron = EXCLUDED.cron AND s.timezone = EXCLUDED.timezone
@@ -119,3 +121,28 @@ SET flow_name = EXCLUDED.flow_name,
     timezone = EXCLUDED.timezone,
     updated_at = now()
 RETURNING id, (xmax = 0) AS inserted
+
+-- name: schedule_set_revision_for_flow
+-- deploy, rollback: point every schedule of flow %(flow_name)s (those added by hand too) at
+-- the definition %(workflow_id)s of its new current revision %(revision)s. Returns their
+-- names.
+UPDATE {schema}.cyclone_schedules
+SET workflow_id = %(workflow_id)s, revision = %(revision)s, updated_at = now()
+WHERE flow_name = %(flow_name)s
+  AND (workflow_id <> %(workflow_id)s OR revision IS DISTINCT FROM %(revision)s::int)
+RETURNING name
+
+-- name: schedule_pause_for_flow
+-- flows retire: pause every unpaused schedule of flow %(flow_name)s. Returns their names.
+UPDATE {schema}.cyclone_schedules
+SET paused = true, updated_at = now()
+WHERE flow_name = %(flow_name)s AND NOT paused
+RETURNING name
+
+-- name: schedule_list_for_flow
+-- deploy's compatibility check: every schedule of flow %(flow_name)s with its stored input.
+SELECT id, name, flow_name, cron, timezone, input, source, paused, next_run_at,
+       last_run_at, last_run_id, revision
+FROM {schema}.cyclone_schedules
+WHERE flow_name = %(flow_name)s
+ORDER BY name
