@@ -648,18 +648,26 @@ def schema_changes(
 # --- text -----------------------------------------------------------------------------
 
 
+def _lines(text: str) -> list[str]:
+    """``text`` cut after each ``\\n`` only (not at the other breaks ``splitlines`` knows);
+    the last line keeps no newline when the text ends without one."""
+    parts = text.split("\n")
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
 def source_diff(
     old_text: str | None, new_text: str | None, old_label: str = "old", new_label: str = "new"
 ) -> str:
-    """The unified diff (3 lines of context) of two flow sources; ``''`` when equal.
-    None is an absent file (diffed as empty)."""
+    """The unified diff (3 lines of context, as ``diff -u`` and git write it, with
+    ``\\ No newline at end of file`` where one is missing) of two flow sources; ``''``
+    when they are equal. None is an absent file (diffed as empty)."""
     a, b = old_text or "", new_text or ""
     if a == b:
         return ""
-    lines = difflib.unified_diff(
-        a.splitlines(), b.splitlines(), fromfile=old_label, tofile=new_label, lineterm=""
-    )
-    return "\n".join(lines) + "\n"
+    out: list[str] = []
+    for line in difflib.unified_diff(_lines(a), _lines(b), fromfile=old_label, tofile=new_label):
+        out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
+    return "".join(out)
 
 
 _SHOWN_CHARS = 80

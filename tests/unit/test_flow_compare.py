@@ -558,6 +558,21 @@ def test_source_diff() -> None:
     assert source_diff(None, "a\n").splitlines()[-1] == "+a"
 
 
+def test_source_diff_marks_a_missing_final_newline() -> None:
+    assert source_diff("a\nb", "a\nb\n", "x", "y").splitlines()[2:] == [
+        "@@ -1,2 +1,2 @@",
+        " a",
+        "-b",
+        "\\ No newline at end of file",
+        "+b",
+    ]
+
+
+def test_source_diff_splits_at_newlines_only() -> None:
+    diff = source_diff("a: '\x0c'\u2028\nb\n", "a: '\x0c'\u2028\nc\n", "x", "y")
+    assert diff.split("\n")[2:7] == ["@@ -1,2 +1,2 @@", " a: '\x0c'\u2028", "-b", "+c", ""]
+
+
 def test_describe_change_lines() -> None:
     old = {**flow(charge={"retry": {"max_attempts": 3}, "timeout": "30s"}, old={})}
     new = {
