@@ -32,6 +32,12 @@ def flow_get(s: SessionLike, *, name: str) -> DeployedFlow | None:
     return execute_rows(s, "flow_get", {"name": name}, _FLOW).fetchone()
 
 
+def flow_get_for_submit(s: SessionLike, *, name: str) -> DeployedFlow | None:
+    """The deployed flow ``name``, its row locked FOR SHARE until the transaction ends (a
+    submit by name: a concurrent retire waits); None when it was never deployed."""
+    return execute_rows(s, "flow_get_for_submit", {"name": name}, _FLOW).fetchone()
+
+
 def flow_list(s: SessionLike, *, cap: int = RUNS_COUNTED_PER_DAY) -> list[DeployedFlow]:
     """Every deployed flow by name, with its current revision's facts and its runs of the
     last day (counted among the newest ``cap`` runs of that day)."""

@@ -14,6 +14,14 @@ SELECT f.name, f.current_revision, f.retired_at, f.retired_by, f.updated_at
 FROM {schema}.cyclone_flows f
 WHERE f.name = %(name)s
 
+-- name: flow_get_for_submit
+-- submit by name: the deployed flow %(name)s, its row locked FOR SHARE until the submit
+-- commits (a concurrent retire waits for it; another submit does not).
+SELECT f.name, f.current_revision, f.retired_at, f.retired_by, f.updated_at
+FROM {schema}.cyclone_flows f
+WHERE f.name = %(name)s
+FOR SHARE
+
 -- name: flow_list
 -- Every deployed flow by name, with its current revision's deploy facts (when, by whom,
 -- commit, kind) and the number of its runs created in the last day, counted among the
