@@ -16,7 +16,10 @@ cells. Pure: rows in, text out.
 - another run named in a line or a link (:func:`short_id`);
 - why a step waits (:func:`wait_text`, :func:`wait_line`; the reasons themselves are
   :func:`cyclone_flow.explain.explain`'s);
-- a run's unique key, sequence and schedule (:func:`queue_info_lines`).
+- a run's unique key, sequence and schedule (:func:`queue_info_lines`);
+- what changed between two versions of a flow (:func:`flow_change_lines`, the lines of
+  :func:`cyclone_flow.flowfile.compare.describe_change`: ``flows diff`` prints them, the
+  dashboard's diff page lists them).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 from cyclone_flow.db.rows import QueueInfo, Step
 from cyclone_flow.durations import format_span
 from cyclone_flow.explain import Waiting
+from cyclone_flow.flowfile.compare import FlowChange, describe_change
 
 __all__ = [
     "NO_ATTEMPT",
@@ -40,6 +44,7 @@ __all__ = [
     "describe_skip",
     "detail_parts",
     "duration",
+    "flow_change_lines",
     "instant",
     "queue_info_lines",
     "relative",
@@ -235,3 +240,10 @@ def queue_info_lines(info: QueueInfo | None) -> list[str]:
         else:
             lines.append(f"scheduled tick {instant(info.scheduled_for)}")
     return lines
+
+
+def flow_change_lines(change: FlowChange) -> list[str]:
+    """What changed between two versions of a flow, a line per fact (``+ node ship
+    (fan_out)``, ``~ node charge: timeout 30s -> 1m``, ``! input_schema: ... (breaking)``;
+    none when unchanged): :func:`~cyclone_flow.flowfile.compare.describe_change`'s."""
+    return describe_change(change)

@@ -97,12 +97,15 @@ class Reads:
         since: datetime | None = None,
         until: datetime | None = None,
         after: tuple[datetime, str] | None = None,
+        revision: int | None = None,
     ) -> list[Run]:
         """One page of runs, newest first: at most ``limit`` (1 to 1000) after the keyset
         ``after`` (``(run.created_at, run.id)`` of the last run of the previous page; no
         OFFSET), of ``flow``, in ``state``, with ``unique_key``, with a step on ``queue``,
-        created in ``[since, until)`` when given. Raises ConfigError for a bad limit,
-        RunNotFoundError for an ``after`` id that is not a run id."""
+        created in ``[since, until)`` when given, submitted with deployed revision
+        ``revision`` of ``flow`` (``revision`` without ``flow``: of any flow). Raises
+        ConfigError for a bad limit, RunNotFoundError for an ``after`` id that is not a
+        run id."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise ConfigError(f"limit must be an integer from 1 to 1000, got {limit!r}")
         texts = (flow, state, unique_key, queue)
@@ -121,6 +124,7 @@ class Reads:
                 since=since,
                 until=until,
                 after=after,
+                revision=revision,
             )
 
     # -- stored flows ----------------------------------------------------------------------

@@ -39,15 +39,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from cyclone_flow import describe
 from cyclone_flow._json import OUTPUT_SHOWN_BYTES
 from cyclone_flow.client import Client
-from cyclone_flow.db.rows import Run, Step
+from cyclone_flow.db.rows import DeployedFlow, Run, Step
 from cyclone_flow.durations import format_duration, format_span
 from cyclone_flow.errors import (
     AmbiguousRunIdError,
     ConfigError,
     CycloneError,
+    FlowNotDeployedError,
     InputValidationError,
     NodeNotFoundError,
     PayloadTooLargeError,
+    RevisionNotFoundError,
     RunNotFoundError,
     ScheduleNotFoundError,
 )
@@ -55,6 +57,7 @@ from cyclone_flow.run_ids import is_run_id_start
 from cyclone_flow.run_view import RunView
 from cyclone_flow.ui.dag import LEGEND, DagNode, dag_nodes, render_svg
 from cyclone_flow.ui.guards import LOOPBACK_HOSTS, BodyLimit, TrustedHosts
+from cyclone_flow.ui.source_diff import side_by_side
 from cyclone_flow.ui.timeline import render_timeline, timeline_rows
 
 __all__ = ["PAGE_SIZE", "create_app"]
@@ -343,6 +346,7 @@ class _Dashboard:
                 unique_key=search or None,
                 since=_parse_time(params.get("since"), "since"),
                 until=_parse_time(params.get("until"), "until"),
+                revision=self._int(request, "revision"),
             )
         except RunNotFoundError:
             raise HTTPException(400, "after: not a run id") from None
@@ -361,7 +365,10 @@ class _Dashboard:
             next_query=next_query,
             first_query=urlencode({k: v for k, v in params.items() if k != "after" and v}),
             paged=after is not None,
-            f={k: params.get(k, "") for k in ("flow", "state", "queue", "since", "until", "q")},
+            f={
+                k: params.get(k, "")
+                for k in ("flow", "revision", "state", "queue", "since", "until", "q")
+            },
         )
 
     def _run_or_404(self, run_id: str) -> Run:
@@ -566,9 +573,16 @@ class _Dashboard:
         )
 
     def flows(self, request: Request) -> HTMLResponse:
+        """The deployed flows (their current revision), then the stored definitions; with
+        ``?name=`` those of one name."""
         name = request.query_params.get("name") or None
+        deployed = [f for f in self.client.list_deployed_flows() if name in (None, f.name)]
         return self.page(
-            request, "flows.html", flows=self.client.reads.list_flows(name=name), name=name
+            request,
+            "flows.html",
+            deployed=deployed,
+            flows=self.client.reads.list_flows(name=name),
+            name=name,
         )
 
     def flow(self, request: Request) -> HTMLResponse:
@@ -582,6 +596,93 @@ class _Dashboard:
         yaml.dump(row.definition, buf)
         svg = render_svg(dag_nodes(row.definition), lambda _n: None)
         return self.page(request, "flow.html", flow=row, yaml_text=buf.getvalue(), svg=svg)
+
+    # -- deployed flows and their revisions --------------------------------------------------
+
+    def _deployed_or_404(self, name: str) -> DeployedFlow:
+        found = self.client.get_deployed_flow(name)
+        if found is None:
+            raise HTTPException(404, f"no deployed flow {name!r}")
+        return found
+
+    @staticmethod
+    def _revision_number(name: str, text: str) -> int:
+        """A revision number of a path (``/flows/deployed/NAME/3``): 404 when it is not
+        a whole number (no such revision)."""
+        if not text.isdigit() or len(text) > 9:
+            raise HTTPException(404, f"no revision {text!r} of flow {name!r}")
+        return int(text)
+
+    def deployed_flows(self, request: Request) -> RedirectResponse:
+        """``/flows/deployed``: the deployed flows are listed on the Flows page."""
+        base = str(request.scope.get("root_path", "")).rstrip("/")
+        return RedirectResponse(f"{base}/flows", status_code=303)
+
+    def deployed_flow(self, request: Request) -> HTMLResponse:
+        """A deployed flow: its revisions newest first, and the form of the diff page."""
+        name = request.path_params["name"]
+        flow = self._deployed_or_404(name)
+        history = self.client.flow_history(name)
+        numbers = [r.revision for r in history]
+        return self.page(
+            request,
+            "deployed_flow.html",
+            flow=flow,
+            history=history,
+            diff_a=numbers[1] if len(numbers) > 1 else flow.current_revision,
+            diff_b=flow.current_revision,
+        )
+
+    def revision(self, request: Request) -> HTMLResponse:
+        """One revision: its facts, its DAG, its source as deployed, its runs."""
+        name = request.path_params["name"]
+        number = self._revision_number(name, request.path_params["rev"])
+        flow = self._deployed_or_404(name)
+        rev = self.client.get_revision(name, number)
+        history = self.client.flow_history(name)
+        numbers = sorted(r.revision for r in history)
+        older = [n for n in numbers if n < number]
+        newer = [n for n in numbers if n > number]
+        runs = self.client.reads.list_runs_page(limit=PAGE_SIZE + 1, flow=name, revision=number)
+        return self.page(
+            request,
+            "revision.html",
+            flow=flow,
+            rev=rev,
+            run_count=next((r.runs for r in history if r.revision == number), None),
+            previous=older[-1] if older else None,
+            following=newer[0] if newer else None,
+            svg=render_svg(dag_nodes(rev.definition or {}), lambda _n: None),
+            runs=runs[:PAGE_SIZE],
+            more_runs=len(runs) > PAGE_SIZE,
+        )
+
+    def revision_diff(self, request: Request) -> HTMLResponse:
+        """Two revisions side by side (``?a=OLD&b=NEW``; ``b`` absent: the current one):
+        their sources with the changed lines marked, and what changed node by node."""
+        name = request.path_params["name"]
+        flow = self._deployed_or_404(name)
+        a, b = self._int(request, "a"), self._int(request, "b")
+        if a is None:
+            raise HTTPException(400, "choose the revisions to compare: ?a=N&b=M")
+        if b is None:
+            b = flow.current_revision
+        old = self.client.get_revision(name, a)
+        new = self.client.get_revision(name, b)
+        diff = self.client.diff_revisions(name, a, b)
+        rows = side_by_side(old.source or "", new.source or "")
+        return self.page(
+            request,
+            "revision_diff.html",
+            flow=flow,
+            old=old,
+            new=new,
+            rows=rows,
+            changed_rows=sum(1 for r in rows if r.changed),
+            change_lines=describe.flow_change_lines(diff.change),
+            breaking=diff.change.breaking,
+            history=self.client.flow_history(name),
+        )
 
     def health(self, request: Request) -> HTMLResponse:
         """The health advisor's report (:meth:`cyclone_flow.Client.health`): its warnings
@@ -714,7 +815,10 @@ class _Dashboard:
         return self.error(request, exc.status_code, str(exc.detail))
 
     def cyclone_error(self, request: Request, exc: Exception) -> Response:
-        if isinstance(exc, RunNotFoundError | ScheduleNotFoundError):
+        if isinstance(
+            exc,
+            RunNotFoundError | ScheduleNotFoundError | FlowNotDeployedError | RevisionNotFoundError,
+        ):
             status = 404
         elif isinstance(exc, InputValidationError | PayloadTooLargeError | ConfigError):
             status = 400  # the request's fault
@@ -734,6 +838,10 @@ class _Dashboard:
             Route("/runs/{run_id}/steps/{node}/items", self.step_items, name="step_items"),
             Route("/flows", self.flows, name="flows"),
             Route("/health", self.health, name="health"),
+            Route("/flows/deployed", self.deployed_flows),
+            Route("/flows/deployed/{name}", self.deployed_flow, name="deployed_flow"),
+            Route("/flows/deployed/{name}/diff", self.revision_diff, name="revision_diff"),
+            Route("/flows/deployed/{name}/{rev}", self.revision, name="revision"),
             Route("/flows/{flow_id}", self.flow, name="flow"),
         ]
         if not self.read_only:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -449,3 +450,99 @@ def test_the_health_page_writes_every_duration_as_the_dashboard_does(
     assert not re.search(OLD_DURATIONS, text), text
     assert "no: a scan is cheaper on a table this small (cost " in text, text
     assert "\tNO" not in text
+
+
+REPORT_V1 = """# the nightly report: fetch, then publish
+# <script>alert(1)</script> stays a comment
+name: report
+nodes:
+  fetch:
+    call: cyclone_test_handlers.basic:echo  # reads the source
+  publish:
+    call: cyclone_test_handlers.basic:echo
+    needs: [fetch]
+"""
+REPORT_V2 = """# the nightly report: fetch, publish, then notify
+# <script>alert(1)</script> stays a comment
+name: report
+nodes:
+  fetch:
+    call: cyclone_test_handlers.basic:echo  # reads the source
+  publish:
+    call: cyclone_test_handlers.basic:echo
+    needs: [fetch]
+    timeout: 30s
+  notify:
+    call: cyclone_test_handlers.basic:echo
+    needs: [publish]
+"""
+
+
+def test_a_deployed_flow_its_revision_and_the_diff_of_two(
+    make_client: Callable[..., Client], page: Any, tmp_path: Path
+) -> None:
+    client = make_client()
+    repo = tmp_path / "repo"
+    flow_file = repo / "flows" / "report.yaml"
+    flow_file.parent.mkdir(parents=True)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    flow_file.write_text(REPORT_V1, encoding="utf-8")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "report"], check=True)
+    commit = subprocess.run(
+        [*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    client.deploy([str(flow_file)], by="alice")  # committed
+    flow_file.write_text(REPORT_V2, encoding="utf-8")
+    client.deploy([str(flow_file)], by="bob")  # changed, not committed: dirty
+    client.submit("report@1", {})
+    alerts: list[str] = []
+    page.on("dialog", lambda d: (alerts.append(d.message), d.dismiss()))
+    with serve(client) as url:
+        page.goto(f"{url}/flows")
+        page.click('tr[data-flow="report"] a[href$="/flows/deployed/report"]')
+        page.wait_for_url(f"{url}/flows/deployed/report")
+        assert page.locator("table.revisions tr[data-revision]").count() == 2
+        assert "current" in page.inner_text('tr[data-revision="2"]')
+        for rev, dirty in (("1", False), ("2", True)):
+            row = page.inner_text(f'tr[data-revision="{rev}"]')
+            assert commit[:12] in row and "flows/report.yaml" in row
+            assert ("dirty" in row) is dirty
+        page.screenshot(path=str(tmp_path / "ui-flow.png"), full_page=True)
+
+        page.click('tr[data-revision="1"] a[href$="/report/1"]')
+        page.wait_for_url(f"{url}/flows/deployed/report/1")
+        source = page.inner_text("pre.source")
+        assert source == REPORT_V1.rstrip("\n") or source == REPORT_V1
+        assert "<script>alert(1)</script> stays a comment" in source  # shown as text
+        assert page.locator("svg.dag g[data-node]").count() == 2
+        assert page.locator("table.runs tr[data-run]").count() == 1
+        page.screenshot(path=str(tmp_path / "ui-revision.png"), full_page=True)
+
+        page.goto(f"{url}/flows/deployed/report")
+        page.select_option('form.diff-form select[name="a"]', "1")
+        page.select_option('form.diff-form select[name="b"]', "2")
+        page.click('button[data-action="diff"]')
+        page.wait_for_url(re.compile(r".*/flows/deployed/report/diff\?a=1&b=2$"))
+        added = page.locator("table.sbs td.line-added")
+        assert "timeout: 30s" in added.all_inner_texts()[0] or any(
+            "timeout: 30s" in t for t in added.all_inner_texts()
+        )
+        assert any("notify:" in t for t in added.all_inner_texts())
+        changed = page.locator("table.sbs td.line-changed").all_inner_texts()
+        assert "# the nightly report: fetch, then publish" in changed
+        assert "# the nightly report: fetch, publish, then notify" in changed
+        # the highlight is drawn: a changed line's cell has a colour, an unchanged one none
+        colour = page.eval_on_selector(
+            "table.sbs td.line-added", "e => getComputedStyle(e).backgroundColor"
+        )
+        plain = page.eval_on_selector(
+            "table.sbs td.line-same", "e => getComputedStyle(e).backgroundColor"
+        )
+        assert colour != plain and colour not in ("rgba(0, 0, 0, 0)", "transparent")
+        changes = page.locator("ul.changes li").all_inner_texts()
+        assert any(c.startswith("+ node notify") for c in changes), changes
+        assert any(c.startswith("~ node publish") and "timeout" in c for c in changes), changes
+        page.screenshot(path=str(tmp_path / "ui-diff.png"), full_page=True)
+    assert alerts == []  # no comment ran as a script
