@@ -50,13 +50,23 @@ from cyclone_flow.db.migrate import check_schema_version, latest_version, schema
 from cyclone_flow.db.migrate import migrate as migrate_schema
 from cyclone_flow.db.pool import open_pool
 from cyclone_flow.db.rows import (
+    DeployedFlow,
     NodeOutput,
     QueueStats,
+    Revision,
     Run,
     ScheduleRow,
     Step,
     StepLogLine,
     WorkerRow,
+)
+from cyclone_flow.deployments import (
+    Deployments,
+    DeployResult,
+    FlowPlan,
+    RetireResult,
+    RevisionDiff,
+    is_flow_reference,
 )
 from cyclone_flow.engine import operator, signals
 from cyclone_flow.engine import rerun as reruns
@@ -246,6 +256,7 @@ class Client:
             liveness=cfg.poll_interval[1] / 2,
         )
         self._schedules = Schedules(self._db, self._inserter)
+        self._deployments = Deployments(self._db, self._inserter, self._schedules.register_in)
         self._reads = Reads(self._db)
 
     # -- schema ----------------------------------------------------------------------------
@@ -264,6 +275,7 @@ class Client:
         input: JSON = None,
         *,
         isolated: bool = False,
+        revision: int | None = None,
         **options: Unpack[SubmitOptions],
     ) -> RunId:
         """Validate ``input`` against the flow's ``input_schema`` (after filling top-level
@@ -282,9 +294,23 @@ class Client:
         hands them to every worker of their queues (``cyclone-flow run``; docs/cli.md).
         The heartbeat row is written in the submitting transaction.
 
+        ``flow`` may name a deployed flow (:meth:`deploy`): a ``str`` such as ``"nightly"``
+        or ``"nightly@3"`` (``^[a-z][a-z0-9_-]*(@[0-9]+)?$``) that is not an existing
+        path runs its current revision, or the one after ``@`` or given as ``revision``;
+        the run records it (``Run.revision``) and runs that revision's stored definition.
+        The revision is read in the insert transaction with the flow's row locked FOR
+        SHARE (a concurrent retire waits for the submit).
+
         Raises FlowError (a bad flow file), InputValidationError, PayloadTooLargeError,
-        SubmitOptionError.
+        SubmitOptionError (also ``revision`` with a flow file or Flow, or two revisions
+        given); by name: FlowNotDeployedError, RevisionNotFoundError, FlowRetiredError.
         """
+        if isinstance(flow, str) and is_flow_reference(flow):
+            return self._submit_deployed(flow, input, revision, isolated, dict(options))
+        if revision is not None:
+            raise SubmitOptionError(
+                "revision", revision, "only a deployed flow given by name has revisions"
+            )
         opts = run_options(**options)
         if isolated:
             opts = dataclasses.replace(opts, owner=self.config.client_id)
@@ -297,6 +323,17 @@ class Client:
             # committed: publish on the same connection (no second pool checkout)
             self._publish(wakeups, conn)
         return run_id
+
+    def _submit_deployed(
+        self,
+        ref: str,
+        input: JSON,
+        revision: int | None,
+        isolated: bool,
+        options: dict[str, Any],
+    ) -> RunId:
+        """:meth:`submit` of the deployed flow ``ref`` (``NAME`` or ``NAME@REV``)."""
+        raise NotImplementedError
 
     def _register_owner(self, conn: psycopg.Connection[Any], run_id: str) -> None:
         """This client's heartbeat row, claiming only ``run_id``, in the submitting
@@ -620,6 +657,114 @@ class Client:
             )
         return self._scanner
 
+    # -- deployed flows --------------------------------------------------------------------
+
+    def deploy(
+        self,
+        paths: Sequence[str],
+        *,
+        by: str | None = None,
+        prune: bool = False,
+        force: bool = False,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> DeployResult:
+        """Store the flows of ``paths`` (files, or folders searched as ``lint`` does) as
+        new revisions and make them current, in one transaction: every flow of the call or
+        none. Each :class:`~cyclone_flow.deployments.FlowPlan` of the result says what
+        happened to one flow.
+
+        The files are linted first (any error: nothing is written). A flow whose
+        definition and source text equal its current revision's (and that is not
+        retired) is ``unchanged``: no revision. Otherwise the next revision stores the
+        source as in the file, the definition, ``by`` (default: the OS user), the git
+        commit, path and dirty flag of the file; the flow's ``schedules:`` are synced as
+        :meth:`sync_schedules` does (recording the revision) and its other schedules
+        (added by hand) repointed at it. The new ``input_schema`` is checked against the
+        stored input of every schedule that will use it and of the flow's runs waiting to
+        start (delayed, held by a sequence); a refused one is a
+        :class:`~cyclone_flow.deployments.CompatProblem`, an error unless ``force``.
+        ``prune``: deployed flows absent from ``paths`` are retired and their file
+        schedules removed (status ``removed``). ``dry_run``: everything computed, nothing
+        written (``applied`` False). ``now`` pins the schedules' clock (tests). Deploys
+        serialise (``flow_lock_deploys``); submits are not blocked.
+
+        Raises LintPathError (a missing path, a folder without flow files),
+        DeployLintError (lint errors; two files declaring one flow: E060),
+        CompatibilityError (``.problems``, ``.result``), SubmitOptionError (a schedule
+        name taken by one added by hand).
+        """
+        return self._deployments.deploy(
+            list(paths), by=by, prune=prune, force=force, dry_run=dry_run, now=now
+        )
+
+    def diff(
+        self, paths: Sequence[str], *, prune: bool = False, now: datetime | None = None
+    ) -> DeployResult:
+        """What :meth:`deploy` of ``paths`` would do (a dry run), with the compatibility
+        problems in the result instead of raised (``result.changed``: ``diff``'s exit
+        code). Raises LintPathError, DeployLintError."""
+        return self._deployments.diff(list(paths), prune=prune, now=now)
+
+    def list_deployed_flows(self) -> list[DeployedFlow]:
+        """Every deployed flow by name, with its current revision's facts (deployed when,
+        by whom, commit, kind, digest) and its runs of the last day."""
+        return self._deployments.list_flows()
+
+    def get_deployed_flow(self, name: str) -> DeployedFlow | None:
+        """The deployed flow ``name`` (current revision, retired or not); None when it was
+        never deployed."""
+        return self._deployments.get_flow(name)
+
+    def flow_history(self, name: str) -> list[Revision]:
+        """Every revision of the deployed flow ``name``, newest first, each with its run
+        count (``runs``; no source). Raises FlowNotDeployedError."""
+        return self._deployments.history(name)
+
+    def get_revision(self, name: str, revision: int | None = None) -> Revision:
+        """Revision ``revision`` of the deployed flow ``name`` (None: the current one),
+        with its ``source`` and ``definition``. Raises FlowNotDeployedError,
+        RevisionNotFoundError."""
+        return self._deployments.get_revision(name, revision)
+
+    def load_revision(self, name: str, revision: int | None = None) -> Flow:
+        """The :class:`Flow` built from the stored definition of revision ``revision``
+        (None: current) of ``name``, for previews and graphs (its child flows are not
+        loaded). Raises FlowNotDeployedError, RevisionNotFoundError."""
+        return self._deployments.load_revision(name, revision)
+
+    def diff_revisions(self, name: str, old: int, new: int | None = None) -> RevisionDiff:
+        """Revisions ``old`` and ``new`` (None: the current one) of ``name`` compared: the
+        node-level change and the unified diff of their sources. Raises
+        FlowNotDeployedError, RevisionNotFoundError."""
+        return self._deployments.diff_revisions(name, old, new)
+
+    def rollback(
+        self,
+        name: str,
+        to: int,
+        *,
+        by: str | None = None,
+        force: bool = False,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> FlowPlan:
+        """Make a new revision of ``name`` (kind ``rollback``, ``rollback_of`` ``to``) with
+        revision ``to``'s source and definition current, its schedules synced back from
+        that source's ``schedules:`` (and the flow's other schedules repointed), in one
+        transaction; the compatibility check is :meth:`deploy`'s. A retired flow is active
+        again. ``dry_run``: computed, not written. Raises FlowNotDeployedError,
+        RevisionNotFoundError, CompatibilityError (unless ``force``)."""
+        return self._deployments.rollback(name, to, by=by, force=force, dry_run=dry_run, now=now)
+
+    def retire(self, name: str, *, by: str | None = None) -> RetireResult:
+        """Retire the deployed flow ``name``: submits by name are refused
+        (FlowRetiredError) and its schedules paused, in one transaction; runs already
+        submitted go on. A later deploy or rollback makes it active again (its schedules
+        stay paused: ``resume_schedule``). ``retired`` False: it was retired already.
+        Raises FlowNotDeployedError."""
+        return self._deployments.retire(name, by=by)
+
     # -- lifecycle and observers -----------------------------------------------------------
 
     def start(self, *, run_id: str | None = None) -> None:
@@ -888,13 +1033,19 @@ class Client:
             return steps.step_count_items(s, run_id=parse_run_id(run_id))
 
     def list_runs(
-        self, *, flow: str | None = None, state: str | None = None, limit: int = 50
+        self,
+        *,
+        flow: str | None = None,
+        state: str | None = None,
+        limit: int = 50,
+        revision: int | None = None,
     ) -> list[Run]:
-        """The most recent runs, newest first."""
+        """The most recent runs, newest first (of ``flow``, in ``state``, submitted with
+        the deployed ``revision`` when given)."""
         if flow is not None and not storable(flow):
             return []  # no flow has such a name
         with self._db.session() as s:
-            return runs.run_list(s, flow=flow, state=state, limit=limit)
+            return runs.run_list(s, flow=flow, state=state, limit=limit, revision=revision)
 
     def explain(
         self, run_id: str, *, items: bool = False, now: datetime | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cyclone_flow.text import printable
 
@@ -431,4 +432,57 @@ class EmbeddedInUseError(CycloneError):
         super().__init__(
             f"the embedded Postgres in {data_dir} is in use by cyclone-flow process(es) "
             f"{listed}: stop them first, or give --force (they lose their connections)"
+        )
+
+
+class DeployLintError(FlowError):
+    """``deploy`` / ``diff`` refused the flow files: ``problems`` holds every lint error
+    (and warning) found, and E060 when two files declare one flow name. Nothing was
+    written (exit 1)."""
+
+
+class CompatibilityError(CycloneError):
+    """A deploy or rollback whose new ``input_schema`` refuses a stored input that will
+    use it: a schedule's input, or the input of a run of the flow waiting to start.
+    ``problems`` are the :class:`~cyclone_flow.deployments.CompatProblem` found (each
+    names its schedule or run), ``result`` the
+    :class:`~cyclone_flow.deployments.DeployResult` (or, for a rollback, the
+    :class:`~cyclone_flow.deployments.FlowPlan`) that was not applied. Nothing was
+    written; ``force`` deploys anyway (exit 1)."""
+
+    def __init__(self, problems: Sequence[Any], result: Any) -> None:
+        self.problems = tuple(problems)
+        self.result = result
+        lines = [f"{p.kind} {p.name}: {p.message}" for p in self.problems]
+        super().__init__(
+            "the new input_schema refuses stored inputs that would use it (force to deploy "
+            "anyway):\n" + "\n".join(lines)
+        )
+
+
+class FlowNotDeployedError(CycloneError):
+    """No flow of this ``name`` was ever deployed (``deploy`` it first); exit 1."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"flow {shown(name)} is not deployed")
+
+
+class RevisionNotFoundError(CycloneError):
+    """The deployed flow ``name`` has no revision ``revision``; exit 1."""
+
+    def __init__(self, name: str, revision: int) -> None:
+        self.name = name
+        self.revision = revision
+        super().__init__(f"flow {shown(name)} has no revision {revision}")
+
+
+class FlowRetiredError(CycloneError):
+    """The deployed flow ``name`` is retired: submits by name are refused until it is
+    deployed (or rolled back) again; exit 1."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"flow {shown(name)} is retired: deploy it again (or roll it back) to submit it"
         )

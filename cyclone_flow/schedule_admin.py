@@ -12,14 +12,14 @@ from datetime import datetime
 
 from cyclone_flow.db import schedules as stored
 from cyclone_flow.db import session
-from cyclone_flow.db.conn import Database, Session
+from cyclone_flow.db.conn import Conn, Database, Session
 from cyclone_flow.db.rows import ScheduleRow
 from cyclone_flow.engine.submit import store_definition
 from cyclone_flow.engine.tx import Tx
 from cyclone_flow.errors import ScheduleNotFoundError, SubmitOptionError
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.flowfile.model import JSON, Flow
-from cyclone_flow.inserter import FlowLike, Inserter
+from cyclone_flow.inserter import FlowLike, Inserter, encode_input
 from cyclone_flow.schedules import (
     ScheduleSpec,
     SyncResult,
@@ -113,65 +113,114 @@ class Schedules:
     ) -> SyncResult:
         """Create or update ``entries`` (schedules of ``flow`` from ``source``: ``flow``
         for a flow file's, ``manual`` for :meth:`add`) by name, and with ``flow`` delete
-        the flow's other file-declared schedules, in one transaction. An unnamed ``flow``
-        entry (named ``<flow>-<digest>``) that matches a schedule an earlier version named
-        by its position (``<flow>``, ``<flow>-<n>``: same cron, timezone and input) updates
-        that one, which keeps its name. Every entry is checked before anything is
-        written."""
+        the flow's other file-declared schedules, in one transaction of its own (see
+        :meth:`_write`). Every entry is checked before anything is written."""
+        prepared = self._prepare(flow, entries, check_inputs=True)
+        with self._db.session() as s:
+            current = session.pg_now(s, now=now)
+        with self._db.transaction() as conn:
+            workflow_id = store_definition(Tx(conn, self._db.q), flow) if prepared else 0
+            return self._write(conn, flow, prepared, source, workflow_id, None, current)
+
+    def register_in(
+        self,
+        conn: Conn,
+        flow: Flow,
+        entries: Sequence[ScheduleSpec],
+        *,
+        workflow_id: int,
+        revision: int | None,
+        current: datetime,
+        check_inputs: bool = True,
+    ) -> SyncResult:
+        """``schedule sync`` of ``flow``'s file schedules ``entries`` inside the caller's
+        transaction on ``conn`` (deploy, rollback): as :meth:`sync`, with the stored
+        definition ``workflow_id`` and the deployed ``revision`` recorded on each, next
+        ticks after ``current``. ``check_inputs`` False stores an input its schema refuses
+        (a forced deploy) as given. Raises InputValidationError, PayloadTooLargeError,
+        SubmitOptionError (a bad name or cron, a name taken by a manual schedule)."""
+        prepared = self._prepare(flow, entries, check_inputs=check_inputs)
+        return self._write(conn, flow, prepared, "flow", workflow_id, revision, current)
+
+    def _prepare(
+        self, flow: Flow, entries: Sequence[ScheduleSpec], *, check_inputs: bool
+    ) -> list[tuple[ScheduleSpec, Ticks, str]]:
+        """Each entry with its ticks and encoded input, all checked first (name, cron and
+        timezone; input against the flow's schema unless ``check_inputs`` is False)."""
         prepared = []
         for entry in entries:
             validate_schedule_name(entry.name)
             ticks = Ticks(entry.cron, entry.timezone)
-            _, input_json = self._inserter.prepare(flow, entry.input)
+            if check_inputs:
+                _, input_json = self._inserter.prepare(flow, entry.input)
+            else:
+                limit = self._inserter.config.payload_limits.input_bytes
+                input_json = encode_input(flow.name, entry.input, limit)
             prepared.append((entry, ticks, input_json))
-        with self._db.session() as s:
-            current = session.pg_now(s, now=now)
+        return prepared
+
+    def _write(
+        self,
+        conn: Conn,
+        flow: Flow,
+        prepared: Sequence[tuple[ScheduleSpec, Ticks, str]],
+        source: str,
+        workflow_id: int,
+        revision: int | None,
+        current: datetime,
+    ) -> SyncResult:
+        """Write the ``prepared`` entries of ``flow`` from ``source`` on ``conn`` (in its
+        transaction), each submitting ``workflow_id`` (deployed ``revision``, or None).
+        An unnamed ``flow`` entry (named ``<flow>-<digest>``) that matches a schedule an
+        earlier version named by its position (``<flow>``, ``<flow>-<n>``: same cron,
+        timezone and input) updates that one, which keeps its name. With ``flow``, the
+        flow's other file-declared schedules are deleted."""
+        s = Session(conn, self._db.q)
         added: list[str] = []
         updated: list[str] = []
         names: list[str] = []
-        taken = [entry.name for entry in entries]
-        with self._db.transaction() as conn:
-            s = Session(conn, self._db.q)
-            for entry, ticks, input_json in prepared:
-                name = entry.name
-                if source == "flow" and not entry.named:
-                    # a schedule an earlier version named by position keeps its name
-                    name = (
-                        stored.schedule_get_positional(
-                            s,
-                            flow_name=flow.name,
-                            cron=entry.cron,
-                            timezone=entry.timezone,
-                            input=input_json,
-                            taken=taken,
-                        )
-                        or name
+        taken = [entry.name for entry, _, _ in prepared]
+        for entry, ticks, input_json in prepared:
+            name = entry.name
+            if source == "flow" and not entry.named:
+                # a schedule an earlier version named by position keeps its name
+                name = (
+                    stored.schedule_get_positional(
+                        s,
+                        flow_name=flow.name,
+                        cron=entry.cron,
+                        timezone=entry.timezone,
+                        input=input_json,
+                        taken=taken,
                     )
-                other = stored.schedule_get_source(s, name=name)
-                if other is not None and other != source:
-                    raise SubmitOptionError(
-                        "name",
-                        name,
-                        f"a schedule of this name was created by "
-                        f"{'schedule sync' if other == 'flow' else 'schedule add'}; remove it "
-                        "first or pick another name",
-                    )
-                names.append(name)
-                created = stored.schedule_upsert(
-                    s,
-                    name=name,
-                    flow_name=flow.name,
-                    workflow_id=store_definition(Tx(conn, self._db.q), flow),
-                    cron=entry.cron,
-                    timezone=entry.timezone,
-                    input=input_json,
-                    source=source,
-                    next_run_at=ticks.after(current),
+                    or name
                 )
-                (added if created else updated).append(name)
-            removed = (
-                stored.schedule_delete_flow_stale(s, flow_name=flow.name, keep=names)
-                if source == "flow"
-                else []
+            other = stored.schedule_get_source(s, name=name)
+            if other is not None and other != source:
+                raise SubmitOptionError(
+                    "name",
+                    name,
+                    f"a schedule of this name was created by "
+                    f"{'schedule sync' if other == 'flow' else 'schedule add'}; remove it "
+                    "first or pick another name",
+                )
+            names.append(name)
+            created = stored.schedule_upsert(
+                s,
+                name=name,
+                flow_name=flow.name,
+                workflow_id=workflow_id,
+                cron=entry.cron,
+                timezone=entry.timezone,
+                input=input_json,
+                source=source,
+                next_run_at=ticks.after(current),
+                revision=revision,
             )
+            (added if created else updated).append(name)
+        removed = (
+            stored.schedule_delete_flow_stale(s, flow_name=flow.name, keep=names)
+            if source == "flow"
+            else []
+        )
         return SyncResult(added=added, updated=updated, removed=removed)
