@@ -77,7 +77,7 @@ def _change_parts(plan: FlowPlan) -> list[str]:
                 parts.append(f"{_plural(len(items), 'node')} {label}")
         parts.extend(f"{f.field} changed" for f in change.flow_fields)
     parts.extend(_schedule_parts(plan))
-    if not parts and plan.status == "changed":
+    if not parts and plan.status == "changed" and plan.source_diff:
         parts.append("source text changed, same definition")
     return parts
 
@@ -194,7 +194,7 @@ def text_diff(result: DeployResult) -> str:
     its changes indented, then a summary line."""
     out: list[str] = []
     for plan in result.flows:
-        where = _where(plan)
+        where = _where(plan) if plan.status != "unchanged" else ""
         out.append(f"{plan.name}: {_status_head(plan)}" + (f"  {where}" if where else ""))
         out.extend(f"  {line}" for line in _plan_facts(plan))
     out.append(_summary(result))
