@@ -333,7 +333,16 @@ class Client:
         options: dict[str, Any],
     ) -> RunId:
         """:meth:`submit` of the deployed flow ``ref`` (``NAME`` or ``NAME@REV``)."""
-        raise NotImplementedError
+        opts = run_options(**options)
+        if isolated:
+            opts = dataclasses.replace(opts, owner=self.config.client_id)
+        register = self._register_owner if isolated else None
+        with self._db.connection() as conn:  # READ COMMITTED
+            run_id, wakeups = self._deployments.insert_by_name(
+                conn, ref, input, revision, opts, before_commit=register
+            )
+            self._publish(wakeups, conn)  # committed: publish on the same connection
+        return run_id
 
     def _register_owner(self, conn: psycopg.Connection[Any], run_id: str) -> None:
         """This client's heartbeat row, claiming only ``run_id``, in the submitting

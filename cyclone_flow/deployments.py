@@ -14,21 +14,47 @@ same layer, so passed in rather than imported). The comparison of two versions i
 
 from __future__ import annotations
 
+import dataclasses
+import getpass
+import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
-from cyclone_flow.db.conn import Conn, Database
+from cyclone_flow.db import flow_revisions as revisions
+from cyclone_flow.db import schedules as schedules_db
+from cyclone_flow.db import session
+from cyclone_flow.db.conn import Conn, Database, Session
 from cyclone_flow.db.rows import DeployedFlow, Revision
-from cyclone_flow.errors import SubmitOptionError
-from cyclone_flow.flowfile.compare import FlowChange
+from cyclone_flow.engine.submit import store_definition
+from cyclone_flow.engine.tx import Tx
+from cyclone_flow.errors import (
+    CompatibilityError,
+    DeployLintError,
+    FlowError,
+    FlowNotDeployedError,
+    FlowRetiredError,
+    InputValidationError,
+    PayloadTooLargeError,
+    Problem,
+    RevisionNotFoundError,
+    SubmitOptionError,
+)
+from cyclone_flow.flowfile.build import build_flow
+from cyclone_flow.flowfile.compare import FlowChange, compare_documents, source_diff
+from cyclone_flow.flowfile.lint import find_flow_files
+from cyclone_flow.flowfile.load import analyse_text, load_flow_text
 from cyclone_flow.flowfile.model import JSON, Flow
-from cyclone_flow.gitinfo import GitInfo
-from cyclone_flow.inserter import Inserter
-from cyclone_flow.schedules import ScheduleSpec, SyncResult
+from cyclone_flow.flowfile.read import read_text
+from cyclone_flow.gitinfo import GitInfo, git_info
+from cyclone_flow.inserter import Inserter, RunId
+from cyclone_flow.notify import Wakeups
+from cyclone_flow.options import RunOptions
+from cyclone_flow.schedules import ScheduleSpec, SyncResult, flow_schedules
+from cyclone_flow.text import storable
 
 __all__ = [
     "CompatProblem",
@@ -229,6 +255,39 @@ class ScheduleSync(Protocol):
     ) -> SyncResult: ...
 
 
+class _DryRun(Exception):
+    """Raised inside a dry run's transaction to roll it back, carrying its result."""
+
+    def __init__(self, result: object) -> None:
+        super().__init__("dry run")
+        self.result = result
+
+
+@dataclass(frozen=True)
+class _Source:
+    """One flow file of a deploy: its path, text, loaded flow and git facts."""
+
+    path: str
+    text: str
+    flow: Flow
+    git: GitInfo | None
+
+
+WAITING_RUNS_CHECKED = 1000
+"""The most waiting runs of a flow whose inputs a deploy checks against the new schema."""
+
+FLOWS_CACHED = 256
+"""The most stored definitions (by id) a client keeps built for submits by name."""
+
+
+def default_by() -> str:
+    """Who deploys when ``by`` is not given: the OS user (``unknown`` when there is none)."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError, ImportError):
+        return "unknown"
+
+
 class Deployments:
     """The deployed flows of ``db``'s schema; ``inserter`` checks inputs as a submission
     would, ``sync`` syncs a flow's schedules inside a deploy's transaction."""
@@ -237,6 +296,9 @@ class Deployments:
         self._db = db
         self._inserter = inserter
         self._sync = sync
+        self._flows: dict[int, Flow] = {}  # stored definitions built, by id (immutable)
+
+    # -- deploy, diff ----------------------------------------------------------------------
 
     def deploy(
         self,
@@ -249,37 +311,261 @@ class Deployments:
         now: datetime | None = None,
     ) -> DeployResult:
         """See :meth:`cyclone_flow.Client.deploy`."""
-        raise NotImplementedError
+        return self._deploy(paths, by, prune, force, dry_run, now, tolerate=False)
 
     def diff(
         self, paths: list[str], *, prune: bool = False, now: datetime | None = None
     ) -> DeployResult:
         """See :meth:`cyclone_flow.Client.diff`."""
-        raise NotImplementedError
+        return self._deploy(paths, None, prune, False, True, now, tolerate=True)
+
+    def _deploy(
+        self,
+        paths: list[str],
+        by: str | None,
+        prune: bool,
+        force: bool,
+        dry_run: bool,
+        now: datetime | None,
+        *,
+        tolerate: bool,
+    ) -> DeployResult:
+        sources = _read_sources(paths)
+        who = by if by is not None else default_by()
+        try:
+            with self._db.transaction() as conn:
+                s = Session(conn, self._db.q)
+                revisions.flow_lock_deploys(s)
+                current = session.pg_now(s, now=now)
+                plans = [self._deploy_one(conn, src, who, current, force) for src in sources]
+                if prune:
+                    names = {src.flow.name for src in sources}
+                    plans += self._prune(s, names, who)
+                result = DeployResult(flows=tuple(plans), applied=not dry_run, by=who)
+                if result.problems and not force and not tolerate:
+                    raise CompatibilityError(result.problems, _unapplied(result))
+                if dry_run:
+                    raise _DryRun(result)
+        except _DryRun as done:
+            assert isinstance(done.result, DeployResult)
+            return done.result
+        return result
+
+    def _deploy_one(
+        self, conn: Conn, src: _Source, by: str, current: datetime, force: bool
+    ) -> FlowPlan:
+        """Write the next revision of ``src``'s flow (when it is not unchanged) in the
+        deploy's transaction on ``conn``, with its schedules synced; its plan."""
+        s = Session(conn, self._db.q)
+        flow = src.flow
+        deployed = revisions.flow_get(s, name=flow.name)
+        before = (
+            None
+            if deployed is None
+            else revisions.revision_get(s, flow_name=flow.name, revision=None)
+        )
+        was_retired = deployed is not None and deployed.retired_at is not None
+        previous = None if before is None else before.revision
+        change = compare_documents(None if before is None else before.definition, flow.document)
+        diff = source_diff(
+            None if before is None else before.source,
+            src.text,
+            f"{flow.name}@{previous}" if previous is not None else "/dev/null",
+            src.path,
+        )
+        if (
+            before is not None
+            and before.digest == flow.digest
+            and before.source == src.text
+            and not was_retired
+        ):
+            return FlowPlan(
+                name=flow.name,
+                path=src.path,
+                status="unchanged",
+                previous=previous,
+                revision=previous,
+                change=change,
+                source_diff=diff,
+                schedules=SyncResult(added=[], updated=[], removed=[]),
+                problems=(),
+                was_retired=False,
+                git=src.git,
+            )
+        problems = self._check(s, flow)
+        workflow_id = store_definition(Tx(conn, self._db.q), flow)
+        inserted = revisions.revision_insert(
+            s,
+            flow_name=flow.name,
+            workflow_id=workflow_id,
+            source=src.text,
+            source_path=src.path,
+            kind="deploy",
+            rollback_of=None,
+            deployed_by=by,
+            git_commit=None if src.git is None else src.git.commit,
+            git_path=None if src.git is None else src.git.path,
+            git_dirty=None if src.git is None else src.git.dirty,
+        )
+        synced = self._make_current(conn, flow, workflow_id, inserted.revision, current, problems)
+        return FlowPlan(
+            name=flow.name,
+            path=src.path,
+            status="added" if before is None else "changed",
+            previous=previous,
+            revision=inserted.revision,
+            change=change,
+            source_diff=diff,
+            schedules=synced,
+            problems=problems,
+            was_retired=was_retired,
+            git=src.git,
+        )
+
+    def _make_current(
+        self,
+        conn: Conn,
+        flow: Flow,
+        workflow_id: int,
+        revision: int,
+        current: datetime,
+        problems: Sequence[CompatProblem],
+    ) -> SyncResult:
+        """Make ``revision`` (definition ``workflow_id``) of ``flow`` current, sync the
+        file schedules of ``flow`` to it and repoint the flow's other schedules."""
+        s = Session(conn, self._db.q)
+        revisions.flow_set_current(s, name=flow.name, revision=revision)
+        synced = self._sync(
+            conn,
+            flow,
+            flow_schedules(flow),
+            workflow_id=workflow_id,
+            revision=revision,
+            current=current,
+            check_inputs=not any(p.kind == "schedule" for p in problems),
+        )
+        repointed = schedules_db.schedule_set_revision_for_flow(
+            s, flow_name=flow.name, workflow_id=workflow_id, revision=revision
+        )
+        updated = list(synced.updated)
+        updated += [n for n in repointed if n not in updated and n not in synced.added]
+        return SyncResult(added=list(synced.added), updated=updated, removed=list(synced.removed))
+
+    def _check(self, s: Session, flow: Flow) -> tuple[CompatProblem, ...]:
+        """The stored inputs that would use ``flow`` and that its ``input_schema``
+        refuses: its file schedules' inputs, the flow's schedules added by hand, and the
+        inputs of its runs waiting to start."""
+        problems: list[CompatProblem] = []
+        for entry in flow_schedules(flow):
+            message = self._refused(flow, entry.input)
+            if message is not None:
+                problems.append(CompatProblem("schedule", entry.name, message))
+        for row in schedules_db.schedule_list_for_flow(s, flow_name=flow.name):
+            if row.source == "flow":
+                continue  # replaced by the file's schedules, or removed
+            message = self._refused(flow, row.input)
+            if message is not None:
+                problems.append(CompatProblem("schedule", row.name, message))
+        waiting = revisions.revision_list_waiting_runs(
+            s, flow_name=flow.name, limit=WAITING_RUNS_CHECKED
+        )
+        for run in waiting:
+            message = self._refused(flow, json.loads(run.input))
+            if message is not None:
+                problems.append(CompatProblem("run", str(run.id), message))
+        return tuple(problems)
+
+    def _refused(self, flow: Flow, value: Any) -> str | None:
+        """Why ``flow``'s input schema (or the input size limit) refuses ``value``; None
+        when it accepts it."""
+        try:
+            self._inserter.prepare_input(flow, value)
+        except (InputValidationError, PayloadTooLargeError) as exc:
+            return str(exc)
+        return None
+
+    def _prune(self, s: Session, keep: set[str], by: str) -> list[FlowPlan]:
+        """Retire the deployed, active flows not in ``keep``: their file schedules removed,
+        their other schedules paused; a plan each (status ``removed``), by name."""
+        plans = []
+        for deployed in revisions.flow_list(s):
+            if deployed.name in keep or deployed.retired_at is not None:
+                continue
+            if not revisions.flow_retire_if_active(s, name=deployed.name, by=by):
+                continue
+            before = revisions.revision_get(s, flow_name=deployed.name, revision=None)
+            assert before is not None  # a deployed flow has its current revision
+            removed = schedules_db.schedule_delete_flow_stale(s, flow_name=deployed.name, keep=[])
+            schedules_db.schedule_pause_for_flow(s, flow_name=deployed.name)
+            plans.append(
+                FlowPlan(
+                    name=deployed.name,
+                    path=None,
+                    status="removed",
+                    previous=before.revision,
+                    revision=None,
+                    change=compare_documents(before.definition, None),
+                    source_diff=source_diff(
+                        before.source, None, f"{deployed.name}@{before.revision}", "/dev/null"
+                    ),
+                    schedules=SyncResult(added=[], updated=[], removed=removed),
+                    problems=(),
+                    was_retired=False,
+                    git=_stored_git(before),
+                )
+            )
+        return plans
+
+    # -- reads -----------------------------------------------------------------------------
 
     def list_flows(self) -> list[DeployedFlow]:
         """See :meth:`cyclone_flow.Client.list_deployed_flows`."""
-        raise NotImplementedError
+        with self._db.session() as s:
+            return revisions.flow_list(s)
 
     def get_flow(self, name: str) -> DeployedFlow | None:
         """See :meth:`cyclone_flow.Client.get_deployed_flow`."""
-        raise NotImplementedError
+        if not storable(name):
+            return None
+        with self._db.session() as s:
+            return revisions.flow_get(s, name=name)
 
     def history(self, name: str) -> list[Revision]:
         """See :meth:`cyclone_flow.Client.flow_history`."""
-        raise NotImplementedError
+        if not storable(name):
+            raise FlowNotDeployedError(name)
+        with self._db.session() as s:
+            found = revisions.revision_list(s, flow_name=name)
+        if not found:
+            raise FlowNotDeployedError(name)
+        return found
 
     def get_revision(self, name: str, revision: int | None = None) -> Revision:
         """See :meth:`cyclone_flow.Client.get_revision`."""
-        raise NotImplementedError
+        with self._db.session() as s:
+            return _revision(s, name, revision)
 
     def load_revision(self, name: str, revision: int | None = None) -> Flow:
         """See :meth:`cyclone_flow.Client.load_revision`."""
-        raise NotImplementedError
+        found = self.get_revision(name, revision)
+        return self._built(found)
 
     def diff_revisions(self, name: str, old: int, new: int | None = None) -> RevisionDiff:
         """See :meth:`cyclone_flow.Client.diff_revisions`."""
-        raise NotImplementedError
+        with self._db.session() as s:
+            a = _revision(s, name, old)
+            b = _revision(s, name, new)
+        return RevisionDiff(
+            name=name,
+            old=a.revision,
+            new=b.revision,
+            change=compare_documents(a.definition, b.definition),
+            source_diff=source_diff(
+                a.source, b.source, f"{name}@{a.revision}", f"{name}@{b.revision}"
+            ),
+        )
+
+    # -- rollback, retire ------------------------------------------------------------------
 
     def rollback(
         self,
@@ -292,8 +578,208 @@ class Deployments:
         now: datetime | None = None,
     ) -> FlowPlan:
         """See :meth:`cyclone_flow.Client.rollback`."""
-        raise NotImplementedError
+        who = by if by is not None else default_by()
+        try:
+            with self._db.transaction() as conn:
+                s = Session(conn, self._db.q)
+                revisions.flow_lock_deploys(s)
+                current = session.pg_now(s, now=now)
+                target = _revision(s, name, to)
+                before = _revision(s, name, None)
+                plan = self._rollback(conn, target, before, who, current)
+                if plan.problems and not force:
+                    raise CompatibilityError(plan.problems, plan)
+                if dry_run:
+                    raise _DryRun(plan)
+        except _DryRun as done:
+            assert isinstance(done.result, FlowPlan)
+            return done.result
+        return plan
+
+    def _rollback(
+        self, conn: Conn, target: Revision, before: Revision, by: str, current: datetime
+    ) -> FlowPlan:
+        s = Session(conn, self._db.q)
+        name = target.flow_name
+        flow = self._built(target)
+        was_retired = before.retired_at is not None
+        assert target.definition is not None and before.definition is not None
+        change = compare_documents(before.definition, target.definition)
+        diff = source_diff(
+            before.source, target.source, f"{name}@{before.revision}", f"{name}@{target.revision}"
+        )
+        if before.digest == target.digest and before.source == target.source and not was_retired:
+            return FlowPlan(
+                name=name,
+                path=None,
+                status="unchanged",
+                previous=before.revision,
+                revision=before.revision,
+                change=change,
+                source_diff=diff,
+                schedules=SyncResult(added=[], updated=[], removed=[]),
+                problems=(),
+                was_retired=False,
+                git=_stored_git(target),
+                kind="rollback",
+                rollback_of=target.revision,
+            )
+        problems = self._check(s, flow)
+        inserted = revisions.revision_insert(
+            s,
+            flow_name=name,
+            workflow_id=target.workflow_id,
+            source=target.source or "",
+            source_path=target.source_path,
+            kind="rollback",
+            rollback_of=target.revision,
+            deployed_by=by,
+            git_commit=target.git_commit,
+            git_path=target.git_path,
+            git_dirty=target.git_dirty,
+        )
+        synced = self._make_current(
+            conn, flow, target.workflow_id, inserted.revision, current, problems
+        )
+        return FlowPlan(
+            name=name,
+            path=None,
+            status="changed",
+            previous=before.revision,
+            revision=inserted.revision,
+            change=change,
+            source_diff=diff,
+            schedules=synced,
+            problems=problems,
+            was_retired=was_retired,
+            git=_stored_git(target),
+            kind="rollback",
+            rollback_of=target.revision,
+        )
 
     def retire(self, name: str, *, by: str | None = None) -> RetireResult:
         """See :meth:`cyclone_flow.Client.retire`."""
-        raise NotImplementedError
+        if not storable(name):
+            raise FlowNotDeployedError(name)
+        who = by if by is not None else default_by()
+        with self._db.transaction() as conn:
+            s = Session(conn, self._db.q)
+            revisions.flow_lock_deploys(s)
+            retired = revisions.flow_retire_if_active(s, name=name, by=who)
+            if not retired and revisions.flow_get(s, name=name) is None:
+                raise FlowNotDeployedError(name)
+            paused = schedules_db.schedule_pause_for_flow(s, flow_name=name)
+        return RetireResult(name=name, retired=retired, paused=tuple(paused))
+
+    # -- submit by name --------------------------------------------------------------------
+
+    def insert_by_name(
+        self,
+        conn: Conn,
+        ref: str,
+        run_input: JSON,
+        revision: int | None,
+        options: RunOptions,
+        before_commit: Callable[[Conn, RunId], None] | None = None,
+    ) -> tuple[RunId, Wakeups]:
+        """Insert a run of the deployed flow ``ref`` (``NAME`` / ``NAME@REV``; or
+        ``revision``) with ``options`` in a transaction of its own on the idle ``conn``,
+        committed: the flow's row read FOR SHARE, the revision's stored definition run and
+        its number recorded (``Run.revision``). ``before_commit(conn, run_id)`` runs in that
+        transaction. Returns the run id and the wakeups to publish.
+
+        Raises SubmitOptionError, FlowNotDeployedError, FlowRetiredError,
+        RevisionNotFoundError, InputValidationError, PayloadTooLargeError; nothing is
+        written then."""
+        name, wanted = parse_flow_reference(ref, revision)
+        with conn.transaction():
+            s = Session(conn, self._db.q)
+            deployed = revisions.flow_get_for_submit(s, name=name)
+            if deployed is None:
+                raise FlowNotDeployedError(name)
+            if deployed.retired_at is not None:
+                raise FlowRetiredError(name)
+            number = deployed.current_revision if wanted is None else wanted
+            found = revisions.revision_get(s, flow_name=name, revision=number)
+            if found is None:
+                raise RevisionNotFoundError(name, number)
+            input_json = self._inserter.prepare_input(self._built(found), run_input)
+            opts = dataclasses.replace(options, revision=found.revision)
+            run_id, wakeups = self._inserter.insert_stored(
+                conn, found.workflow_id, input_json, opts
+            )
+            if before_commit is not None:
+                before_commit(conn, run_id)
+        return run_id, wakeups
+
+    def _built(self, found: Revision) -> Flow:
+        """The :class:`Flow` of a revision's stored definition (child flows not loaded),
+        built once per definition id."""
+        flow = self._flows.get(found.workflow_id)
+        if flow is None:
+            if found.definition is None:
+                raise ValueError(
+                    f"revision {found.revision} of {found.flow_name} has no definition"
+                )
+            if len(self._flows) >= FLOWS_CACHED:
+                self._flows.clear()
+            flow = self._flows[found.workflow_id] = build_flow(found.definition)
+        return flow
+
+
+def _revision(s: Session, name: str, revision: int | None) -> Revision:
+    """Revision ``revision`` (None: current) of ``name`` with its source and definition.
+    Raises FlowNotDeployedError, RevisionNotFoundError."""
+    if not storable(name):
+        raise FlowNotDeployedError(name)
+    found = revisions.revision_get(s, flow_name=name, revision=revision)
+    if found is not None:
+        return found
+    if revision is None or revisions.flow_get(s, name=name) is None:
+        raise FlowNotDeployedError(name)
+    raise RevisionNotFoundError(name, revision)
+
+
+def _stored_git(found: Revision) -> GitInfo | None:
+    """The git facts a revision recorded, None when its file was not in a work tree."""
+    if found.git_commit is None or found.git_path is None:
+        return None
+    return GitInfo(commit=found.git_commit, path=found.git_path, dirty=bool(found.git_dirty))
+
+
+def _unapplied(result: DeployResult) -> DeployResult:
+    """``result`` as not applied (its transaction rolled back)."""
+    return dataclasses.replace(result, applied=False)
+
+
+def _read_sources(paths: Sequence[str]) -> list[_Source]:
+    """Every flow file under ``paths`` read, linted and loaded, in file order.
+
+    Raises LintPathError, DeployLintError (every problem, when any file has an error or
+    two files declare one flow name: E060)."""
+    files = find_flow_files(paths)
+    problems: list[Problem] = []
+    loaded: list[tuple[str, str, Flow]] = []
+    for file in files:
+        text, problem = read_text(file)
+        if text is None:
+            problems += [problem] if problem else []
+            continue
+        _, found = analyse_text(text, file)
+        problems += found
+        if any(p.severity == "error" for p in found):
+            continue
+        try:
+            loaded.append((file, text, load_flow_text(text, file)))
+        except FlowError as exc:  # a child flow that does not load
+            problems += exc.problems
+    seen: dict[str, str] = {}
+    for file, _, flow in loaded:
+        first = seen.setdefault(flow.name, file)
+        if first != file:
+            problems.append(
+                Problem(file, 1, 1, "E060", f"flow name {flow.name} is also declared in {first}")
+            )
+    if any(p.severity == "error" for p in problems):
+        raise DeployLintError(problems)
+    return [_Source(path, text, flow, git_info(path)) for path, text, flow in loaded]

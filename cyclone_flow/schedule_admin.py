@@ -16,7 +16,7 @@ from cyclone_flow.db.conn import Conn, Database, Session
 from cyclone_flow.db.rows import ScheduleRow
 from cyclone_flow.engine.submit import store_definition
 from cyclone_flow.engine.tx import Tx
-from cyclone_flow.errors import ScheduleNotFoundError, SubmitOptionError
+from cyclone_flow.errors import InputValidationError, ScheduleNotFoundError, SubmitOptionError
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.flowfile.model import JSON, Flow
 from cyclone_flow.inserter import FlowLike, Inserter, encode_input
@@ -137,7 +137,8 @@ class Schedules:
         transaction on ``conn`` (deploy, rollback): as :meth:`sync`, with the stored
         definition ``workflow_id`` and the deployed ``revision`` recorded on each, next
         ticks after ``current``. ``check_inputs`` False stores an input its schema refuses
-        (a forced deploy) as given. Raises InputValidationError, PayloadTooLargeError,
+        (a forced deploy) as given, the others checked and defaults filled as always.
+        Raises InputValidationError, PayloadTooLargeError,
         SubmitOptionError (a bad name or cron, a name taken by a manual schedule)."""
         prepared = self._prepare(flow, entries, check_inputs=check_inputs)
         return self._write(conn, flow, prepared, "flow", workflow_id, revision, current)
@@ -151,9 +152,11 @@ class Schedules:
         for entry in entries:
             validate_schedule_name(entry.name)
             ticks = Ticks(entry.cron, entry.timezone)
-            if check_inputs:
+            try:
                 _, input_json = self._inserter.prepare(flow, entry.input)
-            else:
+            except InputValidationError:
+                if check_inputs:
+                    raise
                 limit = self._inserter.config.payload_limits.input_bytes
                 input_json = encode_input(flow.name, entry.input, limit)
             prepared.append((entry, ticks, input_json))

@@ -28,8 +28,16 @@ def flow_lock_deploys(s: SessionLike) -> None:
 
 
 def flow_get(s: SessionLike, *, name: str) -> DeployedFlow | None:
-    """The deployed flow ``name``; None when it was never deployed."""
+    """The deployed flow ``name`` with its current revision's facts (``runs_last_day``
+    None); None when it was never deployed."""
     return execute_rows(s, "flow_get", {"name": name}, _FLOW).fetchone()
+
+
+def flow_get_for_submit(s: SessionLike, *, name: str) -> DeployedFlow | None:
+    """The deployed flow ``name``, its row locked FOR SHARE until the transaction ends (a
+    submit by name: a concurrent retire waits), without the revision's facts; None when it
+    was never deployed."""
+    return execute_rows(s, "flow_get_for_submit", {"name": name}, _FLOW).fetchone()
 
 
 def flow_list(s: SessionLike, *, cap: int = RUNS_COUNTED_PER_DAY) -> list[DeployedFlow]:

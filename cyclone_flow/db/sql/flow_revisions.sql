@@ -9,10 +9,27 @@
 LOCK TABLE {schema}.cyclone_flows IN SHARE ROW EXCLUSIVE MODE
 
 -- name: flow_get
--- One deployed flow by name: its current revision and whether it is retired.
-SELECT f.name, f.current_revision, f.retired_at, f.retired_by, f.updated_at
+-- One deployed flow by name: its current revision, whether it is retired, and the current
+-- revision's deploy facts (when, by whom, commit, kind, digest; runs_last_day not counted).
+SELECT f.name, f.current_revision, f.retired_at, f.retired_by, f.updated_at,
+       v.deployed_at, v.deployed_by, v.git_commit, v.kind, v.rollback_of, w.digest,
+       NULL::bigint AS runs_last_day
+FROM {schema}.cyclone_flows f
+JOIN {schema}.cyclone_flow_revisions v
+  ON v.flow_name = f.name AND v.revision = f.current_revision
+JOIN {schema}.cyclone_workflows w ON w.id = v.workflow_id
+WHERE f.name = %(name)s
+
+-- name: flow_get_for_submit
+-- submit by name: the deployed flow %(name)s, its row locked FOR SHARE until the submit
+-- commits (a concurrent retire waits for it; another submit does not).
+SELECT f.name, f.current_revision, f.retired_at, f.retired_by, f.updated_at,
+       NULL::timestamptz AS deployed_at, NULL::text AS deployed_by, NULL::text AS git_commit,
+       NULL::text AS kind, NULL::int AS rollback_of, NULL::text AS digest,
+       NULL::bigint AS runs_last_day
 FROM {schema}.cyclone_flows f
 WHERE f.name = %(name)s
+FOR SHARE
 
 -- name: flow_list
 -- Every deployed flow by name, with its current revision's deploy facts (when, by whom,
@@ -78,7 +95,7 @@ RETURNING revision, deployed_at
 SELECT v.flow_name, v.revision, v.workflow_id, v.kind, v.rollback_of, v.deployed_at,
        v.deployed_by, v.git_commit, v.git_path, v.git_dirty, v.source_path, w.digest,
        (f.current_revision = v.revision) AS current, f.retired_at,
-       v.source, w.definition
+       v.source, w.definition, NULL::bigint AS runs
 FROM {schema}.cyclone_flows f
 JOIN {schema}.cyclone_flow_revisions v ON v.flow_name = f.name
 JOIN {schema}.cyclone_workflows w ON w.id = v.workflow_id
@@ -91,6 +108,7 @@ WHERE f.name = %(flow_name)s
 SELECT v.flow_name, v.revision, v.workflow_id, v.kind, v.rollback_of, v.deployed_at,
        v.deployed_by, v.git_commit, v.git_path, v.git_dirty, v.source_path, w.digest,
        (f.current_revision = v.revision) AS current, f.retired_at,
+       NULL::text AS source, NULL::jsonb AS definition,
        (SELECT count(*) FROM {schema}.cyclone_runs r
         WHERE r.flow_name = v.flow_name AND r.revision = v.revision) AS runs
 FROM {schema}.cyclone_flows f
@@ -101,7 +119,8 @@ ORDER BY v.revision DESC
 
 -- name: revision_list_waiting_runs
 -- deploy's compatibility check: the running top runs of flow %(flow_name)s none of whose
--- steps has become claimable yet (delayed to a later run_at, or held by their sequence):
+-- steps has become claimable yet (delayed to a later run_at, or held by their sequence; a
+-- step's attempt starts at 1, above it the step ran already):
 -- id and input (JSON text), at most %(limit)s, oldest first.
 SELECT r.id, r.input::text AS input
 FROM {schema}.cyclone_runs r
@@ -109,7 +128,7 @@ WHERE r.flow_name = %(flow_name)s AND r.state = 'running' AND r.parent_run_id IS
   AND NOT EXISTS (
       SELECT 1 FROM {schema}.cyclone_steps s
       WHERE s.run_id = r.id
-        AND (s.state NOT IN ('pending', 'available') OR s.attempt > 0
+        AND (s.state NOT IN ('pending', 'available') OR s.attempt > 1
              OR (s.state = 'available' AND s.scheduled_at <= now())))
 ORDER BY r.created_at, r.id
 LIMIT %(limit)s
