@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.cli import Runner, json_output, no_traceback
+from helpers.cli import Runner, json_output, no_traceback, run_cli
 
 from cyclone_flow import Client
 
@@ -115,7 +115,7 @@ def test_a_flows_folder_from_git_to_rollback_and_retire(
     first_commit = _git(repo, "rev-parse", "HEAD")
 
     # the pull request: lint, then what a deploy would change
-    _ok(cli("lint", flows))
+    _ok(run_cli("lint", flows))
     plan = json_output(_ok(cli("diff", flows, "--json"), 1).stdout)
     assert set(plan) == DIFF_KEYS and plan["applied"] is False and plan["changed"] is True
     (flow,) = plan["flows"]
@@ -221,13 +221,13 @@ def test_a_flows_folder_from_git_to_rollback_and_retire(
 def test_a_lint_error_in_one_of_two_files_deploys_none(cli: Runner, tmp_path: Path) -> None:
     _, flows = _repo(tmp_path, V1)
     (flows / "broken.yaml").write_text("name: broken\nnodes:\n  a: {needs: [zzz]}\n")
-    lint = cli("lint", flows)
+    lint = run_cli("lint", flows)
     assert lint.returncode == 1
     proc = _ok(cli("deploy", flows), 1)
     assert proc.stdout == lint.stdout  # the problems as `lint` prints them
     assert "problem(s) in" in proc.stderr
     github = _ok(cli("deploy", flows, "--format", "github"), 1).stdout
-    assert github == cli("lint", flows, "--format", "github").stdout
+    assert github == run_cli("lint", flows, "--format", "github").stdout
     assert json_output(_ok(cli("flows", "list", "--json")).stdout) == []
 
 
@@ -240,7 +240,7 @@ def test_diff_exit_codes(cli: Runner, tmp_path: Path) -> None:
     (flows / "broken.yaml").write_text("name: broken\nnodes: {}\n")
     proc = _ok(cli("diff", flows), 2)
     assert "broken.yaml" in proc.stdout  # the lint problems
-    assert proc.stdout == cli("lint", flows).stdout
+    assert proc.stdout == run_cli("lint", flows).stdout
 
 
 def test_deploy_dry_run_writes_nothing(cli: Runner, tmp_path: Path) -> None:
