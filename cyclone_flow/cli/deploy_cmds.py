@@ -145,9 +145,10 @@ def _schema_line(plan: FlowPlan) -> str | None:
         return None
     if not plan.change.breaking:
         return "input schema: compatible (inputs the old schema accepted still pass)"
+    count = len(plan.problems)
     stored = (
-        f"{_plural(len(plan.problems), 'stored input')} fail it"
-        if plan.problems
+        f"{_plural(count, 'stored input')} {'fails' if count == 1 else 'fail'} it"
+        if count
         else "no stored input fails it"
     )
     return f"input schema: breaking ({stored})"
