@@ -102,6 +102,7 @@ RUN_KEYS = {
     "parent_node",
     "deadline_at",
     "rerun_of",
+    "revision",
     "output_truncated",
     "steps",
 }
