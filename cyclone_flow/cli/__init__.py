@@ -1,6 +1,7 @@
 """The ``cyclone-flow`` command line, one module per command or command family, named after
 it: ``lint_cmds`` (lint, graph), ``migrate_cmd`` (migrate), ``submit_cmds`` (submit, run),
-``enqueue_cmd`` (enqueue), ``schedule_cmds`` (schedule), ``worker_cmd`` (worker),
+``enqueue_cmd`` (enqueue), ``schedule_cmds`` (schedule), ``deploy_cmds`` (deploy, diff),
+``flows_cmds`` (flows list|history|show|diff|rollback|retire), ``worker_cmd`` (worker),
 ``inspect_cmds`` (status, runs, logs, output, workers), ``operator_cmds`` (cancel, rerun,
 retry, signal, purge), ``doctor_cmd`` (doctor), ``init_cmds`` (init: a new project's files),
 ``embedded_cmds`` (embedded status|url|stop), ``ui_cmd`` (ui, the web dashboard);
@@ -17,9 +18,11 @@ from typing import IO, Any
 
 import click
 
+from cyclone_flow.cli.deploy_cmds import deploy_cmd, diff_cmd
 from cyclone_flow.cli.doctor_cmd import doctor_cmd
 from cyclone_flow.cli.embedded_cmds import embedded_group
 from cyclone_flow.cli.enqueue_cmd import enqueue_cmd
+from cyclone_flow.cli.flows_cmds import flows_group
 from cyclone_flow.cli.init_cmds import init_cmd
 from cyclone_flow.cli.inspect_cmds import (
     logs_cmd,
@@ -110,6 +113,9 @@ for _command in (
     rerun_cmd,
     enqueue_cmd,
     schedule_group,
+    deploy_cmd,
+    diff_cmd,
+    flows_group,
     purge_cmd,
     signal_cmd,
     workers_cmd,

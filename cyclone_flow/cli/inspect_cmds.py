@@ -135,8 +135,11 @@ def status_cmd(
         )
         return
     console = out_console()
+    revision = f"revision {run.revision}  " if run.revision is not None else ""
     console.print(
-        Text.assemble(f"run {run.id}  flow {run.flow_name}  ", (state_word(run.state), "bold"))
+        Text.assemble(
+            f"run {run.id}  flow {run.flow_name}  {revision}", (state_word(run.state), "bold")
+        )
     )
     for line in queue_info_lines(view.queue):
         console.print(Text(line))
@@ -208,6 +211,12 @@ def _watch(
 
 @click.command("runs")
 @click.option("--flow", default=None, help="Only runs of this flow.")
+@click.option(
+    "--revision",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --flow: only runs submitted with this deployed revision of it.",
+)
 @click.option("--state", type=click.Choice(["running", "completed", "failed", "cancelled"]))
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
@@ -215,17 +224,21 @@ def _watch(
 @handle_errors
 def runs_cmd(
     flow: str | None,
+    revision: int | None,
     state: str | None,
     limit: int,
     as_json: bool,
     database_url: str | None,
     schema: str,
 ) -> None:
-    """List the most recent runs, newest first."""
+    """List the most recent runs, newest first (a run of a deployed flow's revision:
+    FLOW@REVISION)."""
+    if revision is not None and flow is None:
+        raise click.UsageError("--revision goes with --flow (a revision is one flow's)")
     setup_logging()
     url = resolve_database(database_url, existing=True)
     with Client(url, schema=schema, prepare=prepare_enabled()) as client:
-        runs = client.list_runs(flow=flow, state=state, limit=limit)
+        runs = client.list_runs(flow=flow, state=state, limit=limit, revision=revision)
     if as_json:
         echo_json([run_dict(r) for r in runs])
         return
@@ -236,7 +249,7 @@ def runs_cmd(
     table.add_column("run", no_wrap=True, min_width=36)  # never cut: people copy it
     for r in runs:
         table.add_row(
-            Text(r.flow_name),
+            Text(r.flow_name if r.revision is None else f"{r.flow_name}@{r.revision}"),
             str(r.state),
             r.created_at.isoformat(timespec="seconds"),
             r.finished_at.isoformat(timespec="seconds") if r.finished_at else "",

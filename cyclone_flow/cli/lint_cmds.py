@@ -26,7 +26,7 @@ from cyclone_flow.flowfile.lint import LintPathError, NoFlowFilesError, lint_pat
 from cyclone_flow.flowfile.load import load_flow
 from cyclone_flow.flowfile.model import Flow
 
-__all__ = ["format_problems", "graph", "lint"]
+__all__ = ["echo_problems", "format_problems", "graph", "lint", "path_error"]
 
 
 def _github_escape(text: str, *, prop: bool = False) -> str:
@@ -96,14 +96,25 @@ def lint(
         add_import_paths(import_paths)  # the current folder first, then each --import-path
     try:
         problems = lint_paths(list(paths), check_imports=check_imports)
-    except NoFlowFilesError as exc:
-        raise click.BadParameter(
-            f"no flow files (*.yaml, *.yml) found in {exc.path!r}.", param_hint="'PATHS...'"
-        ) from exc
     except LintPathError as exc:
-        raise click.BadParameter(
-            f"path {exc.path!r} does not exist.", param_hint="'PATHS...'"
-        ) from exc
+        raise path_error(exc) from exc
+    if echo_problems(problems, fmt):
+        raise SystemExit(1)
+
+
+def path_error(exc: LintPathError) -> click.BadParameter:
+    """The usage error (exit 2) of a PATH argument that :func:`lint_paths` refused: a
+    missing path, or a folder without any flow file."""
+    if isinstance(exc, NoFlowFilesError):
+        return click.BadParameter(
+            f"no flow files (*.yaml, *.yml) found in {exc.path!r}.", param_hint="'PATHS...'"
+        )
+    return click.BadParameter(f"path {exc.path!r} does not exist.", param_hint="'PATHS...'")
+
+
+def echo_problems(problems: list[Problem], fmt: str) -> bool:
+    """Print lint ``problems`` as ``lint`` does: the problems in ``fmt`` on stdout, a
+    count (or ``no problems found``) on stderr. Returns whether any is an error."""
     out = format_problems(problems, fmt)
     if out or fmt == "json":
         click.echo(out)
@@ -112,11 +123,12 @@ def lint(
     files = len({p.path for p in problems})
     if errors:
         click.echo(f"{len(problems)} problem(s) in {files} file(s)", err=True)
-        raise SystemExit(1)
+        return True
     if warned:  # warnings only: the flow runs
         click.echo(f"{warned} warning(s) in {files} file(s), no errors", err=True)
-        return
+        return False
     click.echo("no problems found", err=True)
+    return False
 
 
 @click.command("graph")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import signal
 import sys
 from typing import Any
@@ -28,6 +29,7 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
+from cyclone_flow.cli.flows_cmds import FLOW_REF_RE, parse_flow_ref
 from cyclone_flow.cli.output import HandlerOutput
 from cyclone_flow.cli.progress import (
     end_line,
@@ -45,9 +47,17 @@ from cyclone_flow.cli.submission import (
     submission_kwargs,
     submit_lines,
 )
-from cyclone_flow.client import DEFAULT_CHUNK_SIZE, Client, RunPreview, migrate, preview_submit
+from cyclone_flow.client import (
+    DEFAULT_CHUNK_SIZE,
+    Client,
+    RunId,
+    RunPreview,
+    migrate,
+    preview_submit,
+)
 from cyclone_flow.config import MAX_LEASE_TTL_S
 from cyclone_flow.db.errors import Outage, database_lost
+from cyclone_flow.db.rows import Run
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.handlers import AllowList
@@ -55,7 +65,13 @@ from cyclone_flow.run_view import RunView
 
 
 @click.command("submit")
-@click.argument("file", type=click.Path(dir_okay=False, exists=True))
+@click.argument("flow_arg", metavar="FILE|NAME[@REV]")
+@click.option(
+    "--revision",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With a deployed flow NAME: run this revision instead of the current one.",
+)
 @input_options
 @click.option(
     "--inputs-file",
@@ -96,7 +112,8 @@ from cyclone_flow.run_view import RunView
 @database_options
 @handle_errors
 def submit_cmd(
-    file: str,
+    flow_arg: str,
+    revision: int | None,
     input_json: str | None,
     input_file: str | None,
     inputs_file: str | None,
@@ -111,13 +128,16 @@ def submit_cmd(
     **queue_values: Any,
 ) -> None:
     """Lint FILE, then write a run of it (definition, run, steps, deps) in one transaction;
-    print its id. Queue options: docs/queues.md. With --wait, then wait for the run to end
-    (Client.wait: woken by cyclone_run_done, polling as the floor; a database restart
-    or a short outage is ridden out up to --timeout). With --dry-run, check the same and
-    print the plan (the steps in run order with queue, needs and first state) instead:
-    nothing is written, no database is used. With --inputs-file, one run per line of a
-    JSON Lines file (streamed, --chunk runs per transaction); prints how many were
-    submitted, or the failing FILE:LINE and how many were written before it."""
+    print its id. NAME (no file of that name here): run the current revision of the
+    deployed flow NAME (NAME@REV or --revision N: that revision). Queue options:
+    docs/queues.md. With --wait, then wait for the run to end (Client.wait: woken by
+    cyclone_run_done, polling as the floor; a database restart or a short outage is
+    ridden out up to --timeout). With --dry-run, check the same and print the plan (the
+    steps in run order with queue, needs and first state) instead: nothing is written,
+    no database is used (for a NAME: only to read the revision). With --inputs-file,
+    one run per line of a JSON Lines file (streamed, --chunk runs per transaction);
+    prints how many were submitted, or the failing FILE:LINE and how many were written
+    before it."""
     if inputs_file is not None and (
         input_json is not None or input_file is not None or wait or dry_run
     ):
@@ -133,9 +153,28 @@ def submit_cmd(
     wait_s = None
     if timeout is not None:
         wait_s = duration_option(timeout, "--timeout", max_s=MAX_FLOW_DURATION_S, allow_zero=True)
+    file, name, revision = _flow_target(flow_arg, revision)
+    if name is not None and inputs_file is not None:
+        raise click.UsageError("--inputs-file takes a flow FILE, not a deployed flow NAME")
     setup_logging()
     run_input = read_input(input_json, input_file)
     options = submission_kwargs(queue_values)
+    if name is not None:
+        _submit_deployed(
+            name,
+            revision,
+            run_input,
+            options,
+            as_json=as_json,
+            wait=wait,
+            wait_s=wait_s,
+            dry_run=dry_run,
+            notify=notify,
+            database_url=database_url,
+            schema=schema,
+        )
+        return
+    assert file is not None
     flow = load_flow(file)
     if dry_run:
         _show_plan(preview_submit(flow, run_input, **options), as_json)
@@ -143,6 +182,7 @@ def submit_cmd(
     url = resolve_database(database_url)
     if inputs_file is not None:
         with Client(url, schema=schema, prepare=prepare_enabled(), notify=notify) as client:
+            _refuse_retired(client, flow.name)
             out = submit_lines(
                 inputs_file,
                 chunk or DEFAULT_CHUNK_SIZE,
@@ -155,31 +195,124 @@ def submit_cmd(
         return
     client = Client(url, schema=schema, prepare=prepare_enabled(), notify=notify)
     try:
+        _refuse_retired(client, flow.name)
         run_id = client.submit(flow, run_input, **options)
-        if not wait:
-            if as_json:
-                echo_json({"run_id": str(run_id), "duplicate": run_id.duplicate})
-            else:
-                click.echo(run_id)
-                if run_id.duplicate:
-                    click.echo("duplicate: an existing run holds this unique key", err=True)
-            return
-        if not as_json:
-            click.echo(run_id)
-            click.echo(f"waiting for run {run_id} of flow {flow.name} ...", err=True)
-        view: RunView | None = None
-        status = wait_for_end(client, run_id, as_json=as_json, timeout=wait_s)
-        if as_json:  # the run's document lists its steps, as `run --json` does
-            view = client.run_view(run_id)
-            status = view.run
+        end = _after_submit(client, run_id, flow.name, as_json=as_json, wait=wait, wait_s=wait_s)
     except KeyboardInterrupt:  # before the wait (which says more): no click "Aborted!"
         sys.exit(130)
     finally:
         client.shutdown()
+    _ended(end, as_json)
+
+
+def _flow_target(arg: str, revision: int | None) -> tuple[str | None, str | None, int | None]:
+    """(file, deployed flow name, revision) of submit's argument: an existing file, else
+    NAME or NAME@REV; a usage error (exit 2) for anything else."""
+    if os.path.exists(arg):
+        if os.path.isdir(arg):
+            raise click.BadParameter(f"{arg!r} is a directory.", param_hint="'FILE'")
+        if revision is not None:
+            raise click.UsageError(
+                "--revision goes with a deployed flow NAME, not a flow FILE (a file is "
+                "submitted as it is)"
+            )
+        return arg, None, None
+    if not FLOW_REF_RE.fullmatch(arg):
+        raise click.BadParameter(
+            f"file {arg!r} does not exist, and it is no deployed flow NAME or NAME@REV.",
+            param_hint="'FILE|NAME[@REV]'",
+        )
+    name, rev = parse_flow_ref(arg, "'FILE|NAME[@REV]'")
+    if rev is not None and revision is not None and rev != revision:
+        raise click.UsageError(f"{arg} and --revision {revision} name different revisions")
+    return None, name, rev if rev is not None else revision
+
+
+def _refuse_retired(client: Client, name: str) -> None:
+    """Exit 1 when ``name`` is a deployed flow that was retired: its files are refused
+    too."""
+    deployed = client.get_deployed_flow(name)
+    if deployed is None or deployed.retired_at is None:
+        return
+    by = f" by {deployed.retired_by}" if deployed.retired_by else ""
+    when = deployed.retired_at.isoformat(timespec="seconds")
+    click.echo(
+        f"error: flow {name} is retired (since {when}{by}): new runs of it are refused, "
+        f"from a file too; `cyclone-flow deploy` it again to use it",
+        err=True,
+    )
+    sys.exit(1)
+
+
+def _submit_deployed(
+    name: str,
+    revision: int | None,
+    run_input: Any,
+    options: dict[str, Any],
+    *,
+    as_json: bool,
+    wait: bool,
+    wait_s: float | None,
+    dry_run: bool,
+    notify: bool,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """``submit NAME``: a run of the current (or the given) revision of a deployed flow."""
+    url = resolve_database(database_url, existing=True)
+    client = Client(url, schema=schema, prepare=prepare_enabled(), notify=notify)
+    try:
+        if dry_run:
+            flow = client.load_revision(name, revision)
+            _show_plan(preview_submit(flow, run_input, **options), as_json)
+            return
+        run_id = client.submit(name, run_input, revision=revision, **options)
+        end = _after_submit(client, run_id, name, as_json=as_json, wait=wait, wait_s=wait_s)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    finally:
+        client.shutdown()
+    _ended(end, as_json)
+
+
+def _after_submit(
+    client: Client,
+    run_id: RunId,
+    flow_name: str,
+    *,
+    as_json: bool,
+    wait: bool,
+    wait_s: float | None,
+) -> tuple[Run, RunView | None] | None:
+    """Print the new run's id (``--json``: with ``duplicate``), or with ``wait`` wait for
+    its end: the run then (with ``--json`` its view), for :func:`_ended`."""
+    if not wait:
+        if as_json:
+            echo_json({"run_id": str(run_id), "duplicate": run_id.duplicate})
+        else:
+            click.echo(run_id)
+            if run_id.duplicate:
+                click.echo("duplicate: an existing run holds this unique key", err=True)
+        return None
+    if not as_json:
+        click.echo(run_id)
+        click.echo(f"waiting for run {run_id} of flow {flow_name} ...", err=True)
+    view: RunView | None = None
+    status = wait_for_end(client, run_id, as_json=as_json, timeout=wait_s)
+    if as_json:  # the run's document lists its steps, as `run --json` does
+        view = client.run_view(run_id)
+        status = view.run
+    return status, view
+
+
+def _ended(end: tuple[Run, RunView | None] | None, as_json: bool) -> None:
+    """After the client was shut down: the end of a waited run (exits), if waited."""
+    if end is None:
+        return
+    status, view = end
     if view is None:
         print_ended(status, as_json)
-    else:
-        print_ended(status, as_json, list(view.steps), view.progress)
+    print_ended(status, as_json, list(view.steps), view.progress)
 
 
 @click.command("run")
