@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import os
 import warnings
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -670,7 +671,7 @@ class Client:
 
     def deploy(
         self,
-        paths: Sequence[str],
+        paths: PathsLike,
         *,
         by: str | None = None,
         prune: bool = False,
@@ -704,16 +705,16 @@ class Client:
         name taken by one added by hand).
         """
         return self._deployments.deploy(
-            list(paths), by=by, prune=prune, force=force, dry_run=dry_run, now=now
+            _path_list(paths), by=by, prune=prune, force=force, dry_run=dry_run, now=now
         )
 
     def diff(
-        self, paths: Sequence[str], *, prune: bool = False, now: datetime | None = None
+        self, paths: PathsLike, *, prune: bool = False, now: datetime | None = None
     ) -> DeployResult:
         """What :meth:`deploy` of ``paths`` would do (a dry run), with the compatibility
         problems in the result instead of raised (``result.changed``: ``diff``'s exit
         code). Raises LintPathError, DeployLintError."""
-        return self._deployments.diff(list(paths), prune=prune, now=now)
+        return self._deployments.diff(_path_list(paths), prune=prune, now=now)
 
     def list_deployed_flows(self) -> list[DeployedFlow]:
         """Every deployed flow by name, with its current revision's facts (deployed when,
@@ -1445,6 +1446,18 @@ class Client:
 
 
 _ITEM_OPTIONS = frozenset(SubmitOptions.__annotations__)
+
+
+PathsLike = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+"""The files and folders of :meth:`Client.deploy` / :meth:`Client.diff`: one path or many."""
+
+
+def _path_list(paths: PathsLike) -> list[str]:
+    """``paths`` as a list of path strings (one ``str`` or path object is one path, not a
+    sequence of characters)."""
+    if isinstance(paths, (str, os.PathLike)):
+        return [os.fspath(paths)]
+    return [os.fspath(p) for p in paths]
 
 
 def _pairs(

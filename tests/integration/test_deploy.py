@@ -685,3 +685,20 @@ def test_deploy_records_the_git_commit_path_and_dirty_flag(
     outside = write(tmp_path / "loose", "loose", flow_text("loose"))
     assert client.deploy([outside]).flows[0].git is None
     assert client.get_revision("loose").git_commit is None
+
+
+def test_deploy_takes_one_path_or_path_objects_as_well_as_strings(
+    make_client: Callable[..., Client], tmp_path: Path
+) -> None:
+    client = make_client()
+    folder = tmp_path / "flows"
+    write(folder, "one", flow_text("one"))
+    write(folder, "two", flow_text("two"))
+    # one str is one path (a folder here), never a sequence of characters
+    assert [f.status for f in client.diff(str(folder)).flows] == ["added", "added"]
+    # path objects, alone or in a list: stored with their path as text
+    result = client.deploy(folder / "one.yaml", by="t")
+    assert [(f.name, f.path) for f in result.flows] == [("one", str(folder / "one.yaml"))]
+    result = client.deploy([folder], by="t")
+    assert [(f.name, f.status) for f in result.flows] == [("one", "unchanged"), ("two", "added")]
+    assert client.get_revision("two").source_path == str(folder / "two.yaml")
