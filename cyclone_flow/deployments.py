@@ -379,19 +379,7 @@ class Deployments:
             and before.source == src.text
             and not was_retired
         ):
-            return FlowPlan(
-                name=flow.name,
-                path=src.path,
-                status="unchanged",
-                previous=previous,
-                revision=previous,
-                change=change,
-                source_diff=diff,
-                schedules=SyncResult(added=[], updated=[], removed=[]),
-                problems=(),
-                was_retired=False,
-                git=src.git,
-            )
+            return _unchanged(flow.name, src.path, before.revision, change, diff, src.git)
         problems = self._check(s, flow)
         workflow_id = store_definition(Tx(conn, self._db.q), flow)
         inserted = revisions.revision_insert(
@@ -609,21 +597,8 @@ class Deployments:
             before.source, target.source, f"{name}@{before.revision}", f"{name}@{target.revision}"
         )
         if before.digest == target.digest and before.source == target.source and not was_retired:
-            return FlowPlan(
-                name=name,
-                path=None,
-                status="unchanged",
-                previous=before.revision,
-                revision=before.revision,
-                change=change,
-                source_diff=diff,
-                schedules=SyncResult(added=[], updated=[], removed=[]),
-                problems=(),
-                was_retired=False,
-                git=_stored_git(target),
-                kind="rollback",
-                rollback_of=target.revision,
-            )
+            plan = _unchanged(name, None, before.revision, change, diff, _stored_git(target))
+            return dataclasses.replace(plan, kind="rollback", rollback_of=target.revision)
         problems = self._check(s, flow)
         inserted = revisions.revision_insert(
             s,
@@ -738,6 +713,31 @@ def _revision(s: Session, name: str, revision: int | None) -> Revision:
     if revision is None or revisions.flow_get(s, name=name) is None:
         raise FlowNotDeployedError(name)
     raise RevisionNotFoundError(name, revision)
+
+
+def _unchanged(
+    name: str,
+    path: str | None,
+    revision: int,
+    change: FlowChange,
+    diff: str,
+    git: GitInfo | None,
+) -> FlowPlan:
+    """The plan of a flow whose current ``revision`` already has the content: nothing
+    written, no schedule touched."""
+    return FlowPlan(
+        name=name,
+        path=path,
+        status="unchanged",
+        previous=revision,
+        revision=revision,
+        change=change,
+        source_diff=diff,
+        schedules=SyncResult(added=[], updated=[], removed=[]),
+        problems=(),
+        was_retired=False,
+        git=git,
+    )
 
 
 def _stored_git(found: Revision) -> GitInfo | None:
