@@ -607,7 +607,8 @@ class Client:
         transaction; an entry without ``name`` is named ``<flow>-<8 hex>`` from its cron,
         timezone and input, whatever its position. Schedules added with
         :meth:`add_schedule` are left alone. ``now`` pins the clock
-        (tests). Raises FlowError, InputValidationError, SubmitOptionError."""
+        (tests). Raises FlowError, InputValidationError, SubmitOptionError,
+        FlowRetiredError (a retired deployed flow: deploy it again first)."""
         return self._schedules.sync(flow, now=now)
 
     def add_schedule(
@@ -624,7 +625,7 @@ class Client:
         of ``cron`` read in ``timezone``; return its name (default: the flow's name and a
         digest of cron, timezone and input, so adding the same schedule twice is one).
         ``now`` pins the clock (tests). Raises FlowError, InputValidationError,
-        SubmitOptionError."""
+        SubmitOptionError, FlowRetiredError (a retired deployed flow)."""
         return self._schedules.add(flow, cron, timezone=timezone, input=input, name=name, now=now)
 
     def list_schedules(self) -> list[ScheduleRow]:
@@ -645,7 +646,8 @@ class Client:
 
     def resume_schedule(self, name: str, *, now: datetime | None = None) -> None:
         """Resume a paused schedule from the first tick after now (ticks missed while
-        paused are skipped). Raises ScheduleNotFoundError."""
+        paused are skipped). Raises ScheduleNotFoundError, FlowRetiredError (its flow is a
+        retired deployed flow)."""
         self._schedules.resume(name, now=now)
 
     def trigger_schedule(self, name: str, *, now: datetime | None = None) -> RunId:
@@ -653,7 +655,8 @@ class Client:
         too): inserted as its ticks are (the definition stored with the schedule, its
         input, the queue options), with ``schedule_id`` set and no ``scheduled_for``; it
         becomes the schedule's last run and the next tick is unchanged. ``now`` pins the
-        clock. Returns the run id. Raises ScheduleNotFoundError."""
+        clock. Returns the run id. Raises ScheduleNotFoundError, FlowRetiredError (its
+        flow is a retired deployed flow)."""
         return self.schedule_scanner.trigger(name, now=now)
 
     @property

@@ -10,13 +10,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from cyclone_flow.db import flow_revisions, session
 from cyclone_flow.db import schedules as stored
-from cyclone_flow.db import session
 from cyclone_flow.db.conn import Conn, Database, Session
 from cyclone_flow.db.rows import ScheduleRow
 from cyclone_flow.engine.submit import store_definition
 from cyclone_flow.engine.tx import Tx
-from cyclone_flow.errors import InputValidationError, ScheduleNotFoundError, SubmitOptionError
+from cyclone_flow.errors import (
+    FlowRetiredError,
+    InputValidationError,
+    ScheduleNotFoundError,
+    SubmitOptionError,
+)
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.flowfile.model import JSON, Flow
 from cyclone_flow.inserter import FlowLike, Inserter, encode_input
@@ -94,11 +99,13 @@ class Schedules:
 
     def resume(self, name: str, *, now: datetime | None = None) -> None:
         """Resume the schedule ``name`` from the first tick after now (a paused one; an
-        active one is left as it is); raises ScheduleNotFoundError."""
+        active one is left as it is); raises ScheduleNotFoundError, FlowRetiredError (its
+        flow is a retired deployed flow)."""
         row = self.get(name)
         if row is None:
             raise ScheduleNotFoundError(name)
         with self._db.session() as s:
+            _refuse_retired(s, row.flow_name)
             current = session.pg_now(s, now=now)
         next_run_at = Ticks(row.cron, row.timezone).after(current)
         if not self._set_paused(name, False, next_run_at if row.paused else None):
@@ -114,9 +121,12 @@ class Schedules:
         """Create or update ``entries`` (schedules of ``flow`` from ``source``: ``flow``
         for a flow file's, ``manual`` for :meth:`add`) by name, and with ``flow`` delete
         the flow's other file-declared schedules, in one transaction of its own (see
-        :meth:`_write`). Every entry is checked before anything is written."""
+        :meth:`_write`). Every entry is checked before anything is written. Raises
+        FlowRetiredError when ``flow`` is a retired deployed flow (no schedule of it may
+        be added or synced until it is deployed again)."""
         prepared = self._prepare(flow, entries, check_inputs=True)
         with self._db.session() as s:
+            _refuse_retired(s, flow.name)
             current = session.pg_now(s, now=now)
         with self._db.transaction() as conn:
             workflow_id = store_definition(Tx(conn, self._db.q), flow) if prepared else 0
@@ -227,3 +237,10 @@ class Schedules:
             else []
         )
         return SyncResult(added=added, updated=updated, removed=removed)
+
+
+def _refuse_retired(s: Session, flow_name: str) -> None:
+    """Raise FlowRetiredError when ``flow_name`` is a retired deployed flow."""
+    deployed = flow_revisions.flow_get(s, name=flow_name)
+    if deployed is not None and deployed.retired_at is not None:
+        raise FlowRetiredError(flow_name)

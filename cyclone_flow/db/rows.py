@@ -368,6 +368,9 @@ class DueSchedule:
     workflow_id: int = 0
     no_plan: bool = False
     revision: int | None = None
+    flow_name: str = ""
+    retired: bool = False
+    """Its flow is a retired deployed flow (``flows retire``): no run is submitted."""
 
 
 # -- RETURNING rows the engine reads ---------------------------------------------------------

@@ -27,7 +27,7 @@ from cyclone_flow.db import session
 from cyclone_flow.db.conn import Conn, Database, Session
 from cyclone_flow.db.errors import database_lost
 from cyclone_flow.db.rows import DueRef, DueSchedule
-from cyclone_flow.errors import ScheduleNotFoundError, SubmitOptionError
+from cyclone_flow.errors import FlowRetiredError, ScheduleNotFoundError, SubmitOptionError
 from cyclone_flow.flowfile.build import build_flow
 from cyclone_flow.inserter import Inserter, RunId
 from cyclone_flow.maintenance.base import MaintenanceService
@@ -176,7 +176,7 @@ class ScheduleScanner(MaintenanceService[ScheduleScannerConfig]):
             type(exc).__name__,
             exc,
             delay.total_seconds(),
-            exc_info=not isinstance(exc, SubmitOptionError),
+            exc_info=not isinstance(exc, (SubmitOptionError, FlowRetiredError)),
         )
 
     def _tick(self, schedule_id: int, now: datetime) -> bool:
@@ -185,6 +185,8 @@ class ScheduleScanner(MaintenanceService[ScheduleScannerConfig]):
             due = stored.schedule_lock_due(s, id=schedule_id, now=now)
             if due is None:
                 return False  # another client holds it, or it already moved on
+            if due.retired:  # resumed by hand after its flow was retired
+                raise FlowRetiredError(due.flow_name)
             ticks = Ticks(due.cron, due.timezone)  # SubmitOptionError: edited by hand
             tick = max(ticks.at_or_before(now), due.next_run_at)
             options = RunOptions(schedule_id=due.id, scheduled_for=tick, revision=due.revision)
@@ -219,6 +221,8 @@ class ScheduleScanner(MaintenanceService[ScheduleScannerConfig]):
             due = stored.schedule_lock_named(s, name=name)
             if due is None:
                 raise ScheduleNotFoundError(name)
+            if due.retired:
+                raise FlowRetiredError(due.flow_name)
             run_id, wakeups = self._insert(
                 conn, due, RunOptions(schedule_id=due.id, revision=due.revision)
             )

@@ -702,3 +702,34 @@ def test_deploy_takes_one_path_or_path_objects_as_well_as_strings(
     result = client.deploy([folder], by="t")
     assert [(f.name, f.status) for f in result.flows] == [("one", "unchanged"), ("two", "added")]
     assert client.get_revision("two").source_path == str(folder / "two.yaml")
+
+
+def test_a_retired_flow_gets_no_run_through_its_schedules(
+    make_client: Callable[..., Client], tmp_path: Path, db: Any
+) -> None:
+    client = make_client()
+    path = write(
+        tmp_path, "gone", flow_text("gone", schedules='{name: gone-sched, cron: "0 * * * *"}')
+    )
+    client.deploy([path], now=NOW)
+    client.retire("gone")
+    # trigger, resume, add and sync are submits of the flow too: refused
+    with pytest.raises(FlowRetiredError):
+        client.trigger_schedule("gone-sched", now=NOW)
+    with pytest.raises(FlowRetiredError):
+        client.resume_schedule("gone-sched", now=NOW)
+    with pytest.raises(FlowRetiredError):
+        client.add_schedule(path, "*/5 * * * *", name="gone-extra", now=NOW)
+    with pytest.raises(FlowRetiredError):
+        client.sync_schedules(path, now=NOW)
+    assert [s.name for s in client.list_schedules()] == ["gone-sched"]
+    # resumed behind the engine's back (by hand in SQL): the scanner submits no tick
+    db.execute("UPDATE cyclone_schedules SET paused = false")
+    result = client.schedule_scanner.run_once(now=NOW + timedelta(hours=2))
+    assert (result.submitted, result.failed) == (0, 1)
+    assert db.execute("SELECT count(*) FROM cyclone_runs").fetchone()[0] == 0
+    # deployed again: its schedules can be resumed and tick
+    client.deploy([path], now=NOW)
+    client.resume_schedule("gone-sched", now=NOW)
+    run_id = client.trigger_schedule("gone-sched", now=NOW)
+    assert client.get_run(run_id).revision == 2

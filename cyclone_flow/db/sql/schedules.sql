@@ -64,9 +64,12 @@ LIMIT %(batch)s
 -- name: schedule_lock_due
 -- Scanner: lock one due schedule for the tick's transaction; SKIP LOCKED leaves it to the
 -- client that already holds it. Returns the stored definition to submit (and whether it
--- lacks its compiled plan: stored before plans existed).
-SELECT s.id, s.name, s.cron, s.timezone, s.input::text AS input, s.next_run_at,
-       w.definition, w.id AS workflow_id, w.plan IS NULL AS no_plan, s.revision
+-- lacks its compiled plan: stored before plans existed), and whether its flow is a
+-- retired deployed flow (the tick is then refused).
+SELECT s.id, s.name, s.flow_name, s.cron, s.timezone, s.input::text AS input, s.next_run_at,
+       w.definition, w.id AS workflow_id, w.plan IS NULL AS no_plan, s.revision,
+       EXISTS (SELECT 1 FROM {schema}.cyclone_flows f
+               WHERE f.name = s.flow_name AND f.retired_at IS NOT NULL) AS retired
 FROM {schema}.cyclone_schedules s
 JOIN {schema}.cyclone_workflows w ON w.id = s.workflow_id
 WHERE s.id = %(id)s AND NOT s.paused AND s.next_run_at <= %(now)s
@@ -75,8 +78,10 @@ FOR NO KEY UPDATE OF s SKIP LOCKED
 -- name: schedule_lock_named
 -- schedule trigger: lock one schedule by name, paused or not, due or not, for the
 -- transaction that inserts a run of it now (waits for a scanner's tick of it to commit).
-SELECT s.id, s.name, s.cron, s.timezone, s.input::text AS input, s.next_run_at,
-       w.definition, w.id AS workflow_id, w.plan IS NULL AS no_plan, s.revision
+SELECT s.id, s.name, s.flow_name, s.cron, s.timezone, s.input::text AS input, s.next_run_at,
+       w.definition, w.id AS workflow_id, w.plan IS NULL AS no_plan, s.revision,
+       EXISTS (SELECT 1 FROM {schema}.cyclone_flows f
+               WHERE f.name = s.flow_name AND f.retired_at IS NOT NULL) AS retired
 FROM {schema}.cyclone_schedules s
 JOIN {schema}.cyclone_workflows w ON w.id = s.workflow_id
 WHERE s.name = %(name)s
