@@ -95,7 +95,8 @@ class InputValidationError(CycloneError):
 
     ``flow`` names the flow (``""`` for a signal), ``path`` the JSON path of the bad part
     of the input, ``subject`` what is invalid when it is not a run input (``"payload of
-    signal 'go'"``): the message then starts with it instead of "input of flow ...".
+    signal 'go'"``): the message then starts with it instead of "input of flow ...";
+    ``reason`` is the validation message alone.
     """
 
     def __init__(
@@ -104,6 +105,7 @@ class InputValidationError(CycloneError):
         self.flow = flow
         self.path = path
         self.subject = subject
+        self.reason = message
         where = f" at {path}" if path else ""
         if subject is None:
             super().__init__(f"input of flow {flow!r} is invalid{where}: {message}")

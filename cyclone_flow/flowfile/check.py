@@ -9,8 +9,9 @@ E010 (dependency cycle), E011 (unknown ``needs``), E012 (a node needs
 itself), E013 (reference to a node that is not an ancestor), E014 (reference to an
 unknown node), E016 (malformed ``${{`` expression), E017 (``${{ item }}`` outside the
 ``input`` of a fan_out node), E050 (invalid cron expression), E051 (unknown time zone),
-E052 (two schedules with one name), W001 (a warning: ``${{ run.input.x }}`` where
-``input_schema`` neither requires ``x`` nor gives it a default), E018 (a ``when:`` that
+E052 (two schedules with one name), E053 (a schedule's input the flow's input_schema
+refuses: :func:`check_schedule_inputs`, run by the loader once nothing else is wrong),
+W001 (a warning: ``${{ run.input.x }}`` where ``input_schema`` neither requires ``x`` nor gives it a default), E018 (a ``when:`` that
 does not parse), E019 (a ``when:`` reference to a node that is not an ancestor, or not a
 node), W002 (a template reads the output of a node that can be skipped while the reader
 can still run: it gets null), W003 (a ``when:`` comparison whose types do not match what
@@ -37,13 +38,14 @@ from cyclone_flow.durations import (
     format_duration,
     parse_duration,
 )
-from cyclone_flow.errors import Problem, TemplateError, shown
+from cyclone_flow.errors import InputValidationError, Problem, TemplateError, shown
 from cyclone_flow.flowfile.condition import (
     Condition,
     ConditionSyntaxError,
     literal_kinds,
     parse_condition,
 )
+from cyclone_flow.flowfile.inputs import InputValidator
 from cyclone_flow.flowfile.read import Document, JsonPath
 from cyclone_flow.flowfile.template import find_strings, parse_ref
 from cyclone_flow.names import schedule_default_name
@@ -52,7 +54,7 @@ from cyclone_flow.text import did_you_mean, iter_unstorable, zone_info
 if TYPE_CHECKING:  # imported where used: most commands never check a flow
     import networkx as nx
 
-__all__ = ["check_document", "dependency_graph"]
+__all__ = ["check_document", "check_schedule_inputs", "dependency_graph"]
 
 _DURATION_TEXT = re.compile(DURATION_PATTERN)
 
@@ -733,6 +735,38 @@ def _check_schedules(doc: Document) -> list[Problem]:
             )
         else:
             seen[name] = i
+    return out
+
+
+def check_schedule_inputs(doc: Document) -> list[Problem]:
+    """E053: a schedule's ``input`` (the run input of its ticks, top-level ``default``
+    values filled in as at submit) that the flow's own ``input_schema`` refuses: every
+    tick would fail. Call on a document without errors (a valid schema)."""
+    data = doc.data if isinstance(doc.data, dict) else {}
+    schedules = data.get("schedules")
+    schema = data.get("input_schema")
+    if not isinstance(schedules, list) or not isinstance(schema, dict):
+        return []
+    name = data.get("name")
+    validator = InputValidator(name if isinstance(name, str) else "flow", schema)
+    out: list[Problem] = []
+    for i, entry in enumerate(schedules):
+        if not isinstance(entry, dict):
+            continue
+        try:
+            validator(entry.get("input"))
+        except InputValidationError as exc:
+            where: JsonPath = ("schedules", i, "input") if "input" in entry else ("schedules", i)
+            pos = doc.value_pos(where) if "input" in entry else doc.key_pos(where)
+            at = f" at {exc.path}" if exc.path else ""
+            out.append(
+                doc.problem(
+                    pos,
+                    "E053",
+                    f"schedules.{i}.input{at}: the flow's input_schema refuses it: "
+                    f"{exc.reason}; every tick of this schedule would fail",
+                )
+            )
     return out
 
 

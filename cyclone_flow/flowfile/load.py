@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 from cyclone_flow.errors import FlowError, Problem
 from cyclone_flow.flowfile.build import build_flow
-from cyclone_flow.flowfile.check import check_document
+from cyclone_flow.flowfile.check import check_document, check_schedule_inputs
 from cyclone_flow.flowfile.children import check_children, child_path, child_refs
 from cyclone_flow.flowfile.model import Flow
 from cyclone_flow.flowfile.read import Document, parse_yaml, read_text
@@ -53,6 +53,8 @@ def analyse_text(text: str, path: str = "<string>") -> tuple[Document | None, li
             return None, _sort(problems)
         problems = validate_document(doc) + check_input_schema(doc) + check_document(doc)
         problems += check_children(doc, lint_text)
+        if not any(p.severity == "error" for p in problems):  # a valid input_schema
+            problems += check_schedule_inputs(doc)
         return doc, _sort(problems)
 
 

@@ -257,21 +257,36 @@ def test_a_new_required_input_refused_by_a_schedule_unless_forced(
     cli: Runner, tmp_path: Path
 ) -> None:
     flow = tmp_path / "report.yaml"
-    schedule = "schedules:\n  - {name: report-daily, cron: '0 2 * * *', input: {}}\n"
-    flow.write_text(f"name: report\nnodes:\n  a: {{call: '{ECHO}'}}\n{schedule}")
+    flow.write_text(f"name: report\nnodes:\n  a: {{call: '{ECHO}'}}\n")
     _ok(cli("deploy", flow))
+    # a schedule added by hand keeps its stored input: {} (no region)
+    _ok(cli("schedule", "add", flow, "--cron", "0 2 * * *", "--input", "{}", "--name", "daily"))
     flow.write_text(
         "name: report\ninput_schema:\n  type: object\n  required: [region]\n"
-        f"  properties: {{region: {{type: string}}}}\nnodes:\n  a: {{call: '{ECHO}'}}\n" + schedule
+        f"  properties: {{region: {{type: string}}}}\nnodes:\n  a: {{call: '{ECHO}'}}\n"
     )
     text = _ok(cli("diff", flow), 1).stdout
-    assert "! schedule report-daily: its stored input fails" in text, text
-    _error(cli("deploy", flow), 1, "report", "schedule report-daily", "--force")
+    assert "! schedule daily: its stored input fails" in text, text
+    _error(cli("deploy", flow), 1, "report", "schedule daily", "--force")
     history = json_output(_ok(cli("flows", "history", "report", "--json")).stdout)
     assert [r["revision"] for r in history] == [1]  # nothing deployed
     forced = _ok(cli("deploy", flow, "--force")).stdout
     assert forced.startswith("deployed report revision 2 (was 1)"), forced
     assert "forced past 1 compatibility problem" in forced
+
+
+def test_a_schedule_input_its_own_flow_refuses_is_a_lint_error(cli: Runner, tmp_path: Path) -> None:
+    flow = tmp_path / "report.yaml"
+    flow.write_text(
+        "name: report\ninput_schema:\n  type: object\n  required: [region]\n"
+        f"nodes:\n  a: {{call: '{ECHO}'}}\n"
+        "schedules:\n  - {name: report-daily, cron: '0 2 * * *', input: {}}\n"
+    )
+    for args in (("deploy", flow), ("deploy", flow, "--force")):
+        done = cli(*args)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "E053" in done.stdout + done.stderr
+    _error(cli("flows", "history", "report"), 1, "report")  # nothing deployed
 
 
 def test_unknown_flows_and_revisions_exit_1(cli: Runner, tmp_path: Path) -> None:

@@ -414,7 +414,7 @@ def test_a_new_required_input_that_a_stored_input_lacks_is_refused_unless_forced
     assert client.get_schedule("manual-eu").revision == 2  # type: ignore[union-attr]
 
 
-def test_a_file_schedule_whose_input_fails_the_schema_is_a_problem_of_kind_schedule(
+def test_a_file_schedule_whose_input_fails_its_own_schema_is_a_lint_error(
     make_client: Callable[..., Client], tmp_path: Path
 ) -> None:
     client = make_client()
@@ -423,12 +423,11 @@ def test_a_file_schedule_whose_input_fails_the_schema_is_a_problem_of_kind_sched
         "strict",
         flow_text("strict", schema=REQUIRED_SCHEMA, schedules='{name: lacking, cron: "0 * * * *"}'),
     )
-    with pytest.raises(CompatibilityError) as caught:
-        client.deploy([path], now=NOW)
-    assert [(p.kind, p.name) for p in caught.value.problems] == [("schedule", "lacking")]
+    for force in (False, True):  # every tick would fail: not a thing to force
+        with pytest.raises(DeployLintError) as caught:
+            client.deploy([path], force=force, now=NOW)
+        assert [p.code for p in caught.value.problems] == ["E053"]
     assert client.list_deployed_flows() == []
-    client.deploy([path], force=True, now=NOW)
-    assert client.get_schedule("lacking").revision == 1  # type: ignore[union-attr]
 
 
 # -- diff, prune ---------------------------------------------------------------------------

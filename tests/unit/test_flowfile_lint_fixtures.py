@@ -41,7 +41,7 @@ def test_every_documented_code_has_a_fixture_or_a_test() -> None:
     docs = (REPO / "docs" / "lint.md").read_text()
     documented = set(re.findall(r"^## ([EW]\d{3})", docs, re.MULTILINE))
     fixtures = {c for p in CASES for c, _, _ in _expected(p)}
-    tested_elsewhere = {"E000", "E020", "E021", "E022", "E023", "E024", "W001"}
+    tested_elsewhere = {"E000", "E020", "E021", "E022", "E023", "E024", "E060", "W001"}
     retired = {"E025"}  # documented as retired; never reused
     assert documented == fixtures | tested_elsewhere | retired
 
