@@ -1,24 +1,24 @@
 """Semantic checks of a parsed flow that the JSON Schema cannot express.
 
-The checks tolerate a document that failed the schema: they skip the parts whose shape
-is wrong (the schema reports those), so one run reports as much as possible.
+The checks tolerate a document that failed the schema: they skip the parts whose shape is
+wrong (the schema reports those), so one run reports as much as possible.
 
-Codes: E007 (duration or backoff out of range: zero, shorter than 1ms, longer than 366
-days, backoff initial > max), E008 (a string Postgres cannot store: NUL, lone surrogate),
-E010 (dependency cycle), E011 (unknown ``needs``), E012 (a node needs
-itself), E013 (reference to a node that is not an ancestor), E014 (reference to an
-unknown node), E016 (malformed ``${{`` expression), E017 (``${{ item }}`` outside the
-``input`` of a fan_out node), E050 (invalid cron expression), E051 (unknown time zone),
-E052 (two schedules with one name), E053 (a schedule's input the flow's input_schema
-refuses: :func:`check_schedule_inputs`, run by the loader once nothing else is wrong),
-W001 (a warning: ``${{ run.input.x }}`` where ``input_schema`` neither requires ``x`` nor gives it a default), E018 (a ``when:`` that
-does not parse), E019 (a ``when:`` reference to a node that is not an ancestor, or not a
-node), W002 (a template reads the output of a node that can be skipped while the reader
-can still run: it gets null), W003 (a ``when:`` comparison whose types do not match what
+Codes: E007 (duration or backoff out of range: zero, shorter than 1ms, longer than 366 days,
+backoff initial > max), E008 (a string Postgres cannot store: NUL, lone surrogate), E010
+(dependency cycle), E011 (unknown ``needs``), E012 (a node needs itself), E013 (reference to
+a node that is not an ancestor), E014 (reference to an unknown node), E016 (malformed
+``${{`` expression), E017 (``${{ item }}`` outside the ``input`` of a fan_out node), E050
+(invalid cron expression), E051 (unknown time zone), E052 (two schedules with one name),
+E053 (a schedule's input the flow's input_schema refuses: :func:`check_schedule_inputs`, run
+by the loader once nothing else is wrong), W001 (a warning: ``${{ run.input.x }}`` where
+``input_schema`` neither requires ``x`` nor gives it a default), E018 (a ``when:`` that does
+not parse), E019 (a ``when:`` reference to a node that is not an ancestor, or not a node),
+W002 (a template reads the output of a node that can be skipped while the reader can still
+run: it gets null), W003 (a ``when:`` comparison whose types do not match what
 ``input_schema`` says, or an order comparison with a literal that is not a number or a
 string), E026 (a ``concurrency`` / ``rate_limit`` key that refers to something other than
-the run input or an ancestor's output). Child-flow checks
-(E030-E032) live in :mod:`cyclone_flow.flowfile.children`.
+the run input or an ancestor's output). Child-flow checks (E030-E032) live in
+:mod:`cyclone_flow.flowfile.children`.
 """
 
 from __future__ import annotations
