@@ -36,7 +36,8 @@ FLOW_SUFFIXES = (".yaml", ".yml")
 
 def find_flow_files(paths: Sequence[str]) -> list[str]:
     """Expand ``paths``: files as given, folders to their ``*.yaml``/``*.yml`` files
-    (recursively, sorted; hidden folders skipped).
+    (recursively, sorted; hidden folders skipped); a file reached twice is listed once,
+    where it is first reached.
 
     Raises
     ------
@@ -58,7 +59,15 @@ def find_flow_files(paths: Sequence[str]) -> list[str]:
             files.append(path)
         else:
             raise LintPathError(path)
-    return files
+    # a file named twice (given twice, or also inside a folder given) counts once
+    seen: set[str] = set()
+    unique = []
+    for file in files:
+        real = os.path.realpath(file)
+        if real not in seen:
+            seen.add(real)
+            unique.append(file)
+    return unique
 
 
 def lint_paths(paths: Sequence[str], check_imports: bool = False) -> list[Problem]:

@@ -128,7 +128,7 @@ def test_a_flow_page_lists_its_revisions_and_offers_the_diff(
     revs = re.findall(r'<tr data-revision="(\d+)"( class="current")?>(.*?)</tr>', page.text, re.S)
     assert [(n, bool(c)) for n, c, _ in revs] == [("3", True), ("2", False), ("1", False)]
     cells = {n: _text(body) for n, _, body in revs}
-    assert "rollback to revision 1" in cells["3"] and "carol" in cells["3"]
+    assert "rollback of revision 1" in cells["3"] and "carol" in cells["3"]
     assert 'href="/flows/deployed/report/1"' in revs[0][2]  # the revision it restored
     assert "deploy" in cells["2"] and "bob" in cells["2"]
     assert "current" in cells["3"] and "current" not in cells["2"]

@@ -10,7 +10,7 @@ import pytest
 from helpers.paths import REPO
 
 from cyclone_flow.errors import FlowError
-from cyclone_flow.flowfile import lint_paths, load_flow
+from cyclone_flow.flowfile import find_flow_files, lint_paths, load_flow
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lint"
 EXPECT = re.compile(r"^# expect: ([EW]\d{3}) (\d+):(\d+)$", re.MULTILINE)
@@ -58,3 +58,11 @@ def test_an_empty_condition_is_one_clear_error() -> None:
         ("E018", "node 'b': when: is empty (write a condition, or true / false)"),
         ("E018", "node 'c': when: is empty (write a condition, or true / false)"),
     ]
+
+
+def test_a_file_named_twice_is_linted_once() -> None:
+    path = FIXTURES / "e018_empty_condition.yaml"
+    once = lint_paths([str(path)])
+    assert lint_paths([str(path), str(path), str(FIXTURES)]).count(once[0]) == 1
+    assert find_flow_files([str(path), str(FIXTURES)])[0] == str(path)
+    assert len(find_flow_files([str(path), str(FIXTURES)])) == len(CASES)
