@@ -257,7 +257,7 @@ class Client:
             liveness=cfg.poll_interval[1] / 2,
         )
         self._schedules = Schedules(self._db, self._inserter)
-        self._deployments = Deployments(self._db, self._inserter, self._schedules.register_in)
+        self._deployments = Deployments(self._db, self._inserter, self._schedules)
         self._reads = Reads(self._db)
 
     # -- schema ----------------------------------------------------------------------------
@@ -684,20 +684,22 @@ class Client:
         none. Each :class:`~cyclone_flow.deployments.FlowPlan` of the result says what
         happened to one flow.
 
-        The files are linted first (any error: nothing is written). A flow whose
-        definition and source text equal its current revision's (and that is not
-        retired) is ``unchanged``: no revision. Otherwise the next revision stores the
-        source as in the file, the definition, ``by`` (default: the OS user), the git
-        commit, path and dirty flag of the file; the flow's ``schedules:`` are synced as
-        :meth:`sync_schedules` does (recording the revision) and its other schedules
-        (added by hand) repointed at it. The new ``input_schema`` is checked against the
-        stored input of every schedule that will use it and of the flow's runs waiting to
-        start (delayed, held by a sequence); a refused one is a
+        The files are linted first (any error: nothing is written). A flow whose definition
+        and source text equal its current revision's (and that is not retired) is
+        ``unchanged``: no revision, but its schedules are synced back to its current
+        revision when they drifted (one removed by hand is restored). Otherwise the next
+        revision stores the source as in the file, the definition, ``by`` (default: the OS
+        user), the git commit, path and dirty flag of the file; the flow's ``schedules:``
+        are synced as :meth:`sync_schedules` does (recording the revision) and its other
+        schedules (added by hand) repointed at it. The new ``input_schema`` is checked
+        against the stored input of every schedule that will use it and of the flow's runs
+        waiting to start (delayed, held by a sequence); a refused one is a
         :class:`~cyclone_flow.deployments.CompatProblem`, an error unless ``force``.
-        ``prune``: deployed flows absent from ``paths`` are retired and their file
-        schedules removed (status ``removed``). ``dry_run``: everything computed, nothing
-        written (``applied`` False). ``now`` pins the schedules' clock (tests). Deploys
-        serialise (``flow_lock_deploys``); submits are not blocked.
+        ``prune``: deployed flows absent from ``paths`` are retired and their file schedules
+        removed (status ``removed``). ``dry_run``: the plan computed by reads only, in one
+        read-only snapshot (no lock taken, nothing written: ``applied`` False). ``now`` pins
+        the schedules' clock (tests). Deploys serialise (``flow_lock_deploys``); submits are
+        not blocked.
 
         Raises LintPathError (a missing path, a folder without flow files),
         DeployLintError (lint errors; two files declaring one flow: E060),
@@ -711,9 +713,10 @@ class Client:
     def diff(
         self, paths: PathsLike, *, prune: bool = False, now: datetime | None = None
     ) -> DeployResult:
-        """What :meth:`deploy` of ``paths`` would do (a dry run), with the compatibility
-        problems in the result instead of raised (``result.changed``: ``diff``'s exit
-        code). Raises LintPathError, DeployLintError."""
+        """What :meth:`deploy` of ``paths`` would do (a dry run: reads only, no lock; a
+        role with SELECT alone can diff), with the compatibility problems in the result
+        instead of raised (``result.changed``: ``diff``'s exit code). Raises
+        LintPathError, DeployLintError, SubmitOptionError (as :meth:`deploy`)."""
         return self._deployments.diff(_path_list(paths), prune=prune, now=now)
 
     def list_deployed_flows(self) -> list[DeployedFlow]:
@@ -763,7 +766,7 @@ class Client:
         revision ``to``'s source and definition current, its schedules synced back from
         that source's ``schedules:`` (and the flow's other schedules repointed), in one
         transaction; the compatibility check is :meth:`deploy`'s. A retired flow is active
-        again. ``dry_run``: computed, not written. Raises FlowNotDeployedError,
+        again. ``dry_run``: computed by reads only, not written. Raises FlowNotDeployedError,
         RevisionNotFoundError, CompatibilityError (unless ``force``)."""
         return self._deployments.rollback(name, to, by=by, force=force, dry_run=dry_run, now=now)
 

@@ -5,10 +5,12 @@ the submission of a deployed flow by name delegate to (docs/deploy.md).
 A revision is a number per flow name that only grows, with the file's source text as it
 was (comments kept), the compiled definition (the content-addressed definition row), when,
 by whom and the git commit of the file. ``cyclone_flows`` says which revision is current.
-Every change (deploy, rollback, retire) is one transaction under ``flow_lock_deploys``;
-a flow's schedules are synced inside it by the :class:`ScheduleSync` the client
-gives (``Schedules.register_in`` of :mod:`cyclone_flow.schedule_admin`, a module of the
-same layer, so passed in rather than imported). The comparison of two versions is
+Every change (deploy, rollback, retire) is one transaction under ``flow_lock_deploys``
+that plans by reads, then writes; a diff or dry run makes the same plan in a read-only
+snapshot and writes nothing. A flow's schedules are planned and synced by the
+:class:`ScheduleSync` the client gives (``Schedules`` of
+:mod:`cyclone_flow.schedule_admin`, a module of the same layer, so passed in rather than
+imported). The comparison of two versions is
 :mod:`cyclone_flow.flowfile.compare`'s, the git facts :mod:`cyclone_flow.gitinfo`'s.
 """
 
@@ -19,7 +21,8 @@ import getpass
 import json
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -120,7 +123,13 @@ class FlowPlan:
     deployed); ``revision`` the one written (a diff or dry run: the one it would write),
     ``previous`` when unchanged, None when removed. ``change`` compares the previous
     definition with the new one, ``source_diff`` their sources (unified diff).
-    ``schedules`` are the schedule names added / updated / removed (predicted by a diff);
+    ``schedules`` are the schedule names added / updated / removed, planned by reads
+    before anything is written (a diff and a deploy agree): ``added`` a file entry with no
+    stored row, ``updated`` a row whose cron, timezone or input differ or that pointed at
+    another revision than ``previous`` (out of sync; manual schedules too), ``removed`` a
+    file schedule the file no longer declares; a row that only follows the flow to its new
+    revision is not listed. An ``unchanged`` flow whose schedules are not empty here gets
+    them synced back to its current revision (no new revision);
     ``problems`` the stored inputs the new ``input_schema`` refuses; ``was_retired`` says
     the flow was retired (a deploy makes it active again); ``git`` where the file stands
     in git (None: not in a work tree). ``kind`` is ``rollback`` for a rollback, then
@@ -176,7 +185,8 @@ class FlowPlan:
 class DeployResult:
     """What a deploy did, or a diff / dry run would do: one :class:`FlowPlan` per flow
     (the files' flows in file order, then the pruned ones by name); ``applied`` False for
-    a diff or dry run; ``by`` who deployed."""
+    a diff or dry run; ``by`` who deployed. A diff or dry run only reads, in one read-only
+    snapshot: no lock, nothing written."""
 
     flows: tuple[FlowPlan, ...]
     applied: bool
@@ -184,8 +194,10 @@ class DeployResult:
 
     @property
     def changed(self) -> bool:
-        """Whether any flow is not ``unchanged`` (``diff``'s exit code 1)."""
-        return any(f.status != "unchanged" for f in self.flows)
+        """Whether any flow is not ``unchanged`` or any flow's schedule plan is not empty
+        (an unchanged flow whose schedules drifted, restored by a deploy): ``diff``'s exit
+        code 1."""
+        return any(f.status != "unchanged" or _any_schedule(f.schedules) for f in self.flows)
 
     @property
     def problems(self) -> tuple[CompatProblem, ...]:
@@ -235,14 +247,10 @@ class RetireResult:
 
 
 class ScheduleSync(Protocol):
-    """Syncs the file schedules ``entries`` of ``flow`` inside the caller's transaction
-    on ``conn``, as ``schedule sync`` does, pointing them at ``workflow_id`` and deployed
-    ``revision``; ``current`` is the clock of their next ticks; ``check_inputs`` False
-    stores an input the flow's schema refuses as given (a forced deploy). Raises
-    InputValidationError (an entry's input), SubmitOptionError (a name taken by a
-    manual schedule, a bad cron)."""
+    """The schedule edits a deploy makes (``Schedules`` of
+    :mod:`cyclone_flow.schedule_admin`)."""
 
-    def __call__(
+    def register_in(
         self,
         conn: Conn,
         flow: Flow,
@@ -252,15 +260,21 @@ class ScheduleSync(Protocol):
         revision: int | None,
         current: datetime,
         check_inputs: bool = True,
-    ) -> SyncResult: ...
+    ) -> SyncResult:
+        """Sync the file schedules ``entries`` of ``flow`` inside the caller's transaction
+        on ``conn``, as ``schedule sync`` does, pointing them at ``workflow_id`` and
+        deployed ``revision``; ``current`` is the clock of their next ticks;
+        ``check_inputs`` False stores an input the flow's schema refuses as given (a
+        forced deploy). Raises InputValidationError (an entry's input),
+        SubmitOptionError (a name taken by a manual schedule, a bad cron)."""
+        ...
 
-
-class _DryRun(Exception):
-    """Raised inside a dry run's transaction to roll it back, carrying its result."""
-
-    def __init__(self, result: object) -> None:
-        super().__init__("dry run")
-        self.result = result
+    def plan_in(
+        self, s: Session, flow: Flow, entries: Sequence[ScheduleSpec], *, revision: int | None
+    ) -> SyncResult:
+        """What :meth:`register_in` of ``entries`` and repointing the flow's schedules
+        from its current ``revision`` to a new one would change, by reads only."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -272,6 +286,21 @@ class _Source:
     flow: Flow
     git: GitInfo | None
 
+
+@dataclass(frozen=True)
+class _Planned:
+    """One flow of a deploy or rollback planned: its :class:`FlowPlan`, the flow that
+    becomes current (None: removed), the current revision before (None: never deployed),
+    the file deployed or the revision rolled back to."""
+
+    plan: FlowPlan
+    flow: Flow | None
+    before: Revision | None
+    source: _Source | None = None
+    target: Revision | None = None
+
+
+_NO_SCHEDULES = SyncResult(added=[], updated=[], removed=[])
 
 WAITING_RUNS_CHECKED = 1000
 """The most waiting runs of a flow whose inputs a deploy checks against the new schema."""
@@ -290,12 +319,13 @@ def default_by() -> str:
 
 class Deployments:
     """The deployed flows of ``db``'s schema; ``inserter`` checks inputs as a submission
-    would, ``sync`` syncs a flow's schedules inside a deploy's transaction."""
+    would, ``schedules`` plans a flow's schedules and syncs them in a deploy's
+    transaction."""
 
-    def __init__(self, db: Database, inserter: Inserter, sync: ScheduleSync) -> None:
+    def __init__(self, db: Database, inserter: Inserter, schedules: ScheduleSync) -> None:
         self._db = db
         self._inserter = inserter
-        self._sync = sync
+        self._schedules = schedules
         self._flows: dict[int, Flow] = {}  # stored definitions built, by id (immutable)
 
     # -- deploy, diff ----------------------------------------------------------------------
@@ -332,31 +362,43 @@ class Deployments:
     ) -> DeployResult:
         sources = _read_sources(paths)
         who = by if by is not None else default_by()
-        try:
-            with self._db.transaction() as conn:
-                s = Session(conn, self._db.q)
-                revisions.flow_lock_deploys(s)
-                current = session.pg_now(s, now=now)
-                plans = [self._deploy_one(conn, src, who, current, force) for src in sources]
-                if prune:
-                    names = {src.flow.name for src in sources}
-                    plans += self._prune(s, names, who)
-                result = DeployResult(flows=tuple(plans), applied=not dry_run, by=who)
-                if result.problems and not force and not tolerate:
-                    raise CompatibilityError(result.problems, _unapplied(result))
-                if dry_run:
-                    raise _DryRun(result)
-        except _DryRun as done:
-            assert isinstance(done.result, DeployResult)
-            return done.result
+        if dry_run:
+            with self._read() as s:
+                planned = self._plan_deploy(s, sources, prune)
+            result = DeployResult(flows=tuple(p.plan for p in planned), applied=False, by=who)
+            if result.problems and not force and not tolerate:
+                raise CompatibilityError(result.problems, result)
+            return result
+        with self._db.transaction() as conn:
+            s = Session(conn, self._db.q)
+            revisions.flow_lock_deploys(s)
+            current = session.pg_now(s, now=now)
+            planned = self._plan_deploy(s, sources, prune)
+            result = DeployResult(flows=tuple(p.plan for p in planned), applied=True, by=who)
+            if result.problems and not force:
+                raise CompatibilityError(result.problems, _unapplied(result))
+            for one in planned:
+                self._apply(conn, one, who, current)
         return result
 
-    def _deploy_one(
-        self, conn: Conn, src: _Source, by: str, current: datetime, force: bool
-    ) -> FlowPlan:
-        """Write the next revision of ``src``'s flow (when it is not unchanged) in the
-        deploy's transaction on ``conn``, with its schedules synced; its plan."""
-        s = Session(conn, self._db.q)
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        """A session inside one read-only REPEATABLE READ transaction (a plan's reads)."""
+        with self._db.session() as s, s.conn.transaction():
+            session.session_set_read_snapshot(s)
+            yield s
+
+    def _plan_deploy(self, s: Session, sources: Sequence[_Source], prune: bool) -> list[_Planned]:
+        """The plan of a deploy of ``sources`` (with ``prune``, the retirement of the other
+        active flows), by reads only on ``s``."""
+        planned = [self._plan_source(s, src) for src in sources]
+        if prune:
+            keep = {src.flow.name for src in sources}
+            planned += self._plan_prune(s, keep)
+        return planned
+
+    def _plan_source(self, s: Session, src: _Source) -> _Planned:
+        """The plan of deploying ``src``'s flow: see :class:`FlowPlan`."""
         flow = src.flow
         deployed = revisions.flow_get(s, name=flow.name)
         before = (
@@ -364,80 +406,184 @@ class Deployments:
             if deployed is None
             else revisions.revision_get(s, flow_name=flow.name, revision=None)
         )
-        was_retired = deployed is not None and deployed.retired_at is not None
         previous = None if before is None else before.revision
-        change = compare_documents(None if before is None else before.definition, flow.document)
         diff = source_diff(
             None if before is None else before.source,
             src.text,
             f"{flow.name}@{previous}" if previous is not None else "/dev/null",
             src.path,
         )
-        if (
-            before is not None
-            and before.digest == flow.digest
-            and before.source == src.text
-            and not was_retired
-        ):
-            return _unchanged(flow.name, src.path, before.revision, change, diff, src.git)
-        problems = self._check(s, flow)
-        workflow_id = store_definition(Tx(conn, self._db.q), flow)
-        inserted = revisions.revision_insert(
-            s,
-            flow_name=flow.name,
-            workflow_id=workflow_id,
-            source=src.text,
-            source_path=src.path,
-            kind="deploy",
-            rollback_of=None,
-            deployed_by=by,
-            git_commit=None if src.git is None else src.git.commit,
-            git_path=None if src.git is None else src.git.path,
-            git_dirty=None if src.git is None else src.git.dirty,
+        unchanged = (
+            before is not None and before.digest == flow.digest and before.source == src.text
         )
-        synced = self._make_current(conn, flow, workflow_id, inserted.revision, current, problems)
-        return FlowPlan(
-            name=flow.name,
-            path=src.path,
-            status="added" if before is None else "changed",
-            previous=previous,
-            revision=inserted.revision,
-            change=change,
-            source_diff=diff,
-            schedules=synced,
-            problems=problems,
-            was_retired=was_retired,
-            git=src.git,
+        return self._plan_flow(
+            s,
+            flow,
+            before,
+            unchanged,
+            FlowPlan(
+                name=flow.name,
+                path=src.path,
+                status="added" if before is None else "changed",
+                previous=previous,
+                revision=None,
+                change=compare_documents(
+                    None if before is None else before.definition, flow.document
+                ),
+                source_diff=diff,
+                schedules=_NO_SCHEDULES,
+                problems=(),
+                was_retired=deployed is not None and deployed.retired_at is not None,
+                git=src.git,
+            ),
+            source=src,
         )
 
-    def _make_current(
+    def _plan_flow(
+        self,
+        s: Session,
+        flow: Flow,
+        before: Revision | None,
+        same: bool,
+        plan: FlowPlan,
+        *,
+        source: _Source | None = None,
+        target: Revision | None = None,
+    ) -> _Planned:
+        """Complete ``plan`` (a new current revision ``flow`` of ``plan.name``; ``before``
+        the current one, None: never deployed; ``same`` when their definition and source
+        are equal): ``unchanged`` when ``same`` and not retired (no revision; its problems
+        are none, its schedules synced back when they drifted), else the next revision
+        (``before``'s + 1: the current revision is always the highest), the compatibility
+        problems; the schedule plan either way."""
+        previous = None if before is None else before.revision
+        schedules = self._schedules.plan_in(s, flow, flow_schedules(flow), revision=previous)
+        if same and not plan.was_retired:
+            assert before is not None
+            plan = dataclasses.replace(
+                plan, status="unchanged", revision=previous, schedules=schedules
+            )
+        else:
+            plan = dataclasses.replace(
+                plan,
+                revision=1 if previous is None else previous + 1,
+                schedules=schedules,
+                problems=self._check(s, flow),
+            )
+        return _Planned(plan=plan, flow=flow, before=before, source=source, target=target)
+
+    def _plan_prune(self, s: Session, keep: set[str]) -> list[_Planned]:
+        """The retirement of the deployed, active flows not in ``keep``: status
+        ``removed``, their file schedules removed (the others paused), by name."""
+        planned = []
+        for deployed in revisions.flow_list(s):
+            if deployed.name in keep or deployed.retired_at is not None:
+                continue
+            before = revisions.revision_get(s, flow_name=deployed.name, revision=None)
+            assert before is not None  # a deployed flow has its current revision
+            rows = schedules_db.schedule_list_for_flow(s, flow_name=deployed.name)
+            plan = FlowPlan(
+                name=deployed.name,
+                path=None,
+                status="removed",
+                previous=before.revision,
+                revision=None,
+                change=compare_documents(before.definition, None),
+                source_diff=source_diff(
+                    before.source, None, f"{deployed.name}@{before.revision}", "/dev/null"
+                ),
+                schedules=SyncResult(
+                    added=[], updated=[], removed=[r.name for r in rows if r.source == "flow"]
+                ),
+                problems=(),
+                was_retired=False,
+                git=_stored_git(before),
+            )
+            planned.append(_Planned(plan=plan, flow=None, before=before))
+        return planned
+
+    def _apply(self, conn: Conn, one: _Planned, by: str, current: datetime) -> None:
+        """Write ``one``'s plan in the transaction on ``conn`` (under flow_lock_deploys,
+        the plan read in it): retire a removed flow; sync an unchanged flow's schedules
+        when they drifted; else store the next revision, make it current, sync."""
+        s = Session(conn, self._db.q)
+        plan = one.plan
+        if one.flow is None:  # removed
+            revisions.flow_retire_if_active(s, name=plan.name, by=by)
+            schedules_db.schedule_delete_flow_stale(s, flow_name=plan.name, keep=[])
+            schedules_db.schedule_pause_for_flow(s, flow_name=plan.name)
+            return
+        if plan.status == "unchanged":
+            assert one.before is not None
+            if _any_schedule(plan.schedules):
+                # the inputs are the ones the current revision was deployed with
+                self._sync_to(conn, one.flow, one.before.workflow_id, plan, current, False)
+            return
+        check = not any(p.kind == "schedule" for p in plan.problems)
+        if one.target is not None:  # rollback
+            target = one.target
+            workflow_id = target.workflow_id
+            inserted = revisions.revision_insert(
+                s,
+                flow_name=plan.name,
+                workflow_id=workflow_id,
+                source=target.source or "",
+                source_path=target.source_path,
+                kind="rollback",
+                rollback_of=target.revision,
+                deployed_by=by,
+                git_commit=target.git_commit,
+                git_path=target.git_path,
+                git_dirty=target.git_dirty,
+            )
+        else:
+            assert one.source is not None
+            src = one.source
+            workflow_id = store_definition(Tx(conn, self._db.q), one.flow)
+            inserted = revisions.revision_insert(
+                s,
+                flow_name=plan.name,
+                workflow_id=workflow_id,
+                source=src.text,
+                source_path=src.path,
+                kind="deploy",
+                rollback_of=None,
+                deployed_by=by,
+                git_commit=None if src.git is None else src.git.commit,
+                git_path=None if src.git is None else src.git.path,
+                git_dirty=None if src.git is None else src.git.dirty,
+            )
+        assert inserted.revision == plan.revision  # planned under the same lock
+        revisions.flow_set_current(s, name=plan.name, revision=inserted.revision)
+        self._sync_to(conn, one.flow, workflow_id, plan, current, check)
+
+    def _sync_to(
         self,
         conn: Conn,
         flow: Flow,
         workflow_id: int,
-        revision: int,
+        plan: FlowPlan,
         current: datetime,
-        problems: Sequence[CompatProblem],
-    ) -> SyncResult:
-        """Make ``revision`` (definition ``workflow_id``) of ``flow`` current, sync the
-        file schedules of ``flow`` to it and repoint the flow's other schedules."""
-        s = Session(conn, self._db.q)
-        revisions.flow_set_current(s, name=flow.name, revision=revision)
-        synced = self._sync(
+        check_inputs: bool,
+    ) -> None:
+        """Sync the file schedules of ``flow`` to ``plan.revision`` (definition
+        ``workflow_id``) and point the flow's other schedules at it."""
+        assert plan.revision is not None
+        self._schedules.register_in(
             conn,
             flow,
             flow_schedules(flow),
             workflow_id=workflow_id,
-            revision=revision,
+            revision=plan.revision,
             current=current,
-            check_inputs=not any(p.kind == "schedule" for p in problems),
+            check_inputs=check_inputs,
         )
-        repointed = schedules_db.schedule_set_revision_for_flow(
-            s, flow_name=flow.name, workflow_id=workflow_id, revision=revision
+        schedules_db.schedule_set_revision_for_flow(
+            Session(conn, self._db.q),
+            flow_name=flow.name,
+            workflow_id=workflow_id,
+            revision=plan.revision,
         )
-        updated = list(synced.updated)
-        updated += [n for n in repointed if n not in updated and n not in synced.added]
-        return SyncResult(added=list(synced.added), updated=updated, removed=list(synced.removed))
 
     def _check(self, s: Session, flow: Flow) -> tuple[CompatProblem, ...]:
         """The stored inputs that would use ``flow`` and that its ``input_schema``
@@ -471,38 +617,6 @@ class Deployments:
         except (InputValidationError, PayloadTooLargeError) as exc:
             return str(exc)
         return None
-
-    def _prune(self, s: Session, keep: set[str], by: str) -> list[FlowPlan]:
-        """Retire the deployed, active flows not in ``keep``: their file schedules removed,
-        their other schedules paused; a plan each (status ``removed``), by name."""
-        plans = []
-        for deployed in revisions.flow_list(s):
-            if deployed.name in keep or deployed.retired_at is not None:
-                continue
-            if not revisions.flow_retire_if_active(s, name=deployed.name, by=by):
-                continue
-            before = revisions.revision_get(s, flow_name=deployed.name, revision=None)
-            assert before is not None  # a deployed flow has its current revision
-            removed = schedules_db.schedule_delete_flow_stale(s, flow_name=deployed.name, keep=[])
-            schedules_db.schedule_pause_for_flow(s, flow_name=deployed.name)
-            plans.append(
-                FlowPlan(
-                    name=deployed.name,
-                    path=None,
-                    status="removed",
-                    previous=before.revision,
-                    revision=None,
-                    change=compare_documents(before.definition, None),
-                    source_diff=source_diff(
-                        before.source, None, f"{deployed.name}@{before.revision}", "/dev/null"
-                    ),
-                    schedules=SyncResult(added=[], updated=[], removed=removed),
-                    problems=(),
-                    was_retired=False,
-                    git=_stored_git(before),
-                )
-            )
-        return plans
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -567,70 +681,50 @@ class Deployments:
     ) -> FlowPlan:
         """See :meth:`cyclone_flow.Client.rollback`."""
         who = by if by is not None else default_by()
-        try:
-            with self._db.transaction() as conn:
-                s = Session(conn, self._db.q)
-                revisions.flow_lock_deploys(s)
-                current = session.pg_now(s, now=now)
-                target = _revision(s, name, to)
-                before = _revision(s, name, None)
-                plan = self._rollback(conn, target, before, who, current)
-                if plan.problems and not force:
-                    raise CompatibilityError(plan.problems, plan)
-                if dry_run:
-                    raise _DryRun(plan)
-        except _DryRun as done:
-            assert isinstance(done.result, FlowPlan)
-            return done.result
-        return plan
+        if dry_run:
+            with self._read() as s:
+                plan = self._plan_rollback(s, name, to).plan
+            if plan.problems and not force:
+                raise CompatibilityError(plan.problems, plan)
+            return plan
+        with self._db.transaction() as conn:
+            s = Session(conn, self._db.q)
+            revisions.flow_lock_deploys(s)
+            current = session.pg_now(s, now=now)
+            planned = self._plan_rollback(s, name, to)
+            if planned.plan.problems and not force:
+                raise CompatibilityError(planned.plan.problems, planned.plan)
+            self._apply(conn, planned, who, current)
+        return planned.plan
 
-    def _rollback(
-        self, conn: Conn, target: Revision, before: Revision, by: str, current: datetime
-    ) -> FlowPlan:
-        s = Session(conn, self._db.q)
-        name = target.flow_name
-        flow = self._built(target)
-        was_retired = before.retired_at is not None
+    def _plan_rollback(self, s: Session, name: str, to: int) -> _Planned:
+        """The plan of a rollback of ``name`` to revision ``to``, by reads only on ``s``.
+        Raises FlowNotDeployedError, RevisionNotFoundError."""
+        target = _revision(s, name, to)
+        before = _revision(s, name, None)
         assert target.definition is not None and before.definition is not None
-        change = compare_documents(before.definition, target.definition)
-        diff = source_diff(
-            before.source, target.source, f"{name}@{before.revision}", f"{name}@{target.revision}"
-        )
-        if before.digest == target.digest and before.source == target.source and not was_retired:
-            plan = _unchanged(name, None, before.revision, change, diff, _stored_git(target))
-            return dataclasses.replace(plan, kind="rollback", rollback_of=target.revision)
-        problems = self._check(s, flow)
-        inserted = revisions.revision_insert(
-            s,
-            flow_name=name,
-            workflow_id=target.workflow_id,
-            source=target.source or "",
-            source_path=target.source_path,
-            kind="rollback",
-            rollback_of=target.revision,
-            deployed_by=by,
-            git_commit=target.git_commit,
-            git_path=target.git_path,
-            git_dirty=target.git_dirty,
-        )
-        synced = self._make_current(
-            conn, flow, target.workflow_id, inserted.revision, current, problems
-        )
-        return FlowPlan(
+        same = before.digest == target.digest and before.source == target.source
+        plan = FlowPlan(
             name=name,
             path=None,
             status="changed",
             previous=before.revision,
-            revision=inserted.revision,
-            change=change,
-            source_diff=diff,
-            schedules=synced,
-            problems=problems,
-            was_retired=was_retired,
+            revision=None,
+            change=compare_documents(before.definition, target.definition),
+            source_diff=source_diff(
+                before.source,
+                target.source,
+                f"{name}@{before.revision}",
+                f"{name}@{target.revision}",
+            ),
+            schedules=_NO_SCHEDULES,
+            problems=(),
+            was_retired=before.retired_at is not None,
             git=_stored_git(target),
             kind="rollback",
             rollback_of=target.revision,
         )
+        return self._plan_flow(s, self._built(target), before, same, plan, target=target)
 
     def retire(self, name: str, *, by: str | None = None) -> RetireResult:
         """See :meth:`cyclone_flow.Client.retire`."""
@@ -715,29 +809,9 @@ def _revision(s: Session, name: str, revision: int | None) -> Revision:
     raise RevisionNotFoundError(name, revision)
 
 
-def _unchanged(
-    name: str,
-    path: str | None,
-    revision: int,
-    change: FlowChange,
-    diff: str,
-    git: GitInfo | None,
-) -> FlowPlan:
-    """The plan of a flow whose current ``revision`` already has the content: nothing
-    written, no schedule touched."""
-    return FlowPlan(
-        name=name,
-        path=path,
-        status="unchanged",
-        previous=revision,
-        revision=revision,
-        change=change,
-        source_diff=diff,
-        schedules=SyncResult(added=[], updated=[], removed=[]),
-        problems=(),
-        was_retired=False,
-        git=git,
-    )
+def _any_schedule(result: SyncResult) -> bool:
+    """Whether a schedule plan changes anything."""
+    return bool(result.added or result.updated or result.removed)
 
 
 def _stored_git(found: Revision) -> GitInfo | None:
