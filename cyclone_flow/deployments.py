@@ -303,7 +303,8 @@ class _Planned:
 _NO_SCHEDULES = SyncResult(added=[], updated=[], removed=[])
 
 WAITING_RUNS_CHECKED = 1000
-"""The most waiting runs of a flow whose inputs a deploy checks against the new schema."""
+"""The most waiting runs of a flow whose inputs a deploy checks against the new schema
+(the oldest; past it the client's logger warns that the rest went unchecked)."""
 
 FLOWS_CACHED = 256
 """The most stored definitions (by id) a client keeps built for submits by name."""
@@ -588,7 +589,8 @@ class Deployments:
     def _check(self, s: Session, flow: Flow) -> tuple[CompatProblem, ...]:
         """The stored inputs that would use ``flow`` and that its ``input_schema``
         refuses: its file schedules' inputs, the flow's schedules added by hand, and the
-        inputs of its runs waiting to start."""
+        inputs of its runs waiting to start (never started; the oldest
+        :data:`WAITING_RUNS_CHECKED`, a warning logged when there may be more)."""
         problems: list[CompatProblem] = []
         for entry in flow_schedules(flow):
             message = self._refused(flow, entry.input)
@@ -603,6 +605,13 @@ class Deployments:
         waiting = revisions.revision_list_waiting_runs(
             s, flow_name=flow.name, limit=WAITING_RUNS_CHECKED
         )
+        if len(waiting) >= WAITING_RUNS_CHECKED:
+            self._inserter.config.logger.warning(
+                "deploy of %s: only the %d oldest runs waiting to start were checked "
+                "against the new input_schema",
+                flow.name,
+                WAITING_RUNS_CHECKED,
+            )
         for run in waiting:
             message = self._refused(flow, json.loads(run.input))
             if message is not None:

@@ -12,9 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from helpers.engine import database
 from test_deploy import NOW, flow_text, write
 
-from cyclone_flow import Client
+from cyclone_flow import Client, load_flow
+from cyclone_flow.db import flow_revisions
+from cyclone_flow.engine import claim as engine_claim
+from cyclone_flow.engine.fail import give_back_step_alone
 
 SEQUENCES = (
     "SELECT sequencename, last_value FROM pg_sequences"
@@ -129,8 +133,6 @@ def test_diff_and_deploy_agree_on_the_schedule_plan(
     assert (planned.added, planned.updated, planned.removed) == (["daily"], ["hourly"], [])
     assert client.deploy([path], now=NOW).flows[0].schedules == planned
     # a file schedule out of sync (schedule sync of the file: no revision) is updated
-    from cyclone_flow import load_flow
-
     client.sync_schedules(load_flow(path), now=NOW)
     assert client.get_schedule("hourly").revision is None  # type: ignore[union-attr]
     plan = client.diff([path])
@@ -161,3 +163,33 @@ def test_a_redeploy_of_unchanged_files_restores_a_removed_schedule(
     assert restored is not None and restored.revision == 1
     assert [r.revision for r in client.flow_history("nightly")] == [1]
     assert not client.diff([path]).changed
+
+
+def test_a_run_whose_step_was_given_back_is_not_waiting(
+    make_client: Callable[..., Client], tmp_path: Path
+) -> None:
+    client = make_client()
+    path = write(tmp_path, "nightly", flow_text("nightly"))
+    client.deploy([path])
+    run_id = client.submit("nightly", {})
+    db = database(client)
+    with db.autocommit_session() as s:
+        (step,) = engine_claim.claim(s, "w1", 30.0, ["default"], 10, skip_calls=[])
+    assert step.run_id == run_id
+    given = give_back_step_alone(
+        db,
+        step_id=step.id,
+        generation=step.lease_generation,
+        owner="w1",
+        reason="no live worker can import it",
+        delay_s=60,
+    )
+    assert given == "default"
+    with db.session() as s:
+        waiting = flow_revisions.revision_list_waiting_runs(s, flow_name="nightly", limit=10)
+    assert waiting == []
+    # a run never started that waits for its run_at is waiting
+    later = client.submit("nightly", {}, run_at=NOW)
+    with db.session() as s:
+        waiting = flow_revisions.revision_list_waiting_runs(s, flow_name="nightly", limit=10)
+    assert [str(w.id) for w in waiting] == [later]
