@@ -68,6 +68,7 @@ from cyclone_flow.deployments import (
     RetireResult,
     RevisionDiff,
     is_flow_reference,
+    is_revision,
 )
 from cyclone_flow.engine import operator, signals
 from cyclone_flow.engine import rerun as reruns
@@ -1054,9 +1055,12 @@ class Client:
         revision: int | None = None,
     ) -> list[Run]:
         """The most recent runs, newest first (of ``flow``, in ``state``, submitted with
-        the deployed ``revision`` when given)."""
+        the deployed ``revision`` when given: one out of range, below 1 or above
+        ``2**31 - 1``, matches no run)."""
         if flow is not None and not storable(flow):
             return []  # no flow has such a name
+        if revision is not None and not is_revision(revision):
+            return []  # no revision has such a number
         with self._db.session() as s:
             return runs.run_list(s, flow=flow, state=state, limit=limit, revision=revision)
 

@@ -68,6 +68,7 @@ __all__ = [
     "RevisionDiff",
     "ScheduleSync",
     "is_flow_reference",
+    "is_revision",
     "parse_flow_reference",
 ]
 
@@ -76,26 +77,56 @@ Status = Literal["added", "changed", "unchanged", "removed"]
 FLOW_REFERENCE = re.compile(r"[a-z][a-z0-9_-]*(@[0-9]+)?")
 """A deployed flow named where a flow file could be (``submit``): ``NAME`` or ``NAME@REV``."""
 
+FLOW_NAME_MAX = 100
+"""The longest flow name (the flow schema's ``maxLength``)."""
+
+MAX_REVISION = 2**31 - 1
+"""The highest revision number (an int4 column)."""
+
 
 def is_flow_reference(value: str) -> bool:
     """Whether ``value`` names a deployed flow (``NAME`` or ``NAME@REV``, see
     :data:`FLOW_REFERENCE`) rather than a flow file: it has that form and is not an
-    existing path."""
-    return FLOW_REFERENCE.fullmatch(value) is not None and not os.path.exists(value)
+    existing file (a folder of that name does not count)."""
+    return FLOW_REFERENCE.fullmatch(value) is not None and not os.path.isfile(value)
+
+
+def is_revision(value: object) -> bool:
+    """Whether ``value`` is a revision number: an int (not a bool) from 1 to
+    :data:`MAX_REVISION`."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_REVISION
 
 
 def parse_flow_reference(value: str, revision: int | None) -> tuple[str, int | None]:
     """``(name, revision)`` of ``NAME`` / ``NAME@REV``; ``revision`` is the one given
-    separately. Raises SubmitOptionError when both give one and they differ, or a revision
-    is not a positive int."""
+    separately. Raises SubmitOptionError when ``value`` is not of that form (a flow name
+    of at most :data:`FLOW_NAME_MAX` characters), a revision is not an integer from 1 to
+    :data:`MAX_REVISION`, or both give one and they differ."""
+    if not isinstance(value, str) or FLOW_REFERENCE.fullmatch(value) is None:
+        raise SubmitOptionError(
+            "flow", value, "not a deployed flow: NAME or NAME@REV (NAME a flow's name)"
+        )
     name, _, rev = value.partition("@")
-    if revision is not None:
-        if isinstance(revision, bool) or not isinstance(revision, int) or revision < 1:
-            raise SubmitOptionError("revision", revision, "must be an integer >= 1")
-        if rev and int(rev) != revision:
-            raise SubmitOptionError("revision", revision, f"differs from the revision in {value!r}")
-        return name, revision
-    return name, int(rev) if rev else None
+    if len(name) > FLOW_NAME_MAX:
+        raise SubmitOptionError(
+            "flow", value, f"a flow name has at most {FLOW_NAME_MAX} characters"
+        )
+    at = None
+    if rev:
+        at = int(rev) if len(rev) <= 10 else MAX_REVISION + 1  # digits only
+        if not is_revision(at):
+            raise SubmitOptionError(
+                "flow", value, f"the revision must be an integer from 1 to {MAX_REVISION}"
+            )
+    if revision is None:
+        return name, at
+    if not is_revision(revision):
+        raise SubmitOptionError(
+            "revision", revision, f"must be an integer from 1 to {MAX_REVISION}"
+        )
+    if at is not None and at != revision:
+        raise SubmitOptionError("revision", revision, f"differs from the revision in {value!r}")
+    return name, revision
 
 
 @dataclass(frozen=True, slots=True)
@@ -810,7 +841,10 @@ def _revision(s: Session, name: str, revision: int | None) -> Revision:
     Raises FlowNotDeployedError, RevisionNotFoundError."""
     if not storable(name):
         raise FlowNotDeployedError(name)
-    found = revisions.revision_get(s, flow_name=name, revision=revision)
+    if revision is not None and not is_revision(revision):
+        found = None  # no such revision (out of the column's range)
+    else:
+        found = revisions.revision_get(s, flow_name=name, revision=revision)
     if found is not None:
         return found
     if revision is None or revisions.flow_get(s, name=name) is None:
