@@ -362,14 +362,34 @@ class Client:
         conn: psycopg.Connection[Any],
         flow: FlowLike,
         input: JSON = None,
+        *,
+        revision: int | None = None,
         **options: Unpack[SubmitOptions],
     ) -> RunId:
         """Like :meth:`submit`, inside the caller's transaction on ``conn``: committed or
         rolled back with it (an autocommit ``conn`` commits at once). Publishes nothing:
         workers find the run within one poll interval, or at once when ``conn`` is tracked
         (:meth:`track_wakeups`) and the caller calls :meth:`publish_wakeups` after the
-        commit."""
+        commit. A deployed flow by name (``"nightly"``, ``"nightly@3"``, ``revision``) as
+        for :meth:`submit`; its row stays locked FOR SHARE until the caller's commit (a
+        retire of it waits)."""
         opts = run_options(**options)
+        if isinstance(flow, str) and is_flow_reference(flow):
+            if conn.autocommit:  # no caller transaction to join: be atomic on our own
+                with conn.transaction():
+                    run_id, wakeups = self._deployments.insert_by_name_in(
+                        conn, flow, input, revision, opts
+                    )
+            else:
+                run_id, wakeups = self._deployments.insert_by_name_in(
+                    conn, flow, input, revision, opts
+                )
+            self._hub.record(conn, wakeups)  # kept only when conn is tracked
+            return run_id
+        if revision is not None:
+            raise SubmitOptionError(
+                "revision", revision, "only a deployed flow given by name has revisions"
+            )
         loaded, input_json = self._inserter.prepare(flow, input)
         return self._insert_tx(conn, loaded, input_json, opts)
 
@@ -439,10 +459,11 @@ class Client:
 
         Raises BatchItemError (``.index`` of the bad item, ``.error`` the error
         :meth:`submit` would raise for it, ``.committed`` the runs of earlier chunks),
-        FlowError, SubmitOptionError (a bad option of the whole batch, or ``item_options``
-        not one per input).
+        FlowError, SubmitOptionError (a bad option of the whole batch, ``item_options``
+        not one per input, or a deployed flow's name: only :meth:`submit` and
+        :meth:`submit_tx` take one).
         """
-        return self._many(check_flow(flow), None, inputs, item_options, chunk_size, dict(options))
+        return self._many(_bulk_flow(flow), None, inputs, item_options, chunk_size, dict(options))
 
     def submit_many_tx(
         self,
@@ -459,7 +480,7 @@ class Client:
         transaction for the whole call). An invalid item raises BatchItemError after the
         chunks before it were written into the caller's transaction: roll it back to write
         nothing. Publishes nothing (see :meth:`submit_tx`, :meth:`track_wakeups`)."""
-        return self._many(check_flow(flow), conn, inputs, item_options, chunk_size, dict(options))
+        return self._many(_bulk_flow(flow), conn, inputs, item_options, chunk_size, dict(options))
 
     def enqueue_many(
         self,
@@ -1465,6 +1486,19 @@ def _path_list(paths: PathsLike) -> list[str]:
     if isinstance(paths, (str, os.PathLike)):
         return [os.fspath(paths)]
     return [os.fspath(p) for p in paths]
+
+
+def _bulk_flow(flow: FlowLike) -> Flow:
+    """The checked flow of a bulk submission (:func:`check_flow`). Raises
+    SubmitOptionError for a deployed flow's name, FlowError."""
+    if isinstance(flow, str) and is_flow_reference(flow):
+        raise SubmitOptionError(
+            "flow",
+            flow,
+            "a deployed flow name is accepted by submit() and submit_tx() only; give "
+            "submit_many a flow file or a Flow",
+        )
+    return check_flow(flow)
 
 
 def _pairs(

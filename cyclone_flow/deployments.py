@@ -793,33 +793,45 @@ class Deployments:
     ) -> tuple[RunId, Wakeups]:
         """Insert a run of the deployed flow ``ref`` (``NAME`` / ``NAME@REV``; or
         ``revision``) with ``options`` in a transaction of its own on the idle ``conn``,
-        committed: the flow's row read FOR SHARE, the revision's stored definition run and
-        its number recorded (``Run.revision``). ``before_commit(conn, run_id)`` runs in that
-        transaction. Returns the run id and the wakeups to publish.
+        committed (see :meth:`insert_by_name_in`). ``before_commit(conn, run_id)`` runs in
+        that transaction. Returns the run id and the wakeups to publish."""
+        with conn.transaction():
+            run_id, wakeups = self.insert_by_name_in(conn, ref, run_input, revision, options)
+            if before_commit is not None:
+                before_commit(conn, run_id)
+        return run_id, wakeups
+
+    def insert_by_name_in(
+        self,
+        conn: Conn,
+        ref: str,
+        run_input: JSON,
+        revision: int | None,
+        options: RunOptions,
+    ) -> tuple[RunId, Wakeups]:
+        """Insert a run of the deployed flow ``ref`` (``NAME`` / ``NAME@REV``; or
+        ``revision``) with ``options`` in the transaction open on ``conn`` (the caller
+        commits): the flow's row read FOR SHARE (held until that commit), the revision's
+        stored definition run and its number recorded (``Run.revision``). Returns the run
+        id and the wakeups to publish after the commit.
 
         Raises SubmitOptionError, FlowNotDeployedError, FlowRetiredError,
         RevisionNotFoundError, InputValidationError, PayloadTooLargeError; nothing is
         written then."""
         name, wanted = parse_flow_reference(ref, revision)
-        with conn.transaction():
-            s = Session(conn, self._db.q)
-            deployed = revisions.flow_get_for_submit(s, name=name)
-            if deployed is None:
-                raise FlowNotDeployedError(name)
-            if deployed.retired_at is not None:
-                raise FlowRetiredError(name)
-            number = deployed.current_revision if wanted is None else wanted
-            found = revisions.revision_get(s, flow_name=name, revision=number)
-            if found is None:
-                raise RevisionNotFoundError(name, number)
-            input_json = self._inserter.prepare_input(self._built(found), run_input)
-            opts = dataclasses.replace(options, revision=found.revision)
-            run_id, wakeups = self._inserter.insert_stored(
-                conn, found.workflow_id, input_json, opts
-            )
-            if before_commit is not None:
-                before_commit(conn, run_id)
-        return run_id, wakeups
+        s = Session(conn, self._db.q)
+        deployed = revisions.flow_get_for_submit(s, name=name)
+        if deployed is None:
+            raise FlowNotDeployedError(name)
+        if deployed.retired_at is not None:
+            raise FlowRetiredError(name)
+        number = deployed.current_revision if wanted is None else wanted
+        found = revisions.revision_get(s, flow_name=name, revision=number)
+        if found is None:
+            raise RevisionNotFoundError(name, number)
+        input_json = self._inserter.prepare_input(self._built(found), run_input)
+        opts = dataclasses.replace(options, revision=found.revision)
+        return self._inserter.insert_stored(conn, found.workflow_id, input_json, opts)
 
     def _built(self, found: Revision) -> Flow:
         """The :class:`Flow` of a revision's stored definition (child flows not loaded),

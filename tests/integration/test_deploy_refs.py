@@ -10,11 +10,12 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 import pytest
 from test_deploy import flow_text, write
 
 import cyclone_flow
-from cyclone_flow import Client
+from cyclone_flow import Client, load_flow
 from cyclone_flow.deployments import is_flow_reference, parse_flow_reference
 from cyclone_flow.errors import FlowNotDeployedError, RevisionNotFoundError, SubmitOptionError
 
@@ -81,3 +82,43 @@ def test_the_types_the_client_returns_are_exported() -> None:
     for name in ("Revision", "DeployedFlow", "RevisionDiff", "RetireResult", "CompatProblem"):
         assert name in cyclone_flow.__all__
         assert getattr(cyclone_flow, name).__name__ == name
+
+
+def test_submit_tx_runs_a_deployed_flow_by_name_in_the_callers_transaction(
+    make_client: Callable[..., Client], tmp_path: Path, database_url: str, schema: str
+) -> None:
+    client = make_client()
+    path = write(tmp_path, "nightly", flow_text("nightly"))
+    client.deploy([path])
+    write(tmp_path, "nightly", flow_text("nightly", "a b"))
+    client.deploy([path])
+    with psycopg.connect(database_url, options=f"-c search_path={schema}") as conn:
+        dropped = client.submit_tx(conn, "nightly", {})
+        conn.rollback()
+        kept = client.submit_tx(conn, "nightly@1", {})
+        pinned = client.submit_tx(conn, "nightly", {}, revision=1)
+        conn.commit()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        current = client.submit_tx(conn, "nightly", {})  # its own transaction
+    assert {r.id: r.revision for r in client.list_runs(flow="nightly")} == {
+        kept: 1,
+        pinned: 1,
+        current: 2,
+    }
+    assert dropped not in {r.id for r in client.list_runs()}
+    with psycopg.connect(database_url) as conn, pytest.raises(FlowNotDeployedError):
+        client.submit_tx(conn, "missing", {})
+    with psycopg.connect(database_url) as conn, pytest.raises(SubmitOptionError):
+        client.submit_tx(conn, load_flow(path), {}, revision=1)
+
+
+def test_submit_many_refuses_a_deployed_flow_name_clearly(
+    make_client: Callable[..., Client], tmp_path: Path, database_url: str
+) -> None:
+    client = make_client()
+    client.deploy([write(tmp_path, "nightly", flow_text("nightly"))])
+    with pytest.raises(SubmitOptionError, match="deployed flow name"):
+        client.submit_many("nightly", [{}, {}])
+    with psycopg.connect(database_url) as conn, pytest.raises(SubmitOptionError):
+        client.submit_many_tx(conn, "nightly@1", [{}])
+    assert client.list_runs() == []
