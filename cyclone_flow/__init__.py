@@ -3,7 +3,9 @@
 Public API: :class:`Client` and :func:`migrate`, :func:`load_flow`, :class:`Context` (what
 a handler receives), the option types, the rows and states a user reads (:class:`Run`,
 :class:`Step`, :class:`StepLogLine`, :class:`WorkerRow`, :class:`RunState`,
-:class:`StepState`, :class:`ErrorKind`, :class:`StepEvent`) and the error tree (also
+:class:`StepState`, :class:`ErrorKind`, :class:`StepEvent`), what the deploy methods
+return (:class:`DeployResult`, :class:`FlowPlan`, :class:`DeployedFlow`, :class:`Revision`,
+:class:`RevisionDiff`, :class:`RetireResult`, :class:`CompatProblem`) and the error tree (also
 reachable as ``cyclone_flow.errors``). Everything else stays importable from its own
 module, without a stability promise.
 """
@@ -11,15 +13,23 @@ module, without a stability promise.
 from cyclone_flow.client import Client, migrate
 from cyclone_flow.config import ClientConfig, ClientOptions, PayloadLimits, RetentionConfig
 from cyclone_flow.db.rows import (
+    DeployedFlow,
     NodeOutput,
     QueueStats,
+    Revision,
     Run,
     ScheduleRow,
     Step,
     StepLogLine,
     WorkerRow,
 )
-from cyclone_flow.deployments import DeployResult, FlowPlan
+from cyclone_flow.deployments import (
+    CompatProblem,
+    DeployResult,
+    FlowPlan,
+    RetireResult,
+    RevisionDiff,
+)
 from cyclone_flow.engine.fan_out import MAX_FAN_OUT_ITEMS
 from cyclone_flow.errors import (
     AmbiguousRunIdError,
@@ -78,12 +88,14 @@ __all__ = [
     "ClientConfig",
     "ClientOptions",
     "ClientStateError",
+    "CompatProblem",
     "CompatibilityError",
     "ConfigError",
     "Context",
     "CycloneError",
     "DeployLintError",
     "DeployResult",
+    "DeployedFlow",
     "EmbeddedInUseError",
     "EmbeddedUnavailableError",
     "ErrorKind",
@@ -108,6 +120,9 @@ __all__ = [
     "ReclaimLimitExceeded",
     "RerunRefusedError",
     "RetentionConfig",
+    "RetireResult",
+    "Revision",
+    "RevisionDiff",
     "RevisionNotFoundError",
     "Run",
     "RunId",

@@ -68,6 +68,7 @@ from cyclone_flow.deployments import (
     RetireResult,
     RevisionDiff,
     is_flow_reference,
+    is_revision,
 )
 from cyclone_flow.engine import operator, signals
 from cyclone_flow.engine import rerun as reruns
@@ -257,7 +258,7 @@ class Client:
             liveness=cfg.poll_interval[1] / 2,
         )
         self._schedules = Schedules(self._db, self._inserter)
-        self._deployments = Deployments(self._db, self._inserter, self._schedules.register_in)
+        self._deployments = Deployments(self._db, self._inserter, self._schedules)
         self._reads = Reads(self._db)
 
     # -- schema ----------------------------------------------------------------------------
@@ -361,14 +362,34 @@ class Client:
         conn: psycopg.Connection[Any],
         flow: FlowLike,
         input: JSON = None,
+        *,
+        revision: int | None = None,
         **options: Unpack[SubmitOptions],
     ) -> RunId:
         """Like :meth:`submit`, inside the caller's transaction on ``conn``: committed or
         rolled back with it (an autocommit ``conn`` commits at once). Publishes nothing:
         workers find the run within one poll interval, or at once when ``conn`` is tracked
         (:meth:`track_wakeups`) and the caller calls :meth:`publish_wakeups` after the
-        commit."""
+        commit. A deployed flow by name (``"nightly"``, ``"nightly@3"``, ``revision``) as
+        for :meth:`submit`; its row stays locked FOR SHARE until the caller's commit (a
+        retire of it waits)."""
         opts = run_options(**options)
+        if isinstance(flow, str) and is_flow_reference(flow):
+            if conn.autocommit:  # no caller transaction to join: be atomic on our own
+                with conn.transaction():
+                    run_id, wakeups = self._deployments.insert_by_name_in(
+                        conn, flow, input, revision, opts
+                    )
+            else:
+                run_id, wakeups = self._deployments.insert_by_name_in(
+                    conn, flow, input, revision, opts
+                )
+            self._hub.record(conn, wakeups)  # kept only when conn is tracked
+            return run_id
+        if revision is not None:
+            raise SubmitOptionError(
+                "revision", revision, "only a deployed flow given by name has revisions"
+            )
         loaded, input_json = self._inserter.prepare(flow, input)
         return self._insert_tx(conn, loaded, input_json, opts)
 
@@ -438,10 +459,11 @@ class Client:
 
         Raises BatchItemError (``.index`` of the bad item, ``.error`` the error
         :meth:`submit` would raise for it, ``.committed`` the runs of earlier chunks),
-        FlowError, SubmitOptionError (a bad option of the whole batch, or ``item_options``
-        not one per input).
+        FlowError, SubmitOptionError (a bad option of the whole batch, ``item_options``
+        not one per input, or a deployed flow's name: only :meth:`submit` and
+        :meth:`submit_tx` take one).
         """
-        return self._many(check_flow(flow), None, inputs, item_options, chunk_size, dict(options))
+        return self._many(_bulk_flow(flow), None, inputs, item_options, chunk_size, dict(options))
 
     def submit_many_tx(
         self,
@@ -458,7 +480,7 @@ class Client:
         transaction for the whole call). An invalid item raises BatchItemError after the
         chunks before it were written into the caller's transaction: roll it back to write
         nothing. Publishes nothing (see :meth:`submit_tx`, :meth:`track_wakeups`)."""
-        return self._many(check_flow(flow), conn, inputs, item_options, chunk_size, dict(options))
+        return self._many(_bulk_flow(flow), conn, inputs, item_options, chunk_size, dict(options))
 
     def enqueue_many(
         self,
@@ -687,20 +709,22 @@ class Client:
         none. Each :class:`~cyclone_flow.deployments.FlowPlan` of the result says what
         happened to one flow.
 
-        The files are linted first (any error: nothing is written). A flow whose
-        definition and source text equal its current revision's (and that is not
-        retired) is ``unchanged``: no revision. Otherwise the next revision stores the
-        source as in the file, the definition, ``by`` (default: the OS user), the git
-        commit, path and dirty flag of the file; the flow's ``schedules:`` are synced as
-        :meth:`sync_schedules` does (recording the revision) and its other schedules
-        (added by hand) repointed at it. The new ``input_schema`` is checked against the
-        stored input of every schedule that will use it and of the flow's runs waiting to
-        start (delayed, held by a sequence); a refused one is a
+        The files are linted first (any error: nothing is written). A flow whose definition
+        and source text equal its current revision's (and that is not retired) is
+        ``unchanged``: no revision, but its schedules are synced back to its current
+        revision when they drifted (one removed by hand is restored). Otherwise the next
+        revision stores the source as in the file, the definition, ``by`` (default: the OS
+        user), the git commit, path and dirty flag of the file; the flow's ``schedules:``
+        are synced as :meth:`sync_schedules` does (recording the revision) and its other
+        schedules (added by hand) repointed at it. The new ``input_schema`` is checked
+        against the stored input of every schedule that will use it and of the flow's runs
+        waiting to start (delayed, held by a sequence); a refused one is a
         :class:`~cyclone_flow.deployments.CompatProblem`, an error unless ``force``.
-        ``prune``: deployed flows absent from ``paths`` are retired and their file
-        schedules removed (status ``removed``). ``dry_run``: everything computed, nothing
-        written (``applied`` False). ``now`` pins the schedules' clock (tests). Deploys
-        serialise (``flow_lock_deploys``); submits are not blocked.
+        ``prune``: deployed flows absent from ``paths`` are retired and their file schedules
+        removed (status ``removed``). ``dry_run``: the plan computed by reads only, in one
+        read-only snapshot (no lock taken, nothing written: ``applied`` False). ``now`` pins
+        the schedules' clock (tests). Deploys serialise (``flow_lock_deploys``); submits are
+        not blocked.
 
         Raises LintPathError (a missing path, a folder without flow files),
         DeployLintError (lint errors; two files declaring one flow: E060),
@@ -714,9 +738,10 @@ class Client:
     def diff(
         self, paths: PathsLike, *, prune: bool = False, now: datetime | None = None
     ) -> DeployResult:
-        """What :meth:`deploy` of ``paths`` would do (a dry run), with the compatibility
-        problems in the result instead of raised (``result.changed``: ``diff``'s exit
-        code). Raises LintPathError, DeployLintError."""
+        """What :meth:`deploy` of ``paths`` would do (a dry run: reads only, no lock; a
+        role with SELECT alone can diff), with the compatibility problems in the result
+        instead of raised (``result.changed``: ``diff``'s exit code). Raises
+        LintPathError, DeployLintError, SubmitOptionError (as :meth:`deploy`)."""
         return self._deployments.diff(_path_list(paths), prune=prune, now=now)
 
     def list_deployed_flows(self) -> list[DeployedFlow]:
@@ -766,7 +791,7 @@ class Client:
         revision ``to``'s source and definition current, its schedules synced back from
         that source's ``schedules:`` (and the flow's other schedules repointed), in one
         transaction; the compatibility check is :meth:`deploy`'s. A retired flow is active
-        again. ``dry_run``: computed, not written. Raises FlowNotDeployedError,
+        again. ``dry_run``: computed by reads only, not written. Raises FlowNotDeployedError,
         RevisionNotFoundError, CompatibilityError (unless ``force``)."""
         return self._deployments.rollback(name, to, by=by, force=force, dry_run=dry_run, now=now)
 
@@ -1054,9 +1079,12 @@ class Client:
         revision: int | None = None,
     ) -> list[Run]:
         """The most recent runs, newest first (of ``flow``, in ``state``, submitted with
-        the deployed ``revision`` when given)."""
+        the deployed ``revision`` when given: one out of range, below 1 or above
+        ``2**31 - 1``, matches no run)."""
         if flow is not None and not storable(flow):
             return []  # no flow has such a name
+        if revision is not None and not is_revision(revision):
+            return []  # no revision has such a number
         with self._db.session() as s:
             return runs.run_list(s, flow=flow, state=state, limit=limit, revision=revision)
 
@@ -1461,6 +1489,19 @@ def _path_list(paths: PathsLike) -> list[str]:
     if isinstance(paths, (str, os.PathLike)):
         return [os.fspath(paths)]
     return [os.fspath(p) for p in paths]
+
+
+def _bulk_flow(flow: FlowLike) -> Flow:
+    """The checked flow of a bulk submission (:func:`check_flow`). Raises
+    SubmitOptionError for a deployed flow's name, FlowError."""
+    if isinstance(flow, str) and is_flow_reference(flow):
+        raise SubmitOptionError(
+            "flow",
+            flow,
+            "a deployed flow name is accepted by submit() and submit_tx() only; give "
+            "submit_many a flow file or a Flow",
+        )
+    return check_flow(flow)
 
 
 def _pairs(

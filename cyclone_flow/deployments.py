@@ -5,10 +5,12 @@ the submission of a deployed flow by name delegate to (docs/deploy.md).
 A revision is a number per flow name that only grows, with the file's source text as it
 was (comments kept), the compiled definition (the content-addressed definition row), when,
 by whom and the git commit of the file. ``cyclone_flows`` says which revision is current.
-Every change (deploy, rollback, retire) is one transaction under ``flow_lock_deploys``;
-a flow's schedules are synced inside it by the :class:`ScheduleSync` the client
-gives (``Schedules.register_in`` of :mod:`cyclone_flow.schedule_admin`, a module of the
-same layer, so passed in rather than imported). The comparison of two versions is
+Every change (deploy, rollback, retire) is one transaction under ``flow_lock_deploys``
+that plans by reads, then writes; a diff or dry run makes the same plan in a read-only
+snapshot and writes nothing. A flow's schedules are planned and synced by the
+:class:`ScheduleSync` the client gives (``Schedules`` of
+:mod:`cyclone_flow.schedule_admin`, a module of the same layer, so passed in rather than
+imported). The comparison of two versions is
 :mod:`cyclone_flow.flowfile.compare`'s, the git facts :mod:`cyclone_flow.gitinfo`'s.
 """
 
@@ -19,7 +21,8 @@ import getpass
 import json
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -65,6 +68,7 @@ __all__ = [
     "RevisionDiff",
     "ScheduleSync",
     "is_flow_reference",
+    "is_revision",
     "parse_flow_reference",
 ]
 
@@ -73,26 +77,56 @@ Status = Literal["added", "changed", "unchanged", "removed"]
 FLOW_REFERENCE = re.compile(r"[a-z][a-z0-9_-]*(@[0-9]+)?")
 """A deployed flow named where a flow file could be (``submit``): ``NAME`` or ``NAME@REV``."""
 
+FLOW_NAME_MAX = 100
+"""The longest flow name (the flow schema's ``maxLength``)."""
+
+MAX_REVISION = 2**31 - 1
+"""The highest revision number (an int4 column)."""
+
 
 def is_flow_reference(value: str) -> bool:
     """Whether ``value`` names a deployed flow (``NAME`` or ``NAME@REV``, see
     :data:`FLOW_REFERENCE`) rather than a flow file: it has that form and is not an
-    existing path."""
-    return FLOW_REFERENCE.fullmatch(value) is not None and not os.path.exists(value)
+    existing file (a folder of that name does not count)."""
+    return FLOW_REFERENCE.fullmatch(value) is not None and not os.path.isfile(value)
+
+
+def is_revision(value: object) -> bool:
+    """Whether ``value`` is a revision number: an int (not a bool) from 1 to
+    :data:`MAX_REVISION`."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_REVISION
 
 
 def parse_flow_reference(value: str, revision: int | None) -> tuple[str, int | None]:
     """``(name, revision)`` of ``NAME`` / ``NAME@REV``; ``revision`` is the one given
-    separately. Raises SubmitOptionError when both give one and they differ, or a revision
-    is not a positive int."""
+    separately. Raises SubmitOptionError when ``value`` is not of that form (a flow name
+    of at most :data:`FLOW_NAME_MAX` characters), a revision is not an integer from 1 to
+    :data:`MAX_REVISION`, or both give one and they differ."""
+    if not isinstance(value, str) or FLOW_REFERENCE.fullmatch(value) is None:
+        raise SubmitOptionError(
+            "flow", value, "not a deployed flow: NAME or NAME@REV (NAME a flow's name)"
+        )
     name, _, rev = value.partition("@")
-    if revision is not None:
-        if isinstance(revision, bool) or not isinstance(revision, int) or revision < 1:
-            raise SubmitOptionError("revision", revision, "must be an integer >= 1")
-        if rev and int(rev) != revision:
-            raise SubmitOptionError("revision", revision, f"differs from the revision in {value!r}")
-        return name, revision
-    return name, int(rev) if rev else None
+    if len(name) > FLOW_NAME_MAX:
+        raise SubmitOptionError(
+            "flow", value, f"a flow name has at most {FLOW_NAME_MAX} characters"
+        )
+    at = None
+    if rev:
+        at = int(rev) if len(rev) <= 10 else MAX_REVISION + 1  # digits only
+        if not is_revision(at):
+            raise SubmitOptionError(
+                "flow", value, f"the revision must be an integer from 1 to {MAX_REVISION}"
+            )
+    if revision is None:
+        return name, at
+    if not is_revision(revision):
+        raise SubmitOptionError(
+            "revision", revision, f"must be an integer from 1 to {MAX_REVISION}"
+        )
+    if at is not None and at != revision:
+        raise SubmitOptionError("revision", revision, f"differs from the revision in {value!r}")
+    return name, revision
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +154,13 @@ class FlowPlan:
     deployed); ``revision`` the one written (a diff or dry run: the one it would write),
     ``previous`` when unchanged, None when removed. ``change`` compares the previous
     definition with the new one, ``source_diff`` their sources (unified diff).
-    ``schedules`` are the schedule names added / updated / removed (predicted by a diff);
+    ``schedules`` are the schedule names added / updated / removed, planned by reads
+    before anything is written (a diff and a deploy agree): ``added`` a file entry with no
+    stored row, ``updated`` a row whose cron, timezone or input differ or that pointed at
+    another revision than ``previous`` (out of sync; manual schedules too), ``removed`` a
+    file schedule the file no longer declares; a row that only follows the flow to its new
+    revision is not listed. An ``unchanged`` flow whose schedules are not empty here gets
+    them synced back to its current revision (no new revision);
     ``problems`` the stored inputs the new ``input_schema`` refuses; ``was_retired`` says
     the flow was retired (a deploy makes it active again); ``git`` where the file stands
     in git (None: not in a work tree). ``kind`` is ``rollback`` for a rollback, then
@@ -176,7 +216,8 @@ class FlowPlan:
 class DeployResult:
     """What a deploy did, or a diff / dry run would do: one :class:`FlowPlan` per flow
     (the files' flows in file order, then the pruned ones by name); ``applied`` False for
-    a diff or dry run; ``by`` who deployed."""
+    a diff or dry run; ``by`` who deployed. A diff or dry run only reads, in one read-only
+    snapshot: no lock, nothing written."""
 
     flows: tuple[FlowPlan, ...]
     applied: bool
@@ -184,8 +225,10 @@ class DeployResult:
 
     @property
     def changed(self) -> bool:
-        """Whether any flow is not ``unchanged`` (``diff``'s exit code 1)."""
-        return any(f.status != "unchanged" for f in self.flows)
+        """Whether any flow is not ``unchanged`` or any flow's schedule plan is not empty
+        (an unchanged flow whose schedules drifted, restored by a deploy): ``diff``'s exit
+        code 1."""
+        return any(f.status != "unchanged" or _any_schedule(f.schedules) for f in self.flows)
 
     @property
     def problems(self) -> tuple[CompatProblem, ...]:
@@ -235,14 +278,10 @@ class RetireResult:
 
 
 class ScheduleSync(Protocol):
-    """Syncs the file schedules ``entries`` of ``flow`` inside the caller's transaction
-    on ``conn``, as ``schedule sync`` does, pointing them at ``workflow_id`` and deployed
-    ``revision``; ``current`` is the clock of their next ticks; ``check_inputs`` False
-    stores an input the flow's schema refuses as given (a forced deploy). Raises
-    InputValidationError (an entry's input), SubmitOptionError (a name taken by a
-    manual schedule, a bad cron)."""
+    """The schedule edits a deploy makes (``Schedules`` of
+    :mod:`cyclone_flow.schedule_admin`)."""
 
-    def __call__(
+    def register_in(
         self,
         conn: Conn,
         flow: Flow,
@@ -252,15 +291,21 @@ class ScheduleSync(Protocol):
         revision: int | None,
         current: datetime,
         check_inputs: bool = True,
-    ) -> SyncResult: ...
+    ) -> SyncResult:
+        """Sync the file schedules ``entries`` of ``flow`` inside the caller's transaction
+        on ``conn``, as ``schedule sync`` does, pointing them at ``workflow_id`` and
+        deployed ``revision``; ``current`` is the clock of their next ticks;
+        ``check_inputs`` False stores an input the flow's schema refuses as given (a
+        forced deploy). Raises InputValidationError (an entry's input),
+        SubmitOptionError (a name taken by a manual schedule, a bad cron)."""
+        ...
 
-
-class _DryRun(Exception):
-    """Raised inside a dry run's transaction to roll it back, carrying its result."""
-
-    def __init__(self, result: object) -> None:
-        super().__init__("dry run")
-        self.result = result
+    def plan_in(
+        self, s: Session, flow: Flow, entries: Sequence[ScheduleSpec], *, revision: int | None
+    ) -> SyncResult:
+        """What :meth:`register_in` of ``entries`` and repointing the flow's schedules
+        from its current ``revision`` to a new one would change, by reads only."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -273,8 +318,24 @@ class _Source:
     git: GitInfo | None
 
 
+@dataclass(frozen=True)
+class _Planned:
+    """One flow of a deploy or rollback planned: its :class:`FlowPlan`, the flow that
+    becomes current (None: removed), the current revision before (None: never deployed),
+    the file deployed or the revision rolled back to."""
+
+    plan: FlowPlan
+    flow: Flow | None
+    before: Revision | None
+    source: _Source | None = None
+    target: Revision | None = None
+
+
+_NO_SCHEDULES = SyncResult(added=[], updated=[], removed=[])
+
 WAITING_RUNS_CHECKED = 1000
-"""The most waiting runs of a flow whose inputs a deploy checks against the new schema."""
+"""The most waiting runs of a flow whose inputs a deploy checks against the new schema
+(the oldest; past it the client's logger warns that the rest went unchecked)."""
 
 FLOWS_CACHED = 256
 """The most stored definitions (by id) a client keeps built for submits by name."""
@@ -290,12 +351,13 @@ def default_by() -> str:
 
 class Deployments:
     """The deployed flows of ``db``'s schema; ``inserter`` checks inputs as a submission
-    would, ``sync`` syncs a flow's schedules inside a deploy's transaction."""
+    would, ``schedules`` plans a flow's schedules and syncs them in a deploy's
+    transaction."""
 
-    def __init__(self, db: Database, inserter: Inserter, sync: ScheduleSync) -> None:
+    def __init__(self, db: Database, inserter: Inserter, schedules: ScheduleSync) -> None:
         self._db = db
         self._inserter = inserter
-        self._sync = sync
+        self._schedules = schedules
         self._flows: dict[int, Flow] = {}  # stored definitions built, by id (immutable)
 
     # -- deploy, diff ----------------------------------------------------------------------
@@ -332,31 +394,43 @@ class Deployments:
     ) -> DeployResult:
         sources = _read_sources(paths)
         who = by if by is not None else default_by()
-        try:
-            with self._db.transaction() as conn:
-                s = Session(conn, self._db.q)
-                revisions.flow_lock_deploys(s)
-                current = session.pg_now(s, now=now)
-                plans = [self._deploy_one(conn, src, who, current, force) for src in sources]
-                if prune:
-                    names = {src.flow.name for src in sources}
-                    plans += self._prune(s, names, who)
-                result = DeployResult(flows=tuple(plans), applied=not dry_run, by=who)
-                if result.problems and not force and not tolerate:
-                    raise CompatibilityError(result.problems, _unapplied(result))
-                if dry_run:
-                    raise _DryRun(result)
-        except _DryRun as done:
-            assert isinstance(done.result, DeployResult)
-            return done.result
+        if dry_run:
+            with self._read() as s:
+                planned = self._plan_deploy(s, sources, prune)
+            result = DeployResult(flows=tuple(p.plan for p in planned), applied=False, by=who)
+            if result.problems and not force and not tolerate:
+                raise CompatibilityError(result.problems, result)
+            return result
+        with self._db.transaction() as conn:
+            s = Session(conn, self._db.q)
+            revisions.flow_lock_deploys(s)
+            current = session.pg_now(s, now=now)
+            planned = self._plan_deploy(s, sources, prune)
+            result = DeployResult(flows=tuple(p.plan for p in planned), applied=True, by=who)
+            if result.problems and not force:
+                raise CompatibilityError(result.problems, _unapplied(result))
+            for one in planned:
+                self._apply(conn, one, who, current)
         return result
 
-    def _deploy_one(
-        self, conn: Conn, src: _Source, by: str, current: datetime, force: bool
-    ) -> FlowPlan:
-        """Write the next revision of ``src``'s flow (when it is not unchanged) in the
-        deploy's transaction on ``conn``, with its schedules synced; its plan."""
-        s = Session(conn, self._db.q)
+    @contextmanager
+    def _read(self) -> Iterator[Session]:
+        """A session inside one read-only REPEATABLE READ transaction (a plan's reads)."""
+        with self._db.session() as s, s.conn.transaction():
+            session.session_set_read_snapshot(s)
+            yield s
+
+    def _plan_deploy(self, s: Session, sources: Sequence[_Source], prune: bool) -> list[_Planned]:
+        """The plan of a deploy of ``sources`` (with ``prune``, the retirement of the other
+        active flows), by reads only on ``s``."""
+        planned = [self._plan_source(s, src) for src in sources]
+        if prune:
+            keep = {src.flow.name for src in sources}
+            planned += self._plan_prune(s, keep)
+        return planned
+
+    def _plan_source(self, s: Session, src: _Source) -> _Planned:
+        """The plan of deploying ``src``'s flow: see :class:`FlowPlan`."""
         flow = src.flow
         deployed = revisions.flow_get(s, name=flow.name)
         before = (
@@ -364,85 +438,190 @@ class Deployments:
             if deployed is None
             else revisions.revision_get(s, flow_name=flow.name, revision=None)
         )
-        was_retired = deployed is not None and deployed.retired_at is not None
         previous = None if before is None else before.revision
-        change = compare_documents(None if before is None else before.definition, flow.document)
         diff = source_diff(
             None if before is None else before.source,
             src.text,
             f"{flow.name}@{previous}" if previous is not None else "/dev/null",
             src.path,
         )
-        if (
-            before is not None
-            and before.digest == flow.digest
-            and before.source == src.text
-            and not was_retired
-        ):
-            return _unchanged(flow.name, src.path, before.revision, change, diff, src.git)
-        problems = self._check(s, flow)
-        workflow_id = store_definition(Tx(conn, self._db.q), flow)
-        inserted = revisions.revision_insert(
-            s,
-            flow_name=flow.name,
-            workflow_id=workflow_id,
-            source=src.text,
-            source_path=src.path,
-            kind="deploy",
-            rollback_of=None,
-            deployed_by=by,
-            git_commit=None if src.git is None else src.git.commit,
-            git_path=None if src.git is None else src.git.path,
-            git_dirty=None if src.git is None else src.git.dirty,
+        unchanged = (
+            before is not None and before.digest == flow.digest and before.source == src.text
         )
-        synced = self._make_current(conn, flow, workflow_id, inserted.revision, current, problems)
-        return FlowPlan(
-            name=flow.name,
-            path=src.path,
-            status="added" if before is None else "changed",
-            previous=previous,
-            revision=inserted.revision,
-            change=change,
-            source_diff=diff,
-            schedules=synced,
-            problems=problems,
-            was_retired=was_retired,
-            git=src.git,
+        return self._plan_flow(
+            s,
+            flow,
+            before,
+            unchanged,
+            FlowPlan(
+                name=flow.name,
+                path=src.path,
+                status="added" if before is None else "changed",
+                previous=previous,
+                revision=None,
+                change=compare_documents(
+                    None if before is None else before.definition, flow.document
+                ),
+                source_diff=diff,
+                schedules=_NO_SCHEDULES,
+                problems=(),
+                was_retired=deployed is not None and deployed.retired_at is not None,
+                git=src.git,
+            ),
+            source=src,
         )
 
-    def _make_current(
+    def _plan_flow(
+        self,
+        s: Session,
+        flow: Flow,
+        before: Revision | None,
+        same: bool,
+        plan: FlowPlan,
+        *,
+        source: _Source | None = None,
+        target: Revision | None = None,
+    ) -> _Planned:
+        """Complete ``plan`` (a new current revision ``flow`` of ``plan.name``; ``before``
+        the current one, None: never deployed; ``same`` when their definition and source
+        are equal): ``unchanged`` when ``same`` and not retired (no revision; its problems
+        are none, its schedules synced back when they drifted), else the next revision
+        (``before``'s + 1: the current revision is always the highest), the compatibility
+        problems; the schedule plan either way."""
+        previous = None if before is None else before.revision
+        schedules = self._schedules.plan_in(s, flow, flow_schedules(flow), revision=previous)
+        if same and not plan.was_retired:
+            assert before is not None
+            plan = dataclasses.replace(
+                plan, status="unchanged", revision=previous, schedules=schedules
+            )
+        else:
+            plan = dataclasses.replace(
+                plan,
+                revision=1 if previous is None else previous + 1,
+                schedules=schedules,
+                problems=self._check(s, flow),
+            )
+        return _Planned(plan=plan, flow=flow, before=before, source=source, target=target)
+
+    def _plan_prune(self, s: Session, keep: set[str]) -> list[_Planned]:
+        """The retirement of the deployed, active flows not in ``keep``: status
+        ``removed``, their file schedules removed (the others paused), by name."""
+        planned = []
+        for deployed in revisions.flow_list(s):
+            if deployed.name in keep or deployed.retired_at is not None:
+                continue
+            before = revisions.revision_get(s, flow_name=deployed.name, revision=None)
+            assert before is not None  # a deployed flow has its current revision
+            rows = schedules_db.schedule_list_for_flow(s, flow_name=deployed.name)
+            plan = FlowPlan(
+                name=deployed.name,
+                path=None,
+                status="removed",
+                previous=before.revision,
+                revision=None,
+                change=compare_documents(before.definition, None),
+                source_diff=source_diff(
+                    before.source, None, f"{deployed.name}@{before.revision}", "/dev/null"
+                ),
+                schedules=SyncResult(
+                    added=[], updated=[], removed=[r.name for r in rows if r.source == "flow"]
+                ),
+                problems=(),
+                was_retired=False,
+                git=_stored_git(before),
+            )
+            planned.append(_Planned(plan=plan, flow=None, before=before))
+        return planned
+
+    def _apply(self, conn: Conn, one: _Planned, by: str, current: datetime) -> None:
+        """Write ``one``'s plan in the transaction on ``conn`` (under flow_lock_deploys,
+        the plan read in it): retire a removed flow; sync an unchanged flow's schedules
+        when they drifted; else store the next revision, make it current, sync."""
+        s = Session(conn, self._db.q)
+        plan = one.plan
+        if one.flow is None:  # removed
+            revisions.flow_retire_if_active(s, name=plan.name, by=by)
+            schedules_db.schedule_delete_flow_stale(s, flow_name=plan.name, keep=[])
+            schedules_db.schedule_pause_for_flow(s, flow_name=plan.name)
+            return
+        if plan.status == "unchanged":
+            assert one.before is not None
+            if _any_schedule(plan.schedules):
+                # the inputs are the ones the current revision was deployed with
+                self._sync_to(conn, one.flow, one.before.workflow_id, plan, current, False)
+            return
+        check = not any(p.kind == "schedule" for p in plan.problems)
+        if one.target is not None:  # rollback
+            target = one.target
+            workflow_id = target.workflow_id
+            inserted = revisions.revision_insert(
+                s,
+                flow_name=plan.name,
+                workflow_id=workflow_id,
+                source=target.source or "",
+                source_path=target.source_path,
+                kind="rollback",
+                rollback_of=target.revision,
+                deployed_by=by,
+                git_commit=target.git_commit,
+                git_path=target.git_path,
+                git_dirty=target.git_dirty,
+            )
+        else:
+            assert one.source is not None
+            src = one.source
+            workflow_id = store_definition(Tx(conn, self._db.q), one.flow)
+            inserted = revisions.revision_insert(
+                s,
+                flow_name=plan.name,
+                workflow_id=workflow_id,
+                source=src.text,
+                source_path=src.path,
+                kind="deploy",
+                rollback_of=None,
+                deployed_by=by,
+                git_commit=None if src.git is None else src.git.commit,
+                git_path=None if src.git is None else src.git.path,
+                git_dirty=None if src.git is None else src.git.dirty,
+            )
+        assert inserted.revision == plan.revision  # planned under the same lock
+        revisions.flow_set_current(s, name=plan.name, revision=inserted.revision)
+        self._sync_to(conn, one.flow, workflow_id, plan, current, check)
+
+    def _sync_to(
         self,
         conn: Conn,
         flow: Flow,
         workflow_id: int,
-        revision: int,
+        plan: FlowPlan,
         current: datetime,
-        problems: Sequence[CompatProblem],
-    ) -> SyncResult:
-        """Make ``revision`` (definition ``workflow_id``) of ``flow`` current, sync the
-        file schedules of ``flow`` to it and repoint the flow's other schedules."""
-        s = Session(conn, self._db.q)
-        revisions.flow_set_current(s, name=flow.name, revision=revision)
-        synced = self._sync(
+        check_inputs: bool,
+    ) -> None:
+        """Sync the file schedules of ``flow`` to ``plan.revision`` (definition
+        ``workflow_id``) and point the flow's other schedules at it."""
+        assert plan.revision is not None
+        self._schedules.register_in(
             conn,
             flow,
             flow_schedules(flow),
             workflow_id=workflow_id,
-            revision=revision,
+            revision=plan.revision,
             current=current,
-            check_inputs=not any(p.kind == "schedule" for p in problems),
+            check_inputs=check_inputs,
         )
-        repointed = schedules_db.schedule_set_revision_for_flow(
-            s, flow_name=flow.name, workflow_id=workflow_id, revision=revision
+        schedules_db.schedule_set_revision_for_flow(
+            Session(conn, self._db.q),
+            flow_name=flow.name,
+            workflow_id=workflow_id,
+            revision=plan.revision,
         )
-        updated = list(synced.updated)
-        updated += [n for n in repointed if n not in updated and n not in synced.added]
-        return SyncResult(added=list(synced.added), updated=updated, removed=list(synced.removed))
 
     def _check(self, s: Session, flow: Flow) -> tuple[CompatProblem, ...]:
         """The stored inputs that would use ``flow`` and that its ``input_schema``
         refuses: its file schedules' inputs, the flow's schedules added by hand, and the
-        inputs of its runs waiting to start."""
+        inputs of its runs waiting to start (never started; the oldest
+        :data:`WAITING_RUNS_CHECKED`, a warning logged when there may be more)."""
         problems: list[CompatProblem] = []
         for entry in flow_schedules(flow):
             message = self._refused(flow, entry.input)
@@ -457,6 +636,13 @@ class Deployments:
         waiting = revisions.revision_list_waiting_runs(
             s, flow_name=flow.name, limit=WAITING_RUNS_CHECKED
         )
+        if len(waiting) >= WAITING_RUNS_CHECKED:
+            self._inserter.config.logger.warning(
+                "deploy of %s: only the %d oldest runs waiting to start were checked "
+                "against the new input_schema",
+                flow.name,
+                WAITING_RUNS_CHECKED,
+            )
         for run in waiting:
             message = self._refused(flow, json.loads(run.input))
             if message is not None:
@@ -471,38 +657,6 @@ class Deployments:
         except (InputValidationError, PayloadTooLargeError) as exc:
             return str(exc)
         return None
-
-    def _prune(self, s: Session, keep: set[str], by: str) -> list[FlowPlan]:
-        """Retire the deployed, active flows not in ``keep``: their file schedules removed,
-        their other schedules paused; a plan each (status ``removed``), by name."""
-        plans = []
-        for deployed in revisions.flow_list(s):
-            if deployed.name in keep or deployed.retired_at is not None:
-                continue
-            if not revisions.flow_retire_if_active(s, name=deployed.name, by=by):
-                continue
-            before = revisions.revision_get(s, flow_name=deployed.name, revision=None)
-            assert before is not None  # a deployed flow has its current revision
-            removed = schedules_db.schedule_delete_flow_stale(s, flow_name=deployed.name, keep=[])
-            schedules_db.schedule_pause_for_flow(s, flow_name=deployed.name)
-            plans.append(
-                FlowPlan(
-                    name=deployed.name,
-                    path=None,
-                    status="removed",
-                    previous=before.revision,
-                    revision=None,
-                    change=compare_documents(before.definition, None),
-                    source_diff=source_diff(
-                        before.source, None, f"{deployed.name}@{before.revision}", "/dev/null"
-                    ),
-                    schedules=SyncResult(added=[], updated=[], removed=removed),
-                    problems=(),
-                    was_retired=False,
-                    git=_stored_git(before),
-                )
-            )
-        return plans
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -567,70 +721,50 @@ class Deployments:
     ) -> FlowPlan:
         """See :meth:`cyclone_flow.Client.rollback`."""
         who = by if by is not None else default_by()
-        try:
-            with self._db.transaction() as conn:
-                s = Session(conn, self._db.q)
-                revisions.flow_lock_deploys(s)
-                current = session.pg_now(s, now=now)
-                target = _revision(s, name, to)
-                before = _revision(s, name, None)
-                plan = self._rollback(conn, target, before, who, current)
-                if plan.problems and not force:
-                    raise CompatibilityError(plan.problems, plan)
-                if dry_run:
-                    raise _DryRun(plan)
-        except _DryRun as done:
-            assert isinstance(done.result, FlowPlan)
-            return done.result
-        return plan
+        if dry_run:
+            with self._read() as s:
+                plan = self._plan_rollback(s, name, to).plan
+            if plan.problems and not force:
+                raise CompatibilityError(plan.problems, plan)
+            return plan
+        with self._db.transaction() as conn:
+            s = Session(conn, self._db.q)
+            revisions.flow_lock_deploys(s)
+            current = session.pg_now(s, now=now)
+            planned = self._plan_rollback(s, name, to)
+            if planned.plan.problems and not force:
+                raise CompatibilityError(planned.plan.problems, planned.plan)
+            self._apply(conn, planned, who, current)
+        return planned.plan
 
-    def _rollback(
-        self, conn: Conn, target: Revision, before: Revision, by: str, current: datetime
-    ) -> FlowPlan:
-        s = Session(conn, self._db.q)
-        name = target.flow_name
-        flow = self._built(target)
-        was_retired = before.retired_at is not None
+    def _plan_rollback(self, s: Session, name: str, to: int) -> _Planned:
+        """The plan of a rollback of ``name`` to revision ``to``, by reads only on ``s``.
+        Raises FlowNotDeployedError, RevisionNotFoundError."""
+        target = _revision(s, name, to)
+        before = _revision(s, name, None)
         assert target.definition is not None and before.definition is not None
-        change = compare_documents(before.definition, target.definition)
-        diff = source_diff(
-            before.source, target.source, f"{name}@{before.revision}", f"{name}@{target.revision}"
-        )
-        if before.digest == target.digest and before.source == target.source and not was_retired:
-            plan = _unchanged(name, None, before.revision, change, diff, _stored_git(target))
-            return dataclasses.replace(plan, kind="rollback", rollback_of=target.revision)
-        problems = self._check(s, flow)
-        inserted = revisions.revision_insert(
-            s,
-            flow_name=name,
-            workflow_id=target.workflow_id,
-            source=target.source or "",
-            source_path=target.source_path,
-            kind="rollback",
-            rollback_of=target.revision,
-            deployed_by=by,
-            git_commit=target.git_commit,
-            git_path=target.git_path,
-            git_dirty=target.git_dirty,
-        )
-        synced = self._make_current(
-            conn, flow, target.workflow_id, inserted.revision, current, problems
-        )
-        return FlowPlan(
+        same = before.digest == target.digest and before.source == target.source
+        plan = FlowPlan(
             name=name,
             path=None,
             status="changed",
             previous=before.revision,
-            revision=inserted.revision,
-            change=change,
-            source_diff=diff,
-            schedules=synced,
-            problems=problems,
-            was_retired=was_retired,
+            revision=None,
+            change=compare_documents(before.definition, target.definition),
+            source_diff=source_diff(
+                before.source,
+                target.source,
+                f"{name}@{before.revision}",
+                f"{name}@{target.revision}",
+            ),
+            schedules=_NO_SCHEDULES,
+            problems=(),
+            was_retired=before.retired_at is not None,
             git=_stored_git(target),
             kind="rollback",
             rollback_of=target.revision,
         )
+        return self._plan_flow(s, self._built(target), before, same, plan, target=target)
 
     def retire(self, name: str, *, by: str | None = None) -> RetireResult:
         """See :meth:`cyclone_flow.Client.retire`."""
@@ -659,33 +793,45 @@ class Deployments:
     ) -> tuple[RunId, Wakeups]:
         """Insert a run of the deployed flow ``ref`` (``NAME`` / ``NAME@REV``; or
         ``revision``) with ``options`` in a transaction of its own on the idle ``conn``,
-        committed: the flow's row read FOR SHARE, the revision's stored definition run and
-        its number recorded (``Run.revision``). ``before_commit(conn, run_id)`` runs in that
-        transaction. Returns the run id and the wakeups to publish.
+        committed (see :meth:`insert_by_name_in`). ``before_commit(conn, run_id)`` runs in
+        that transaction. Returns the run id and the wakeups to publish."""
+        with conn.transaction():
+            run_id, wakeups = self.insert_by_name_in(conn, ref, run_input, revision, options)
+            if before_commit is not None:
+                before_commit(conn, run_id)
+        return run_id, wakeups
+
+    def insert_by_name_in(
+        self,
+        conn: Conn,
+        ref: str,
+        run_input: JSON,
+        revision: int | None,
+        options: RunOptions,
+    ) -> tuple[RunId, Wakeups]:
+        """Insert a run of the deployed flow ``ref`` (``NAME`` / ``NAME@REV``; or
+        ``revision``) with ``options`` in the transaction open on ``conn`` (the caller
+        commits): the flow's row read FOR SHARE (held until that commit), the revision's
+        stored definition run and its number recorded (``Run.revision``). Returns the run
+        id and the wakeups to publish after the commit.
 
         Raises SubmitOptionError, FlowNotDeployedError, FlowRetiredError,
         RevisionNotFoundError, InputValidationError, PayloadTooLargeError; nothing is
         written then."""
         name, wanted = parse_flow_reference(ref, revision)
-        with conn.transaction():
-            s = Session(conn, self._db.q)
-            deployed = revisions.flow_get_for_submit(s, name=name)
-            if deployed is None:
-                raise FlowNotDeployedError(name)
-            if deployed.retired_at is not None:
-                raise FlowRetiredError(name)
-            number = deployed.current_revision if wanted is None else wanted
-            found = revisions.revision_get(s, flow_name=name, revision=number)
-            if found is None:
-                raise RevisionNotFoundError(name, number)
-            input_json = self._inserter.prepare_input(self._built(found), run_input)
-            opts = dataclasses.replace(options, revision=found.revision)
-            run_id, wakeups = self._inserter.insert_stored(
-                conn, found.workflow_id, input_json, opts
-            )
-            if before_commit is not None:
-                before_commit(conn, run_id)
-        return run_id, wakeups
+        s = Session(conn, self._db.q)
+        deployed = revisions.flow_get_for_submit(s, name=name)
+        if deployed is None:
+            raise FlowNotDeployedError(name)
+        if deployed.retired_at is not None:
+            raise FlowRetiredError(name)
+        number = deployed.current_revision if wanted is None else wanted
+        found = revisions.revision_get(s, flow_name=name, revision=number)
+        if found is None:
+            raise RevisionNotFoundError(name, number)
+        input_json = self._inserter.prepare_input(self._built(found), run_input)
+        opts = dataclasses.replace(options, revision=found.revision)
+        return self._inserter.insert_stored(conn, found.workflow_id, input_json, opts)
 
     def _built(self, found: Revision) -> Flow:
         """The :class:`Flow` of a revision's stored definition (child flows not loaded),
@@ -707,7 +853,10 @@ def _revision(s: Session, name: str, revision: int | None) -> Revision:
     Raises FlowNotDeployedError, RevisionNotFoundError."""
     if not storable(name):
         raise FlowNotDeployedError(name)
-    found = revisions.revision_get(s, flow_name=name, revision=revision)
+    if revision is not None and not is_revision(revision):
+        found = None  # no such revision (out of the column's range)
+    else:
+        found = revisions.revision_get(s, flow_name=name, revision=revision)
     if found is not None:
         return found
     if revision is None or revisions.flow_get(s, name=name) is None:
@@ -715,29 +864,9 @@ def _revision(s: Session, name: str, revision: int | None) -> Revision:
     raise RevisionNotFoundError(name, revision)
 
 
-def _unchanged(
-    name: str,
-    path: str | None,
-    revision: int,
-    change: FlowChange,
-    diff: str,
-    git: GitInfo | None,
-) -> FlowPlan:
-    """The plan of a flow whose current ``revision`` already has the content: nothing
-    written, no schedule touched."""
-    return FlowPlan(
-        name=name,
-        path=path,
-        status="unchanged",
-        previous=revision,
-        revision=revision,
-        change=change,
-        source_diff=diff,
-        schedules=SyncResult(added=[], updated=[], removed=[]),
-        problems=(),
-        was_retired=False,
-        git=git,
-    )
+def _any_schedule(result: SyncResult) -> bool:
+    """Whether a schedule plan changes anything."""
+    return bool(result.added or result.updated or result.removed)
 
 
 def _stored_git(found: Revision) -> GitInfo | None:

@@ -450,7 +450,8 @@ class CompatibilityError(CycloneError):
     names its schedule or run), ``result`` the
     :class:`~cyclone_flow.deployments.DeployResult` (or, for a rollback, the
     :class:`~cyclone_flow.deployments.FlowPlan`) that was not applied. Nothing was
-    written; ``force`` deploys anyway (exit 1)."""
+    written; ``force`` deploys anyway (exit 1). Both are typed ``Any``: this module is the
+    lowest layer and cannot import :mod:`cyclone_flow.deployments`."""
 
     def __init__(self, problems: Sequence[Any], result: Any) -> None:
         self.problems = tuple(problems)

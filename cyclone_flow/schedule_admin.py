@@ -7,6 +7,7 @@ scanner's (the maintenance loop).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -194,29 +195,8 @@ class Schedules:
         names: list[str] = []
         taken = [entry.name for entry, _, _ in prepared]
         for entry, ticks, input_json in prepared:
-            name = entry.name
-            if source == "flow" and not entry.named:
-                # a schedule an earlier version named by position keeps its name
-                name = (
-                    stored.schedule_get_positional(
-                        s,
-                        flow_name=flow.name,
-                        cron=entry.cron,
-                        timezone=entry.timezone,
-                        input=input_json,
-                        taken=taken,
-                    )
-                    or name
-                )
-            other = stored.schedule_get_source(s, name=name)
-            if other is not None and other != source:
-                raise SubmitOptionError(
-                    "name",
-                    name,
-                    f"a schedule of this name was created by "
-                    f"{'schedule sync' if other == 'flow' else 'schedule add'}; remove it "
-                    "first or pick another name",
-                )
+            name = _resolve_name(s, flow, entry, input_json, source, taken)
+            _check_source(name, stored.schedule_get_source(s, name=name), source)
             names.append(name)
             created = stored.schedule_upsert(
                 s,
@@ -237,6 +217,90 @@ class Schedules:
             else []
         )
         return SyncResult(added=added, updated=updated, removed=removed)
+
+    def plan_in(
+        self, s: Session, flow: Flow, entries: Sequence[ScheduleSpec], *, revision: int | None
+    ) -> SyncResult:
+        """What :meth:`register_in` of ``flow``'s file schedules ``entries``, followed by
+        pointing every schedule of the flow at its new current revision, would change, by
+        reads only (deploy's plan; ``diff``). ``revision`` is the flow's current revision
+        before the call (None: never deployed); a schedule pointing at another one is out
+        of sync. ``added``: entries with no stored row (names resolved as :meth:`_write`
+        does); ``updated``: stored rows whose cron, timezone or input (defaults filled,
+        compared as JSON values) differ, or that are out of sync (manual ones too);
+        ``removed``: the flow's file schedules not among the entries. A row that only
+        follows the flow to its new revision is not reported. Raises as
+        :meth:`register_in` does, but an input the schema refuses (a compatibility
+        problem, reported by the caller)."""
+        prepared = self._prepare(flow, entries, check_inputs=False)
+        taken = [entry.name for entry, _, _ in prepared]
+        added: list[str] = []
+        updated: list[str] = []
+        names: list[str] = []
+        for entry, _, input_json in prepared:
+            name = _resolve_name(s, flow, entry, input_json, "flow", taken)
+            row = stored.schedule_get(s, name=name)
+            _check_source(name, None if row is None else row.source, "flow")
+            names.append(name)
+            if row is None:
+                added.append(name)
+            elif (
+                row.flow_name != flow.name
+                or (row.cron, row.timezone) != (entry.cron, entry.timezone)
+                or row.input != json.loads(input_json)
+                or not _in_sync(row, revision)
+            ):
+                updated.append(name)
+        removed = []
+        for row in stored.schedule_list_for_flow(s, flow_name=flow.name):
+            if row.source == "flow" and row.name not in names:
+                removed.append(row.name)
+            elif row.source != "flow" and not _in_sync(row, revision):
+                updated.append(row.name)
+        return SyncResult(added=added, updated=updated, removed=removed)
+
+
+def _in_sync(row: ScheduleRow, revision: int | None) -> bool:
+    """Whether ``row`` points at the flow's current ``revision`` (None: never deployed:
+    no row is)."""
+    return revision is not None and row.revision == revision
+
+
+def _resolve_name(
+    s: Session,
+    flow: Flow,
+    entry: ScheduleSpec,
+    input_json: str,
+    source: str,
+    taken: list[str],
+) -> str:
+    """The name ``entry`` of ``flow`` is stored under: its own, or for an unnamed ``flow``
+    entry the name an earlier version gave it by position (same cron, timezone and input;
+    not ``taken`` by another entry)."""
+    if source != "flow" or entry.named:
+        return entry.name
+    positional = stored.schedule_get_positional(
+        s,
+        flow_name=flow.name,
+        cron=entry.cron,
+        timezone=entry.timezone,
+        input=input_json,
+        taken=taken,
+    )
+    return positional or entry.name
+
+
+def _check_source(name: str, other: str | None, source: str) -> None:
+    """Refuse to overwrite the schedule ``name`` stored from ``other`` with one from
+    ``source`` (SubmitOptionError)."""
+    if other is not None and other != source:
+        raise SubmitOptionError(
+            "name",
+            name,
+            f"a schedule of this name was created by "
+            f"{'schedule sync' if other == 'flow' else 'schedule add'}; remove it "
+            "first or pick another name",
+        )
 
 
 def _refuse_retired(s: Session, flow_name: str) -> None:

@@ -103,7 +103,8 @@ def revision_list(s: SessionLike, *, flow_name: str) -> list[Revision]:
 
 
 def revision_list_waiting_runs(s: SessionLike, *, flow_name: str, limit: int) -> list[WaitingRun]:
-    """Running top runs of ``flow_name`` none of whose steps became claimable yet (delayed
-    or held by a sequence), oldest first, at most ``limit``."""
+    """Running top runs of ``flow_name`` none of whose steps ever started (a step given
+    back by a worker started) or became claimable yet (delayed or held by a sequence),
+    oldest first, at most ``limit``."""
     params = {"flow_name": flow_name, "limit": limit}
     return execute_rows(s, "revision_list_waiting_runs", params, _WAITING).fetchall()

@@ -119,8 +119,9 @@ ORDER BY v.revision DESC
 
 -- name: revision_list_waiting_runs
 -- deploy's compatibility check: the running top runs of flow %(flow_name)s none of whose
--- steps has become claimable yet (delayed to a later run_at, or held by their sequence; a
--- step's attempt starts at 1, above it the step ran already):
+-- steps ever started or has become claimable yet (delayed to a later run_at, or held by
+-- their sequence): every step pending or available, none with a started_at (a claim sets
+-- it and a give-back keeps it), none available with scheduled_at <= now().
 -- id and input (JSON text), at most %(limit)s, oldest first.
 SELECT r.id, r.input::text AS input
 FROM {schema}.cyclone_runs r
@@ -128,7 +129,7 @@ WHERE r.flow_name = %(flow_name)s AND r.state = 'running' AND r.parent_run_id IS
   AND NOT EXISTS (
       SELECT 1 FROM {schema}.cyclone_steps s
       WHERE s.run_id = r.id
-        AND (s.state NOT IN ('pending', 'available') OR s.attempt > 1
+        AND (s.state NOT IN ('pending', 'available') OR s.started_at IS NOT NULL
              OR (s.state = 'available' AND s.scheduled_at <= now())))
 ORDER BY r.created_at, r.id
 LIMIT %(limit)s

@@ -22,7 +22,7 @@ WHERE flow_name = %(flow_name)s AND source = 'flow' AND NOT (name = ANY(%(keep)s
 RETURNING name
 
 -- name: schedule_get
--- One schedule by name.
+-- One schedule by name (schedule show; deploy's schedule plan).
 SELECT id, name, flow_name, cron, timezone, input, source, paused, next_run_at,
        last_run_at, last_run_id, revision
 FROM {schema}.cyclone_schedules WHERE name = %(name)s
@@ -145,7 +145,8 @@ WHERE flow_name = %(flow_name)s AND NOT paused
 RETURNING name
 
 -- name: schedule_list_for_flow
--- deploy's compatibility check: every schedule of flow %(flow_name)s with its stored input.
+-- deploy's compatibility check and schedule plan (diff): every schedule of flow
+-- %(flow_name)s with its stored input.
 SELECT id, name, flow_name, cron, timezone, input, source, paused, next_run_at,
        last_run_at, last_run_id, revision
 FROM {schema}.cyclone_schedules
