@@ -140,10 +140,16 @@ def _where(plan: FlowPlan) -> str:
 
 
 def _schema_line(plan: FlowPlan) -> str | None:
-    """The input-schema compatibility of a changed flow (None: its schema did not change)."""
-    if not plan.change.schema:
+    """The input-schema compatibility of a changed flow (None: its schema did not change,
+    or only in annotations). ``compatible`` is claimed only when every change is known
+    not to refuse an input the old schema accepted (a constraint removed or loosened, a
+    type widened, ...: :func:`~cyclone_flow.flowfile.compare.schema_changes`); any other
+    change is ``breaking``, and the compatibility check then says whether a stored input
+    fails it."""
+    changes = plan.change.schema
+    if not changes:
         return None
-    if not plan.change.breaking:
+    if all(not c.breaking for c in changes):
         return "input schema: compatible (inputs the old schema accepted still pass)"
     count = len(plan.problems)
     stored = (
