@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from cyclone_flow.cli.common import (
+    REVISION,
     add_import_paths,
     compact_table,
     database_options,
@@ -29,7 +30,7 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
-from cyclone_flow.cli.flows_cmds import FLOW_REF_RE, parse_flow_ref
+from cyclone_flow.cli.flows_cmds import parse_flow_ref
 from cyclone_flow.cli.output import HandlerOutput
 from cyclone_flow.cli.progress import (
     end_line,
@@ -58,6 +59,7 @@ from cyclone_flow.client import (
 from cyclone_flow.config import MAX_LEASE_TTL_S
 from cyclone_flow.db.errors import Outage, database_lost
 from cyclone_flow.db.rows import Run
+from cyclone_flow.deployments import FLOW_REFERENCE
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.handlers import AllowList
@@ -68,7 +70,7 @@ from cyclone_flow.run_view import RunView
 @click.argument("flow_arg", metavar="FILE|NAME[@REV]")
 @click.option(
     "--revision",
-    type=click.IntRange(min=1),
+    type=REVISION,
     default=None,
     help="With a deployed flow NAME: run this revision instead of the current one.",
 )
@@ -217,15 +219,13 @@ def _flow_target(arg: str, revision: int | None) -> tuple[str | None, str | None
                 "submitted as it is)"
             )
         return arg, None, None
-    if not FLOW_REF_RE.fullmatch(arg):
+    if not FLOW_REFERENCE.fullmatch(arg):
         raise click.BadParameter(
             f"file {arg!r} does not exist, and it is no deployed flow NAME or NAME@REV.",
             param_hint="'FILE|NAME[@REV]'",
         )
-    name, rev = parse_flow_ref(arg, "'FILE|NAME[@REV]'")
-    if rev is not None and revision is not None and rev != revision:
-        raise click.UsageError(f"{arg} and --revision {revision} name different revisions")
-    return None, name, rev if rev is not None else revision
+    name, rev = parse_flow_ref(arg, "'FILE|NAME[@REV]'", given=revision)
+    return None, name, rev
 
 
 def _refuse_retired(client: Client, name: str) -> None:
