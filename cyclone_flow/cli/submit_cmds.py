@@ -130,8 +130,9 @@ def submit_cmd(
     **queue_values: Any,
 ) -> None:
     """Lint FILE, then write a run of it (definition, run, steps, deps) in one transaction;
-    print its id. NAME (no file of that name here): run the current revision of the
-    deployed flow NAME (NAME@REV or --revision N: that revision). Queue options:
+    print its id. NAME (no file of that name here; a folder does not count): run the
+    current revision of the deployed flow NAME (NAME@REV or --revision N: that revision).
+    Queue options:
     docs/queues.md. With --wait, then wait for the run to end (Client.wait: woken by
     cyclone_run_done, polling as the floor; a database restart or a short outage is
     ridden out up to --timeout). With --dry-run, check the same and print the plan (the
@@ -209,10 +210,11 @@ def submit_cmd(
 
 def _flow_target(arg: str, revision: int | None) -> tuple[str | None, str | None, int | None]:
     """(file, deployed flow name, revision) of submit's argument: an existing file, else
-    NAME or NAME@REV; a usage error (exit 2) for anything else."""
-    if os.path.exists(arg):
-        if os.path.isdir(arg):
-            raise click.BadParameter(f"{arg!r} is a directory.", param_hint="'FILE'")
+    NAME or NAME@REV; a usage error (exit 2) for anything else. A directory is never a
+    flow file: ``submit nightly`` in a folder holding a ``nightly/`` folder submits the
+    deployed flow."""
+    is_dir = os.path.isdir(arg)
+    if os.path.exists(arg) and not is_dir:
         if revision is not None:
             raise click.UsageError(
                 "--revision goes with a deployed flow NAME, not a flow FILE (a file is "
@@ -220,8 +222,9 @@ def _flow_target(arg: str, revision: int | None) -> tuple[str | None, str | None
             )
         return arg, None, None
     if not FLOW_REFERENCE.fullmatch(arg):
+        what = "is a directory, not a flow file" if is_dir else "does not exist"
         raise click.BadParameter(
-            f"file {arg!r} does not exist, and it is no deployed flow NAME or NAME@REV.",
+            f"file {arg!r} {what}, and it is no deployed flow NAME or NAME@REV.",
             param_hint="'FILE|NAME[@REV]'",
         )
     name, rev = parse_flow_ref(arg, "'FILE|NAME[@REV]'", given=revision)

@@ -349,6 +349,23 @@ def test_revisions_out_of_range_are_usage_errors(
     assert TOO_BIG in stderr or "99999999999" in stderr, stderr
 
 
+def test_submit_name_beside_a_folder_of_that_name(cli: Runner, tmp_path: Path) -> None:
+    """A directory is never a flow file: ``submit nightly`` where ``./nightly/`` exists
+    (a flows repository often has one) submits the deployed flow."""
+    _, flows = _repo(tmp_path, V1)
+    _ok(cli("deploy", flows))
+    here = tmp_path / "here"
+    (here / "nightly").mkdir(parents=True)
+    plan = json_output(_ok(cli("submit", "nightly", "--dry-run", "--json", cwd=here)).stdout)
+    assert [s["node"] for s in plan["steps"]] == ["first"]
+    run_id = _ok(cli("submit", "nightly", cwd=here)).stdout.strip()
+    (run,) = json_output(_ok(cli("runs", "--flow", "nightly", "--revision", "1", "--json")).stdout)
+    assert run["id"] == run_id
+    (here / "other-folder").mkdir()
+    stderr = _error(cli("submit", "./other-folder", cwd=here), 2, "is a directory")
+    assert "does not exist" not in stderr, stderr
+
+
 def test_submit_file_with_revision_is_a_usage_error(cli: Runner, tmp_path: Path) -> None:
     flow = tmp_path / "a.yaml"
     flow.write_text(f"name: a\nnodes:\n  a: {{call: '{ECHO}'}}\n")
