@@ -38,6 +38,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 FORMATS = ("text", "json", "github")
 
+RETIRED_SCHEDULES = (
+    "the schedules its retirement paused stay paused "
+    "(resume each: cyclone-flow schedule resume SCHEDULE)"
+)
+"""What deploying a retired flow does not do: resume the schedules the retire paused."""
+
 
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
@@ -106,7 +112,7 @@ def plan_line(plan: FlowPlan, *, applied: bool = True) -> str:
     parts = _change_parts(plan) if plan.kind == "deploy" else _schedule_parts(plan)
     line = head + (f": {', '.join(parts)}" if parts else "")
     if plan.was_retired:
-        line += "; it was retired and is active again"
+        line += f"; it was retired and is active again: {RETIRED_SCHEDULES}"
     if plan.problems:
         line += f"; forced past {_plural(len(plan.problems), 'compatibility problem')}"
     return line
@@ -175,7 +181,7 @@ def _plan_facts(plan: FlowPlan) -> list[str]:
     if parts:
         lines.append("schedules: " + "; ".join(parts))
     if plan.was_retired:
-        lines.append("retired now: deploying makes it active again")
+        lines.append(f"retired now: deploying makes it active again; {RETIRED_SCHEDULES}")
     schema = _schema_line(plan)
     if schema is not None:
         lines.append(schema)
@@ -312,7 +318,8 @@ def diff_cmd(
 ) -> None:
     """Show what `deploy PATHS` would change, per flow: added, changed, removed or
     unchanged; the nodes added, removed and changed; the schedules; the input schema's
-    compatibility with the stored inputs that would use it. Writes nothing.
+    compatibility with the stored inputs that would use it. Read-only: takes no lock and
+    writes nothing (SELECT rights suffice).
 
     Exit status: 0 nothing would change, 1 something would, 2 errors (a missing path,
     lint errors: their problems are printed, no database).
@@ -349,7 +356,8 @@ def _diff(
 @click.option(
     "--prune",
     is_flag=True,
-    help="Retire the deployed flows absent from PATHS and remove their file schedules.",
+    help="Retire every deployed flow of the schema absent from PATHS (so PATHS must be all "
+    "the flows deployed to it), removing its file schedules and pausing its others.",
 )
 @click.option(
     "--force",

@@ -299,8 +299,12 @@ def flows_rollback_cmd(
 def flows_retire_cmd(
     name: str, by: str | None, as_json: bool, database_url: str | None, schema: str
 ) -> None:
-    """Retire flow NAME: new submits of it are refused and its schedules paused; running
-    runs finish. Deploying it again makes it active."""
+    """Retire flow NAME: its schedules are paused, running runs finish, and new submits
+    by name are refused (`submit NAME`, Client.submit("NAME")), as is the CLI's `submit
+    FILE` of a file declaring that name (checked before the insert, not in its
+    transaction). Client.submit of a Flow or a path, and `run FILE`, do not check.
+    Deploying NAME again makes it active for submits by name, but its schedules stay
+    paused: resume each with `cyclone-flow schedule resume SCHEDULE`."""
     with _client(database_url, schema) as client:
         result = client.retire(name, by=by)
     if as_json:
@@ -310,4 +314,6 @@ def flows_retire_cmd(
         click.echo(f"{name} was already retired")
         return
     paused = f"; paused schedule(s) {', '.join(result.paused)}" if result.paused else ""
-    click.echo(f"retired {name}: new submits are refused{paused}")
+    click.echo(
+        f"retired {name}: submits by name, and the CLI's submits of its files, are refused{paused}"
+    )

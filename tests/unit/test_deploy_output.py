@@ -60,6 +60,11 @@ def test_plan_lines() -> None:
         change=compare_documents(OLD, None),
     )
     assert plan_line(removed) == "retired old-flow (pruned)"
+    again = plan_line(_plan(was_retired=True))
+    assert again.endswith(
+        "; it was retired and is active again: the schedules its retirement paused stay "
+        "paused (resume each: cyclone-flow schedule resume SCHEDULE)"
+    ), again
     back = _plan(kind="rollback", rollback_of=1, previous=2, revision=3)
     assert plan_line(back).startswith("rolled back nightly to revision 1 as revision 3 (was 2)")
     assert plan_line(back, applied=False).startswith("would roll back nightly to revision 1")
