@@ -35,6 +35,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _PREPARE = "cyclone_flow.prepare"  # click context meta: --prepare/--no-prepare
 
+MAX_REVISION = 2**31 - 1
+"""The largest revision number (a Postgres ``integer``, as the revision columns): a
+larger one given on the command line is a usage error, not a database error."""
+
+REVISION = click.IntRange(1, MAX_REVISION)
+"""The click type of every revision given as an option or argument (``--revision``,
+``--to``, ``flows diff NAME A B``)."""
+
 
 def database_options(func: F) -> F:
     """Add ``--database-url`` (``CYCLONE_DATABASE_URL``), ``--schema``

@@ -38,6 +38,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 FORMATS = ("text", "json", "github")
 
+RETIRED_SCHEDULES = (
+    "the schedules its retirement paused stay paused "
+    "(resume each: cyclone-flow schedule resume SCHEDULE)"
+)
+"""What deploying a retired flow does not do: resume the schedules the retire paused."""
+
 
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
@@ -106,7 +112,7 @@ def plan_line(plan: FlowPlan, *, applied: bool = True) -> str:
     parts = _change_parts(plan) if plan.kind == "deploy" else _schedule_parts(plan)
     line = head + (f": {', '.join(parts)}" if parts else "")
     if plan.was_retired:
-        line += "; it was retired and is active again"
+        line += f"; it was retired and is active again: {RETIRED_SCHEDULES}"
     if plan.problems:
         line += f"; forced past {_plural(len(plan.problems), 'compatibility problem')}"
     return line
@@ -140,10 +146,16 @@ def _where(plan: FlowPlan) -> str:
 
 
 def _schema_line(plan: FlowPlan) -> str | None:
-    """The input-schema compatibility of a changed flow (None: its schema did not change)."""
-    if not plan.change.schema:
+    """The input-schema compatibility of a changed flow (None: its schema did not change,
+    or only in annotations). ``compatible`` is claimed only when every change is known
+    not to refuse an input the old schema accepted (a constraint removed or loosened, a
+    type widened, ...: :func:`~cyclone_flow.flowfile.compare.schema_changes`); any other
+    change is ``breaking``, and the compatibility check then says whether a stored input
+    fails it."""
+    changes = plan.change.schema
+    if not changes:
         return None
-    if not plan.change.breaking:
+    if all(not c.breaking for c in changes):
         return "input schema: compatible (inputs the old schema accepted still pass)"
     count = len(plan.problems)
     stored = (
@@ -169,7 +181,7 @@ def _plan_facts(plan: FlowPlan) -> list[str]:
     if parts:
         lines.append("schedules: " + "; ".join(parts))
     if plan.was_retired:
-        lines.append("retired now: deploying makes it active again")
+        lines.append(f"retired now: deploying makes it active again; {RETIRED_SCHEDULES}")
     schema = _schema_line(plan)
     if schema is not None:
         lines.append(schema)
@@ -306,7 +318,8 @@ def diff_cmd(
 ) -> None:
     """Show what `deploy PATHS` would change, per flow: added, changed, removed or
     unchanged; the nodes added, removed and changed; the schedules; the input schema's
-    compatibility with the stored inputs that would use it. Writes nothing.
+    compatibility with the stored inputs that would use it. Read-only: takes no lock and
+    writes nothing (SELECT rights suffice).
 
     Exit status: 0 nothing would change, 1 something would, 2 errors (a missing path,
     lint errors: their problems are printed, no database).
@@ -343,7 +356,8 @@ def _diff(
 @click.option(
     "--prune",
     is_flag=True,
-    help="Retire the deployed flows absent from PATHS and remove their file schedules.",
+    help="Retire every deployed flow of the schema absent from PATHS (so PATHS must be all "
+    "the flows deployed to it), removing its file schedules and pausing its others.",
 )
 @click.option(
     "--force",

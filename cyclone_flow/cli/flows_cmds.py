@@ -2,12 +2,13 @@
 their revisions (docs/deploy.md). Every command has ``--json``; an unknown flow or
 revision exits 1, a NAME or REV that cannot be one exits 2.
 
-:func:`parse_flow_ref` reads ``NAME`` / ``NAME@REV`` for ``submit`` too.
+:func:`parse_flow_ref` reads ``NAME`` / ``NAME@REV`` for ``submit`` too, by the rules of
+``Client.submit`` (:data:`cyclone_flow.deployments.FLOW_REFERENCE`,
+:func:`cyclone_flow.deployments.parse_flow_reference`).
 """
 
 from __future__ import annotations
 
-import re
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +17,7 @@ import click
 from rich.text import Text
 
 from cyclone_flow.cli.common import (
+    REVISION,
     database_options,
     echo_json,
     handle_errors,
@@ -28,32 +30,34 @@ from cyclone_flow.cli.common import (
 from cyclone_flow.cli.deploy_cmds import plan_line, problem_line
 from cyclone_flow.client import Client
 from cyclone_flow.db.rows import DeployedFlow, Revision
-from cyclone_flow.errors import CompatibilityError
+from cyclone_flow.deployments import FLOW_REFERENCE, parse_flow_reference
+from cyclone_flow.errors import CompatibilityError, SubmitOptionError
 from cyclone_flow.flowfile.compare import describe_change
 
-__all__ = ["FLOW_REF_RE", "flows_group", "parse_flow_ref"]
-
-FLOW_REF_RE = re.compile(r"^([a-z][a-z0-9_-]{0,99})(?:@([0-9]{1,9}))?$")
-"""A deployed flow's name (as ``name:`` of a flow file), optionally ``@REVISION``."""
+__all__ = ["flows_group", "parse_flow_ref"]
 
 _SHORT_SHA = 7
 
 
-def parse_flow_ref(text: str, param_hint: str, *, revision: bool = True) -> tuple[str, int | None]:
-    """``NAME`` or ``NAME@REV`` (when ``revision``) as (name, revision or None); a click
-    usage error (exit 2) naming ``param_hint`` otherwise."""
-    match = FLOW_REF_RE.fullmatch(text)
-    if match is None or (match.group(2) is not None and not revision):
+def parse_flow_ref(
+    text: str, param_hint: str, *, revision: bool = True, given: int | None = None
+) -> tuple[str, int | None]:
+    """``NAME`` or ``NAME@REV`` (when ``revision``) as (name, revision or None), read as
+    ``Client.submit`` reads it (:data:`~cyclone_flow.deployments.FLOW_REFERENCE`, then
+    :func:`~cyclone_flow.deployments.parse_flow_reference`, which checks the bounds);
+    ``given``: a revision given apart (``--revision``), which must agree. A click usage
+    error (exit 2) naming ``param_hint`` otherwise."""
+    if FLOW_REFERENCE.fullmatch(text) is None or ("@" in text and not revision):
         what = "a flow name" + (" or NAME@REVISION" if revision else "")
         raise click.BadParameter(
             f"{text!r} is not {what}: a lowercase letter, then lowercase letters, digits, "
-            "'_' or '-' (at most 100)" + (", then @ and a revision number" if revision else ""),
+            "'_' or '-'" + (", then @ and a revision number" if revision else ""),
             param_hint=param_hint,
         )
-    rev = match.group(2)
-    if rev is not None and int(rev) < 1:
-        raise click.BadParameter(f"{text!r}: revisions start at 1", param_hint=param_hint)
-    return match.group(1), None if rev is None else int(rev)
+    try:
+        return parse_flow_reference(text, given)
+    except SubmitOptionError as exc:
+        raise click.BadParameter(f"{text!r}: {exc}", param_hint=param_hint) from None
 
 
 def _name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
@@ -209,8 +213,8 @@ def flows_show_cmd(ref: str, as_json: bool, database_url: str | None, schema: st
 
 @flows_group.command("diff")
 @click.argument("name", callback=_name)
-@click.argument("rev_a", type=click.IntRange(min=1), metavar="REV_A")
-@click.argument("rev_b", type=click.IntRange(min=1), metavar="[REV_B]", required=False)
+@click.argument("rev_a", type=REVISION, metavar="REV_A")
+@click.argument("rev_b", type=REVISION, metavar="[REV_B]", required=False)
 @click.option("--json", "as_json", is_flag=True)
 @database_options
 @handle_errors
@@ -242,9 +246,7 @@ def flows_diff_cmd(
 
 @flows_group.command("rollback")
 @click.argument("name", callback=_name)
-@click.option(
-    "--to", "to", type=click.IntRange(min=1), required=True, help="The revision to put back."
-)
+@click.option("--to", "to", type=REVISION, required=True, help="The revision to put back.")
 @click.option("--by", default=None, help="Who rolls back (default: the OS user).")
 @click.option(
     "--force",
@@ -297,8 +299,12 @@ def flows_rollback_cmd(
 def flows_retire_cmd(
     name: str, by: str | None, as_json: bool, database_url: str | None, schema: str
 ) -> None:
-    """Retire flow NAME: new submits of it are refused and its schedules paused; running
-    runs finish. Deploying it again makes it active."""
+    """Retire flow NAME: its schedules are paused, running runs finish, and new submits
+    by name are refused (`submit NAME`, Client.submit("NAME")), as is the CLI's `submit
+    FILE` of a file declaring that name (checked before the insert, not in its
+    transaction). Client.submit of a Flow or a path, and `run FILE`, do not check.
+    Deploying NAME again makes it active for submits by name, but its schedules stay
+    paused: resume each with `cyclone-flow schedule resume SCHEDULE`."""
     with _client(database_url, schema) as client:
         result = client.retire(name, by=by)
     if as_json:
@@ -308,4 +314,6 @@ def flows_retire_cmd(
         click.echo(f"{name} was already retired")
         return
     paused = f"; paused schedule(s) {', '.join(result.paused)}" if result.paused else ""
-    click.echo(f"retired {name}: new submits are refused{paused}")
+    click.echo(
+        f"retired {name}: submits by name, and the CLI's submits of its files, are refused{paused}"
+    )

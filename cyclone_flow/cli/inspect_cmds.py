@@ -15,6 +15,7 @@ import click
 from rich.text import Text
 
 from cyclone_flow.cli.common import (
+    REVISION,
     compact_table,
     database_options,
     duration_option,
@@ -213,7 +214,7 @@ def _watch(
 @click.option("--flow", default=None, help="Only runs of this flow.")
 @click.option(
     "--revision",
-    type=click.IntRange(min=1),
+    type=REVISION,
     default=None,
     help="With --flow: only runs submitted with this deployed revision of it.",
 )

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from cyclone_flow.cli.common import (
+    REVISION,
     add_import_paths,
     compact_table,
     database_options,
@@ -29,7 +30,7 @@ from cyclone_flow.cli.common import (
     resolve_database,
     setup_logging,
 )
-from cyclone_flow.cli.flows_cmds import FLOW_REF_RE, parse_flow_ref
+from cyclone_flow.cli.flows_cmds import parse_flow_ref
 from cyclone_flow.cli.output import HandlerOutput
 from cyclone_flow.cli.progress import (
     end_line,
@@ -58,6 +59,7 @@ from cyclone_flow.client import (
 from cyclone_flow.config import MAX_LEASE_TTL_S
 from cyclone_flow.db.errors import Outage, database_lost
 from cyclone_flow.db.rows import Run
+from cyclone_flow.deployments import FLOW_REFERENCE
 from cyclone_flow.durations import MAX_FLOW_DURATION_S
 from cyclone_flow.flowfile import load_flow
 from cyclone_flow.handlers import AllowList
@@ -68,7 +70,7 @@ from cyclone_flow.run_view import RunView
 @click.argument("flow_arg", metavar="FILE|NAME[@REV]")
 @click.option(
     "--revision",
-    type=click.IntRange(min=1),
+    type=REVISION,
     default=None,
     help="With a deployed flow NAME: run this revision instead of the current one.",
 )
@@ -128,8 +130,9 @@ def submit_cmd(
     **queue_values: Any,
 ) -> None:
     """Lint FILE, then write a run of it (definition, run, steps, deps) in one transaction;
-    print its id. NAME (no file of that name here): run the current revision of the
-    deployed flow NAME (NAME@REV or --revision N: that revision). Queue options:
+    print its id. NAME (no file of that name here; a folder does not count): run the
+    current revision of the deployed flow NAME (NAME@REV or --revision N: that revision).
+    Queue options:
     docs/queues.md. With --wait, then wait for the run to end (Client.wait: woken by
     cyclone_run_done, polling as the floor; a database restart or a short outage is
     ridden out up to --timeout). With --dry-run, check the same and print the plan (the
@@ -207,25 +210,25 @@ def submit_cmd(
 
 def _flow_target(arg: str, revision: int | None) -> tuple[str | None, str | None, int | None]:
     """(file, deployed flow name, revision) of submit's argument: an existing file, else
-    NAME or NAME@REV; a usage error (exit 2) for anything else."""
-    if os.path.exists(arg):
-        if os.path.isdir(arg):
-            raise click.BadParameter(f"{arg!r} is a directory.", param_hint="'FILE'")
+    NAME or NAME@REV; a usage error (exit 2) for anything else. A directory is never a
+    flow file: ``submit nightly`` in a folder holding a ``nightly/`` folder submits the
+    deployed flow."""
+    is_dir = os.path.isdir(arg)
+    if os.path.exists(arg) and not is_dir:
         if revision is not None:
             raise click.UsageError(
                 "--revision goes with a deployed flow NAME, not a flow FILE (a file is "
                 "submitted as it is)"
             )
         return arg, None, None
-    if not FLOW_REF_RE.fullmatch(arg):
+    if not FLOW_REFERENCE.fullmatch(arg):
+        what = "is a directory, not a flow file" if is_dir else "does not exist"
         raise click.BadParameter(
-            f"file {arg!r} does not exist, and it is no deployed flow NAME or NAME@REV.",
+            f"file {arg!r} {what}, and it is no deployed flow NAME or NAME@REV.",
             param_hint="'FILE|NAME[@REV]'",
         )
-    name, rev = parse_flow_ref(arg, "'FILE|NAME[@REV]'")
-    if rev is not None and revision is not None and rev != revision:
-        raise click.UsageError(f"{arg} and --revision {revision} name different revisions")
-    return None, name, rev if rev is not None else revision
+    name, rev = parse_flow_ref(arg, "'FILE|NAME[@REV]'", given=revision)
+    return None, name, rev
 
 
 def _refuse_retired(client: Client, name: str) -> None:

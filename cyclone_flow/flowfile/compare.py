@@ -155,8 +155,12 @@ class SchemaChange:
     ``schema_added``, ``schema_removed``, ``required_added``, ``required_removed``,
     ``property_added``, ``property_removed``, ``type_changed``, ``enum_changed``,
     ``default_added``, ``default_removed``, ``default_changed``, ``closed`` (now
-    ``additionalProperties: false``), ``opened``; ``breaking`` is True when an input the
-    old schema accepted may now be rejected; ``message`` says it in words.
+    ``additionalProperties: false``), ``opened``, and for any other validation keyword
+    (``pattern``, ``minimum``, ``format``, ``$ref``, ...) ``constraint_added``,
+    ``constraint_removed``, ``constraint_tightened``, ``constraint_loosened`` (a numeric
+    bound moved) or ``constraint_changed``. The items of an array are at ``PATH[]``.
+    ``breaking`` is True when an input the old schema accepted may now be rejected (any
+    change not known to widen); ``message`` says it in words.
     """
 
     path: str
@@ -403,6 +407,42 @@ _CONSTRAINTS = ("$ref", "$dynamicRef", "anyOf", "oneOf", "allOf", "not", "if", "
 """Keywords that constrain a schema without ``type``: a missing ``type`` then does not
 mean "anything"."""
 
+_ANNOTATIONS = frozenset(
+    {
+        "title",
+        "description",
+        "examples",
+        "$comment",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "contentMediaType",
+        "contentEncoding",
+        "contentSchema",
+        "$schema",
+    }
+)
+"""Keywords that refuse no input (annotations in JSON Schema 2020-12, the dialect inputs
+are validated with, whatever ``$schema`` says): their changes are not schema changes."""
+
+_HANDLED = frozenset(
+    {"type", "enum", "required", "properties", "additionalProperties", "default", "items"}
+)
+"""Keywords :func:`_compare_schema` compares on their own; the others go to
+:func:`_keyword_changes`."""
+
+_LOWER_BOUNDS = frozenset(
+    {"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains"}
+)
+"""Numeric keywords that refuse more inputs the higher they are."""
+
+_UPPER_BOUNDS = frozenset(
+    {"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains"}
+)
+"""Numeric keywords that refuse more inputs the lower they are."""
+
+_MAY_REFUSE = "(may refuse inputs the old schema accepted)"
+
 
 def _types(schema: Mapping[str, Any]) -> frozenset[str] | None:
     kind = schema.get("type")
@@ -422,6 +462,35 @@ def _widens(old: frozenset[str], new: frozenset[str]) -> bool:
     return all(t in new or (t == "integer" and "number" in new) for t in old)
 
 
+def _is_type(value: Any, kind: str) -> bool:
+    """Whether the JSON ``value`` is of the JSON Schema type ``kind``."""
+    if kind == "null":
+        return value is None
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if kind == "integer":
+        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    checks: dict[str, type | tuple[type, ...]] = {
+        "number": (int, float),
+        "string": str,
+        "array": list,
+        "object": Mapping,
+    }
+    wanted = checks.get(kind)
+    return wanted is not None and isinstance(value, wanted)
+
+
+def _listed_values(schema: Mapping[str, Any]) -> list[Any] | None:
+    """The only values ``schema`` accepts by its ``enum`` / ``const`` (None: not so
+    restricted)."""
+    if "const" in schema:
+        return [schema["const"]]
+    enum = schema.get("enum")
+    return list(enum) if isinstance(enum, list) else None
+
+
 def _what(path: str) -> str:
     return f"field {path!r}" if path else "the input"
 
@@ -431,21 +500,25 @@ def _type_change(path: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> l
     if before == after:
         return []
     if before is None:
-        if any(k in old for k in _CONSTRAINTS):
-            return []
         assert after is not None
+        listed = _listed_values(old)
+        if listed is not None and all(any(_is_type(v, t) for t in after) for v in listed):
+            return []  # every value the old enum / const allows is of the new type
+        was = "no type was set" if any(k in old for k in _CONSTRAINTS) else "was any type"
         return [
             SchemaChange(
                 path,
                 "type_changed",
                 True,
-                f"{_what(path)} must now be {_show_types(after)} (was any type)",
+                f"{_what(path)} must now be {_show_types(after)} ({was})",
             )
         ]
     if after is None:
         if any(k in new for k in _CONSTRAINTS):
-            return []
-        return [SchemaChange(path, "type_changed", False, f"{_what(path)} may now be any type")]
+            message = f"type of {_what(path)} no longer set (was {_show_types(before)})"
+        else:
+            message = f"{_what(path)} may now be any type"
+        return [SchemaChange(path, "type_changed", False, message)]
     widened = _widens(before, after)
     return [
         SchemaChange(
@@ -461,6 +534,12 @@ def _type_change(path: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> l
 def _enum_change(path: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[SchemaChange]:
     after = new.get("enum")
     if not isinstance(after, list):
+        if isinstance(old.get("enum"), list) and "enum" not in new:
+            return [
+                SchemaChange(
+                    path, "enum_changed", False, f"{_what(path)} is no longer limited to a list"
+                )
+            ]
         return []
     before = old.get("enum")
     if not isinstance(before, list):
@@ -486,6 +565,159 @@ def _enum_change(path: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> l
     return [SchemaChange(path, "enum_changed", False, f"{_what(path)} accepts more values")]
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _bound_change(path: str, key: str, before: Any, after: Any) -> SchemaChange | None:
+    """A numeric bound (:data:`_LOWER_BOUNDS`, :data:`_UPPER_BOUNDS`) changed, both sides
+    numbers: tightened (breaking) or loosened; None when not both numbers."""
+    if not (_is_number(before) and _is_number(after)):
+        return None
+    lower = key in _LOWER_BOUNDS
+    tighter = after > before if lower else after < before
+    verb = ("raised" if after > before else "lowered") if after != before else "changed"
+    text = f"{_what(path)}: {key} {verb}: {_show(before)} -> {_show(after)}"
+    if tighter:
+        return SchemaChange(path, "constraint_tightened", True, f"{text} {_MAY_REFUSE}")
+    return SchemaChange(path, "constraint_loosened", False, text)
+
+
+def _removal_widens(key: str, new: Mapping[str, Any]) -> bool:
+    """Whether dropping the keyword ``key`` (the rest of the schema being ``new``) can only
+    accept more inputs. Dropping ``patternProperties`` leaves the matching fields to
+    ``additionalProperties``, dropping ``prefixItems`` leaves the first items to ``items``;
+    dropping ``$defs`` breaks the ``$ref`` that use them."""
+    if key in ("$defs", "definitions", "$id", "$anchor", "$dynamicAnchor"):
+        return False
+    if key == "patternProperties":
+        return not _restricts_others(new)
+    if key == "prefixItems":
+        return new.get("items", True) is True and new.get("unevaluatedItems", True) is True
+    return True
+
+
+def _restricts_others(schema: Mapping[str, Any]) -> bool:
+    """Whether fields not in ``properties`` are constrained (``additionalProperties`` or
+    ``unevaluatedProperties`` set to anything but true)."""
+    return (
+        schema.get("additionalProperties", True) is not True
+        or schema.get("unevaluatedProperties", True) is not True
+    )
+
+
+def _keyword_changes(
+    path: str, old: Mapping[str, Any], new: Mapping[str, Any]
+) -> list[SchemaChange]:
+    """The changes of the keywords :func:`_compare_schema` does not compare on its own
+    (``pattern``, ``minimum``, ``format``, ``const``, ``anyOf``, ``$ref``, ...): a keyword
+    added, or changed in a way not known to widen, may refuse inputs (breaking); removed,
+    or a bound loosened, does not. Annotations (:data:`_ANNOTATIONS`) are left out."""
+    out: list[SchemaChange] = []
+    keys = [k for k in dict.fromkeys([*old, *new]) if k not in _HANDLED and k not in _ANNOTATIONS]
+    for key in keys:
+        before, after = old.get(key, _MISSING), new.get(key, _MISSING)
+        if before is not _MISSING and after is not _MISSING and _same(before, after):
+            continue
+        if key == "uniqueItems":
+            if after is True:
+                out.append(
+                    SchemaChange(
+                        path,
+                        "constraint_added",
+                        True,
+                        f"{_what(path)}: uniqueItems added {_MAY_REFUSE}",
+                    )
+                )
+            elif before is True:
+                out.append(
+                    SchemaChange(
+                        path, "constraint_removed", False, f"{_what(path)}: uniqueItems removed"
+                    )
+                )
+            continue
+        if after is _MISSING:
+            if key == "const" and "enum" in new:
+                continue  # the enum change says it
+            widens = _removal_widens(key, new)
+            text = f"{_what(path)}: {key} removed (was {_show(before)})"
+            out.append(
+                SchemaChange(
+                    path,
+                    "constraint_removed",
+                    not widens,
+                    text if widens else f"{text} {_MAY_REFUSE}",
+                )
+            )
+            continue
+        if before is _MISSING:
+            out.append(
+                SchemaChange(
+                    path,
+                    "constraint_added",
+                    True,
+                    f"{_what(path)}: {key} added: {_show(after)} {_MAY_REFUSE}",
+                )
+            )
+            continue
+        if key in _LOWER_BOUNDS or key in _UPPER_BOUNDS:
+            bound = _bound_change(path, key, before, after)
+            if bound is not None:
+                out.append(bound)
+                continue
+        out.append(
+            SchemaChange(
+                path,
+                "constraint_changed",
+                True,
+                f"{_what(path)}: {key} changed: {_show(before)} -> {_show(after)} {_MAY_REFUSE}",
+            )
+        )
+    return out
+
+
+def _additional_change(
+    path: str, old: Mapping[str, Any], new: Mapping[str, Any]
+) -> list[SchemaChange]:
+    """``additionalProperties``: newly false (``closed``, breaking), no longer false
+    (``opened``), or another change of its schema (breaking unless it became true or
+    absent)."""
+    before = old.get("additionalProperties", True)
+    after = new.get("additionalProperties", True)
+    if before is False and after is not False:
+        return [SchemaChange(path, "opened", False, "other fields are now accepted")]
+    if after is False and before is not False:
+        return [
+            SchemaChange(
+                path,
+                "closed",
+                True,
+                f"additionalProperties is now false{' in ' + repr(path) if path else ''}: "
+                "inputs with other fields are rejected",
+            )
+        ]
+    if _same(before, after):
+        return []
+    if after is True:
+        return [
+            SchemaChange(
+                path,
+                "constraint_removed",
+                False,
+                f"{_what(path)}: additionalProperties removed (was {_show(before)})",
+            )
+        ]
+    verb = "added" if before is True else "changed"
+    return [
+        SchemaChange(
+            path,
+            "constraint_added" if before is True else "constraint_changed",
+            True,
+            f"{_what(path)}: additionalProperties {verb}: {_show(after)} {_MAY_REFUSE}",
+        )
+    ]
+
+
 def _required(schema: Mapping[str, Any]) -> list[str]:
     req = schema.get("required")
     return [r for r in req if isinstance(r, str)] if isinstance(req, list) else []
@@ -501,33 +733,69 @@ def _default_of(schema: Mapping[str, Any], key: str) -> Any:
     return prop.get("default", _MISSING) if isinstance(prop, Mapping) else _MISSING
 
 
+def _validates(schema: Any) -> bool:
+    """Whether the subschema ``schema`` can refuse a value: not ``true`` nor a mapping of
+    annotations and ``default`` only."""
+    if schema is True:
+        return False
+    if not isinstance(schema, Mapping):
+        return True
+    return any(k not in _ANNOTATIONS and k != "default" for k in schema)
+
+
+def _as_schema(value: Any) -> Mapping[str, Any] | None:
+    """A subschema as a mapping: ``true`` (or absent) is ``{}``; None for ``false`` or
+    anything that is no schema."""
+    if value is True or value is _MISSING:
+        return {}
+    return value if isinstance(value, Mapping) else None
+
+
+def _subschema_changes(path: str, old: Any, new: Any) -> list[SchemaChange]:
+    """Changes of a property's or the items' subschema (a mapping or a boolean)."""
+    before, after = _as_schema(old), _as_schema(new)
+    if before is not None and after is not None:
+        return _compare_schema(path, before, after)
+    if _same(old, new):
+        return []
+    if new is False:
+        return [
+            SchemaChange(path, "constraint_added", True, f"{_what(path)}: now refuses every value")
+        ]
+    if old is False:
+        return [SchemaChange(path, "constraint_removed", False, f"{_what(path)}: now accepted")]
+    return [
+        SchemaChange(
+            path,
+            "constraint_changed",
+            True,
+            f"{_what(path)}: schema changed: {_show(old)} -> {_show(new)} {_MAY_REFUSE}",
+        )
+    ]
+
+
 def _compare_schema(
     path: str, old: Mapping[str, Any], new: Mapping[str, Any]
 ) -> list[SchemaChange]:
     """Changes of one (sub)schema. Only top-level ``default``s are filled in at submit,
     so a default saves a newly required field at the top (``path`` ``""``) only."""
-    out = _type_change(path, old, new) + _enum_change(path, old, new)
+    out = (
+        _type_change(path, old, new)
+        + _enum_change(path, old, new)
+        + _keyword_changes(path, old, new)
+        + _additional_change(path, old, new)
+    )
     top = path == ""
     old_props, new_props = _properties(old), _properties(new)
     old_req, new_req = _required(old), _required(new)
-    old_closed = old.get("additionalProperties") is False
-    new_closed = new.get("additionalProperties") is False
+    # were fields absent from ``properties`` refused before? then a new property widens
+    old_refused_others = old.get("additionalProperties") is False and not old.get(
+        "patternProperties"
+    )
 
     def sub(key: str) -> str:
         return f"{path}.{key}" if path else key
 
-    if new_closed and not old_closed:
-        out.append(
-            SchemaChange(
-                path,
-                "closed",
-                True,
-                f"additionalProperties is now false{' in ' + repr(path) if path else ''}: "
-                "inputs with other fields are rejected",
-            )
-        )
-    elif old_closed and not new_closed:
-        out.append(SchemaChange(path, "opened", False, "other fields are now accepted"))
     for key in new_req:
         if key in old_req:
             continue
@@ -551,6 +819,17 @@ def _compare_schema(
             continue
         default = prop.get("default", _MISSING) if isinstance(prop, Mapping) else _MISSING
         extra = "" if default is _MISSING else f" (default {_show(default)})"
+        if _validates(prop) and not old_refused_others:
+            out.append(
+                SchemaChange(
+                    sub(key),
+                    "property_added",
+                    True,
+                    f"new optional field {sub(key)!r}{extra}: inputs that already send it "
+                    f"must match its schema {_MAY_REFUSE}",
+                )
+            )
+            continue
         out.append(
             SchemaChange(
                 sub(key), "property_added", False, f"new optional field {sub(key)!r}{extra}"
@@ -559,26 +838,30 @@ def _compare_schema(
     for key in old_props:
         if key in new_props:
             continue
-        if new_closed:
-            out.append(
-                SchemaChange(
-                    sub(key),
-                    "property_removed",
-                    True,
-                    f"field {sub(key)!r} removed while additionalProperties is false: "
-                    "inputs that send it are rejected",
-                )
+        if new.get("additionalProperties") is False:
+            message = (
+                f"field {sub(key)!r} removed while additionalProperties is false: "
+                "inputs that send it are rejected"
             )
+            out.append(SchemaChange(sub(key), "property_removed", True, message))
+        elif _restricts_others(new) or new.get("patternProperties"):
+            message = (
+                f"field {sub(key)!r} removed: other fields are constrained, inputs that "
+                f"send it {_MAY_REFUSE}"
+            )
+            out.append(SchemaChange(sub(key), "property_removed", True, message))
         else:
             out.append(
                 SchemaChange(sub(key), "property_removed", False, f"field {sub(key)!r} removed")
             )
     for key, prop in new_props.items():
-        was = old_props.get(key)
-        if not isinstance(was, Mapping) or not isinstance(prop, Mapping):
+        if key not in old_props:
             continue
-        out.extend(_compare_schema(sub(key), was, prop))
-        out.extend(_default_change(sub(key), was, prop, top and key in new_req))
+        was = old_props[key]
+        out.extend(_subschema_changes(sub(key), was, prop))
+        if isinstance(was, Mapping) and isinstance(prop, Mapping):
+            out.extend(_default_change(sub(key), was, prop, top and key in new_req))
+    out.extend(_items_change(path, old, new))
     return out
 
 
@@ -615,33 +898,63 @@ def _default_change(
     ]
 
 
+def _items_change(path: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> list[SchemaChange]:
+    """``items`` (a schema for every item: compared as a subschema at ``PATH[]``; the list
+    form of older drafts: any change but its removal may refuse inputs)."""
+    before, after = old.get("items", _MISSING), new.get("items", _MISSING)
+    if before is _MISSING and after is _MISSING:
+        return []
+    if isinstance(before, list) or isinstance(after, list):
+        if _same(before, after):
+            return []
+        if after is _MISSING:
+            text = f"{_what(path)}: items removed (was {_show(before)})"
+            return [SchemaChange(path, "constraint_removed", False, text)]
+        verb = "added" if before is _MISSING else "changed"
+        return [
+            SchemaChange(
+                path,
+                f"constraint_{verb}",
+                True,
+                f"{_what(path)}: items {verb}: {_show(after)} {_MAY_REFUSE}",
+            )
+        ]
+    return _subschema_changes(f"{path}[]", before, after)
+
+
 def schema_changes(
     old_schema: Mapping[str, Any] | None, new_schema: Mapping[str, Any] | None
 ) -> list[SchemaChange]:
-    """The differences between two ``input_schema`` versions (None: no schema), each
-    marked ``breaking`` when inputs the old one accepted may now be rejected.
+    """The differences between two ``input_schema`` versions (None: no schema, which
+    accepts any input), each marked ``breaking`` when inputs the old one accepted may now
+    be refused.
 
-    Breaking: a property newly required without a top-level ``default``, a ``type``
-    narrowed (``integer`` -> ``number`` or a type added to a list widens), a property
-    removed while ``additionalProperties`` is false, ``additionalProperties`` newly false,
-    enum values dropped, a required field's default removed. A schema added where there
-    was none breaks only by its required fields without default. Nested object schemas
-    (``properties`` of properties) are compared too; ``$ref`` targets are not followed.
+    The rule: a change of a validation keyword that is not known to widen is breaking,
+    with a message saying it may refuse inputs the old schema accepted. Known to widen
+    (not breaking): a constraint removed, a bound loosened (``minimum`` lowered,
+    ``maxLength`` raised, ...), a type widened (``integer`` -> ``number``, a type added
+    to a list), enum values added, a field no longer required, ``additionalProperties``
+    no longer false, a new field whose schema refuses nothing. Everything else breaks: a
+    property newly required without a top-level ``default``, a ``type`` narrowed or newly
+    set, enum values dropped, a keyword added (``pattern``, ``minimum``, ``const``,
+    ``format``, ``multipleOf``, ``anyOf``, ``$ref``, ...), a bound tightened, a keyword
+    changed otherwise, ``additionalProperties`` newly false (``closed``), a property
+    removed while other fields are constrained, a new optional field with a schema (an
+    input that already sent it must now match it), a required field's default removed.
+    A schema added where there was none is compared with the empty schema (that accepts
+    anything). Annotations (``title``, ``description``, ``examples``, ...) are ignored.
+
+    Nested schemas are compared too: ``properties`` of properties (path ``a.b``) and
+    ``items`` (path ``a[]``). ``$ref`` targets are NOT followed: a ``$ref`` added, changed
+    or a ``$defs`` change is reported as breaking, whatever the definitions say.
     """
     if old_schema is None and new_schema is None:
         return []
     if new_schema is None:
         return [SchemaChange("", "schema_removed", False, "input_schema removed")]
     if old_schema is None:
-        out = [SchemaChange("", "schema_added", False, "input_schema added")]
-        for key in _required(new_schema):
-            if _default_of(new_schema, key) is _MISSING:
-                out.append(
-                    SchemaChange(
-                        key, "required_added", True, f"new required field {key!r} has no default"
-                    )
-                )
-        return out
+        added = SchemaChange("", "schema_added", False, "input_schema added")
+        return [added, *_compare_schema("", {}, new_schema)]
     return _compare_schema("", old_schema, new_schema)
 
 

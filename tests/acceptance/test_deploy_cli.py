@@ -319,6 +319,11 @@ def test_unknown_flows_and_revisions_exit_1(cli: Runner, tmp_path: Path) -> None
         ("submit", "nightly@two"),
         ("submit", "Nightly"),
         ("submit", "nightly", "--revision", "x"),
+        ("submit", "nightly@0"),
+        ("submit", "nightly@1", "--revision", "2"),
+        ("flows", "show", "nightly@0"),
+        ("flows", "show", "n" * 101),
+        ("flows", "retire", "nightly@1"),
         ("runs", "--revision", "1"),
         ("diff", "--format", "yaml", "."),
         ("deploy", "--json", "--format", "github", "."),
@@ -327,6 +332,53 @@ def test_unknown_flows_and_revisions_exit_1(cli: Runner, tmp_path: Path) -> None
 def test_hostile_names_and_revisions_exit_2(cli: Runner, args: tuple[str, ...]) -> None:
     command, *rest = args
     _error(cli(command, *rest), 2)
+
+
+TOO_BIG = str(2**31)  # one past the largest revision (a Postgres integer)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("submit", "nightly", "--revision", "99999999999"),
+        ("submit", "nightly", "--revision", TOO_BIG),
+        ("submit", f"nightly@{TOO_BIG}"),
+        ("submit", "nightly@99999999999999999999", "--dry-run"),
+        ("flows", "show", f"nightly@{TOO_BIG}"),
+        ("flows", "diff", "nightly", "1", TOO_BIG),
+        ("flows", "diff", "nightly", TOO_BIG),
+        ("flows", "rollback", "nightly", "--to", TOO_BIG),
+        ("runs", "--flow", "nightly", "--revision", TOO_BIG),
+    ],
+)
+def test_revisions_out_of_range_are_usage_errors(
+    cli: Runner, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """Not "cannot use the database: integer out of range" (exit 1): a usage error naming
+    the value, before the database is asked."""
+    _, flows = _repo(tmp_path, V1)
+    _ok(cli("deploy", flows))
+    command, *rest = args
+    stderr = _error(cli(command, *rest), 2)
+    assert "out of range" not in stderr and "database" not in stderr, stderr
+    assert TOO_BIG in stderr or "99999999999" in stderr, stderr
+
+
+def test_submit_name_beside_a_folder_of_that_name(cli: Runner, tmp_path: Path) -> None:
+    """A directory is never a flow file: ``submit nightly`` where ``./nightly/`` exists
+    (a flows repository often has one) submits the deployed flow."""
+    _, flows = _repo(tmp_path, V1)
+    _ok(cli("deploy", flows))
+    here = tmp_path / "here"
+    (here / "nightly").mkdir(parents=True)
+    plan = json_output(_ok(cli("submit", "nightly", "--dry-run", "--json", cwd=here)).stdout)
+    assert [s["node"] for s in plan["steps"]] == ["first"]
+    run_id = _ok(cli("submit", "nightly", cwd=here)).stdout.strip()
+    (run,) = json_output(_ok(cli("runs", "--flow", "nightly", "--revision", "1", "--json")).stdout)
+    assert run["id"] == run_id
+    (here / "other-folder").mkdir()
+    stderr = _error(cli("submit", "./other-folder", cwd=here), 2, "is a directory")
+    assert "does not exist" not in stderr, stderr
 
 
 def test_submit_file_with_revision_is_a_usage_error(cli: Runner, tmp_path: Path) -> None:

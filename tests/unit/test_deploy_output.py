@@ -60,6 +60,11 @@ def test_plan_lines() -> None:
         change=compare_documents(OLD, None),
     )
     assert plan_line(removed) == "retired old-flow (pruned)"
+    again = plan_line(_plan(was_retired=True))
+    assert again.endswith(
+        "; it was retired and is active again: the schedules its retirement paused stay "
+        "paused (resume each: cyclone-flow schedule resume SCHEDULE)"
+    ), again
     back = _plan(kind="rollback", rollback_of=1, previous=2, revision=3)
     assert plan_line(back).startswith("rolled back nightly to revision 1 as revision 3 (was 2)")
     assert plan_line(back, applied=False).startswith("would roll back nightly to revision 1")
@@ -95,3 +100,32 @@ def test_github_markdown_fences_hold_whatever_the_source_holds() -> None:
     # the source holds ``` so the fence is longer
     assert "<details><summary>source diff</summary>\n\n````diff\n" in md
     assert md.rstrip().endswith("</details>")
+
+
+def _schema_plan(old: dict[str, Any], new: dict[str, Any]) -> FlowPlan:
+    change = compare_documents({**OLD, "input_schema": old}, {**OLD, "input_schema": new})
+    return _plan(change=change, schedules=SyncResult([], [], []))
+
+
+def test_compatible_is_claimed_only_when_every_schema_change_widens() -> None:
+    old = {"type": "object", "properties": {"code": {"type": "string"}}}
+    # a new optional field that refuses nothing, beside a pattern that may refuse inputs
+    new = {
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "pattern": "^[A-Z]+$"},
+            "note": {"description": "free text"},
+        },
+    }
+    text = text_diff(DeployResult((_schema_plan(old, new),), False, "me"))
+    assert "input schema: compatible" not in text, text
+    assert "  input schema: breaking (no stored input fails it)" in text.splitlines(), text
+    assert (
+        "  ! input_schema: field 'code': pattern added: '^[A-Z]+$' (may refuse inputs the old "
+        "schema accepted) (breaking)"
+    ) in text.splitlines(), text
+    wider = {"type": "object", "properties": {"code": {}, "note": {"description": "free"}}}
+    text = text_diff(DeployResult((_schema_plan(old, wider),), False, "me"))
+    assert "  input schema: compatible (inputs the old schema accepted still pass)" in (
+        text.splitlines()
+    ), text

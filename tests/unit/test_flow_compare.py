@@ -406,9 +406,17 @@ def test_type_changes(old: Any, new: Any, breaking: bool) -> None:
     assert kinds(obj(a={"type": old}), obj(a={"type": new})) == [("type_changed", "a", breaking)]
 
 
-def test_type_added_to_an_unconstrained_field_breaks_but_not_to_a_ref() -> None:
+def test_type_set_where_none_was_breaks_unless_the_old_enum_fits_it() -> None:
     assert kinds(obj(a={}), obj(a={"type": "string"})) == [("type_changed", "a", True)]
-    assert kinds(obj(a={"$ref": "#/$defs/x"}), obj(a={"type": "string"})) == []
+    # a $ref replaced by a type: the $ref target is not followed, so the type may narrow
+    assert kinds(obj(a={"$ref": "#/$defs/x"}), obj(a={"type": "string"})) == [
+        ("type_changed", "a", True),
+        ("constraint_removed", "a", False),
+    ]
+    assert kinds(obj(a={"enum": ["x", "y"]}), obj(a={"type": "string", "enum": ["x", "y"]})) == []
+    assert kinds(obj(a={"const": 1}), obj(a={"type": "string", "const": 1})) == [
+        ("type_changed", "a", True)
+    ]
     assert kinds(obj(a={"type": "string"}), obj(a={})) == [("type_changed", "a", False)]
 
 
@@ -424,7 +432,7 @@ def test_closing_and_opening() -> None:
 
 
 def test_new_optional_property_and_defaults() -> None:
-    changes = schema_changes(obj(a={}), obj(a={"default": 1}, note={"type": "string"}))
+    changes = schema_changes(obj(a={}), obj(a={"default": 1}, note={"description": "free"}))
     assert [(c.kind, c.path, c.breaking) for c in changes] == [
         ("property_added", "note", False),
         ("default_added", "a", False),
@@ -457,13 +465,189 @@ def test_nested_object_properties() -> None:
     assert kinds(old, new) == [("type_changed", "order.id", True)]
 
 
-def test_schema_added_breaks_only_with_required_fields_without_default() -> None:
-    assert kinds(None, obj(a={})) == [("schema_added", "", False)]
-    assert kinds(None, obj("a", a={"default": 1})) == [("schema_added", "", False)]
+def test_schema_added_is_compared_with_the_schema_that_accepts_anything() -> None:
+    assert kinds(None, {}) == [("schema_added", "", False)]
+    assert kinds(None, {"properties": {"a": {"description": "free"}}}) == [
+        ("schema_added", "", False),
+        ("property_added", "a", False),
+    ]
+    # no schema accepted any input: an object type refuses the others
+    assert kinds(None, obj(a={})) == [
+        ("schema_added", "", False),
+        ("type_changed", "", True),
+        ("property_added", "a", False),
+    ]
     assert kinds(None, obj("a", "b", a={"default": 1}, b={})) == [
         ("schema_added", "", False),
+        ("type_changed", "", True),
+        ("required_added", "a", False),
         ("required_added", "b", True),
     ]
+
+
+def test_a_new_schema_closed_or_with_required_fields_breaks() -> None:
+    closed = {"additionalProperties": False, "properties": {"a": {}}}
+    assert kinds(None, closed) == [
+        ("schema_added", "", False),
+        ("closed", "", True),
+        ("property_added", "a", False),
+    ]
+    assert ("required_added", "b", True) in kinds(None, {"required": ["b"]})
+    assert ("constraint_added", "", True) in kinds(None, {"minProperties": 1})
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value"),
+    [
+        ("pattern", "^[A-Z]+$"),
+        ("minimum", 0),
+        ("exclusiveMinimum", 0),
+        ("maximum", 10),
+        ("exclusiveMaximum", 10),
+        ("minLength", 1),
+        ("maxLength", 3),
+        ("minItems", 1),
+        ("maxItems", 3),
+        ("minProperties", 1),
+        ("maxProperties", 3),
+        ("const", "x"),
+        ("format", "date"),
+        ("multipleOf", 2),
+        ("anyOf", [{"type": "string"}, {"type": "integer"}]),
+        ("not", {"const": "x"}),
+        ("$ref", "#/$defs/code"),
+        ("dependentRequired", {"a": ["b"]}),
+    ],
+)
+def test_a_validation_keyword_added_breaks_and_removed_does_not(keyword: str, value: Any) -> None:
+    assert kinds(obj(code={}), obj(code={keyword: value})) == [("constraint_added", "code", True)]
+    assert kinds(obj(code={keyword: value}), obj(code={})) == [
+        ("constraint_removed", "code", False)
+    ]
+
+
+def test_a_constraint_message_says_it_may_refuse_inputs() -> None:
+    [change] = schema_changes(obj(code={}), obj(code={"pattern": "^[A-Z]+$"}))
+    assert change.message == (
+        "field 'code': pattern added: '^[A-Z]+$' (may refuse inputs the old schema accepted)"
+    )
+    [change] = schema_changes(obj(code={"pattern": "^[A-Z]+$"}), obj(code={}))
+    assert change.message == "field 'code': pattern removed (was '^[A-Z]+$')"
+    [change] = schema_changes({"minProperties": 1}, {"minProperties": 2})
+    assert change.message == (
+        "the input: minProperties raised: 1 -> 2 (may refuse inputs the old schema accepted)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("keyword", "old", "new", "breaking"),
+    [
+        ("minimum", 1, 2, True),
+        ("minimum", 2, 1, False),
+        ("exclusiveMinimum", 0, 0.5, True),
+        ("maximum", 10, 5, True),
+        ("maximum", 5, 10, False),
+        ("exclusiveMaximum", 5, 4, True),
+        ("minLength", 1, 2, True),
+        ("maxLength", 10, 3, True),
+        ("maxLength", 3, 10, False),
+        ("minItems", 0, 1, True),
+        ("maxItems", 5, 4, True),
+        ("minProperties", 2, 1, False),
+        ("maxProperties", 5, 4, True),
+    ],
+)
+def test_a_bound_tightened_breaks_loosened_does_not(
+    keyword: str, old: int, new: float, breaking: bool
+) -> None:
+    kind = "constraint_tightened" if breaking else "constraint_loosened"
+    assert kinds(obj(a={keyword: old}), obj(a={keyword: new})) == [(kind, "a", breaking)]
+
+
+@pytest.mark.parametrize(
+    ("keyword", "old", "new"),
+    [
+        ("pattern", "^a", "^b"),
+        ("const", 1, 2),
+        ("format", "date", "email"),
+        ("multipleOf", 2, 3),
+        ("$ref", "#/$defs/a", "#/$defs/b"),
+        ("exclusiveMinimum", True, False),  # not a number: direction unknown
+    ],
+)
+def test_a_keyword_changed_otherwise_breaks(keyword: str, old: Any, new: Any) -> None:
+    assert kinds(obj(a={keyword: old}), obj(a={keyword: new})) == [
+        ("constraint_changed", "a", True)
+    ]
+
+
+def test_items_are_compared_recursively() -> None:
+    def tags(items: Any) -> dict[str, Any]:
+        return obj(tags={"type": "array", "items": items})
+
+    [change] = schema_changes(tags({"type": "string"}), tags({"type": "integer"}))
+    assert (change.kind, change.path, change.breaking) == ("type_changed", "tags[]", True)
+    assert change.message == "type of field 'tags[]' changed: string -> integer"
+    assert kinds(tags({"type": "integer"}), tags({"type": "number"})) == [
+        ("type_changed", "tags[]", False)
+    ]
+    assert kinds(tags({}), tags({"maxLength": 3})) == [("constraint_added", "tags[]", True)]
+    assert kinds(tags({"maxLength": 3}), tags({})) == [("constraint_removed", "tags[]", False)]
+    assert kinds(obj(tags={"type": "array"}), tags({"type": "string"})) == [
+        ("type_changed", "tags[]", True)
+    ]
+    nested = kinds(tags(obj(id={"type": "integer"})), tags(obj("id", id={"type": "string"})))
+    assert nested == [("required_added", "tags[].id", True), ("type_changed", "tags[].id", True)]
+    assert kinds(tags(True), tags(False)) == [("constraint_added", "tags[]", True)]
+    assert kinds(tags(False), tags(True)) == [("constraint_removed", "tags[]", False)]
+
+
+def test_nested_properties_constraints() -> None:
+    old = obj(order=obj(code={"type": "string"}))
+    new = obj(order=obj(code={"type": "string", "pattern": "^[0-9]+$"}))
+    assert kinds(old, new) == [("constraint_added", "order.code", True)]
+
+
+def test_unique_items_and_additional_properties_schemas() -> None:
+    assert kinds(obj(a={}), obj(a={"uniqueItems": True})) == [("constraint_added", "a", True)]
+    assert kinds(obj(a={"uniqueItems": True}), obj(a={"uniqueItems": False})) == [
+        ("constraint_removed", "a", False)
+    ]
+    assert kinds(obj(a={}), obj(a={"uniqueItems": False})) == []
+    typed = {"additionalProperties": {"type": "string"}}
+    assert kinds(obj(a={}), {**obj(a={}), **typed}) == [("constraint_added", "", True)]
+    assert kinds({**obj(a={}), **typed}, obj(a={})) == [("constraint_removed", "", False)]
+    assert kinds({**obj(a={}), **typed}, obj(closed=True, a={})) == [("closed", "", True)]
+
+
+def test_a_new_optional_field_with_a_schema_breaks_unless_the_old_schema_refused_it() -> None:
+    [change] = schema_changes(obj(a={}), obj(a={}, note={"type": "string"}))
+    assert (change.kind, change.path, change.breaking) == ("property_added", "note", True)
+    assert "may refuse inputs the old schema accepted" in change.message
+    assert kinds(obj(closed=True, a={}), obj(closed=True, a={}, note={"type": "string"})) == [
+        ("property_added", "note", False)
+    ]
+
+
+def test_a_property_removed_while_others_are_constrained_breaks() -> None:
+    typed = {"additionalProperties": {"type": "integer"}}
+    assert kinds({**obj(a={}, b={}), **typed}, {**obj(a={}), **typed}) == [
+        ("property_removed", "b", True)
+    ]
+    closed_by_pattern = {**obj(closed=True), "patternProperties": {"^x": {}}}
+    assert kinds(closed_by_pattern, obj(closed=True)) == [("constraint_removed", "", True)]
+
+
+def test_annotations_are_no_schema_changes() -> None:
+    old = obj(a={"type": "string", "title": "A", "examples": ["x"]})
+    new = obj(a={"type": "string", "description": "an a", "deprecated": True})
+    assert kinds(old, new) == []
+
+
+def test_defs_changes_break_because_refs_are_not_followed() -> None:
+    old = {**obj(a={"$ref": "#/$defs/code"}), "$defs": {"code": {"type": "string"}}}
+    new = {**obj(a={"$ref": "#/$defs/code"}), "$defs": {"code": {"type": "integer"}}}
+    assert kinds(old, new) == [("constraint_changed", "", True)]
 
 
 def test_schema_removed_does_not_break() -> None:
@@ -489,7 +673,7 @@ def test_flow_change_breaking_and_describe() -> None:
 
 def test_input_schema_change_without_a_detected_difference_is_still_shown() -> None:
     old = {**flow(a={}), "input_schema": obj(a={"type": "string"})}
-    new = {**flow(a={}), "input_schema": obj(a={"type": "string", "maxLength": 3})}
+    new = {**flow(a={}), "input_schema": obj(a={"type": "string", "description": "a name"})}
     change = compare(old, new)
     assert change.schema == ()
     assert describe_change(change) == ["~ input_schema changed"]
