@@ -688,7 +688,7 @@ def test_to_json_keys_and_shapes() -> None:
         **flow(a={"timeout": 5}, b={}),
         "description": "d",
         "input_schema": obj("r", r={}),
-        "schedules": [{"name": "s", "cron": "@hourly"}],
+        "schedules": [{"name": "s", "cron": "@hourly", "input": {"r": 1}}],
     }
     out = compare(old, new).to_json()
     assert list(out) == [
@@ -714,7 +714,7 @@ def test_to_json_keys_and_shapes() -> None:
             "name": "s",
             "change": "changed",
             "old": {"cron": "@daily", "timezone": "UTC", "input": None},
-            "new": {"cron": "@hourly", "timezone": "UTC", "input": None},
+            "new": {"cron": "@hourly", "timezone": "UTC", "input": {"r": 1}},
         }
     ]
     assert set(out["schema"][0]) == {"path", "kind", "breaking", "message"}
